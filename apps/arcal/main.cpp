@@ -1,0 +1,63 @@
+// arcal: entry point. Parses the command line with CLI11 and dispatches to the registered
+// subcommand. Exit codes: 0 success, 1 internal/runtime failure, 2 bad input or usage.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <map>
+
+#include "command.hpp"
+#include "core/error.hpp"
+
+namespace arcal::cli {
+
+std::vector<CommandSpec>& command_registry() {
+  static std::vector<CommandSpec> registry;
+  return registry;
+}
+
+namespace {
+bool g_quiet = false;
+}
+void set_quiet(bool quiet) { g_quiet = quiet; }
+bool progress_enabled() { return !g_quiet && ::isatty(STDOUT_FILENO); }
+
+}  // namespace arcal::cli
+
+int main(int argc, char** argv) {
+  using namespace arcal::cli;
+  CLI::App app{"arcal: train Attention-Residual transformers and audit routing-conditional calibration",
+               "arcal"};
+  app.set_version_flag("--version", std::string("arcal ") + ARCAL_VERSION);
+  app.require_subcommand(1);
+  bool quiet = false;
+  app.add_flag("--quiet,-q", quiet, "No progress bars")->configurable(false);
+
+  auto& registry = command_registry();
+  std::sort(registry.begin(), registry.end(),
+            [](const CommandSpec& a, const CommandSpec& b) { return a.name < b.name; });
+  std::map<CLI::App*, RunFn> runs;
+  for (auto& spec : registry) {
+    CLI::App* sub = app.add_subcommand(spec.name, spec.description);
+    sub->add_flag("--quiet,-q", quiet, "No progress bars");
+    runs[sub] = spec.setup(*sub);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  set_quiet(quiet);
+  try {
+    for (auto& [sub, run] : runs)
+      if (sub->parsed()) return run();
+  } catch (const arcal::InputError& e) {
+    std::cerr << "arcal: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "arcal: failed: " << e.what() << "\n";
+    return 1;
+  }
+  return 2;
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs every Debian package arcal needs and builds build/arcal (Release).
+# Usage: scripts/setup.sh [--no-build]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends \
+  build-essential cmake ninja-build pkg-config \
+  libtorch-dev libopenblas0-pthread \
+  libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libfmt-dev libtoml11-dev \
+  libzip-dev zlib1g-dev \
+  dataset-fashion-mnist gnuplot-nox \
+  python3 python3-torch python3-numpy >/dev/null
+if [ "${1:-}" != "--no-build" ]; then
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+  cmake --build build -j "$(nproc)"
+fi
