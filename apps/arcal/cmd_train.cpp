@@ -1,0 +1,86 @@
+// arcal train: one option table filled into TrainConfig, the resolved configuration printed as a
+// table, then the library's train_run with a progress bar.
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "command.hpp"
+#include "core/progress.hpp"
+#include "train/trainer.hpp"
+
+namespace {
+
+using arcal::TrainConfig;
+
+int run_train(const TrainConfig& cfg, const std::string& out, bool resume, bool json) {
+  std::cout << "arcal train: " << (resume ? "resuming " : "") << out << "\n";
+  nlohmann::json j = cfg;
+  if (!resume)
+    for (auto& [k, v] : j.items()) std::cout << fmt::format("  {:<18} {}\n", k, v.dump());
+  arcal::ProgressBar* bar = nullptr;
+  std::unique_ptr<arcal::ProgressBar> holder;
+  arcal::TrainEvents ev;
+  ev.on_message = [](const std::string& s) { std::cout << s << "\n"; };
+  ev.on_step = [&](std::int64_t step, std::int64_t total, int epoch, double loss, double acc, double ips) {
+    if (!holder) {
+      holder = std::make_unique<arcal::ProgressBar>("train", total, arcal::cli::progress_enabled());
+      bar = holder.get();
+    }
+    bar->update(step, fmt::format("ep {} loss {:.3f} acc {:.3f} {:.0f} img/s", epoch + 1, loss, acc, ips));
+  };
+  ev.on_eval = [&](const nlohmann::json& rec) {
+    if (arcal::cli::progress_enabled()) std::cout << "\n";
+    std::cout << fmt::format("  step {:>6} epoch {:>5.2f}  train loss {:.4f}  val acc {:.4f}  val nll {:.4f}  val ece {:.4f}\n",
+                             rec["step"].get<std::int64_t>(), rec["epoch"].get<double>(), rec["train_loss"].get<double>(),
+                             rec["val_accuracy"].get<double>(), rec["val_nll"].get<double>(), rec["val_ece"].get<double>());
+  };
+  auto summary = arcal::train_run(cfg, out, resume, ev);
+  if (holder) holder->finish();
+  if (json) {
+    std::cout << summary.dump(2) << "\n";
+  } else {
+    std::cout << fmt::format("test accuracy {:.4f}  NLL {:.4f}  ECE-15 {:.4f}  (n = {})  {:.0f} s, {:.0f} img/s\n",
+                             summary["test_accuracy"].get<double>(), summary["test_nll"].get<double>(),
+                             summary["test_ece15"].get<double>(), summary["test_n"].get<std::int64_t>(),
+                             summary["wall_seconds"].get<double>(), summary["images_per_second"].get<double>());
+    std::cout << "wrote " << out << "/summary.json\n";
+  }
+  return 0;
+}
+
+arcal::cli::RunFn setup(CLI::App& app) {
+  auto cfg = std::make_shared<TrainConfig>();
+  auto out = std::make_shared<std::string>();
+  auto resume = std::make_shared<bool>(false);
+  auto json = std::make_shared<bool>(false);
+  app.add_option("--dataset", cfg->dataset, "fashion-mnist | cifar10 | cifar100")->capture_default_str();
+  app.add_option("--data-dir", cfg->data_dir,
+                 "Dataset directory (default for fashion-mnist: /usr/share/datasets/fashion-mnist; CIFAR: the "
+                 "extracted cifar-10-batches-bin or cifar-100-binary folder)");
+  app.add_option("--model", cfg->model, "Preset: ar-vit-tiny")->capture_default_str();
+  app.add_option("--residual", cfg->residual, "full | block | standard")->capture_default_str();
+  app.add_option("--block-size", cfg->block_size, "Block AttnRes block size S in sublayers")->capture_default_str();
+  app.add_option("--epochs", cfg->epochs, "Training epochs")->capture_default_str();
+  app.add_option("--max-steps", cfg->max_steps, "Stop after this many optimizer steps (0 = no cap)")->capture_default_str();
+  app.add_option("--train-subset", cfg->train_subset, "Use only this many training examples (0 = all)")->capture_default_str();
+  app.add_option("--batch-size", cfg->batch_size, "Batch size")->capture_default_str();
+  app.add_option("--lr", cfg->lr, "AdamW peak learning rate")->capture_default_str();
+  app.add_option("--weight-decay", cfg->weight_decay, "AdamW weight decay")->capture_default_str();
+  app.add_option("--warmup-fraction", cfg->warmup_fraction, "Linear warm-up as a fraction of all steps")->capture_default_str();
+  app.add_option("--sbece-weight", cfg->sbece_weight, "beta: weight of the soft-binned ECE term")->capture_default_str();
+  app.add_option("--sbece-bins", cfg->sbece_bins, "M: soft bins")->capture_default_str();
+  app.add_option("--sbece-temperature", cfg->sbece_temperature, "T > 0: soft-bin temperature")->capture_default_str();
+  app.add_option("--seed", cfg->seed, "Seed for initialisation, split, order and augmentation")->capture_default_str();
+  app.add_option("--device", cfg->device, "cpu | cuda")->capture_default_str();
+  app.add_option("--threads", cfg->threads, "Intra-op threads")->capture_default_str();
+  app.add_option("--checkpoint-every", cfg->checkpoint_every, "Checkpoint every N steps (and every epoch)")->capture_default_str();
+  app.add_option("--norm-eps", cfg->norm_eps, "Epsilon of every LayerNorm/RMSNorm")->capture_default_str();
+  app.add_option("--out", *out, "Run directory RUN/")->required();
+  app.add_flag("--resume", *resume, "Continue an interrupted run in --out from its checkpoint");
+  app.add_flag("--json", *json, "Print summary.json at the end");
+  return [=]() { return run_train(*cfg, *out, *resume, *json); };
+}
+
+}  // namespace
+
+ARCAL_COMMAND("train", "Train one AttnRes (or standard-residual) vision transformer", setup);

@@ -1,0 +1,100 @@
+#include "train/data.hpp"
+
+#include <numeric>
+
+#include "core/check.hpp"
+#include "core/rng.hpp"
+
+namespace arcal {
+
+namespace {
+struct Norm {
+  std::vector<float> mean, std;
+};
+Norm dataset_norm(const std::string& dataset) {
+  if (dataset == "fashion-mnist") return {{0.2860f}, {0.3530f}};
+  if (dataset == "cifar10") return {{0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f}};
+  if (dataset == "cifar100") return {{0.5071f, 0.4865f, 0.4409f}, {0.2673f, 0.2564f, 0.2762f}};
+  throw_input("--dataset", "'" + dataset + "' is not a known dataset; expected fashion-mnist, cifar10 or cifar100");
+}
+
+TensorData take(const TensorData& d, const std::vector<std::int64_t>& idx) {
+  auto index = torch::tensor(idx, torch::kLong);
+  return {d.images.index_select(0, index).contiguous(), d.labels.index_select(0, index).contiguous(), d.classes};
+}
+}  // namespace
+
+std::string default_data_dir(const std::string& dataset) {
+  if (dataset == "fashion-mnist") return kFashionMnistDir;
+  return "";
+}
+
+TensorData to_tensor_data(const ImageSet& set, const std::string& dataset) {
+  const Norm norm = dataset_norm(dataset);
+  auto pixels = torch::from_blob(const_cast<std::uint8_t*>(set.pixels.data()),
+                                 {static_cast<long>(set.n), set.channels, set.height, set.width}, torch::kUInt8)
+                    .to(torch::kFloat)
+                    .div_(255.0);
+  auto mean = torch::tensor(norm.mean).view({1, -1, 1, 1});
+  auto stdv = torch::tensor(norm.std).view({1, -1, 1, 1});
+  TensorData out;
+  out.images = ((pixels - mean) / stdv).contiguous();
+  out.labels = torch::tensor(set.labels, torch::kLong);
+  out.classes = set.classes;
+  return out;
+}
+
+DatasetSplits load_dataset(const std::string& name, const std::string& data_dir, double val_fraction,
+                           std::int64_t train_subset, std::uint64_t seed) {
+  dataset_norm(name);  // validates the name before touching files
+  std::string dir = data_dir.empty() ? default_data_dir(name) : data_dir;
+  if (dir.empty()) throw_input("--data-dir", "dataset '" + name + "' has no default location; pass --data-dir");
+  ImageSet train_set, test_set;
+  if (name == "fashion-mnist") {
+    train_set = load_fashion_mnist(dir, true);
+    test_set = load_fashion_mnist(dir, false);
+  } else {
+    const bool c100 = name == "cifar100";
+    train_set = load_cifar(dir, c100, true);
+    test_set = load_cifar(dir, c100, false);
+  }
+  if (!(val_fraction >= 0.0 && val_fraction < 1.0))
+    throw_input("load_dataset", "val_fraction is " + std::to_string(val_fraction) + ", but must be in [0, 1)");
+  TensorData all = to_tensor_data(train_set, name);
+  std::vector<std::int64_t> perm(static_cast<std::size_t>(all.size()));
+  std::iota(perm.begin(), perm.end(), 0);
+  Rng rng(derive_seed(seed, 0xDA7A));
+  rng.shuffle(perm);
+  const auto n_val = static_cast<std::size_t>(val_fraction * double(perm.size()) + 0.5);
+  std::vector<std::int64_t> val_idx(perm.begin(), perm.begin() + n_val);
+  std::vector<std::int64_t> train_idx(perm.begin() + n_val, perm.end());
+  if (train_subset > 0 && static_cast<std::size_t>(train_subset) < train_idx.size()) train_idx.resize(train_subset);
+  if (train_idx.empty()) throw_input("load_dataset", name + ": the training split is empty");
+  DatasetSplits s;
+  s.name = name;
+  s.train = take(all, train_idx);
+  s.val = n_val > 0 ? take(all, val_idx) : TensorData{};
+  s.test = to_tensor_data(test_set, name);
+  return s;
+}
+
+torch::Tensor augment_batch(const torch::Tensor& batch, int pad, std::uint64_t seed, const std::string& dataset) {
+  const Norm norm = dataset_norm(dataset);
+  const auto B = batch.size(0), C = batch.size(1), H = batch.size(2), W = batch.size(3);
+  // Zero pixels in raw space are (0 - mean) / std after normalisation.
+  auto fill = torch::tensor(norm.mean).neg().div(torch::tensor(norm.std)).view({1, C, 1, 1});
+  auto padded = fill.expand({B, C, H + 2 * pad, W + 2 * pad}).clone();
+  padded.narrow(2, pad, H).narrow(3, pad, W).copy_(batch);
+  auto out = torch::empty_like(batch);
+  Rng rng(seed);
+  for (int64_t b = 0; b < B; ++b) {
+    const auto dy = static_cast<int64_t>(rng.below(2 * pad + 1));
+    const auto dx = static_cast<int64_t>(rng.below(2 * pad + 1));
+    const bool flip = rng.uniform() < 0.5;
+    auto crop = padded[b].narrow(1, dy, H).narrow(2, dx, W);
+    out[b].copy_(flip ? crop.flip({2}) : crop);
+  }
+  return out;
+}
+
+}  // namespace arcal

@@ -1,0 +1,81 @@
+// Training one model (arcal train): configuration, the loop (cross-entropy + beta * SB-ECE,
+// AdamW, cosine schedule with linear warm-up, augmentation), evaluation, atomic checkpoints and
+// exact resume. RUN/ holds config.json, checkpoint.pt, model.pt, log.jsonl, summary.json.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/ar_vit.hpp"
+#include "train/data.hpp"
+
+namespace arcal {
+
+struct TrainConfig {
+  std::string dataset = "fashion-mnist";
+  std::string data_dir;  ///< "" = the dataset's default location
+  std::string model = "ar-vit-tiny";
+  std::string residual = "full";
+  int block_size = 2;
+  int epochs = 10;
+  std::int64_t max_steps = 0;     ///< 0 = no cap; otherwise stop (and end the schedule) here
+  std::int64_t train_subset = 0;  ///< 0 = the whole training split
+  int batch_size = 128;
+  double lr = 1e-3;
+  double weight_decay = 0.05;
+  double warmup_fraction = 0.05;  ///< of the total steps
+  double sbece_weight = 0.5;
+  int sbece_bins = 15;
+  double sbece_temperature = 0.01;
+  double val_fraction = 0.05;
+  std::uint64_t seed = 0;
+  int threads = 1;
+  std::string device = "cpu";
+  std::int64_t checkpoint_every = 200;  ///< steps; a checkpoint is also written at every epoch end
+  double norm_eps = 1e-6;
+
+  std::int64_t steps_per_epoch(std::int64_t train_size) const { return train_size / batch_size; }
+};
+
+void to_json(nlohmann::json& j, const TrainConfig& c);
+void from_json(const nlohmann::json& j, TrainConfig& c);
+
+/// Throws InputError naming the flag for values out of range (before any file is written).
+void validate_train_config(const TrainConfig& c);
+
+/// Model configuration implied by a training configuration and its dataset's image geometry.
+ModelConfig model_config_for(const TrainConfig& c, int image_size, int channels, int classes);
+
+struct EvalResult {
+  std::int64_t n = 0;
+  double accuracy = 0, nll = 0, ece = 0;
+  double loss = 0;  ///< CE + beta * SB-ECE over the whole set
+};
+
+/// Evaluates on a split in batches (no gradients).
+EvalResult evaluate(ARViT& model, const TensorData& data, int batch_size = 500);
+
+/// Top-label ECE with 15 equal-width bins (method.md §4) of logits (N,K) against labels.
+double top_label_ece(const torch::Tensor& logits, const torch::Tensor& labels, int bins = 15);
+
+struct TrainEvents {
+  /// Called after every step: step, total steps, epoch, loss, batch accuracy, images/s.
+  std::function<void(std::int64_t, std::int64_t, int, double, double, double)> on_step;
+  /// Called with each log.jsonl record.
+  std::function<void(const nlohmann::json&)> on_eval;
+  /// Called with a human line (resume notices etc.).
+  std::function<void(const std::string&)> on_message;
+};
+
+/// Trains into run_dir. With resume, continues from run_dir/checkpoint.pt using run_dir/config.json
+/// (config is then ignored except for threads). Returns summary.json's content.
+nlohmann::json train_run(const TrainConfig& config, const std::string& run_dir, bool resume,
+                         const TrainEvents& events = {});
+
+/// Loads RUN/config.json and RUN/model.pt into a model in eval mode.
+ARViT load_trained_model(const std::string& run_dir, TrainConfig* config_out = nullptr);
+
+}  // namespace arcal
