@@ -63,8 +63,10 @@ RoutingStats routing_statistics(const Trace& t) {
 }
 
 std::vector<double> statistic_column(const Trace& t, const std::string& name) {
-  if (name == "re") return routing_statistics(t).re;
-  if (name == "rdv") return routing_statistics(t).rdv;
+  if (!t.routing.empty()) {
+    if (name == "re") return routing_statistics(t).re;
+    if (name == "rdv") return routing_statistics(t).rdv;
+  }
   for (std::size_t f = 0; f < t.feature_names.size(); ++f) {
     if (t.feature_names[f] != name) continue;
     std::vector<double> col(t.n);
