@@ -279,7 +279,8 @@ void evaluate(const Prepared& p, const std::uint32_t* w, double* out, BinnedCali
 double classwise_weighted(const Prepared& p, const std::vector<double>& probs, const std::vector<std::int64_t>& labels,
                           const std::uint32_t* w) {
   const std::size_t K = p.k, B = static_cast<std::size_t>(p.bins);
-  std::vector<double> cnt(K * B, 0.0), sc(K * B, 0.0), sa(K * B, 0.0);
+  std::vector<double> cnt(K * B, 0.0), sc(K * B, 0.0), sa(K * B, 0.0), edges(B + 1);
+  for (std::size_t b = 0; b <= B; ++b) edges[b] = static_cast<double>(b) / static_cast<double>(p.bins);
   double total = 0;
   for (std::size_t j = 0; j < p.n; ++j) {
     const double wj = wt(w, j);
@@ -289,11 +290,11 @@ double classwise_weighted(const Prepared& p, const std::vector<double>& probs, c
     const double* row = &probs[i * K];
     const std::size_t y = static_cast<std::size_t>(labels[i]);
     for (std::size_t kk = 0; kk < K; ++kk) {
-      const std::size_t cell = kk * B + static_cast<std::size_t>(equal_width_bin(row[kk], p.bins));
+      const std::size_t cell = kk * B + static_cast<std::size_t>(equal_width_bin(row[kk], p.bins, edges.data()));
       cnt[cell] += wj;
       sc[cell] += wj * row[kk];
     }
-    sa[y * B + static_cast<std::size_t>(equal_width_bin(row[y], p.bins))] += wj;
+    sa[y * B + static_cast<std::size_t>(equal_width_bin(row[y], p.bins, edges.data()))] += wj;
   }
   double sum = 0;
   for (std::size_t c = 0; c < K * B; ++c)
