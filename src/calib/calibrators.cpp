@@ -1,0 +1,618 @@
+#include "calib/calibrators.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <functional>
+#include <numeric>
+
+#include "calib/binning.hpp"
+#include "core/check.hpp"
+
+namespace arcal {
+
+namespace {
+
+void check_logits(const char* fn, const std::vector<double>& z, std::size_t n, std::size_t k,
+                  const std::vector<std::int64_t>& labels) {
+  if (n == 0) throw_input(fn, "no examples (N = 0)");
+  if (k < 2) throw_input(fn, "K is " + std::to_string(k) + ", but must be >= 2");
+  check_same_size(fn, "logits", z.size(), "N*K", n * k);
+  check_same_size(fn, "labels", labels.size(), "N", n);
+  for (std::size_t i = 0; i < z.size(); ++i) check_finite(fn, "logits", i, z[i]);
+  for (std::size_t i = 0; i < n; ++i) check_label(fn, "labels", i, labels[i], static_cast<long long>(k));
+}
+
+void check_conf(const char* fn, const std::vector<double>& c, const std::vector<double>& a) {
+  check_same_size(fn, "conf", c.size(), "correct", a.size());
+  if (c.empty()) throw_input(fn, "no examples (N = 0)");
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    check_probability(fn, "conf", i, c[i]);
+    check_probability(fn, "correct", i, a[i]);
+  }
+}
+
+// For one row and inverse temperature beta: logsumexp(beta z), E_p[z], Var_p[z].
+void row_moments(const double* z, std::size_t k, double beta, double& lse, double& mean, double& var) {
+  double m = -INFINITY;
+  for (std::size_t j = 0; j < k; ++j) m = std::max(m, beta * z[j]);
+  double s = 0, s1 = 0, s2 = 0;
+  for (std::size_t j = 0; j < k; ++j) {
+    const double e = std::exp(beta * z[j] - m);
+    s += e;
+    s1 += e * z[j];
+    s2 += e * z[j] * z[j];
+  }
+  lse = m + std::log(s);
+  mean = s1 / s;
+  var = std::max(s2 / s - mean * mean, 0.0);
+}
+
+double sigmoid(double x) { return x >= 0 ? 1.0 / (1.0 + std::exp(-x)) : std::exp(x) / (1.0 + std::exp(x)); }
+double logit_clipped(double c) {
+  const double p = std::min(std::max(c, 1e-12), 1.0 - 1e-12);
+  return std::log(p / (1.0 - p));
+}
+
+// Minimal L-BFGS with backtracking Armijo line search. f returns the value and fills the gradient.
+struct LbfgsResult {
+  bool converged = false;
+  int iterations = 0;
+  double value = 0;
+};
+LbfgsResult lbfgs(std::vector<double>& x, const std::function<double(const std::vector<double>&, std::vector<double>&)>& f,
+                  int max_iter, double gtol) {
+  const std::size_t d = x.size();
+  std::vector<double> g(d), gn(d), xn(d), dir(d);
+  double fx = f(x, g);
+  std::deque<std::vector<double>> S, Y;
+  std::deque<double> rho;
+  LbfgsResult r;
+  for (int it = 0; it < max_iter; ++it) {
+    double gmax = 0;
+    for (double v : g) gmax = std::max(gmax, std::fabs(v));
+    if (gmax < gtol) {
+      r.converged = true;
+      r.iterations = it;
+      r.value = fx;
+      return r;
+    }
+    // two-loop recursion
+    dir = g;
+    std::vector<double> alpha(S.size());
+    for (std::size_t m = S.size(); m-- > 0;) {
+      alpha[m] = rho[m] * std::inner_product(S[m].begin(), S[m].end(), dir.begin(), 0.0);
+      for (std::size_t i = 0; i < d; ++i) dir[i] -= alpha[m] * Y[m][i];
+    }
+    if (!S.empty()) {
+      const double gamma = std::inner_product(S.back().begin(), S.back().end(), Y.back().begin(), 0.0) /
+                           std::inner_product(Y.back().begin(), Y.back().end(), Y.back().begin(), 0.0);
+      for (auto& v : dir) v *= gamma;
+    }
+    for (std::size_t m = 0; m < S.size(); ++m) {
+      const double beta = rho[m] * std::inner_product(Y[m].begin(), Y[m].end(), dir.begin(), 0.0);
+      for (std::size_t i = 0; i < d; ++i) dir[i] += S[m][i] * (alpha[m] - beta);
+    }
+    for (auto& v : dir) v = -v;
+    double slope = std::inner_product(g.begin(), g.end(), dir.begin(), 0.0);
+    if (slope >= 0) {  // not a descent direction: restart from steepest descent
+      for (std::size_t i = 0; i < d; ++i) dir[i] = -g[i];
+      slope = -std::inner_product(g.begin(), g.end(), g.begin(), 0.0);
+      S.clear();
+      Y.clear();
+      rho.clear();
+    }
+    double step = 1.0, fn = 0;
+    bool accepted = false;
+    for (int ls = 0; ls < 50; ++ls) {
+      for (std::size_t i = 0; i < d; ++i) xn[i] = x[i] + step * dir[i];
+      fn = f(xn, gn);
+      if (std::isfinite(fn) && fn <= fx + 1e-4 * step * slope) {
+        accepted = true;
+        break;
+      }
+      step *= 0.5;
+    }
+    if (!accepted) {
+      r.iterations = it;
+      r.value = fx;
+      return r;  // line search failed: not converged
+    }
+    std::vector<double> s(d), y(d);
+    for (std::size_t i = 0; i < d; ++i) {
+      s[i] = xn[i] - x[i];
+      y[i] = gn[i] - g[i];
+    }
+    const double sy = std::inner_product(s.begin(), s.end(), y.begin(), 0.0);
+    if (sy > 1e-12) {
+      S.push_back(std::move(s));
+      Y.push_back(std::move(y));
+      rho.push_back(1.0 / sy);
+      if (S.size() > 10) {
+        S.pop_front();
+        Y.pop_front();
+        rho.pop_front();
+      }
+    }
+    const bool tiny = std::fabs(fx - fn) <= 1e-15 * std::max(1.0, std::fabs(fx));
+    x = xn;
+    g = gn;
+    fx = fn;
+    if (tiny) {
+      r.converged = true;
+      r.iterations = it + 1;
+      r.value = fx;
+      return r;
+    }
+  }
+  r.iterations = max_iter;
+  r.value = fx;
+  return r;
+}
+
+}  // namespace
+
+std::vector<double> softmax_scaled(const std::vector<double>& z, std::size_t n, std::size_t k, double beta) {
+  ARCAL_ASSERT(z.size() == n * k, "softmax_scaled shape");
+  std::vector<double> p(n * k);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double* zi = &z[i * k];
+    double m = -INFINITY;
+    for (std::size_t j = 0; j < k; ++j) m = std::max(m, beta * zi[j]);
+    double s = 0;
+    for (std::size_t j = 0; j < k; ++j) s += (p[i * k + j] = std::exp(beta * zi[j] - m));
+    for (std::size_t j = 0; j < k; ++j) p[i * k + j] /= s;
+  }
+  return p;
+}
+
+TemperatureFit fit_temperature(const std::vector<double>& z, std::size_t n, std::size_t k,
+                               const std::vector<std::int64_t>& labels, int max_iter, double tol) {
+  check_logits("fit_temperature", z, n, k, labels);
+  auto eval = [&](double beta, double& f, double& g, double& h) {
+    f = g = h = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      double lse, mean, var;
+      row_moments(&z[i * k], k, beta, lse, mean, var);
+      const double zy = z[i * k + static_cast<std::size_t>(labels[i])];
+      f += lse - beta * zy;
+      g += mean - zy;
+      h += var;
+    }
+    f /= static_cast<double>(n);
+    g /= static_cast<double>(n);
+    h /= static_cast<double>(n);
+  };
+  TemperatureFit fit;
+  double beta = 1.0, f, g, h;
+  eval(beta, f, g, h);
+  for (int it = 1; it <= max_iter; ++it) {
+    fit.iterations = it;
+    if (!(h > 0)) break;  // all logits equal per row: the NLL does not depend on beta
+    double step = -g / h, fn, gn, hn;
+    for (int ls = 0; ls < 60; ++ls) {
+      eval(beta + step, fn, gn, hn);
+      if (std::isfinite(fn) && fn <= f + 1e-12 * std::fabs(f)) break;
+      step *= 0.5;
+    }
+    beta += step;
+    f = fn;
+    g = gn;
+    h = hn;
+    if (std::fabs(g) < tol || std::fabs(step) < 1e-12 * std::max(1.0, std::fabs(beta))) {
+      fit.converged = std::fabs(g) < std::sqrt(tol);
+      break;
+    }
+  }
+  fit.beta = beta;
+  fit.temperature = 1.0 / beta;
+  fit.nll = f;
+  return fit;
+}
+
+PlattFit fit_platt(const std::vector<double>& conf, const std::vector<double>& correct, int max_iter) {
+  check_conf("fit_platt", conf, correct);
+  const std::size_t n = conf.size();
+  std::vector<double> x(n);
+  for (std::size_t i = 0; i < n; ++i) x[i] = logit_clipped(conf[i]);
+  PlattFit fit;
+  double a = 1.0, b = 0.0;
+  auto nll = [&](double aa, double bb) {
+    double s = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double t = aa * x[i] + bb;
+      // -[y log s(t) + (1-y) log(1 - s(t))] = log(1 + e^t) - y t, stably
+      s += (t > 0 ? t + std::log1p(std::exp(-t)) : std::log1p(std::exp(t))) - correct[i] * t;
+    }
+    return s / static_cast<double>(n);
+  };
+  double f = nll(a, b);
+  for (int it = 1; it <= max_iter; ++it) {
+    fit.iterations = it;
+    double ga = 0, gb = 0, haa = 1e-12, hab = 0, hbb = 1e-12;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double p = sigmoid(a * x[i] + b), r = p - correct[i], w = p * (1 - p);
+      ga += r * x[i];
+      gb += r;
+      haa += w * x[i] * x[i];
+      hab += w * x[i];
+      hbb += w;
+    }
+    const double det = haa * hbb - hab * hab;
+    if (!(det > 0)) break;
+    double da = -(hbb * ga - hab * gb) / det, db = -(haa * gb - hab * ga) / det, fn = f;
+    for (int ls = 0; ls < 60; ++ls) {
+      fn = nll(a + da, b + db);
+      if (fn <= f + 1e-15) break;
+      da *= 0.5;
+      db *= 0.5;
+    }
+    a += da;
+    b += db;
+    const bool small = std::fabs(da) + std::fabs(db) < 1e-10;
+    f = fn;
+    if (small || std::max(std::fabs(ga), std::fabs(gb)) / static_cast<double>(n) < 1e-12) {
+      fit.converged = true;
+      break;
+    }
+  }
+  fit.a = a;
+  fit.b = b;
+  return fit;
+}
+
+std::vector<double> apply_platt(const PlattFit& fit, const std::vector<double>& conf) {
+  std::vector<double> q(conf.size());
+  for (std::size_t i = 0; i < conf.size(); ++i) q[i] = sigmoid(fit.a * logit_clipped(conf[i]) + fit.b);
+  return q;
+}
+
+std::vector<double> pool_adjacent_violators(const std::vector<double>& y, const std::vector<double>& weights) {
+  if (!weights.empty()) check_same_size("pool_adjacent_violators", "y", y.size(), "weights", weights.size());
+  std::vector<double> val, wt;
+  std::vector<std::size_t> len;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    const double w = weights.empty() ? 1.0 : weights[i];
+    if (!(w > 0)) throw_index("pool_adjacent_violators", "weights", i, std::to_string(w), "positive");
+    val.push_back(y[i]);
+    wt.push_back(w);
+    len.push_back(1);
+    while (val.size() > 1 && val[val.size() - 2] > val.back()) {  // merge violating neighbours
+      const std::size_t t = val.size() - 1;
+      const double wsum = wt[t - 1] + wt[t];
+      val[t - 1] = (val[t - 1] * wt[t - 1] + val[t] * wt[t]) / wsum;
+      wt[t - 1] = wsum;
+      len[t - 1] += len[t];
+      val.pop_back();
+      wt.pop_back();
+      len.pop_back();
+    }
+  }
+  std::vector<double> out;
+  out.reserve(y.size());
+  for (std::size_t b = 0; b < val.size(); ++b) out.insert(out.end(), len[b], val[b]);
+  return out;
+}
+
+IsotonicFit fit_isotonic(const std::vector<double>& x, const std::vector<double>& y, const std::vector<double>& weights) {
+  check_same_size("fit_isotonic", "x", x.size(), "y", y.size());
+  if (x.empty()) throw_input("fit_isotonic", "no examples (N = 0)");
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    check_finite("fit_isotonic", "x", i, x[i]);
+    check_finite("fit_isotonic", "y", i, y[i]);
+  }
+  std::vector<std::size_t> order(x.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return x[a] < x[b]; });
+  IsotonicFit fit;
+  std::vector<double> ys, ws;
+  for (std::size_t j = 0; j < order.size(); ++j) {  // pool tied x into their weighted mean
+    const std::size_t i = order[j];
+    const double w = weights.empty() ? 1.0 : weights[i];
+    if (!fit.x.empty() && x[i] == fit.x.back()) {
+      ys.back() = (ys.back() * ws.back() + y[i] * w) / (ws.back() + w);
+      ws.back() += w;
+    } else {
+      fit.x.push_back(x[i]);
+      ys.push_back(y[i]);
+      ws.push_back(w);
+    }
+  }
+  fit.y = pool_adjacent_violators(ys, ws);
+  return fit;
+}
+
+std::vector<double> apply_isotonic(const IsotonicFit& fit, const std::vector<double>& x) {
+  ARCAL_ASSERT(!fit.x.empty(), "apply_isotonic on an empty fit");
+  std::vector<double> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (x[i] <= fit.x.front()) out[i] = fit.y.front();
+    else if (x[i] >= fit.x.back()) out[i] = fit.y.back();
+    else {
+      const std::size_t hi = static_cast<std::size_t>(std::upper_bound(fit.x.begin(), fit.x.end(), x[i]) - fit.x.begin());
+      const std::size_t lo = hi - 1;
+      const double t = (x[i] - fit.x[lo]) / (fit.x[hi] - fit.x[lo]);
+      out[i] = fit.y[lo] + t * (fit.y[hi] - fit.y[lo]);
+    }
+  }
+  return out;
+}
+
+HistogramFit fit_histogram(const std::vector<double>& conf, const std::vector<double>& correct, int bins) {
+  check_conf("fit_histogram", conf, correct);
+  if (bins < 1) throw_input("fit_histogram", "bins is " + std::to_string(bins) + ", but must be >= 1");
+  HistogramFit fit;
+  fit.bins = bins;
+  std::vector<double> cnt(static_cast<std::size_t>(bins), 0), sum(cnt);
+  for (std::size_t i = 0; i < conf.size(); ++i) {
+    const auto b = static_cast<std::size_t>(equal_width_bin(conf[i], bins));
+    cnt[b] += 1;
+    sum[b] += correct[i];
+  }
+  fit.value.resize(cnt.size());
+  for (std::size_t b = 0; b < cnt.size(); ++b)
+    fit.value[b] = cnt[b] > 0 ? sum[b] / cnt[b] : (static_cast<double>(b) + 0.5) / bins;
+  return fit;
+}
+
+std::vector<double> apply_histogram(const HistogramFit& fit, const std::vector<double>& conf) {
+  std::vector<double> q(conf.size());
+  for (std::size_t i = 0; i < conf.size(); ++i)
+    q[i] = fit.value[static_cast<std::size_t>(equal_width_bin(conf[i], fit.bins))];
+  return q;
+}
+
+std::vector<double> nadaraya_watson(const std::vector<double>& train, const std::vector<double>& targets, std::size_t dims,
+                                    const std::vector<double>& h, const std::vector<double>& query,
+                                    const NadarayaWatsonOptions& opt) {
+  const char* fn = "nadaraya_watson";
+  if (dims == 0) throw_input(fn, "dims must be >= 1");
+  check_same_size(fn, "bandwidths", h.size(), "dims", dims);
+  if (train.size() % dims != 0 || query.size() % dims != 0)
+    throw_input(fn, "train and query sizes must be multiples of dims = " + std::to_string(dims));
+  const std::size_t m = train.size() / dims, q = query.size() / dims;
+  check_same_size(fn, "targets", targets.size(), "train rows", m);
+  if (m == 0) throw_input(fn, "no training examples");
+  for (std::size_t d = 0; d < dims; ++d)
+    if (!(h[d] > 0) || !std::isfinite(h[d])) throw_index(fn, "bandwidths", d, std::to_string(h[d]), "positive and finite");
+  for (std::size_t i = 0; i < train.size(); ++i) check_finite(fn, "train", i, train[i]);
+  for (std::size_t i = 0; i < query.size(); ++i) check_finite(fn, "query", i, query[i]);
+  for (std::size_t i = 0; i < m; ++i) check_probability(fn, "targets", i, targets[i]);
+  const double tbar = std::accumulate(targets.begin(), targets.end(), 0.0) / static_cast<double>(m);
+  std::vector<double> inv(dims);
+  for (std::size_t d = 0; d < dims; ++d) inv[d] = 1.0 / (2.0 * h[d] * h[d]);
+  std::vector<double> out(q);
+  for (std::size_t a = 0; a < q; ++a) {
+    double num = opt.pseudo_count * tbar, den = opt.pseudo_count;
+    for (std::size_t j = 0; j < m; ++j) {
+      double e = 0;
+      for (std::size_t d = 0; d < dims; ++d) {
+        const double diff = query[a * dims + d] - train[j * dims + d];
+        e += diff * diff * inv[d];
+      }
+      const double kv = std::exp(-e);
+      num += kv * targets[j];
+      den += kv;
+    }
+    out[a] = std::min(std::max(num / den, opt.clip_low), opt.clip_high);
+  }
+  return out;
+}
+
+std::vector<double> scott_bandwidths(const std::vector<double>& x, std::size_t dims) {
+  if (dims == 0 || x.size() % dims != 0 || x.size() < 2 * dims)
+    throw_input("scott_bandwidths", "need at least 2 rows of " + std::to_string(dims) + " features");
+  const std::size_t m = x.size() / dims;
+  std::vector<double> h(dims);
+  for (std::size_t d = 0; d < dims; ++d) {
+    double mean = 0, ss = 0;
+    for (std::size_t i = 0; i < m; ++i) mean += x[i * dims + d];
+    mean /= static_cast<double>(m);
+    for (std::size_t i = 0; i < m; ++i) ss += (x[i * dims + d] - mean) * (x[i * dims + d] - mean);
+    const double sd = std::sqrt(ss / static_cast<double>(m - 1));
+    h[d] = std::max(sd, 1e-12) * std::pow(static_cast<double>(m), -1.0 / (static_cast<double>(dims) + 4.0));
+  }
+  return h;
+}
+
+LinearScalingFit fit_linear_scaling(const std::vector<double>& z, std::size_t n, std::size_t k,
+                                    const std::vector<std::int64_t>& labels, bool diagonal, double l2, int max_iter) {
+  check_logits(diagonal ? "fit_vector_scaling" : "fit_matrix_scaling", z, n, k, labels);
+  const std::size_t nw = diagonal ? k : k * k;
+  std::vector<double> x(nw + k, 0.0);  // W then b
+  for (std::size_t j = 0; j < k; ++j) x[diagonal ? j : j * k + j] = 1.0;
+  std::vector<double> s(k);
+  auto f = [&](const std::vector<double>& p, std::vector<double>& g) {
+    std::fill(g.begin(), g.end(), 0.0);
+    double val = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double* zi = &z[i * k];
+      for (std::size_t r = 0; r < k; ++r) {
+        double v = p[nw + r];
+        if (diagonal) v += p[r] * zi[r];
+        else
+          for (std::size_t c = 0; c < k; ++c) v += p[r * k + c] * zi[c];
+        s[r] = v;
+      }
+      const double m = *std::max_element(s.begin(), s.end());
+      double sum = 0;
+      for (std::size_t r = 0; r < k; ++r) sum += std::exp(s[r] - m);
+      const std::size_t y = static_cast<std::size_t>(labels[i]);
+      val += m + std::log(sum) - s[y];
+      for (std::size_t r = 0; r < k; ++r) {
+        const double d = std::exp(s[r] - m) / sum - (r == y ? 1.0 : 0.0);  // dNLL/ds_r
+        g[nw + r] += d;
+        if (diagonal) g[r] += d * zi[r];
+        else
+          for (std::size_t c = 0; c < k; ++c) g[r * k + c] += d * zi[c];
+      }
+    }
+    const double inv = 1.0 / static_cast<double>(n);
+    val *= inv;
+    for (auto& v : g) v *= inv;
+    for (std::size_t j = 0; j < nw + k; ++j) {
+      const bool on_diag = j < nw && (diagonal || j / k == j % k);
+      const double dev = p[j] - (on_diag ? 1.0 : 0.0);
+      val += 0.5 * l2 * dev * dev;
+      g[j] += l2 * dev;
+    }
+    return val;
+  };
+  const LbfgsResult r = lbfgs(x, f, max_iter, 1e-7);
+  LinearScalingFit fit;
+  fit.diagonal = diagonal;
+  fit.k = k;
+  fit.w.assign(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(nw));
+  fit.b.assign(x.begin() + static_cast<std::ptrdiff_t>(nw), x.end());
+  fit.converged = r.converged;
+  fit.iterations = r.iterations;
+  fit.nll = r.value;
+  return fit;
+}
+
+std::vector<double> apply_linear_scaling(const LinearScalingFit& fit, const std::vector<double>& z, std::size_t n) {
+  const std::size_t k = fit.k;
+  ARCAL_ASSERT(z.size() == n * k, "apply_linear_scaling shape");
+  std::vector<double> s(n * k);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t r = 0; r < k; ++r) {
+      double v = fit.b[r];
+      if (fit.diagonal) v += fit.w[r] * z[i * k + r];
+      else
+        for (std::size_t c = 0; c < k; ++c) v += fit.w[r * k + c] * z[i * k + c];
+      s[i * k + r] = v;
+    }
+  return softmax_scaled(s, n, k, 1.0);
+}
+
+namespace {
+// Piecewise-linear interpolation weights of u in [0, 1] on J equally spaced knots.
+void knot_weights(double u, std::size_t J, std::size_t& lo, double& t) {
+  const double pos = std::min(std::max(u, 0.0), 1.0) * static_cast<double>(J - 1);
+  lo = std::min(static_cast<std::size_t>(pos), J - 2);
+  t = pos - static_cast<double>(lo);
+}
+std::vector<double> row_confidence(const std::vector<double>& z, std::size_t n, std::size_t k) {
+  std::vector<double> c(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double* zi = &z[i * k];
+    const double m = *std::max_element(zi, zi + k);
+    double s = 0;
+    for (std::size_t j = 0; j < k; ++j) s += std::exp(zi[j] - m);
+    c[i] = 1.0 / s;
+  }
+  return c;
+}
+double quantile_of(const std::vector<double>& sorted, double c) {
+  return static_cast<double>(std::upper_bound(sorted.begin(), sorted.end(), c) - sorted.begin()) /
+         static_cast<double>(sorted.size());
+}
+}  // namespace
+
+QatsFit fit_qats(const std::vector<double>& z, std::size_t n, std::size_t k, const std::vector<std::int64_t>& labels,
+                 int knots, int max_iter) {
+  check_logits("fit_qats", z, n, k, labels);
+  if (knots < 2) throw_input("fit_qats", "knots is " + std::to_string(knots) + ", but must be >= 2");
+  const std::size_t J = static_cast<std::size_t>(knots);
+  QatsFit fit;
+  fit.calib_confidence = row_confidence(z, n, k);
+  std::vector<double> u(n);
+  std::sort(fit.calib_confidence.begin(), fit.calib_confidence.end());
+  const auto conf = row_confidence(z, n, k);
+  for (std::size_t i = 0; i < n; ++i) u[i] = quantile_of(fit.calib_confidence, conf[i]);
+  const TemperatureFit t0 = fit_temperature(z, n, k, labels);
+  fit.theta.assign(J, t0.ok() ? std::log(t0.temperature) : 0.0);
+  auto eval = [&](const std::vector<double>& th, std::vector<double>* grad) {
+    if (grad) grad->assign(J, 0.0);
+    double f = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      std::size_t lo;
+      double t;
+      knot_weights(u[i], J, lo, t);
+      const double logT = (1 - t) * th[lo] + t * th[lo + 1], beta = std::exp(-logT);
+      double lse, mean, var;
+      row_moments(&z[i * k], k, beta, lse, mean, var);
+      const double zy = z[i * k + static_cast<std::size_t>(labels[i])];
+      f += lse - beta * zy;
+      if (grad) {
+        const double dlogT = (mean - zy) * -beta;  // dNLL/dbeta * dbeta/dlogT
+        (*grad)[lo] += (1 - t) * dlogT;
+        (*grad)[lo + 1] += t * dlogT;
+      }
+    }
+    if (grad)
+      for (auto& g : *grad) g /= static_cast<double>(n);
+    return f / static_cast<double>(n);
+  };
+  std::vector<double> g;
+  double f = eval(fit.theta, &g), step = 1.0;
+  for (int it = 1; it <= max_iter; ++it) {
+    fit.iterations = it;
+    std::vector<double> cand(J);
+    double fc = f;
+    bool moved = false;
+    for (int ls = 0; ls < 40; ++ls) {
+      for (std::size_t j = 0; j < J; ++j) cand[j] = fit.theta[j] - step * g[j];
+      cand = pool_adjacent_violators(cand);  // projection onto non-decreasing knots
+      fc = eval(cand, nullptr);
+      if (fc < f - 1e-15) {
+        moved = true;
+        break;
+      }
+      step *= 0.5;
+    }
+    if (!moved) {
+      fit.converged = true;  // no projected descent step decreases the NLL
+      break;
+    }
+    double change = 0;
+    for (std::size_t j = 0; j < J; ++j) change = std::max(change, std::fabs(cand[j] - fit.theta[j]));
+    fit.theta = cand;
+    const double prev = f;
+    f = eval(fit.theta, &g);
+    step = std::min(step * 2.0, 100.0);
+    if (change < 1e-9 || prev - f < 1e-13) {
+      fit.converged = true;
+      break;
+    }
+  }
+  fit.nll = f;
+  return fit;
+}
+
+std::vector<double> apply_qats(const QatsFit& fit, const std::vector<double>& z, std::size_t n, std::size_t k) {
+  ARCAL_ASSERT(z.size() == n * k && fit.theta.size() >= 2, "apply_qats shape");
+  const auto conf = row_confidence(z, n, k);
+  std::vector<double> p(n * k);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::size_t lo;
+    double t;
+    knot_weights(quantile_of(fit.calib_confidence, conf[i]), fit.theta.size(), lo, t);
+    const double beta = std::exp(-((1 - t) * fit.theta[lo] + t * fit.theta[lo + 1]));
+    const std::vector<double> row(z.begin() + static_cast<std::ptrdiff_t>(i * k),
+                                  z.begin() + static_cast<std::ptrdiff_t>((i + 1) * k));
+    const auto pr = softmax_scaled(row, 1, k, beta);
+    std::copy(pr.begin(), pr.end(), p.begin() + static_cast<std::ptrdiff_t>(i * k));
+  }
+  return p;
+}
+
+std::vector<double> set_top_probability(const std::vector<double>& probs, std::size_t n, std::size_t k,
+                                        const std::vector<double>& q) {
+  check_same_size("set_top_probability", "probs", probs.size(), "N*K", n * k);
+  check_same_size("set_top_probability", "q", q.size(), "N", n);
+  std::vector<double> out(probs);
+  for (std::size_t i = 0; i < n; ++i) {
+    double* row = &out[i * k];
+    const std::size_t top = static_cast<std::size_t>(std::max_element(row, row + k) - row);
+    const double rest = 1.0 - row[top];
+    for (std::size_t j = 0; j < k; ++j) {
+      if (j == top) continue;
+      row[j] = rest > 0 ? row[j] / rest * (1.0 - q[i]) : (1.0 - q[i]) / static_cast<double>(k - 1);
+    }
+    row[top] = q[i];
+  }
+  return out;
+}
+
+}  // namespace arcal

@@ -1,0 +1,113 @@
+// Calibration metrics of method.md §4 on plain arrays: binned ECE/MCE/RMSCE, AdaECE, classwise ECE,
+// debiased L2, smooth ECE (Błasiok & Nakkiran, relplot's definition), NLL, Brier, accuracy, AUROC,
+// binary log-loss/Brier, and `calibration_report` with seeded percentile-bootstrap intervals.
+// Probabilities are row-major [N, K]; labels are [N] in [0, K). Nothing here prints.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "calib/binning.hpp"
+#include "stats/bootstrap.hpp"
+
+namespace arcal {
+
+/// Top-label view: confidence c_i = max_k p_ik, prediction argmax (ties: lowest index), a_i = 1[pred = y].
+struct TopLabel {
+  std::vector<double> confidence;  ///< [N]
+  std::vector<double> correct;     ///< [N] 0/1
+  std::vector<int> prediction;     ///< [N]
+};
+
+/// Throws InputError when probs is not N*K, a probability is outside [0, 1] or NaN, or a label is out of range.
+TopLabel top_label(const std::vector<double>& probs, std::size_t n, std::size_t k, const std::vector<std::int64_t>& labels);
+
+enum class BinScheme { equal_width, equal_mass };
+
+struct BinnedCalibration {
+  double ece = 0.0;    ///< sum_b (n_b/N) |acc_b - conf_b|
+  double mce = 0.0;    ///< max over non-empty bins
+  double rmsce = 0.0;  ///< sqrt(sum_b (n_b/N) (acc_b - conf_b)^2)
+  std::vector<BinRow> table;  ///< [B]
+};
+
+/// Binned calibration of a score against a 0/1 (or [0,1]) target, both [N]. bins >= 1.
+/// Throws InputError on size mismatch, N = 0, values outside [0, 1].
+BinnedCalibration binned_calibration(const std::vector<double>& conf, const std::vector<double>& target, int bins,
+                                     BinScheme scheme = BinScheme::equal_width);
+
+double expected_calibration_error(const std::vector<double>& conf, const std::vector<double>& target, int bins = 15);
+/// AdaECE: ECE with equal-mass bins.
+double adaptive_calibration_error(const std::vector<double>& conf, const std::vector<double>& target, int bins = 15);
+
+/// Classwise ECE = (1/K) sum_k ECE(p_.k, 1[y = k]) with equal-width bins.
+double classwise_calibration_error(const std::vector<double>& probs, std::size_t n, std::size_t k,
+                                   const std::vector<std::int64_t>& labels, int bins = 15);
+
+struct DebiasedL2 {
+  double value = 0.0;  ///< sqrt(max(raw, 0))
+  double raw = 0.0;    ///< sum_b (n_b/N) [(conf_b - acc_b)^2 - acc_b(1-acc_b)/(n_b-1)] over bins with n_b >= 2
+  bool clipped = false;  ///< raw < 0 (the estimate was clipped to 0)
+};
+/// Kumar et al. (2019) debiased L2 calibration error on equal-width bins.
+DebiasedL2 debiased_l2_calibration_error(const std::vector<double>& conf, const std::vector<double>& target,
+                                         int bins = 15);
+
+struct SmoothEce {
+  double value = 0.0;  ///< smECE at sigma
+  double sigma = 0.0;  ///< sigma*, the fixed point sigma = smECE_sigma found by bisection
+};
+/// Smooth ECE of (f, y), f in [0, 1], y in [0, 1], both [N] (relplot's smECE; see docs/method.md §4).
+SmoothEce smooth_calibration_error(const std::vector<double>& f, const std::vector<double>& y);
+/// smECE at a fixed bandwidth sigma > 0 on an M-point grid (M >= 2): the building block, exposed for tests.
+double smooth_calibration_error_at(const std::vector<double>& f, const std::vector<double>& y, double sigma,
+                                   std::size_t grid);
+
+/// Mean -log p_{i, y_i}, probabilities clipped below at 1e-15.
+double negative_log_likelihood(const std::vector<double>& probs, std::size_t n, std::size_t k,
+                               const std::vector<std::int64_t>& labels);
+/// Multiclass Brier: mean_i sum_k (p_ik - 1[y_i = k])^2 (in [0, 2]).
+double brier_score(const std::vector<double>& probs, std::size_t n, std::size_t k,
+                   const std::vector<std::int64_t>& labels);
+/// AUROC of score for a 0/1 target, ties at average rank; NaN when one class is absent.
+double auroc(const std::vector<double>& score, const std::vector<double>& target);
+/// Binary log-loss of estimate q against 0/1 target a, q clipped to [1e-15, 1 - 1e-15].
+double binary_log_loss(const std::vector<double>& estimate, const std::vector<double>& target);
+/// Binary Brier: mean (q - a)^2.
+double binary_brier(const std::vector<double>& estimate, const std::vector<double>& target);
+
+struct Estimate {
+  double value = 0.0;
+  Interval ci;  ///< percentile-bootstrap interval (NaN bounds when not computed)
+};
+
+struct ReportOptions {
+  int bins = 15;
+  int draws = 1000;         ///< bootstrap resamples (0: no intervals)
+  std::uint64_t seed = 0;
+  double level = 0.95;
+  /// Resamples for classwise ECE, whose every resample costs N*K: -1 = automatic,
+  /// min(draws, max(100, 2e9 / (N*K))). The number used is reported.
+  int classwise_draws = -1;
+};
+
+struct CalibrationReport {
+  std::size_t n = 0, classes = 0;
+  int bins = 15, draws = 0, classwise_draws = 0;
+  std::uint64_t seed = 0;
+  double level = 0.95;
+  Estimate accuracy, ece, mce, rmsce, ada_ece, classwise_ece, debiased_ece, smece, smece_sigma, nll, brier, auroc;
+  bool debiased_clipped = false;
+  std::vector<BinRow> reliability;              ///< equal-width table [B]
+  std::vector<BinRow> reliability_equal_mass;   ///< equal-mass table [B]
+};
+
+/// Every metric of method.md §4 with seeded percentile-bootstrap intervals over examples. Resample b
+/// draws example positions in confidence-sorted order with Rng(derive_seed(seed, b)) (stats/bootstrap),
+/// and all top-label metrics, NLL and Brier are computed on the same resample from precomputed
+/// per-example contributions in O(N) per resample. Throws InputError on invalid input or options.
+CalibrationReport calibration_report(const std::vector<double>& probs, std::size_t n, std::size_t k,
+                                     const std::vector<std::int64_t>& labels, const ReportOptions& options = {});
+
+}  // namespace arcal

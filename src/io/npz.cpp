@@ -1,0 +1,519 @@
+#include "io/npz.hpp"
+
+#include <zip.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "core/atomic_file.hpp"
+#include "core/error.hpp"
+
+namespace arcal {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& file, const std::string& name, const std::string& what) {
+  throw InputError("npz: " + file + (name.empty() ? "" : ": array '" + name + "'") + ": " + what);
+}
+
+// ---- .npy header: a Python dict literal such as
+// {'descr': '<f8', 'fortran_order': False, 'shape': (3, 4), }
+struct Header {
+  std::string descr;
+  bool fortran = false;
+  std::vector<std::size_t> shape;
+  bool has_descr = false, has_order = false, has_shape = false;
+};
+
+class HeaderParser {
+ public:
+  HeaderParser(const std::string& s, const std::string& file, const std::string& name)
+      : s_(s), file_(file), name_(name) {}
+
+  Header parse() {
+    Header h;
+    expect('{');
+    while (true) {
+      skip_ws();
+      if (peek() == '}') break;
+      const std::string key = quoted();
+      expect(':');
+      skip_ws();
+      if (key == "descr") {
+        if (peek() != '\'' && peek() != '"')
+          fail(file_, name_, "structured dtypes are not supported (descr must be a plain type string)");
+        h.descr = quoted();
+        h.has_descr = true;
+      } else if (key == "fortran_order") {
+        h.fortran = boolean();
+        h.has_order = true;
+      } else if (key == "shape") {
+        h.shape = tuple();
+        h.has_shape = true;
+      } else {
+        bad("unknown header key '" + key + "'");
+      }
+      skip_ws();
+      if (peek() == ',') ++pos_;
+    }
+    if (!h.has_descr || !h.has_order || !h.has_shape)
+      bad("header lacks one of 'descr', 'fortran_order', 'shape'");
+    return h;
+  }
+
+ private:
+  [[noreturn]] void bad(const std::string& why) { fail(file_, name_, "malformed .npy header (" + why + "): " + s_); }
+  char peek() { return pos_ < s_.size() ? s_[pos_] : '\0'; }
+  void skip_ws() {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\n' || s_[pos_] == '\t')) ++pos_;
+  }
+  void expect(char c) {
+    skip_ws();
+    if (peek() != c) bad(std::string("expected '") + c + "'");
+    ++pos_;
+  }
+  std::string quoted() {
+    skip_ws();
+    const char q = peek();
+    if (q != '\'' && q != '"') bad("expected a quoted string");
+    const std::size_t end = s_.find(q, pos_ + 1);
+    if (end == std::string::npos) bad("unterminated string");
+    std::string out = s_.substr(pos_ + 1, end - pos_ - 1);
+    pos_ = end + 1;
+    return out;
+  }
+  bool boolean() {
+    if (s_.compare(pos_, 4, "True") == 0) {
+      pos_ += 4;
+      return true;
+    }
+    if (s_.compare(pos_, 5, "False") == 0) {
+      pos_ += 5;
+      return false;
+    }
+    bad("expected True or False");
+  }
+  std::vector<std::size_t> tuple() {
+    expect('(');
+    std::vector<std::size_t> dims;
+    while (true) {
+      skip_ws();
+      if (peek() == ')') {
+        ++pos_;
+        break;
+      }
+      if (peek() < '0' || peek() > '9') bad("expected a dimension");
+      std::size_t v = 0;
+      while (peek() >= '0' && peek() <= '9') {
+        const std::size_t next = v * 10 + static_cast<std::size_t>(peek() - '0');
+        if (next / 10 != v) bad("dimension overflows");
+        v = next;
+        ++pos_;
+      }
+      dims.push_back(v);
+      skip_ws();
+      if (peek() == ',') ++pos_;
+    }
+    return dims;
+  }
+
+  const std::string& s_;
+  const std::string& file_;
+  const std::string& name_;
+  std::size_t pos_ = 0;
+};
+
+void decode_descr(const std::string& descr, const std::string& file, const std::string& name, DType& dtype,
+                  std::size_t& itemsize) {
+  if (descr.size() < 2) fail(file, name, "unsupported dtype '" + descr + "'");
+  const char order = descr[0];
+  const std::string type = descr.substr(1);
+  if (order == '>') fail(file, name, "big-endian dtype '" + descr + "' is not supported; save little-endian arrays");
+  if (type == "O" || order == 'O')
+    fail(file, name, "object dtype (pickled data) is not supported and is never unpickled");
+  if (order != '<' && order != '|' && order != '=')
+    fail(file, name, "unsupported dtype '" + descr + "'");
+  if (type == "f4") {
+    dtype = DType::f4;
+    itemsize = 4;
+  } else if (type == "f8") {
+    dtype = DType::f8;
+    itemsize = 8;
+  } else if (type == "i4") {
+    dtype = DType::i4;
+    itemsize = 4;
+  } else if (type == "i8") {
+    dtype = DType::i8;
+    itemsize = 8;
+  } else if (type == "b1" || type == "?") {
+    dtype = DType::b1;
+    itemsize = 1;
+  } else if (type[0] == 'U' && type.size() > 1 && type.find_first_not_of("0123456789", 1) == std::string::npos) {
+    dtype = DType::unicode;
+    const std::size_t chars = std::stoull(type.substr(1));
+    if (chars == 0) fail(file, name, "zero-length unicode dtype '" + descr + "' is not supported");
+    itemsize = 4 * chars;
+  } else {
+    fail(file, name,
+         "unsupported dtype '" + descr + "' (supported: float32, float64, int32, int64, bool, unicode)");
+  }
+}
+
+std::size_t product(const std::vector<std::size_t>& shape) {
+  std::size_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+void append_utf8(std::string& out, std::uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+std::vector<std::uint32_t> utf8_decode(const std::string& s, const std::string& name) {
+  std::vector<std::uint32_t> cps;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len == 0 || i + static_cast<std::size_t>(len) > s.size())
+      throw InputError("npz: array '" + name + "': string is not valid UTF-8");
+    std::uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
+    for (int k = 1; k < len; ++k) {
+      const unsigned char cc = static_cast<unsigned char>(s[i + static_cast<std::size_t>(k)]);
+      if ((cc >> 6) != 2) throw InputError("npz: array '" + name + "': string is not valid UTF-8");
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    cps.push_back(cp);
+    i += static_cast<std::size_t>(len);
+  }
+  return cps;
+}
+
+template <class T>
+T load_le(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));  // little-endian host assumed (checked below)
+  return v;
+}
+
+template <class T>
+NpyArray from_plain(std::string name, DType dtype, const std::vector<T>& v, std::vector<std::size_t> shape) {
+  NpyArray a;
+  a.name = std::move(name);
+  a.dtype = dtype;
+  a.itemsize = sizeof(T);
+  a.shape = std::move(shape);
+  if (product(a.shape) != v.size())
+    throw InputError("npz: array '" + a.name + "': " + std::to_string(v.size()) +
+                     " values do not fill the shape given (" + std::to_string(product(a.shape)) + " elements)");
+  a.data.assign(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+  return a;
+}
+
+constexpr bool host_little_endian() {
+  return true;  // arcal targets x86-64 and aarch64 Linux; both little-endian.
+}
+static_assert(host_little_endian(), "arcal's npz code assumes a little-endian host");
+
+std::string zip_message(zip_error_t* err) { return zip_error_strerror(err); }
+
+}  // namespace
+
+std::string dtype_descr(DType dtype, std::size_t unicode_chars) {
+  switch (dtype) {
+    case DType::f4: return "<f4";
+    case DType::f8: return "<f8";
+    case DType::i4: return "<i4";
+    case DType::i8: return "<i8";
+    case DType::b1: return "|b1";
+    case DType::unicode: return "<U" + std::to_string(unicode_chars);
+  }
+  return "?";
+}
+
+std::size_t NpyArray::size() const { return product(shape); }
+
+std::vector<double> NpyArray::as_double(const std::string& context) const {
+  const std::size_t n = size();
+  std::vector<double> out(n);
+  const char* p = data.data();
+  switch (dtype) {
+    case DType::f4: for (std::size_t i = 0; i < n; ++i) out[i] = load_le<float>(p + 4 * i); break;
+    case DType::f8: std::memcpy(out.data(), p, 8 * n); break;
+    case DType::i4: for (std::size_t i = 0; i < n; ++i) out[i] = load_le<std::int32_t>(p + 4 * i); break;
+    case DType::i8:
+      for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<double>(load_le<std::int64_t>(p + 8 * i));
+      break;
+    case DType::b1: for (std::size_t i = 0; i < n; ++i) out[i] = p[i] != 0 ? 1.0 : 0.0; break;
+    case DType::unicode:
+      throw InputError(context + ": array '" + name + "' has dtype " + dtype_descr(dtype, itemsize / 4) +
+                       ", but must be numeric");
+  }
+  return out;
+}
+
+std::vector<float> NpyArray::as_float(const std::string& context) const {
+  if (dtype == DType::f4) {
+    std::vector<float> out(size());
+    std::memcpy(out.data(), data.data(), 4 * out.size());
+    return out;
+  }
+  const auto d = as_double(context);
+  return std::vector<float>(d.begin(), d.end());
+}
+
+std::vector<std::int64_t> NpyArray::as_int64(const std::string& context) const {
+  const std::size_t n = size();
+  std::vector<std::int64_t> out(n);
+  const char* p = data.data();
+  switch (dtype) {
+    case DType::i4: for (std::size_t i = 0; i < n; ++i) out[i] = load_le<std::int32_t>(p + 4 * i); break;
+    case DType::i8: std::memcpy(out.data(), p, 8 * n); break;
+    case DType::b1: for (std::size_t i = 0; i < n; ++i) out[i] = p[i] != 0; break;
+    default:
+      throw InputError(context + ": array '" + name + "' has dtype " + dtype_descr(dtype, itemsize / 4) +
+                       ", but must be an integer type (int32 or int64)");
+  }
+  return out;
+}
+
+std::vector<std::string> NpyArray::as_strings(const std::string& context) const {
+  if (dtype != DType::unicode)
+    throw InputError(context + ": array '" + name + "' has dtype " + dtype_descr(dtype) +
+                     ", but must be a unicode string");
+  const std::size_t n = size(), chars = itemsize / 4;
+  std::vector<std::string> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::string s;
+    for (std::size_t c = 0; c < chars; ++c) {
+      const auto cp = load_le<std::uint32_t>(data.data() + i * itemsize + 4 * c);
+      if (cp == 0) break;
+      if (cp > 0x10FFFF) throw InputError(context + ": array '" + name + "' holds an invalid code point");
+      append_utf8(s, cp);
+    }
+    out[i] = std::move(s);
+  }
+  return out;
+}
+
+NpyArray NpyArray::from_double(std::string name, const std::vector<double>& v, std::vector<std::size_t> shape) {
+  return from_plain(std::move(name), DType::f8, v, std::move(shape));
+}
+NpyArray NpyArray::from_float(std::string name, const std::vector<float>& v, std::vector<std::size_t> shape) {
+  return from_plain(std::move(name), DType::f4, v, std::move(shape));
+}
+NpyArray NpyArray::from_int32(std::string name, const std::vector<std::int32_t>& v,
+                              std::vector<std::size_t> shape) {
+  return from_plain(std::move(name), DType::i4, v, std::move(shape));
+}
+NpyArray NpyArray::from_int64(std::string name, const std::vector<std::int64_t>& v,
+                              std::vector<std::size_t> shape) {
+  return from_plain(std::move(name), DType::i8, v, std::move(shape));
+}
+NpyArray NpyArray::from_bool(std::string name, const std::vector<bool>& v, std::vector<std::size_t> shape) {
+  std::vector<std::uint8_t> bytes(v.begin(), v.end());
+  NpyArray a = from_plain(std::move(name), DType::b1, bytes, std::move(shape));
+  return a;
+}
+NpyArray NpyArray::from_strings(std::string name, const std::vector<std::string>& v,
+                                std::vector<std::size_t> shape) {
+  NpyArray a;
+  a.name = std::move(name);
+  a.dtype = DType::unicode;
+  a.shape = std::move(shape);
+  if (product(a.shape) != v.size())
+    throw InputError("npz: array '" + a.name + "': " + std::to_string(v.size()) +
+                     " strings do not fill the shape given");
+  std::vector<std::vector<std::uint32_t>> cps;
+  std::size_t chars = 1;
+  for (const auto& s : v) {
+    cps.push_back(utf8_decode(s, a.name));
+    chars = std::max(chars, cps.back().size());
+  }
+  a.itemsize = 4 * chars;
+  a.data.assign(v.size() * a.itemsize, '\0');
+  for (std::size_t i = 0; i < v.size(); ++i)
+    std::memcpy(&a.data[i * a.itemsize], cps[i].data(), 4 * cps[i].size());
+  return a;
+}
+NpyArray NpyArray::scalar_string(std::string name, const std::string& s) {
+  return from_strings(std::move(name), {s}, {});
+}
+
+NpyArray parse_npy(const std::string& bytes, const std::string& file, const std::string& name) {
+  static const char magic[] = "\x93NUMPY";
+  if (bytes.size() < 10 || bytes.compare(0, 6, magic, 6) != 0) fail(file, name, "not a .npy file (bad magic)");
+  const int major = static_cast<unsigned char>(bytes[6]);
+  std::size_t header_len = 0, offset = 0;
+  if (major == 1) {
+    header_len = static_cast<unsigned char>(bytes[8]) | (static_cast<std::size_t>(static_cast<unsigned char>(bytes[9])) << 8);
+    offset = 10;
+  } else if (major == 2 || major == 3) {
+    if (bytes.size() < 12) fail(file, name, "truncated .npy header");
+    header_len = 0;
+    for (int k = 0; k < 4; ++k) header_len |= static_cast<std::size_t>(static_cast<unsigned char>(bytes[8 + k])) << (8 * k);
+    offset = 12;
+  } else {
+    fail(file, name, "unsupported .npy format version " + std::to_string(major));
+  }
+  if (bytes.size() < offset + header_len) fail(file, name, "truncated .npy header");
+  const std::string header_text = bytes.substr(offset, header_len);
+  const Header h = HeaderParser(header_text, file, name).parse();
+  if (h.fortran) fail(file, name, "Fortran-order arrays are not supported; save with np.ascontiguousarray");
+  NpyArray a;
+  a.name = name;
+  decode_descr(h.descr, file, name, a.dtype, a.itemsize);
+  a.shape = h.shape;
+  const std::size_t n = product(a.shape);
+  if (a.itemsize != 0 && n > (SIZE_MAX / a.itemsize)) fail(file, name, "shape is too large");
+  const std::size_t need = n * a.itemsize;
+  const std::size_t have = bytes.size() - offset - header_len;
+  if (have < need)
+    fail(file, name, "data is " + std::to_string(have) + " bytes, but the header's shape needs " +
+                         std::to_string(need));
+  if (have > need)
+    fail(file, name, "data is " + std::to_string(have) + " bytes, more than the header's shape needs (" +
+                         std::to_string(need) + ")");
+  a.data = bytes.substr(offset + header_len);
+  return a;
+}
+
+std::string format_npy(const NpyArray& a) {
+  std::string shape = "(";
+  for (std::size_t i = 0; i < a.shape.size(); ++i) shape += std::to_string(a.shape[i]) + ", ";
+  if (a.shape.size() > 1) shape.resize(shape.size() - 2);
+  else if (a.shape.size() == 1) shape.resize(shape.size() - 1);  // "(5,)"
+  shape += ")";
+  std::string dict = "{'descr': '" + dtype_descr(a.dtype, a.itemsize / 4) + "', 'fortran_order': False, 'shape': " +
+                     shape + ", }";
+  // Pad with spaces and a final newline so that magic + len + header is a multiple of 64.
+  std::size_t total = 10 + dict.size() + 1;
+  const std::size_t pad = (64 - total % 64) % 64;
+  dict.append(pad, ' ');
+  dict += '\n';
+  if (dict.size() > 65535) throw InputError("npz: array '" + a.name + "': header too long for .npy v1.0");
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out += static_cast<char>(dict.size() & 0xFF);
+  out += static_cast<char>((dict.size() >> 8) & 0xFF);
+  out += dict;
+  out += a.data;
+  return out;
+}
+
+std::vector<NpyArray> read_npz(const std::string& path) {
+  int errorp = 0;
+  zip_t* za = zip_open(path.c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &errorp);
+  if (!za) {
+    zip_error_t err;
+    zip_error_init_with_code(&err, errorp);
+    const std::string msg = zip_message(&err);
+    zip_error_fini(&err);
+    fail(path, "", "cannot open as a zip archive (truncated or corrupt?): " + msg);
+  }
+  std::unique_ptr<zip_t, void (*)(zip_t*)> guard(za, [](zip_t* z) { zip_discard(z); });
+  const zip_int64_t entries = zip_get_num_entries(za, 0);
+  std::vector<NpyArray> arrays;
+  std::set<std::string> seen;
+  for (zip_int64_t i = 0; i < entries; ++i) {
+    zip_stat_t st;
+    zip_stat_init(&st);
+    if (zip_stat_index(za, static_cast<zip_uint64_t>(i), 0, &st) != 0)
+      fail(path, "", std::string("cannot stat archive member: ") + zip_strerror(za));
+    std::string member = st.name ? st.name : "";
+    std::string name = member;
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0) name.resize(name.size() - 4);
+    else fail(path, member, "archive member is not a .npy file");
+    if (!seen.insert(name).second) fail(path, name, "appears twice in the archive");
+    zip_file_t* zf = zip_fopen_index(za, static_cast<zip_uint64_t>(i), 0);
+    if (!zf) fail(path, name, std::string("cannot open member: ") + zip_strerror(za));
+    std::string bytes(static_cast<std::size_t>(st.size), '\0');
+    std::size_t got = 0;
+    while (got < bytes.size()) {
+      const zip_int64_t r = zip_fread(zf, &bytes[got], bytes.size() - got);
+      if (r < 0) {
+        const std::string msg = zip_error_strerror(zip_file_get_error(zf));
+        zip_fclose(zf);
+        fail(path, name, "corrupt compressed data: " + msg);
+      }
+      if (r == 0) break;
+      got += static_cast<std::size_t>(r);
+    }
+    // A zero-byte read past the end triggers libzip's CRC check on the whole member.
+    char extra;
+    const zip_int64_t tail = zip_fread(zf, &extra, 1);
+    if (tail < 0) {
+      const std::string msg = zip_error_strerror(zip_file_get_error(zf));
+      zip_fclose(zf);
+      fail(path, name, "corrupt compressed data: " + msg);
+    }
+    zip_fclose(zf);
+    if (got != bytes.size() || tail != 0)
+      fail(path, name, "member is " + std::to_string(got) + " bytes, but the archive says " +
+                           std::to_string(bytes.size()));
+    arrays.push_back(parse_npy(bytes, path, name));
+  }
+  return arrays;
+}
+
+void write_npz(const std::string& path, const std::vector<NpyArray>& arrays, bool compress) {
+  std::set<std::string> names;
+  for (const auto& a : arrays) {
+    if (a.name.empty()) throw InputError("write_npz: " + path + ": an array has an empty name");
+    if (!names.insert(a.name).second) throw InputError("write_npz: " + path + ": array '" + a.name + "' appears twice");
+    if (a.data.size() != a.size() * a.itemsize)
+      throw InputError("write_npz: " + path + ": array '" + a.name + "' has " + std::to_string(a.data.size()) +
+                       " data bytes, but its shape needs " + std::to_string(a.size() * a.itemsize));
+  }
+  write_atomic_with(path, [&](const std::string& tmp) {
+    int errorp = 0;
+    zip_t* za = zip_open(tmp.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &errorp);
+    if (!za) {
+      zip_error_t err;
+      zip_error_init_with_code(&err, errorp);
+      const std::string msg = zip_message(&err);
+      zip_error_fini(&err);
+      throw InputError("write_npz: cannot create " + tmp + ": " + msg);
+    }
+    // The buffers must live until zip_close, which is when libzip reads and compresses them.
+    std::vector<std::string> images;
+    images.reserve(arrays.size());
+    try {
+      for (const auto& a : arrays) {
+        images.push_back(format_npy(a));
+        const std::string& img = images.back();
+        zip_source_t* src = zip_source_buffer(za, img.data(), img.size(), 0);
+        if (!src) throw InputError(std::string("write_npz: ") + path + ": " + zip_strerror(za));
+        const zip_int64_t idx = zip_file_add(za, (a.name + ".npy").c_str(), src, ZIP_FL_ENC_UTF_8);
+        if (idx < 0) {
+          zip_source_free(src);
+          throw InputError(std::string("write_npz: ") + path + ": array '" + a.name + "': " + zip_strerror(za));
+        }
+        if (zip_set_file_compression(za, static_cast<zip_uint64_t>(idx), compress ? ZIP_CM_DEFLATE : ZIP_CM_STORE,
+                                     compress ? 6 : 0) != 0)
+          throw InputError(std::string("write_npz: ") + path + ": " + zip_strerror(za));
+      }
+      if (zip_close(za) != 0) throw InputError(std::string("write_npz: cannot write ") + tmp + ": " + zip_strerror(za));
+    } catch (...) {
+      zip_discard(za);
+      throw;
+    }
+  });
+}
+
+}  // namespace arcal

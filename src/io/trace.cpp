@@ -1,0 +1,292 @@
+#include "io/trace.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "core/check.hpp"
+#include "core/error.hpp"
+#include "io/npz.hpp"
+
+namespace arcal {
+
+namespace {
+
+std::string fmt_double(double v) {
+  std::ostringstream s;
+  s.precision(9);
+  s << v;
+  return s.str();
+}
+
+std::string shape_str(const std::vector<std::size_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+struct Ctx {
+  std::string fn;
+  std::string path;
+  [[noreturn]] void fail(const std::string& msg) const { throw InputError(fn + ": " + path + ": " + msg); }
+  [[noreturn]] void fail_index(const std::string& array, const std::string& index, const std::string& value,
+                               const std::string& constraint) const {
+    fail(array + "[" + index + "] is " + value + ", but must be " + constraint);
+  }
+};
+
+void validate(const Trace& t, const Ctx& c) {
+  const std::size_t N = t.n, K = t.classes;
+  if (N == 0) c.fail("the trace has no examples (N = 0)");
+  if (K < 2) c.fail("classes is " + std::to_string(K) + ", but must be >= 2");
+  if (t.logits.empty() == t.probs.empty()) c.fail("exactly one of 'logits' and 'probs' must be present");
+  const auto& scores = t.logits.empty() ? t.probs : t.logits;
+  const char* sname = t.logits.empty() ? "probs" : "logits";
+  if (scores.size() != N * K)
+    c.fail(std::string(sname) + " has " + std::to_string(scores.size()) + " values, but N*K = " +
+           std::to_string(N * K));
+  if (t.labels.size() != N)
+    c.fail("labels has " + std::to_string(t.labels.size()) + " entries, but " + sname + " has N = " +
+           std::to_string(N) + " rows");
+  for (std::size_t i = 0; i < N; ++i)
+    if (t.labels[i] < 0 || t.labels[i] >= static_cast<std::int64_t>(K))
+      c.fail_index("labels", std::to_string(i), std::to_string(t.labels[i]),
+                   "in [0, " + std::to_string(K - 1) + "]");
+  for (std::size_t i = 0; i < N; ++i) {
+    double sum = 0.0;
+    for (std::size_t k = 0; k < K; ++k) {
+      const double v = scores[i * K + k];
+      const std::string idx = std::to_string(i) + ", " + std::to_string(k);
+      if (!std::isfinite(v)) c.fail_index(sname, idx, fmt_double(v), "finite");
+      if (!t.probs.empty() && !(v >= 0.0 && v <= 1.0)) c.fail_index(sname, idx, fmt_double(v), "in [0, 1]");
+      sum += v;
+    }
+    if (!t.probs.empty() && std::fabs(sum - 1.0) > 1e-4)
+      c.fail("probs row " + std::to_string(i) + " sums to " + fmt_double(sum) + ", but must sum to 1 (within 1e-4)");
+  }
+  const std::size_t P = t.points, S = t.sources;
+  if (t.routing.empty()) {
+    if (!t.routing_cls.empty()) c.fail("routing_cls is present without routing");
+    if (!t.routing_entropy.empty() || !t.routing_depth_mean.empty() || !t.routing_depth_var.empty())
+      c.fail("per-token routing statistics are present without routing");
+  } else {
+    if (t.routing_sources.size() != P)
+      c.fail("routing_sources has " + std::to_string(t.routing_sources.size()) + " entries, but routing has P = " +
+             std::to_string(P) + " points");
+    if (t.routing.size() != N * P * S)
+      c.fail("routing has " + std::to_string(t.routing.size()) + " values, but N*P*S = " + std::to_string(N * P * S));
+    for (std::size_t p = 0; p < P; ++p)
+      if (t.routing_sources[p] < 1 || t.routing_sources[p] > static_cast<std::int32_t>(S))
+        c.fail_index("routing_sources", std::to_string(p), std::to_string(t.routing_sources[p]),
+                     "in [1, " + std::to_string(S) + "]");
+    auto check_routing = [&](const std::vector<float>& r, const char* name) {
+      for (std::size_t i = 0; i < N; ++i)
+        for (std::size_t p = 0; p < P; ++p) {
+          const std::size_t Sp = static_cast<std::size_t>(t.routing_sources[p]);
+          const float* row = &r[(i * P + p) * S];
+          double sum = 0.0;
+          for (std::size_t s = 0; s < S; ++s) {
+            const std::string idx = std::to_string(i) + ", " + std::to_string(p) + ", " + std::to_string(s);
+            if (!std::isfinite(row[s]) || row[s] < 0.0f) c.fail_index(name, idx, fmt_double(row[s]), "finite and >= 0");
+            if (s >= Sp && row[s] != 0.0f)
+              c.fail_index(name, idx, fmt_double(row[s]),
+                           "0 (past routing_sources[" + std::to_string(p) + "] = " + std::to_string(Sp) + ")");
+            if (s < Sp) sum += row[s];
+          }
+          if (std::fabs(sum - 1.0) > 1e-4)
+            c.fail(std::string(name) + "[" + std::to_string(i) + ", " + std::to_string(p) + ", :" +
+                   std::to_string(Sp) + "] sums to " + fmt_double(sum) + ", but must sum to 1 (within 1e-4)");
+        }
+    };
+    check_routing(t.routing, "routing");
+    if (!t.routing_cls.empty()) {
+      if (t.routing_cls.size() != t.routing.size())
+        c.fail("routing_cls has " + std::to_string(t.routing_cls.size()) + " values, but routing has " +
+               std::to_string(t.routing.size()));
+      check_routing(t.routing_cls, "routing_cls");
+    }
+    auto check_stat = [&](const std::vector<float>& v, const char* name, double lo) {
+      if (v.empty()) return;
+      if (v.size() != N * P)
+        c.fail(std::string(name) + " has " + std::to_string(v.size()) + " values, but N*P = " + std::to_string(N * P));
+      for (std::size_t j = 0; j < v.size(); ++j)
+        if (!std::isfinite(v[j]) || v[j] < lo - 1e-6)
+          c.fail_index(name, std::to_string(j / P) + ", " + std::to_string(j % P), fmt_double(v[j]),
+                       "finite and >= " + fmt_double(lo));
+    };
+    check_stat(t.routing_entropy, "routing_entropy", 0.0);
+    check_stat(t.routing_depth_mean, "routing_depth_mean", 0.0);
+    check_stat(t.routing_depth_var, "routing_depth_var", 0.0);
+  }
+  if (!t.features.empty() || t.num_features > 0) {
+    if (t.features.size() != N * t.num_features)
+      c.fail("features has " + std::to_string(t.features.size()) + " values, but N*F = " +
+             std::to_string(N * t.num_features));
+    for (std::size_t j = 0; j < t.features.size(); ++j)
+      if (!std::isfinite(t.features[j]))
+        c.fail_index("features", std::to_string(j / t.num_features) + ", " + std::to_string(j % t.num_features),
+                     fmt_double(t.features[j]), "finite");
+    if (!t.feature_names.empty() && t.feature_names.size() != t.num_features)
+      c.fail("feature_names has " + std::to_string(t.feature_names.size()) + " names, but features has F = " +
+             std::to_string(t.num_features) + " columns");
+  }
+}
+
+}  // namespace
+
+void validate_trace(const Trace& trace) { validate(trace, {"validate_trace", trace.path}); }
+
+Trace load_trace(const std::string& path) {
+  const Ctx c{"load_trace", path};
+  std::map<std::string, NpyArray> arrays;
+  for (auto& a : read_npz(path)) arrays.emplace(a.name, std::move(a));
+  const std::string ctx = "load_trace: " + path;
+  auto get = [&](const std::string& name) -> const NpyArray* {
+    auto it = arrays.find(name);
+    return it == arrays.end() ? nullptr : &it->second;
+  };
+  auto need_ndim = [&](const NpyArray& a, std::size_t ndim, const std::string& what) {
+    if (a.ndim() != ndim)
+      c.fail(a.name + " has shape " + shape_str(a.shape) + ", but must be " + what);
+  };
+  auto need_float = [&](const NpyArray& a) {
+    if (a.dtype != DType::f4 && a.dtype != DType::f8)
+      c.fail(a.name + " has dtype " + dtype_descr(a.dtype, a.itemsize / 4) + ", but must be float32 or float64");
+  };
+  Trace t;
+  t.path = path;
+  const NpyArray* logits = get("logits");
+  const NpyArray* probs = get("probs");
+  if (logits && probs) c.fail("has both 'logits' and 'probs'; give exactly one");
+  if (!logits && !probs) c.fail("has neither 'logits' nor 'probs' (one is required)");
+  const NpyArray& scores = logits ? *logits : *probs;
+  need_ndim(scores, 2, "[N, K]");
+  need_float(scores);
+  t.n = scores.shape[0];
+  t.classes = scores.shape[1];
+  (logits ? t.logits : t.probs) = scores.as_double(ctx);
+  const NpyArray* labels = get("labels");
+  if (!labels) c.fail("has no 'labels' array (required)");
+  need_ndim(*labels, 1, "[N]");
+  if (labels->dtype != DType::i8 && labels->dtype != DType::i4)
+    c.fail("labels has dtype " + dtype_descr(labels->dtype, labels->itemsize / 4) + ", but must be int64 or int32");
+  if (labels->shape[0] != t.n)
+    c.fail("labels has " + std::to_string(labels->shape[0]) + " entries, but " + scores.name + " has N = " +
+           std::to_string(t.n) + " rows");
+  t.labels = labels->as_int64(ctx);
+
+  if (const NpyArray* r = get("routing")) {
+    need_ndim(*r, 3, "[N, P, S]");
+    if (r->shape[0] != t.n)
+      c.fail("routing has " + std::to_string(r->shape[0]) + " rows, but " + scores.name + " has N = " +
+             std::to_string(t.n));
+    t.points = r->shape[1];
+    t.sources = r->shape[2];
+    need_float(*r);
+    t.routing = r->as_float(ctx);
+    const NpyArray* rs = get("routing_sources");
+    if (!rs) c.fail("has 'routing' but no 'routing_sources'");
+    need_ndim(*rs, 1, "[P]");
+    const auto src = rs->as_int64(ctx);
+    t.routing_sources.resize(src.size());
+    for (std::size_t p = 0; p < src.size(); ++p) {
+      if (src[p] < 1 || src[p] > static_cast<std::int64_t>(t.sources))
+        c.fail_index("routing_sources", std::to_string(p), std::to_string(src[p]),
+                     "in [1, " + std::to_string(t.sources) + "]");
+      t.routing_sources[p] = static_cast<std::int32_t>(src[p]);
+    }
+    if (const NpyArray* rc = get("routing_cls")) {
+      if (rc->shape != r->shape)
+        c.fail("routing_cls has shape " + shape_str(rc->shape) + ", but routing has " + shape_str(r->shape));
+      need_float(*rc);
+      t.routing_cls = rc->as_float(ctx);
+    }
+    for (auto [name, dest] : {std::pair<const char*, std::vector<float>*>{"routing_entropy", &t.routing_entropy},
+                              {"routing_depth_mean", &t.routing_depth_mean},
+                              {"routing_depth_var", &t.routing_depth_var}}) {
+      if (const NpyArray* a = get(name)) {
+        need_ndim(*a, 2, "[N, P]");
+        if (a->shape[0] != t.n || a->shape[1] != t.points)
+          c.fail(std::string(name) + " has shape " + shape_str(a->shape) + ", but must be [N, P] = [" +
+                 std::to_string(t.n) + ", " + std::to_string(t.points) + "]");
+        need_float(*a);
+        *dest = a->as_float(ctx);
+      }
+    }
+  } else {
+    for (const char* name : {"routing_cls", "routing_sources", "routing_entropy", "routing_depth_mean",
+                             "routing_depth_var"})
+      if (get(name)) c.fail(std::string("has '") + name + "' but no 'routing'");
+  }
+  if (const NpyArray* f = get("features")) {
+    need_ndim(*f, 2, "[N, F]");
+    need_float(*f);
+    if (f->shape[0] != t.n)
+      c.fail("features has " + std::to_string(f->shape[0]) + " rows, but " + scores.name + " has N = " +
+             std::to_string(t.n));
+    t.num_features = f->shape[1];
+    t.features = f->as_double(ctx);
+  }
+  if (const NpyArray* fn = get("feature_names")) {
+    need_ndim(*fn, 1, "[F]");
+    t.feature_names = fn->as_strings(ctx);
+    if (!get("features")) c.fail("has 'feature_names' but no 'features'");
+  }
+  if (const NpyArray* m = get("meta")) {
+    need_ndim(*m, 0, "a 0-d string");
+    t.meta_json = m->as_strings(ctx).at(0);
+  } else {
+    t.meta_json = "{}";
+  }
+  validate(t, c);
+  return t;
+}
+
+void save_trace(const Trace& t, const std::string& path, bool compress) {
+  Trace copy_for_check = t;
+  copy_for_check.path = path;
+  validate(copy_for_check, {"save_trace", path});
+  std::vector<NpyArray> arrays;
+  if (!t.logits.empty()) arrays.push_back(NpyArray::from_double("logits", t.logits, {t.n, t.classes}));
+  else arrays.push_back(NpyArray::from_double("probs", t.probs, {t.n, t.classes}));
+  arrays.push_back(NpyArray::from_int64("labels", t.labels, {t.n}));
+  if (!t.routing.empty()) {
+    arrays.push_back(NpyArray::from_float("routing", t.routing, {t.n, t.points, t.sources}));
+    if (!t.routing_cls.empty())
+      arrays.push_back(NpyArray::from_float("routing_cls", t.routing_cls, {t.n, t.points, t.sources}));
+    arrays.push_back(NpyArray::from_int32("routing_sources", t.routing_sources, {t.points}));
+    if (!t.routing_entropy.empty())
+      arrays.push_back(NpyArray::from_float("routing_entropy", t.routing_entropy, {t.n, t.points}));
+    if (!t.routing_depth_mean.empty())
+      arrays.push_back(NpyArray::from_float("routing_depth_mean", t.routing_depth_mean, {t.n, t.points}));
+    if (!t.routing_depth_var.empty())
+      arrays.push_back(NpyArray::from_float("routing_depth_var", t.routing_depth_var, {t.n, t.points}));
+  }
+  if (t.num_features > 0) {
+    arrays.push_back(NpyArray::from_double("features", t.features, {t.n, t.num_features}));
+    if (!t.feature_names.empty())
+      arrays.push_back(NpyArray::from_strings("feature_names", t.feature_names, {t.num_features}));
+  }
+  arrays.push_back(NpyArray::scalar_string("meta", t.meta_json.empty() ? "{}" : t.meta_json));
+  write_npz(path, arrays, compress);
+}
+
+std::vector<double> trace_probabilities(const Trace& t) {
+  if (!t.probs.empty()) return t.probs;
+  const std::size_t N = t.n, K = t.classes;
+  ARCAL_ASSERT(t.logits.size() == N * K, "trace logits size");
+  std::vector<double> p(N * K);
+  for (std::size_t i = 0; i < N; ++i) {
+    const double* z = &t.logits[i * K];
+    double* out = &p[i * K];
+    const double m = *std::max_element(z, z + K);
+    double s = 0.0;
+    for (std::size_t k = 0; k < K; ++k) s += (out[k] = std::exp(z[k] - m));
+    const double inv = 1.0 / s;
+    for (std::size_t k = 0; k < K; ++k) out[k] *= inv;
+  }
+  return p;
+}
+
+}  // namespace arcal

@@ -1,0 +1,133 @@
+// Post-hoc calibrators: temperature recovers a known T, PAV on a hand case, every calibrator reduces
+// ECE on a seeded miscalibrated synthetic set, and bad inputs throw.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "calib/calibrators.hpp"
+#include "calib/metrics.hpp"
+#include "core/error.hpp"
+#include "core/rng.hpp"
+
+using namespace arcal;
+
+namespace {
+// Labels drawn from softmax(z / T_true): the model's raw logits z are miscalibrated by T_true.
+struct Synthetic {
+  std::size_t n, k;
+  std::vector<double> z;
+  std::vector<std::int64_t> y;
+};
+Synthetic make(std::size_t n, std::size_t k, double t_true, std::uint64_t seed) {
+  Synthetic s{n, k, std::vector<double>(n * k), std::vector<std::int64_t>(n)};
+  Rng rng(seed);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j < k; ++j) s.z[i * k + j] = 3.0 * rng.normal();
+    const std::vector<double> row(s.z.begin() + static_cast<long>(i * k), s.z.begin() + static_cast<long>((i + 1) * k));
+    const auto p = softmax_scaled(row, 1, k, 1.0 / t_true);
+    double u = rng.uniform(), acc = 0;
+    std::size_t c = 0;
+    for (; c + 1 < k; ++c) {
+      acc += p[c];
+      if (u < acc) break;
+    }
+    s.y[i] = static_cast<std::int64_t>(c);
+  }
+  return s;
+}
+double ece_of(const std::vector<double>& probs, std::size_t n, std::size_t k, const std::vector<std::int64_t>& y) {
+  const auto t = top_label(probs, n, k, y);
+  return expected_calibration_error(t.confidence, t.correct);
+}
+}  // namespace
+
+TEST(Temperature, RecoversKnownTemperature) {
+  const auto s = make(20000, 5, 2.5, 1);
+  const auto f = fit_temperature(s.z, s.n, s.k, s.y);
+  EXPECT_TRUE(f.ok());
+  EXPECT_LT(f.iterations, 30);
+  // MLE sd of T at n = 2e4 is ~1-2 %; 6 % is far outside sampling noise yet catches a wrong fit.
+  EXPECT_NEAR(f.temperature, 2.5, 0.15);
+}
+
+TEST(Temperature, ReportsNegativeBetaAsFailure) {
+  // Labels are the argmin: anti-calibrated logits, the NLL optimum has beta < 0.
+  const std::size_t n = 200, k = 3;
+  std::vector<double> z(n * k);
+  std::vector<std::int64_t> y(n);
+  Rng rng(3);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j < k; ++j) z[i * k + j] = rng.normal();
+    y[i] = static_cast<std::int64_t>(std::min_element(&z[i * k], &z[i * k] + k) - &z[i * k]);
+  }
+  const auto f = fit_temperature(z, n, k, y);
+  EXPECT_LT(f.beta, 0.0);
+  EXPECT_FALSE(f.ok());
+}
+
+TEST(Isotonic, PavHandCase) {
+  // y = 1 3 2 4 3 5 -> pools (3,2) and (4,3): 1 2.5 2.5 3.5 3.5 5
+  EXPECT_EQ(pool_adjacent_violators({1, 3, 2, 4, 3, 5}), (std::vector<double>{1, 2.5, 2.5, 3.5, 3.5, 5}));
+  // weighted: (3 w1, 1 w3) -> (3 + 3) / 4 = 1.5
+  EXPECT_EQ(pool_adjacent_violators({3, 1}, {1, 3}), (std::vector<double>{1.5, 1.5}));
+  const auto f = fit_isotonic({0.1, 0.2, 0.3, 0.3}, {0, 1, 0, 1});
+  EXPECT_EQ(f.x, (std::vector<double>{0.1, 0.2, 0.3}));
+  // ties at x = .3 pool to 0.5 (weight 2), which violates the 1 at x = .2: pooled (1 + 2 * .5) / 3 = 2/3
+  EXPECT_EQ(f.y[0], 0.0);
+  EXPECT_NEAR(f.y[1], 2.0 / 3, 1e-15);
+  EXPECT_NEAR(f.y[2], 2.0 / 3, 1e-15);
+  const auto a = apply_isotonic(f, {0.0, 0.15, 0.9});  // clip, midpoint interpolation, clip
+  EXPECT_EQ(a[0], 0.0);
+  EXPECT_NEAR(a[1], 1.0 / 3, 1e-15);
+  EXPECT_NEAR(a[2], 2.0 / 3, 1e-15);
+}
+
+TEST(Calibrators, EachReducesEceOnOverconfidentData) {
+  const auto cal = make(6000, 4, 2.0, 10), ev = make(6000, 4, 2.0, 11);
+  const auto pc = softmax_scaled(cal.z, cal.n, cal.k, 1.0), pe = softmax_scaled(ev.z, ev.n, ev.k, 1.0);
+  const auto tc = top_label(pc, cal.n, cal.k, cal.y), te = top_label(pe, ev.n, ev.k, ev.y);
+  const double before = ece_of(pe, ev.n, ev.k, ev.y);
+  ASSERT_GT(before, 0.08);
+  auto after_conf = [&](const std::vector<double>& q) { return expected_calibration_error(q, te.correct); };
+  const auto t = fit_temperature(cal.z, cal.n, cal.k, cal.y);
+  EXPECT_LT(ece_of(softmax_scaled(ev.z, ev.n, ev.k, t.beta), ev.n, ev.k, ev.y), before / 3);
+  const auto pl = fit_platt(tc.confidence, tc.correct);
+  EXPECT_TRUE(pl.converged);
+  EXPECT_LT(after_conf(apply_platt(pl, te.confidence)), before / 3);
+  EXPECT_LT(after_conf(apply_isotonic(fit_isotonic(tc.confidence, tc.correct), te.confidence)), before / 3);
+  EXPECT_LT(after_conf(apply_histogram(fit_histogram(tc.confidence, tc.correct), te.confidence)), before / 3);
+  const auto h = scott_bandwidths(tc.confidence, 1);
+  EXPECT_LT(after_conf(nadaraya_watson(tc.confidence, tc.correct, 1, h, te.confidence)), before / 3);
+  const auto q = fit_qats(cal.z, cal.n, cal.k, cal.y);
+  EXPECT_TRUE(q.converged);
+  for (std::size_t j = 1; j < q.theta.size(); ++j) EXPECT_LE(q.theta[j - 1], q.theta[j]);
+  EXPECT_LT(ece_of(apply_qats(q, ev.z, ev.n, ev.k), ev.n, ev.k, ev.y), before / 3);
+  for (bool diag : {true, false}) {
+    const auto v = fit_linear_scaling(cal.z, cal.n, cal.k, cal.y, diag);
+    EXPECT_TRUE(v.converged) << diag;
+    EXPECT_LT(ece_of(apply_linear_scaling(v, ev.z, ev.n), ev.n, ev.k, ev.y), before / 3) << diag;
+  }
+}
+
+TEST(NadarayaWatson, PriorPseudoCountAndClip) {
+  // Far from all training points the estimate falls back to the global mean (pseudo-count 1).
+  const auto q = nadaraya_watson({0.0, 1.0}, {0.0, 1.0}, 1, {0.01}, {100.0, 0.0});
+  EXPECT_NEAR(q[0], 0.5, 1e-12);
+  EXPECT_NEAR(q[1], (0.0 + 0.5) / (1.0 + 1.0), 1e-12);  // one kernel weight 1 on target 0, plus prior
+  const auto c = nadaraya_watson({0.0}, {1.0}, 1, {1.0}, {0.0}, {0.0, 1e-4, 1 - 1e-4});
+  EXPECT_EQ(c[0], 1 - 1e-4);
+  // 2-D product kernel: the second dimension separates the points.
+  const auto d2 = nadaraya_watson({0, 0, 0, 10}, {0, 1}, 2, {1, 1}, {0, 10}, {0.0, 0.0, 1.0});
+  EXPECT_NEAR(d2[0], 1.0, 1e-12);
+}
+
+TEST(Calibrators, BadInputsThrow) {
+  EXPECT_THROW(fit_temperature({1, 2}, 1, 2, {2}), InputError);
+  EXPECT_THROW(fit_temperature({1, NAN}, 1, 2, {0}), InputError);
+  EXPECT_THROW(fit_platt({0.5, 1.5}, {1, 0}), InputError);
+  EXPECT_THROW(fit_isotonic({}, {}), InputError);
+  EXPECT_THROW(nadaraya_watson({0, 1}, {0, 1}, 1, {0.0}, {0.5}), InputError);
+  EXPECT_THROW(nadaraya_watson({0, 1}, {0}, 1, {1.0}, {0.5}), InputError);
+  EXPECT_THROW(fit_qats({1, 2}, 1, 2, {0}, 1), InputError);
+  EXPECT_THROW(fit_histogram({0.5}, {1}, 0), InputError);
+}

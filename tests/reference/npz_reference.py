@@ -1,0 +1,55 @@
+"""Independent numpy client for arcal's .npz tests.
+
+usage: npz_reference.py write DIR   -> writes savez.npz, savez_compressed.npz and the bad_*.npz cases
+       npz_reference.py check FILE  -> np.load()s a file arcal wrote and checks names, dtypes, shapes, values
+The expected arrays are defined once here (expected()); the C++ test hard-codes the same values.
+"""
+import sys
+import numpy as np
+
+
+def expected():
+    return {
+        "f8": np.arange(12, dtype="<f8").reshape(3, 4) * 0.5 - 1.25,
+        "f4": np.linspace(-1, 1, 6, dtype="<f4").reshape(2, 3),
+        "i4": np.arange(-3, 3, dtype="<i4"),
+        "i8": np.array([2**40, -7, 0], dtype="<i8"),
+        "b1": np.array([True, False, True]),
+        "u1": np.array(["alpha", "\u03b2eta", ""]),
+        "meta": np.array('{"model": "ar-vit-tiny", "seed": 3}'),
+        "empty": np.zeros((0, 3), dtype="<f8"),
+        "cube": np.arange(24, dtype="<f4").reshape(2, 3, 4),
+    }
+
+
+def write(d):
+    e = expected()
+    np.savez(f"{d}/savez.npz", **e)
+    np.savez_compressed(f"{d}/savez_compressed.npz", **e)
+    np.savez(f"{d}/bad_fortran.npz", good=np.zeros(2), fort=np.asfortranarray(np.arange(6.0).reshape(2, 3)))
+    np.savez(f"{d}/bad_bigendian.npz", big=np.arange(3, dtype=">f8"))
+    np.savez(f"{d}/bad_object.npz", obj=np.array([{"a": 1}, None], dtype=object))
+    np.savez(f"{d}/bad_complex.npz", cplx=np.zeros(2, dtype=np.complex128))
+
+
+def check(path):
+    e = expected()
+    with np.load(path, allow_pickle=False) as z:
+        names = sorted(z.files)
+        if names != sorted(e):
+            sys.exit(f"names differ: {names} vs {sorted(e)}")
+        for k, v in e.items():
+            got = z[k]
+            if got.dtype != v.dtype:
+                sys.exit(f"{k}: dtype {got.dtype} != {v.dtype}")
+            if got.shape != v.shape:
+                sys.exit(f"{k}: shape {got.shape} != {v.shape}")
+            if not np.array_equal(got, v):
+                sys.exit(f"{k}: values differ: {got} vs {v}")
+            if not got.flags["C_CONTIGUOUS"]:
+                sys.exit(f"{k}: not C-contiguous")
+    print("OK")
+
+
+if __name__ == "__main__":
+    {"write": write, "check": check}[sys.argv[1]](sys.argv[2])
