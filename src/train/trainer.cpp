@@ -12,6 +12,7 @@
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
 #include "core/rng.hpp"
+#include "calib/metrics.hpp"
 #include "train/sbece.hpp"
 
 namespace arcal {
@@ -102,13 +103,11 @@ ModelConfig model_config_for(const TrainConfig& c, int image_size, int channels,
 double top_label_ece(const torch::Tensor& logits, const torch::Tensor& labels, int bins) {
   auto probs = torch::softmax(logits.to(torch::kDouble), -1);
   auto [conf, pred] = probs.max(-1);
-  auto correct = pred.eq(labels).to(torch::kDouble);
-  // bin k holds k/B <= c < (k+1)/B; c = 1 goes to the last bin.
-  auto bin = (conf * bins).floor().clamp_max(bins - 1).to(torch::kLong);
-  auto count = torch::zeros({bins}, torch::kDouble).index_add_(0, bin, torch::ones_like(conf));
-  auto sum_conf = torch::zeros({bins}, torch::kDouble).index_add_(0, bin, conf);
-  auto sum_acc = torch::zeros({bins}, torch::kDouble).index_add_(0, bin, correct);
-  return ((sum_acc - sum_conf).abs().sum() / double(conf.size(0))).item<double>();
+  auto correct = pred.eq(labels).to(torch::kDouble).contiguous();
+  conf = conf.contiguous();
+  std::vector<double> c(conf.data_ptr<double>(), conf.data_ptr<double>() + conf.numel());
+  std::vector<double> a(correct.data_ptr<double>(), correct.data_ptr<double>() + correct.numel());
+  return expected_calibration_error(c, a, bins);
 }
 
 EvalResult evaluate(ARViT& model, const TensorData& data, int batch_size) {

@@ -1,0 +1,66 @@
+// arcal trace: runs a trained model over its test or validation split and writes a trace file
+// (docs/interface.md), then reports accuracy against the run's summary.json.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include "command.hpp"
+#include "core/atomic_file.hpp"
+#include "core/check.hpp"
+#include "core/progress.hpp"
+#include "model/trace_export.hpp"
+#include "train/trainer.hpp"
+
+namespace {
+
+struct TraceOptions {
+  std::string run, split = "test", out;
+  int batch = 500;
+  int threads = 1;
+};
+
+int run_trace(const TraceOptions& o) {
+  if (o.split != "test" && o.split != "val") arcal::throw_input("--split", "'" + o.split + "': expected test or val");
+  torch::set_num_threads(o.threads);
+  arcal::TrainConfig tc;
+  auto model = arcal::load_trained_model(o.run, &tc);
+  auto data = arcal::load_dataset(tc.dataset, tc.data_dir, tc.val_fraction, tc.train_subset, tc.seed);
+  const auto& split = o.split == "test" ? data.test : data.val;
+  if (split.size() == 0) arcal::throw_input("--split", o.split + " split of " + o.run + " is empty");
+  nlohmann::json meta = {{"model", tc.model},   {"residual", tc.residual},
+                         {"block_size", tc.block_size}, {"dataset", tc.dataset},
+                         {"split", o.split},    {"seed", tc.seed},
+                         {"run", std::filesystem::path(o.run).filename().string()},
+                         {"run_dir", o.run},    {"version", ARCAL_VERSION}};
+  arcal::ProgressBar bar("trace", split.size(), arcal::cli::progress_enabled());
+  auto trace = arcal::export_trace(model, split, meta.dump(), o.batch,
+                                   [&](std::int64_t done, std::int64_t) { bar.update(done); });
+  bar.finish();
+  arcal::save_trace(trace, o.out);
+  std::size_t correct = 0;
+  for (std::size_t i = 0; i < trace.n; ++i) {
+    const double* row = trace.logits.data() + i * trace.classes;
+    std::size_t best = 0;
+    for (std::size_t k = 1; k < trace.classes; ++k)
+      if (row[k] > row[best]) best = k;
+    correct += static_cast<std::int64_t>(best) == trace.labels[i];
+  }
+  std::cout << fmt::format("wrote {}: {} examples, {} classes, {} routing points; accuracy {:.4f}\n", o.out, trace.n,
+                           trace.classes, trace.points, double(correct) / double(trace.n));
+  return 0;
+}
+
+arcal::cli::RunFn setup(CLI::App& app) {
+  auto o = std::make_shared<TraceOptions>();
+  app.add_option("--run", o->run, "Run directory written by arcal train")->required();
+  app.add_option("--split", o->split, "test | val")->capture_default_str();
+  app.add_option("--out", o->out, "Trace file to write (.npz)")->required();
+  app.add_option("--batch-size", o->batch, "Evaluation batch size")->capture_default_str();
+  app.add_option("--threads", o->threads, "Intra-op threads")->capture_default_str();
+  return [o]() { return run_trace(*o); };
+}
+
+}  // namespace
+
+ARCAL_COMMAND("trace", "Write a run's per-example predictions and routing trace (.npz)", setup);

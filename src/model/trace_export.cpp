@@ -1,0 +1,75 @@
+#include "model/trace_export.hpp"
+
+#include <algorithm>
+
+namespace arcal {
+
+Trace export_trace(ARViT& model, const TensorData& data, const std::string& meta_json, int batch_size,
+                   const std::function<void(std::int64_t, std::int64_t)>& progress,
+                   const RoutingAblation* ablation) {
+  torch::NoGradGuard guard;
+  model->eval();
+  const auto& cfg = model->config();
+  const auto sources = cfg.sources_per_point();
+  const std::int64_t N = data.size();
+  const std::int64_t P = static_cast<std::int64_t>(sources.size());
+  const std::int64_t S = sources.empty() ? 0 : *std::max_element(sources.begin(), sources.end());
+  const std::int64_t K = cfg.classes;
+
+  Trace t;
+  t.n = static_cast<std::size_t>(N);
+  t.classes = static_cast<std::size_t>(K);
+  t.points = static_cast<std::size_t>(P);
+  t.sources = static_cast<std::size_t>(S);
+  t.meta_json = meta_json;
+  t.logits.resize(static_cast<std::size_t>(N * K));
+  t.labels.assign(data.labels.data_ptr<std::int64_t>(), data.labels.data_ptr<std::int64_t>() + N);
+  if (P > 0) {
+    t.routing.assign(static_cast<std::size_t>(N * P * S), 0.0f);
+    t.routing_cls.assign(static_cast<std::size_t>(N * P * S), 0.0f);
+    t.routing_sources.assign(sources.begin(), sources.end());
+    t.routing_entropy.resize(static_cast<std::size_t>(N * P));
+    t.routing_depth_mean.resize(static_cast<std::size_t>(N * P));
+    t.routing_depth_var.resize(static_cast<std::size_t>(N * P));
+  }
+  const auto device = model->parameters().front().device();
+  for (std::int64_t s0 = 0; s0 < N; s0 += batch_size) {
+    const auto B = std::min<std::int64_t>(batch_size, N - s0);
+    RoutingCapture cap;
+    auto logits = model->forward(data.images.narrow(0, s0, B).to(device), P > 0 ? &cap : nullptr, ablation)
+                      .to(torch::kCPU, torch::kDouble)
+                      .contiguous();
+    std::copy(logits.data_ptr<double>(), logits.data_ptr<double>() + B * K, t.logits.begin() + s0 * K);
+    for (std::int64_t p = 0; p < P; ++p) {
+      auto alpha = cap.alpha[static_cast<std::size_t>(p)].to(torch::kCPU, torch::kFloat);  // (S_p,B,T)
+      const auto Sp = alpha.size(0);
+      auto mean = alpha.mean(2).t().contiguous();            // (B,S_p) token mean
+      auto cls = alpha.select(2, 0).t().contiguous();        // (B,S_p) at CLS
+      // Per-token statistics, then averaged over tokens (method.md §3).
+      auto a64 = alpha.to(torch::kDouble);
+      auto ent = -(a64 * torch::where(a64 > 0, a64.log(), torch::zeros_like(a64))).sum(0).mean(1);  // (B)
+      auto depth = Sp > 1 ? torch::arange(Sp, torch::kDouble) / double(Sp - 1) : torch::zeros({1}, torch::kDouble);
+      auto d = depth.view({Sp, 1, 1});
+      auto mu_tok = (a64 * d).sum(0);                                  // (B,T)
+      auto var_tok = (a64 * (d - mu_tok.unsqueeze(0)).pow(2)).sum(0);  // (B,T)
+      auto mu = mu_tok.mean(1).contiguous(), var = var_tok.mean(1).contiguous();
+      ent = ent.contiguous();
+      const double* ent_p = ent.data_ptr<double>();
+      const double* mu_p = mu.data_ptr<double>();
+      const double* var_p = var.data_ptr<double>();
+      for (std::int64_t b = 0; b < B; ++b) {
+        const std::size_t row = static_cast<std::size_t>(((s0 + b) * P + p) * S);
+        std::copy(mean.data_ptr<float>() + b * Sp, mean.data_ptr<float>() + (b + 1) * Sp, t.routing.begin() + row);
+        std::copy(cls.data_ptr<float>() + b * Sp, cls.data_ptr<float>() + (b + 1) * Sp, t.routing_cls.begin() + row);
+        const std::size_t q = static_cast<std::size_t>((s0 + b) * P + p);
+        t.routing_entropy[q] = static_cast<float>(ent_p[b]);
+        t.routing_depth_mean[q] = static_cast<float>(mu_p[b]);
+        t.routing_depth_var[q] = static_cast<float>(var_p[b]);
+      }
+    }
+    if (progress) progress(s0 + B, N);
+  }
+  return t;
+}
+
+}  // namespace arcal
