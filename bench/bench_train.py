@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Training-throughput benchmark: arcal's C++ trainer against an independent PyTorch (Python,
+eager) implementation of the same AR-ViT-tiny recipe, same batch, same threads, in one run.
+
+The Python side trains the reference model of tests/reference/attnres_ref.py (written from
+method.md, stacking and RMS-normalising every source at every routing point, as a straightforward
+implementation does) with the same loss (CE + 0.5 SB-ECE), AdamW, crop+flip augmentation and
+Fashion-MNIST batches. Both sides time optimizer steps only (data loading and evaluation excluded).
+
+Usage: bench_train.py [--arcal build/arcal] [--steps 60] [--threads 1] [--residual full]
+Prints images/s of each and the ratio arcal / PyTorch.
+"""
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "reference"))
+import attnres_ref  # noqa: E402
+
+FMNIST = "/usr/share/datasets/fashion-mnist"
+
+
+def load_fmnist():
+    with gzip.open(os.path.join(FMNIST, "train-images-idx3-ubyte.gz")) as f:
+        x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 1, 28, 28)
+    with gzip.open(os.path.join(FMNIST, "train-labels-idx1-ubyte.gz")) as f:
+        y = np.frombuffer(f.read(), np.uint8, offset=8)
+    x = (torch.from_numpy(x.astype(np.float32)) / 255.0 - 0.2860) / 0.3530
+    return x, torch.from_numpy(y.astype(np.int64))
+
+
+def init_params(mode, depth=6, dim=64, classes=10, patch=7, mlp=4):
+    g = torch.Generator().manual_seed(0)
+    P = {}
+
+    def normal(*shape):
+        return torch.randn(*shape, generator=g) * 0.02
+
+    P["patch_embed.weight"] = normal(dim, 1, patch, patch)
+    P["patch_embed.bias"] = torch.zeros(dim)
+    P["cls_token"] = normal(1, 1, dim)
+    P["pos_embed"] = normal(1, (28 // patch) ** 2 + 1, dim)
+    for l in range(2 * depth):
+        P[f"norms.{l}.weight"] = torch.ones(dim)
+        P[f"norms.{l}.bias"] = torch.zeros(dim)
+    for b in range(depth):
+        P[f"attn{b}.qkv.weight"] = normal(3 * dim, dim)
+        P[f"attn{b}.qkv.bias"] = torch.zeros(3 * dim)
+        P[f"attn{b}.proj.weight"] = normal(dim, dim)
+        P[f"attn{b}.proj.bias"] = torch.zeros(dim)
+        P[f"mlp{b}.fc1.weight"] = normal(mlp * dim, dim)
+        P[f"mlp{b}.fc1.bias"] = torch.zeros(mlp * dim)
+        P[f"mlp{b}.fc2.weight"] = normal(dim, mlp * dim)
+        P[f"mlp{b}.fc2.bias"] = torch.zeros(dim)
+    P["final_norm.weight"] = torch.ones(dim)
+    P["final_norm.bias"] = torch.zeros(dim)
+    P["head.weight"] = normal(classes, dim)
+    P["head.bias"] = torch.zeros(classes)
+    if mode != 0:
+        P["pseudo_query"] = torch.zeros(2 * depth + 1, dim)
+        P["key_gain"] = torch.ones(2 * depth + 1, dim)
+    return {k: v.requires_grad_(True) for k, v in P.items()}
+
+
+def augment(x, pad=2):
+    B = x.shape[0]
+    fill = -0.2860 / 0.3530
+    padded = F.pad(x, (pad, pad, pad, pad), value=fill)
+    out = torch.empty_like(x)
+    dy = torch.randint(0, 2 * pad + 1, (B,))
+    dx = torch.randint(0, 2 * pad + 1, (B,))
+    flip = torch.rand(B) < 0.5
+    for b in range(B):
+        crop = padded[b, :, dy[b]:dy[b] + 28, dx[b]:dx[b] + 28]
+        out[b] = crop.flip(2) if flip[b] else crop
+    return out
+
+
+def python_throughput(mode, steps, batch, threads):
+    torch.set_num_threads(threads)
+    x, y = load_fmnist()
+    P = init_params(mode)
+    opt = torch.optim.AdamW(list(P.values()), lr=1e-3, weight_decay=0.05)
+    cfg = [64, 6, 4, 7, mode, 2, 1e-6]
+    perm = torch.randperm(x.shape[0])
+    elapsed = 0.0
+    for s in range(steps):
+        idx = perm[s * batch:(s + 1) * batch]
+        t0 = time.perf_counter()
+        xb = augment(x[idx])
+        logits, _ = attnres_ref.forward(P, xb, cfg)
+        loss = F.cross_entropy(logits, y[idx]) + 0.5 * attnres_ref.sb_ece(logits, y[idx], 15, 0.01)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        elapsed += time.perf_counter() - t0
+    return steps * batch / elapsed
+
+
+def arcal_throughput(binary, residual, steps, batch, threads):
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "run")
+        subprocess.run([binary, "train", "--residual", residual, "--max-steps", str(steps), "--batch-size", str(batch),
+                        "--threads", str(threads), "--quiet", "--out", out], check=True, stdout=subprocess.DEVNULL)
+        with open(os.path.join(out, "summary.json")) as f:
+            return json.load(f)["images_per_second"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--arcal", default=os.path.join(HERE, "..", "build", "arcal"))
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--residual", default="full", choices=["full", "block", "standard"])
+    a = ap.parse_args()
+    mode = {"standard": 0, "full": 1, "block": 2}[a.residual]
+    cpp = arcal_throughput(a.arcal, a.residual, a.steps, a.batch, a.threads)
+    py = python_throughput(mode, a.steps, a.batch, a.threads)
+    print(f"AR-ViT-tiny {a.residual}, batch {a.batch}, {a.threads} thread(s), {a.steps} steps")
+    print(f"  arcal (C++/LibTorch) : {cpp:8.1f} images/s")
+    print(f"  PyTorch eager (ref)  : {py:8.1f} images/s")
+    print(f"  ratio arcal/PyTorch  : {cpp / py:8.2f}x")
+
+
+if __name__ == "__main__":
+    main()

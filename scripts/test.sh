@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Sets up (Debian packages + Release build) and runs the test suite with ctest.
+# The default suite excludes the label "long"; ARCAL_LONG_TESTS=1 runs those too.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+cd build
+ctest --output-on-failure -j2 -LE long
+if [ "${ARCAL_LONG_TESTS:-0}" = 1 ]; then
+  ctest --output-on-failure -L long
+fi
