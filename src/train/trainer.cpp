@@ -191,13 +191,15 @@ void append_line(const std::string& path, const std::string& line) {
 
 }  // namespace
 
-ARViT load_trained_model(const std::string& run_dir, TrainConfig* config_out) {
+ARViT load_trained_model(const std::string& run_dir, TrainConfig* config_out, const LoadOptions& options) {
   const std::string cfg_path = run_dir + "/config.json";
-  auto cfg_text = read_file(cfg_path);
-  auto cfg_json = nlohmann::json::parse(cfg_text, nullptr, false);
-  if (cfg_json.is_discarded()) throw_input("load_trained_model", cfg_path + " is not valid JSON");
+  if (!fs::exists(cfg_path)) throw_input("load_trained_model", cfg_path + " does not exist (not an arcal run?)");
+  auto cfg_json = nlohmann::json::parse(read_file(cfg_path), nullptr, false);
+  if (cfg_json.is_discarded() || !cfg_json.contains("train") || !cfg_json.contains("model"))
+    throw_input("load_trained_model", cfg_path + " is not an arcal run config");
   TrainConfig tc = cfg_json.at("train").get<TrainConfig>();
   ModelConfig mc = cfg_json.at("model").get<ModelConfig>();
+  if (options.norm_eps >= 0) mc.norm_eps = options.norm_eps;
   ARViT model(mc);
   const std::string model_path = run_dir + "/model.pt";
   if (!fs::exists(model_path)) throw_input("load_trained_model", model_path + " does not exist (training not finished?)");
@@ -207,6 +209,23 @@ ARViT load_trained_model(const std::string& run_dir, TrainConfig* config_out) {
     model->load(archive);
   } catch (const c10::Error& e) {
     throw_input("load_trained_model", model_path + ": cannot load (" + std::string(e.what_without_backtrace()) + ")");
+  }
+  if (!options.as_attnres.empty()) {
+    if (mc.residual != ResidualMode::Standard)
+      throw_input("--as-attnres", run_dir + " is a " + to_string(mc.residual) + " AttnRes run, not a standard-residual one");
+    ModelConfig wrapped = mc;
+    wrapped.residual = parse_residual_mode(options.as_attnres);
+    if (wrapped.residual == ResidualMode::Standard) throw_input("--as-attnres", "expected full or block");
+    wrapped.block_size = options.block_size;
+    validate_model_config(wrapped);
+    ARViT attnres(wrapped);  // pseudo-queries 0, gains 1 from construction
+    torch::NoGradGuard guard;
+    auto src = model->named_parameters();
+    for (auto& kv : attnres->named_parameters())
+      if (src.contains(kv.key())) kv.value().copy_(src[kv.key()]);
+    model = attnres;
+    tc.residual = options.as_attnres;
+    tc.block_size = options.block_size;
   }
   model->eval();
   if (config_out) *config_out = tc;

@@ -75,7 +75,18 @@ struct TrainEvents {
 nlohmann::json train_run(const TrainConfig& config, const std::string& run_dir, bool resume,
                          const TrainEvents& events = {});
 
-/// Loads RUN/config.json and RUN/model.pt into a model in eval mode.
-ARViT load_trained_model(const std::string& run_dir, TrainConfig* config_out = nullptr);
+struct LoadOptions {
+  /// "" loads the run as trained. "full" or "block" loads a standard-residual run as AttnRes with
+  /// every pseudo-query 0 and every RMS gain 1: the routing-equivalent wrapper of method.md §1,
+  /// whose routing is exactly 1/S_p and whose logits equal the standard model's (exactly at ε = 0).
+  std::string as_attnres;
+  int block_size = 2;       ///< for as_attnres == "block"
+  double norm_eps = -1.0;   ///< >= 0 overrides the run's norm epsilon (the equivalence check uses 0)
+};
+
+/// Loads RUN/config.json and RUN/model.pt into a model in eval mode. Throws InputError for a
+/// missing or unreadable run, or as_attnres on a run that is not standard-residual.
+ARViT load_trained_model(const std::string& run_dir, TrainConfig* config_out = nullptr,
+                         const LoadOptions& options = {});
 
 }  // namespace arcal
