@@ -46,7 +46,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // One line, like every other arcal error (CLI11's own printer adds a "Run with --help" line).
+    std::cerr << "arcal: error: " << e.what() << "\n";
+    return 2;
   }
   set_quiet(quiet);
   try {

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <string>
+#include <utility>
 
 #include "core/check.hpp"
 
@@ -15,14 +17,35 @@ namespace {
 constexpr double kProbFloor = 1e-15;
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-void check_probs(const char* fn, const std::vector<double>& probs, std::size_t n, std::size_t k,
+void check_shape(const char* fn, const std::vector<double>& probs, std::size_t n, std::size_t k,
                  const std::vector<std::int64_t>& labels) {
   if (n == 0) throw_input(fn, "no examples (N = 0)");
   if (k < 2) throw_input(fn, "K is " + std::to_string(k) + ", but must be >= 2");
   check_same_size(fn, "probs", probs.size(), "N*K", n * k);
   check_same_size(fn, "labels", labels.size(), "N", n);
-  for (std::size_t i = 0; i < probs.size(); ++i) check_probability(fn, "probs", i, probs[i]);
   for (std::size_t i = 0; i < n; ++i) check_label(fn, "labels", i, labels[i], static_cast<long long>(k));
+}
+
+// A row with a value outside [0, 1] or NaN: find it and throw with its flat index (the slow path of the
+// fused scans, which only accumulate a flag).
+[[noreturn]] void throw_bad_row(const char* fn, const double* row, std::size_t i, std::size_t k) {
+  for (std::size_t kk = 0; kk < k; ++kk) check_probability(fn, "probs", i * k + kk, row[kk]);
+  ARCAL_ASSERT(false, "throw_bad_row called on a valid row");
+  std::abort();
+}
+
+// Vectorisable validity test of one row: true when every value is in [0, 1] (NaN fails).
+inline bool row_valid(const double* row, std::size_t k) {
+  unsigned bad = 0;
+  for (std::size_t kk = 0; kk < k; ++kk) bad |= static_cast<unsigned>(!((row[kk] >= 0.0) & (row[kk] <= 1.0)));
+  return bad == 0;
+}
+
+void check_probs(const char* fn, const std::vector<double>& probs, std::size_t n, std::size_t k,
+                 const std::vector<std::int64_t>& labels) {
+  check_shape(fn, probs, n, k, labels);
+  for (std::size_t i = 0; i < n; ++i)
+    if (!row_valid(&probs[i * k], k)) throw_bad_row(fn, &probs[i * k], i, k);
 }
 
 void check_pair(const char* fn, const std::vector<double>& conf, const std::vector<double>& target) {
@@ -38,19 +61,19 @@ void check_bins(const char* fn, int bins) {
   if (bins < 1) throw_input(fn, "bins is " + std::to_string(bins) + ", but must be >= 1");
 }
 
-// ---- Weighted engine. Every metric below takes examples in confidence-sorted order with integer
-// weights w (nullptr = all 1): the bootstrap passes resample multiplicities, so one resample costs
-// O(N) and needs no re-sorting.
-inline double wt(const std::uint32_t* w, std::size_t i) { return w ? static_cast<double>(w[i]) : 1.0; }
+std::vector<double> bin_edges(int bins) {
+  std::vector<double> e(static_cast<std::size_t>(bins) + 1);
+  for (int b = 0; b <= bins; ++b) e[static_cast<std::size_t>(b)] = static_cast<double>(b) / bins;
+  return e;
+}
 
 struct Binned {
   double ece = 0, mce = 0, rmsce = 0, deb_raw = 0;
 };
 
-Binned summarise_bins(const std::vector<double>& cnt, const std::vector<double>& sc, const std::vector<double>& sa,
-                      double total) {
+Binned summarise_bins(const double* cnt, const double* sc, const double* sa, std::size_t bins, double total) {
   Binned r;
-  for (std::size_t b = 0; b < cnt.size(); ++b) {
+  for (std::size_t b = 0; b < bins; ++b) {
     if (cnt[b] <= 0) continue;
     const double conf = sc[b] / cnt[b], acc = sa[b] / cnt[b], gap = acc - conf;
     r.ece += cnt[b] / total * std::fabs(gap);
@@ -62,116 +85,280 @@ Binned summarise_bins(const std::vector<double>& cnt, const std::vector<double>&
   return r;
 }
 
-// Equal-mass groups over sorted c with weights: a tied run takes the group of its first rank.
-Binned equal_mass_sorted(const double* c, const double* a, const std::uint32_t* w, std::size_t n, int bins,
-                         std::vector<BinRow>* table) {
-  std::uint64_t total = 0;
-  for (std::size_t i = 0; i < n; ++i) total += w ? w[i] : 1;
-  std::vector<double> cnt(static_cast<std::size_t>(bins), 0.0), sc(cnt), sa(cnt);
-  std::uint64_t rank = 0;
-  std::size_t g = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (i == 0 || c[i] != c[i - 1]) g = nominal_group(rank, total, static_cast<std::uint64_t>(bins));
-    const std::uint64_t wi = w ? w[i] : 1;
-    rank += wi;
-    cnt[g] += static_cast<double>(wi);
-    sc[g] += static_cast<double>(wi) * c[i];
-    sa[g] += static_cast<double>(wi) * a[i];
-  }
-  if (table) {
-    table->assign(cnt.size(), BinRow{});
-    for (std::size_t b = 0; b < cnt.size(); ++b)
-      if (cnt[b] > 0) (*table)[b] = {static_cast<std::size_t>(cnt[b]), sc[b] / cnt[b], sa[b] / cnt[b]};
-  }
-  return summarise_bins(cnt, sc, sa, static_cast<double>(total));
+void fill_table(const double* cnt, const double* sc, const double* sa, std::size_t bins, std::vector<BinRow>& table) {
+  table.assign(bins, BinRow{});
+  for (std::size_t b = 0; b < bins; ++b)
+    if (cnt[b] > 0) table[b] = {static_cast<std::size_t>(cnt[b]), sc[b] / cnt[b], sa[b] / cnt[b]};
 }
 
-double auroc_sorted(const double* c, const double* a, const std::uint32_t* w, std::size_t n) {
-  double rank = 0, pos = 0, neg = 0, sum_pos_rank = 0;
-  std::size_t i = 0;
-  while (i < n) {
-    std::size_t j = i;
-    double rp = 0, rn = 0;
-    while (j < n && c[j] == c[i]) {
-      rp += wt(w, j) * a[j];
-      rn += wt(w, j) * (1.0 - a[j]);
-      ++j;
+// ---- Classwise cells. Classwise ECE needs, per class k and equal-width bin b, the count, the sum of
+// p_ik and the number of labels k in the cell. With K classes most p_ik fall in bin 0, so bin 0 is
+// accumulated densely (a branch-free, vectorised loop over the row) and only p_ik >= 1/B take the
+// scattered path.
+struct ClasswiseCells {
+  std::size_t K = 0, B = 0;
+  std::vector<double> edges;        // [B+1]
+  double bin0_limit = 0;            // p < bin0_limit is bin 0: edges[1], or +inf when B = 1
+  std::vector<double> c0, s0;       // [K] bin-0 weight and sum of p
+  std::vector<double> cnt, sc, sa;  // [K*B]; bin 0 of cnt/sc is merged in from c0/s0 by finish()
+  double total = 0;
+
+  ClasswiseCells(std::size_t k, int bins)
+      : K(k), B(static_cast<std::size_t>(bins)), edges(bin_edges(bins)), c0(k, 0.0), s0(k, 0.0), cnt(k * B, 0.0),
+        sc(k * B, 0.0), sa(k * B, 0.0) {
+    bin0_limit = B > 1 ? edges[1] : std::numeric_limits<double>::infinity();
+  }
+
+  // One validated row with weight w (1 for the point estimate, a resample multiplicity otherwise).
+  void add(const double* row, std::size_t y, double w) {
+    const double e1 = bin0_limit;
+    double* c0p = c0.data();
+    double* s0p = s0.data();
+    for (std::size_t kk = 0; kk < K; ++kk) {
+      const double m = row[kk] < e1 ? w : 0.0;  // adding 0 * p (p finite) leaves the sums unchanged
+      c0p[kk] += m;
+      s0p[kk] += m * row[kk];
     }
-    const double run = rp + rn;
-    sum_pos_rank += rp * (rank + (run + 1.0) / 2.0);
-    rank += run;
-    pos += rp;
-    neg += rn;
-    i = j;
+    add_sparse(row, y, w);
   }
-  if (pos == 0 || neg == 0) return kNaN;
-  return (sum_pos_rank - pos * (pos + 1.0) / 2.0) / (pos * neg);
+
+  // The cells with p_ik >= 1/B and the label's cell (the bin-0 part done by the caller).
+  void add_sparse(const double* row, std::size_t y, double w) {
+    const double e1 = bin0_limit;
+    const int bins = static_cast<int>(B);
+    total += w;
+    for (std::size_t kk = 0; kk < K; ++kk)
+      if (!(row[kk] < e1)) {
+        const std::size_t cell = kk * B + static_cast<std::size_t>(equal_width_bin(row[kk], bins, edges.data()));
+        cnt[cell] += w;
+        sc[cell] += w * row[kk];
+      }
+    sa[y * B + static_cast<std::size_t>(equal_width_bin(row[y], bins, edges.data()))] += w;
+  }
+
+  // (1/K) sum_k sum_b (n_kb/N) |acc_kb - conf_kb| = (1/K) sum over cells |sum a - sum p| / N.
+  double finish() {
+    for (std::size_t kk = 0; kk < K; ++kk) {
+      cnt[kk * B] += c0[kk];
+      sc[kk * B] += s0[kk];
+    }
+    double sum = 0;
+    for (std::size_t c = 0; c < K * B; ++c)
+      if (cnt[c] > 0) sum += std::fabs(sa[c] - sc[c]);
+    return sum / total / static_cast<double>(K);
+  }
+};
+
+// ---- The one scan of the [N, K] matrix, rows in file order: validation, top label, per-example NLL
+// and Brier terms, and (optionally) the classwise cells. Labels are checked before the scan.
+struct RowScan {
+  std::vector<double> conf, correct, nll, brier;  // [N], file order
+  std::vector<int> prediction;                     // [N] when asked for
+};
+
+// On x86-64 an AVX2 clone is chosen at load time where the CPU has it (NumPy dispatches the same way).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+void scan_rows(const char* fn, const std::vector<double>& probs, std::size_t n, std::size_t k,
+               const std::vector<std::int64_t>& labels, RowScan& out, ClasswiseCells* cw, bool want_prediction) {
+  check_shape(fn, probs, n, k, labels);
+  out.conf.resize(n);
+  out.correct.resize(n);
+  out.nll.resize(n);
+  out.brier.resize(n);
+  if (want_prediction) out.prediction.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double* row = &probs[i * k];
+    const std::size_t y = static_cast<std::size_t>(labels[i]);
+    // One vectorised pass over the row: validity flag, maximum, sum of squares and (with classwise
+    // cells) the bin-0 sums; then the first index of the maximum (ties: lowest index, as argmax).
+    unsigned bad = 0;
+    double mx = 0.0, q = 0.0;
+    if (cw) {
+      const double e1 = cw->bin0_limit;
+      double* c0p = cw->c0.data();
+      double* s0p = cw->s0.data();
+#pragma omp simd reduction(| : bad) reduction(max : mx) reduction(+ : q)
+      for (std::size_t kk = 0; kk < k; ++kk) {
+        const double x = row[kk];
+        bad |= static_cast<unsigned>(!((x >= 0.0) & (x <= 1.0)));
+        mx = x > mx ? x : mx;
+        q += x * x;
+        const double m = x < e1 ? 1.0 : 0.0;  // adding 0 * p (p finite) leaves the sums unchanged
+        c0p[kk] += m;
+        s0p[kk] += m * x;
+      }
+    } else {
+#pragma omp simd reduction(| : bad) reduction(max : mx) reduction(+ : q)
+      for (std::size_t kk = 0; kk < k; ++kk) {
+        const double x = row[kk];
+        bad |= static_cast<unsigned>(!((x >= 0.0) & (x <= 1.0)));
+        mx = x > mx ? x : mx;
+        q += x * x;
+      }
+    }
+    if (bad) throw_bad_row(fn, row, i, k);
+    // The prediction is the first index holding the maximum; it is correct only if p_y is the maximum,
+    // so the index is searched for only then (or when the caller wants predictions).
+    const double py = row[y];
+    bool correct = false;
+    if (py == mx || want_prediction) {
+      std::size_t best = 0;
+      while (row[best] != mx) ++best;
+      correct = best == y;
+      if (want_prediction) out.prediction[i] = static_cast<int>(best);
+    }
+    out.conf[i] = mx;
+    out.correct[i] = correct ? 1.0 : 0.0;
+    out.nll[i] = -std::log(std::max(py, kProbFloor));
+    // sum_k (p_k - 1[k = y])^2 = sum_k p_k^2 - p_y^2 + (p_y - 1)^2
+    out.brier[i] = q - py * py + (py - 1.0) * (py - 1.0);
+    if (cw) cw->add_sparse(row, y, 1.0);
+  }
 }
 
-// relplot's smECE: residuals f - y linearly split onto an M-point grid on [0, 1] (mass / N), then
+// ---- Top-label data in confidence order, and the fused weighted evaluation. Bootstrap resamples are
+// multiplicities w over sorted positions, so a resample costs one O(N) pass and no re-sorting.
+struct Sorted {
+  std::size_t n = 0;
+  int bins = 15;
+  std::vector<double> c, a, nll, brier;  // confidence-sorted (ties keep file order)
+  std::vector<std::size_t> order;        // sorted position -> file index
+  std::vector<std::uint16_t> wbin;       // equal-width bin of c (bins <= 65535 checked by the caller)
+};
+
+Sorted sort_by_confidence(const RowScan& s, int bins) {
+  Sorted p;
+  const std::size_t n = s.conf.size();
+  p.n = n;
+  p.bins = bins;
+  // LSD radix sort of (bit pattern, index) on 11-bit digits (2048 buckets keep the scatter in cache).
+  // It is stable, so tied values keep file order (the order of a stable sort by value); for c >= 0 the
+  // IEEE bit pattern orders like the value (-0.0 is mapped to +0.0). Constant digits are skipped.
+  std::vector<std::uint64_t> key(n), key_tmp(n);
+  std::vector<std::size_t> idx(n), idx_tmp(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double c = s.conf[i] == 0.0 ? 0.0 : s.conf[i];
+    std::memcpy(&key[i], &c, sizeof c);
+    idx[i] = i;
+  }
+  constexpr unsigned kDigit = 11;
+  constexpr std::uint64_t kMask = (1u << kDigit) - 1;
+  std::vector<std::size_t> count(kMask + 1);
+  for (unsigned shift = 0; shift < 64; shift += kDigit) {
+    std::fill(count.begin(), count.end(), 0);
+    for (std::size_t i = 0; i < n; ++i) ++count[(key[i] >> shift) & kMask];
+    if (count[(key[0] >> shift) & kMask] == n) continue;
+    std::size_t sum = 0;
+    for (auto& c : count) {
+      const std::size_t here = c;
+      c = sum;
+      sum += here;
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t to = count[(key[i] >> shift) & kMask]++;
+      key_tmp[to] = key[i];
+      idx_tmp[to] = idx[i];
+    }
+    key.swap(key_tmp);
+    idx.swap(idx_tmp);
+  }
+  p.c.resize(n);
+  p.a.resize(n);
+  p.nll.resize(n);
+  p.brier.resize(n);
+  p.order.resize(n);
+  p.wbin.resize(n);
+  const auto edges = bin_edges(bins);
+  for (std::size_t j = 0; j < n; ++j) {
+    const std::size_t i = idx[j];
+    p.order[j] = i;
+    p.c[j] = s.conf[i];
+    p.a[j] = s.correct[i];
+    p.nll[j] = s.nll[i];
+    p.brier[j] = s.brier[i];
+    p.wbin[j] = static_cast<std::uint16_t>(equal_width_bin(p.c[j], bins, edges.data()));
+  }
+  return p;
+}
+
+// relplot's smECE: residuals f - y linearly split onto an M-point grid on [0, 1] (mass / total), then
 // reflected-Gaussian smoothing and the mean absolute smoothed residual over the grid.
+inline void grid_add(double f, double r, double scale, std::size_t m, double* v) {
+  const double x = f * scale;
+  std::size_t g = static_cast<std::size_t>(x);
+  if (g > m - 2) g = m - 2;
+  const double frac = x - static_cast<double>(g);
+  v[g] += (1.0 - frac) * r;
+  v[g + 1] += frac * r;
+}
+
 void round_to_grid(const double* f, const double* y, const std::uint32_t* w, std::size_t n, double total,
                    std::size_t m, std::vector<double>& v) {
   v.assign(m, 0.0);
   const double scale = static_cast<double>(m - 1);
   for (std::size_t i = 0; i < n; ++i) {
-    if (w && w[i] == 0) continue;
-    const double x = f[i] * scale;
-    std::size_t g = static_cast<std::size_t>(x);
-    if (g > m - 2) g = m - 2;
-    const double frac = x - static_cast<double>(g);
-    const double r = wt(w, i) * (f[i] - y[i]) / total;
-    v[g] += (1.0 - frac) * r;
-    v[g + 1] += frac * r;
+    const double wi = w ? static_cast<double>(w[i]) : 1.0;
+    if (wi == 0) continue;
+    grid_add(f[i], wi * (f[i] - y[i]) / total, scale, m, v.data());
   }
 }
 
+// sum_i |(K * v)_i| / M with K the reflected Gaussian sampled at t_j - 1/2, t = linspace(0, 1, M)
+// (relplot's convolution). Terms beyond 9 sigma (below exp(-40) of the peak) are skipped. The grid is
+// reflected once at each end into `ext` so the inner loop is a plain dot product.
 double smooth_on_grid(const std::vector<double>& v, double sigma) {
   const std::size_t m = v.size();
+  const long M = static_cast<long>(m), half = M / 2;
   const double step = 1.0 / static_cast<double>(m - 1);
   const double norm = 1.0 / (std::sqrt(2.0 * M_PI) * sigma);
-  // Kernel sampled at t_j - 1/2, t = linspace(0, 1, M) (as relplot); terms beyond 9 sigma are below
-  // exp(-40) of the peak and are skipped.
   const double reach = 9.0 * sigma;
   const long lo = std::max(0L, static_cast<long>(std::ceil((0.5 - reach) / step)));
-  const long hi = std::min(static_cast<long>(m) - 1, static_cast<long>(std::floor((0.5 + reach) / step)));
-  std::vector<double> ker(static_cast<std::size_t>(hi - lo + 1));
+  const long hi = std::min(M - 1, static_cast<long>(std::floor((0.5 + reach) / step)));
+  const long L = hi - lo + 1;
+  // kr[t] = kernel at j = hi - t, so that sum_j ker[j] v[u(i + half - j)] = sum_t kr[t] ext[i + half - hi + t].
+  std::vector<double> kr(static_cast<std::size_t>(L));
   for (long j = lo; j <= hi; ++j) {
-    const double t = (j == static_cast<long>(m) - 1) ? 1.0 : static_cast<double>(j) * step;
+    const double t = (j == M - 1) ? 1.0 : static_cast<double>(j) * step;
     const double d = t - 0.5;
-    ker[static_cast<std::size_t>(j - lo)] = norm * std::exp(-d * d / (2.0 * sigma * sigma));
+    kr[static_cast<std::size_t>(hi - j)] = norm * std::exp(-d * d / (2.0 * sigma * sigma));
   }
-  const long M = static_cast<long>(m), half = M / 2;
+  // ext[u + (M - 1)] = v at u reflected once, u in [-(M-1), 2(M-1)].
+  std::vector<double> ext(static_cast<std::size_t>(3 * M - 2));
+  for (long u = -(M - 1); u <= 2 * (M - 1); ++u) {
+    const long r = u < 0 ? -u : (u > M - 1 ? 2 * (M - 1) - u : u);
+    ext[static_cast<std::size_t>(u + M - 1)] = v[static_cast<std::size_t>(r)];
+  }
   double total = 0.0;
   for (long i = 0; i < M; ++i) {
-    double s = 0.0;
-    for (long j = lo; j <= hi; ++j) {
-      long u = i + half - j;  // grid position, reflected once at each end
-      if (u < 0) u = -u;
-      else if (u > M - 1) u = 2 * (M - 1) - u;
-      s += ker[static_cast<std::size_t>(j - lo)] * v[static_cast<std::size_t>(u)];
+    const double* e = &ext[static_cast<std::size_t>(i + half - hi + M - 1)];
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    long t = 0;
+    for (; t + 4 <= L; t += 4) {
+      s0 += kr[static_cast<std::size_t>(t)] * e[t];
+      s1 += kr[static_cast<std::size_t>(t + 1)] * e[t + 1];
+      s2 += kr[static_cast<std::size_t>(t + 2)] * e[t + 2];
+      s3 += kr[static_cast<std::size_t>(t + 3)] * e[t + 3];
     }
-    total += std::fabs(s);
+    for (; t < L; ++t) s0 += kr[static_cast<std::size_t>(t)] * e[t];
+    total += std::fabs((s0 + s1) + (s2 + s3));
   }
   return total / static_cast<double>(M);
 }
 
-SmoothEce smooth_sorted(const double* f, const double* y, const std::uint32_t* w, std::size_t n) {
-  double total = 0;
-  for (std::size_t i = 0; i < n; ++i) total += wt(w, i);
-  std::size_t m = 200;  // relplot's smECE_mesh_pts
-  std::vector<double> v;
-  round_to_grid(f, y, w, n, total, m, v);
-  auto ensure_grid = [&](double alpha) {
+// relplot's search_param: sigma = 1 if it is below its own smECE, else 10 halvings of [0, 1]; the grid
+// grows x4 while round(20 / sigma) > M. `v` holds the M = 200 grid on entry (the fused pass fills it).
+SmoothEce smooth_search(const double* f, const double* y, const std::uint32_t* w, std::size_t n, double total,
+                        std::vector<double>& v) {
+  std::size_t m = v.size();
+  auto below_fixed_point = [&](double alpha) {
     bool refine = false;
     while (std::nearbyint(20.0 / alpha) > static_cast<double>(m)) {
       m *= 4;
       refine = true;
     }
     if (refine) round_to_grid(f, y, w, n, total, m, v);
-  };
-  auto below_fixed_point = [&](double alpha) {
-    ensure_grid(alpha);
     return alpha < 0.001 || alpha < smooth_on_grid(v, alpha);
   };
   double sigma = 1.0;
@@ -187,81 +374,101 @@ SmoothEce smooth_sorted(const double* f, const double* y, const std::uint32_t* w
   return {smooth_on_grid(v, sigma), sigma};
 }
 
-struct Prepared {
-  std::size_t n = 0, k = 0;
-  int bins = 15;
-  std::vector<double> c, a;            // confidence-sorted
-  std::vector<std::size_t> order;      // sorted position -> original index
-  std::vector<int> wbin;               // equal-width bin of c
-  std::vector<double> nll, brier;      // per-example contributions, sorted order
-};
+SmoothEce smooth_sorted(const double* f, const double* y, const std::uint32_t* w, std::size_t n) {
+  double total = 0;
+  for (std::size_t i = 0; i < n; ++i) total += w ? static_cast<double>(w[i]) : 1.0;
+  std::vector<double> v;
+  round_to_grid(f, y, w, n, total, 200, v);  // relplot's smECE_mesh_pts
+  return smooth_search(f, y, w, n, total, v);
+}
 
-Prepared prepare(const std::vector<double>& probs, std::size_t n, std::size_t k,
-                 const std::vector<std::int64_t>& labels, int bins) {
-  const TopLabel tl = top_label(probs, n, k, labels);
-  Prepared p;
-  p.n = n;
-  p.k = k;
-  p.bins = bins;
-  p.order.resize(n);
-  std::iota(p.order.begin(), p.order.end(), 0);
-  std::stable_sort(p.order.begin(), p.order.end(),
-                   [&](std::size_t x, std::size_t y) { return tl.confidence[x] < tl.confidence[y]; });
-  p.c.resize(n);
-  p.a.resize(n);
-  p.wbin.resize(n);
-  p.nll.resize(n);
-  p.brier.resize(n);
-  for (std::size_t j = 0; j < n; ++j) {
-    const std::size_t i = p.order[j];
-    p.c[j] = tl.confidence[i];
-    p.a[j] = tl.correct[i];
-    p.wbin[j] = equal_width_bin(p.c[j], bins);
-    const double* row = &probs[i * k];
-    const std::size_t y = static_cast<std::size_t>(labels[i]);
-    p.nll[j] = -std::log(std::max(row[y], kProbFloor));
-    double b = 0;
-    for (std::size_t kk = 0; kk < k; ++kk) {
-      const double d = row[kk] - (kk == y ? 1.0 : 0.0);
-      b += d * d;
+double auroc_sorted(const double* c, const double* a, std::size_t n) {
+  double rank = 0, pos = 0, neg = 0, sum_pos_rank = 0;
+  std::size_t i = 0;
+  while (i < n) {
+    std::size_t j = i;
+    double rp = 0, rn = 0;
+    while (j < n && c[j] == c[i]) {
+      rp += a[j];
+      rn += 1.0 - a[j];
+      ++j;
     }
-    p.brier[j] = b;
+    sum_pos_rank += rp * (rank + (rp + rn + 1.0) / 2.0);
+    rank += rp + rn;
+    pos += rp;
+    neg += rn;
+    i = j;
   }
-  return p;
+  if (pos == 0 || neg == 0) return kNaN;
+  return (sum_pos_rank - pos * (pos + 1.0) / 2.0) / (pos * neg);
 }
 
 enum Metric { kAcc, kEce, kMce, kRmsce, kAda, kDeb, kSm, kSmSigma, kNll, kBrier, kAuroc, kCount };
 
-void evaluate(const Prepared& p, const std::uint32_t* w, double* out, BinnedCalibration* width_table,
-              std::vector<BinRow>* mass_table, double* deb_raw) {
-  const std::size_t n = p.n;
-  const auto B = static_cast<std::size_t>(p.bins);
-  std::vector<double> cnt(B, 0.0), sc(B, 0.0), sa(B, 0.0);
-  double total = 0, acc = 0, nll = 0, brier = 0;
+struct Tables {
+  std::vector<BinRow> width, mass;
+  double deb_raw = 0;
+};
+
+// Every top-label metric, NLL and Brier in one pass over the sorted data with multiplicities w
+// (nullptr = all 1; otherwise sum w = n): equal-width and equal-mass bin sums, AUROC over tied runs,
+// the M = 200 smECE grid; then the O(B) summaries and the smECE bisection.
+void evaluate(const Sorted& p, const std::uint32_t* w, double* out, Tables* tables) {
+  const std::size_t n = p.n, B = static_cast<std::size_t>(p.bins);
+  const std::uint64_t total = n;
+  // First rank of each equal-mass group (nominal_group is monotone in the rank): start[g], g = 0..B.
+  std::vector<std::uint64_t> start(B + 1);
+  const std::uint64_t q = total / B, rem = total % B;
+  for (std::uint64_t g = 0; g <= B; ++g) start[g] = g <= rem ? g * (q + 1) : rem * (q + 1) + (g - rem) * q;
+  std::vector<double> acc3(6 * B, 0.0);  // width cnt/sc/sa, mass cnt/sc/sa
+  double* wc = acc3.data();
+  double* ws = wc + B;
+  double* wa = ws + B;
+  double* mc = wa + B;
+  double* ms = mc + B;
+  double* ma = ms + B;
+  std::vector<double> v(200, 0.0);
+  const double scale = 199.0, dtotal = static_cast<double>(total);
+  double acc = 0, nll = 0, brier = 0;
+  double run_p = 0, run_n = 0, rank_a = 0, pos = 0, neg = 0, sum_pos_rank = 0;  // AUROC
+  std::uint64_t rank = 0;
+  std::size_t g = 0;
+  double prev = kNaN;
   for (std::size_t j = 0; j < n; ++j) {
-    const double wj = wt(w, j);
+    const double wj = w ? static_cast<double>(w[j]) : 1.0;
     if (wj == 0) continue;
-    const auto b = static_cast<std::size_t>(p.wbin[j]);
-    cnt[b] += wj;
-    sc[b] += wj * p.c[j];
-    sa[b] += wj * p.a[j];
-    total += wj;
-    acc += wj * p.a[j];
+    const double cj = p.c[j], aj = p.a[j];
+    if (cj != prev) {  // a new tied run: close the AUROC run, find the equal-mass group of its first rank
+      sum_pos_rank += run_p * (rank_a + (run_p + run_n + 1.0) / 2.0);
+      rank_a += run_p + run_n;
+      pos += run_p;
+      neg += run_n;
+      run_p = run_n = 0;
+      while (g + 1 < B && rank >= start[g + 1]) ++g;
+      prev = cj;
+    }
+    rank += w ? w[j] : 1u;
+    const std::size_t b = p.wbin[j];
+    wc[b] += wj;
+    ws[b] += wj * cj;
+    wa[b] += wj * aj;
+    mc[g] += wj;
+    ms[g] += wj * cj;
+    ma[g] += wj * aj;
+    acc += wj * aj;
     nll += wj * p.nll[j];
     brier += wj * p.brier[j];
+    run_p += wj * aj;
+    run_n += wj * (1.0 - aj);
+    grid_add(cj, wj * (cj - aj) / dtotal, scale, 200, v.data());
   }
-  const Binned eqw = summarise_bins(cnt, sc, sa, total);
-  if (width_table) {
-    width_table->ece = eqw.ece;
-    width_table->mce = eqw.mce;
-    width_table->rmsce = eqw.rmsce;
-    width_table->table.assign(B, BinRow{});
-    for (std::size_t b = 0; b < B; ++b)
-      if (cnt[b] > 0) width_table->table[b] = {static_cast<std::size_t>(cnt[b]), sc[b] / cnt[b], sa[b] / cnt[b]};
-  }
-  const Binned eqm = equal_mass_sorted(p.c.data(), p.a.data(), w, n, p.bins, mass_table);
-  const SmoothEce sm = smooth_sorted(p.c.data(), p.a.data(), w, n);
-  out[kAcc] = acc / total;
+  sum_pos_rank += run_p * (rank_a + (run_p + run_n + 1.0) / 2.0);
+  pos += run_p;
+  neg += run_n;
+  const Binned eqw = summarise_bins(wc, ws, wa, B, dtotal);
+  const Binned eqm = summarise_bins(mc, ms, ma, B, dtotal);
+  const SmoothEce sm = smooth_search(p.c.data(), p.a.data(), w, n, dtotal, v);
+  out[kAcc] = acc / dtotal;
   out[kEce] = eqw.ece;
   out[kMce] = eqw.mce;
   out[kRmsce] = eqw.rmsce;
@@ -269,37 +476,14 @@ void evaluate(const Prepared& p, const std::uint32_t* w, double* out, BinnedCali
   out[kDeb] = std::sqrt(std::max(eqw.deb_raw, 0.0));
   out[kSm] = sm.value;
   out[kSmSigma] = sm.sigma;
-  out[kNll] = nll / total;
-  out[kBrier] = brier / total;
-  out[kAuroc] = auroc_sorted(p.c.data(), p.a.data(), w, n);
-  if (deb_raw) *deb_raw = eqw.deb_raw;
-}
-
-// Classwise ECE over sorted positions with weights; costs N*K.
-double classwise_weighted(const Prepared& p, const std::vector<double>& probs, const std::vector<std::int64_t>& labels,
-                          const std::uint32_t* w) {
-  const std::size_t K = p.k, B = static_cast<std::size_t>(p.bins);
-  std::vector<double> cnt(K * B, 0.0), sc(K * B, 0.0), sa(K * B, 0.0), edges(B + 1);
-  for (std::size_t b = 0; b <= B; ++b) edges[b] = static_cast<double>(b) / static_cast<double>(p.bins);
-  double total = 0;
-  for (std::size_t j = 0; j < p.n; ++j) {
-    const double wj = wt(w, j);
-    if (wj == 0) continue;
-    total += wj;
-    const std::size_t i = p.order[j];
-    const double* row = &probs[i * K];
-    const std::size_t y = static_cast<std::size_t>(labels[i]);
-    for (std::size_t kk = 0; kk < K; ++kk) {
-      const std::size_t cell = kk * B + static_cast<std::size_t>(equal_width_bin(row[kk], p.bins, edges.data()));
-      cnt[cell] += wj;
-      sc[cell] += wj * row[kk];
-    }
-    sa[y * B + static_cast<std::size_t>(equal_width_bin(row[y], p.bins, edges.data()))] += wj;
+  out[kNll] = nll / dtotal;
+  out[kBrier] = brier / dtotal;
+  out[kAuroc] = (pos == 0 || neg == 0) ? kNaN : (sum_pos_rank - pos * (pos + 1.0) / 2.0) / (pos * neg);
+  if (tables) {
+    fill_table(wc, ws, wa, B, tables->width);
+    fill_table(mc, ms, ma, B, tables->mass);
+    tables->deb_raw = eqw.deb_raw;
   }
-  double sum = 0;
-  for (std::size_t c = 0; c < K * B; ++c)
-    if (cnt[c] > 0) sum += std::fabs(sa[c] - sc[c]);  // n_b |acc_b - conf_b| = |sum a - sum p|
-  return sum / total / static_cast<double>(K);
 }
 
 Interval percentile_interval(std::vector<double> v, double level) {
@@ -314,20 +498,12 @@ Interval percentile_interval(std::vector<double> v, double level) {
 
 TopLabel top_label(const std::vector<double>& probs, std::size_t n, std::size_t k,
                    const std::vector<std::int64_t>& labels) {
-  check_probs("top_label", probs, n, k, labels);
+  RowScan s;
+  scan_rows("top_label", probs, n, k, labels, s, nullptr, true);
   TopLabel t;
-  t.confidence.resize(n);
-  t.correct.resize(n);
-  t.prediction.resize(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const double* row = &probs[i * k];
-    std::size_t best = 0;
-    for (std::size_t kk = 1; kk < k; ++kk)
-      if (row[kk] > row[best]) best = kk;
-    t.confidence[i] = row[best];
-    t.prediction[i] = static_cast<int>(best);
-    t.correct[i] = static_cast<std::int64_t>(best) == labels[i] ? 1.0 : 0.0;
-  }
+  t.confidence = std::move(s.conf);
+  t.correct = std::move(s.correct);
+  t.prediction = std::move(s.prediction);
   return t;
 }
 
@@ -344,7 +520,7 @@ BinnedCalibration binned_calibration(const std::vector<double>& conf, const std:
     sc.push_back(row.mean_conf * static_cast<double>(row.n));
     sa.push_back(row.accuracy * static_cast<double>(row.n));
   }
-  const Binned b = summarise_bins(cnt, sc, sa, static_cast<double>(conf.size()));
+  const Binned b = summarise_bins(cnt.data(), sc.data(), sa.data(), cnt.size(), static_cast<double>(conf.size()));
   r.ece = b.ece;
   r.mce = b.mce;
   r.rmsce = b.rmsce;
@@ -361,15 +537,16 @@ double adaptive_calibration_error(const std::vector<double>& conf, const std::ve
 
 double classwise_calibration_error(const std::vector<double>& probs, std::size_t n, std::size_t k,
                                    const std::vector<std::int64_t>& labels, int bins) {
-  check_probs("classwise_calibration_error", probs, n, k, labels);
-  check_bins("classwise_calibration_error", bins);
-  Prepared p;
-  p.n = n;
-  p.k = k;
-  p.bins = bins;
-  p.order.resize(n);
-  std::iota(p.order.begin(), p.order.end(), 0);
-  return classwise_weighted(p, probs, labels, nullptr);
+  const char* fn = "classwise_calibration_error";
+  check_bins(fn, bins);
+  check_shape(fn, probs, n, k, labels);
+  ClasswiseCells cw(k, bins);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double* row = &probs[i * k];
+    if (!row_valid(row, k)) throw_bad_row(fn, row, i, k);
+    cw.add(row, static_cast<std::size_t>(labels[i]), 1.0);
+  }
+  return cw.finish();
 }
 
 DebiasedL2 debiased_l2_calibration_error(const std::vector<double>& conf, const std::vector<double>& target,
@@ -440,7 +617,7 @@ double auroc(const std::vector<double>& score, const std::vector<double>& target
     s[j] = score[order[j]];
     t[j] = target[order[j]];
   }
-  return auroc_sorted(s.data(), t.data(), nullptr, s.size());
+  return auroc_sorted(s.data(), t.data(), s.size());
 }
 
 double binary_log_loss(const std::vector<double>& q, const std::vector<double>& a) {
@@ -462,11 +639,20 @@ double binary_brier(const std::vector<double>& q, const std::vector<double>& a) 
 
 CalibrationReport calibration_report(const std::vector<double>& probs, std::size_t n, std::size_t k,
                                      const std::vector<std::int64_t>& labels, const ReportOptions& opt) {
-  check_bins("calibration_report", opt.bins);
-  if (opt.draws < 0) throw_input("calibration_report", "draws is " + std::to_string(opt.draws) + ", but must be >= 0");
+  const char* fn = "calibration_report";
+  check_bins(fn, opt.bins);
+  if (opt.bins > 65535) throw_input(fn, "bins is " + std::to_string(opt.bins) + ", but must be <= 65535");
+  if (opt.draws < 0) throw_input(fn, "draws is " + std::to_string(opt.draws) + ", but must be >= 0");
   if (!(opt.level > 0 && opt.level < 1))
-    throw_input("calibration_report", "level is " + std::to_string(opt.level) + ", but must be in (0, 1)");
-  const Prepared p = prepare(probs, n, k, labels, opt.bins);
+    throw_input(fn, "level is " + std::to_string(opt.level) + ", but must be in (0, 1)");
+  // The one scan of the [N, K] matrix; everything after it is O(N) or O(N log N) (one sort).
+  RowScan scan;
+  ClasswiseCells cells(k < 2 ? 2 : k, opt.bins);
+  scan_rows(fn, probs, n, k, labels, scan, &cells, false);
+  const double cw_point = cells.finish();
+  const Sorted p = sort_by_confidence(scan, opt.bins);
+  scan = RowScan{};
+
   CalibrationReport r;
   r.n = n;
   r.classes = k;
@@ -475,37 +661,15 @@ CalibrationReport calibration_report(const std::vector<double>& probs, std::size
   r.seed = opt.seed;
   r.level = opt.level;
   double point[kCount];
-  BinnedCalibration width;
-  double deb_raw = 0;
-  evaluate(p, nullptr, point, &width, &r.reliability_equal_mass, &deb_raw);
-  r.reliability = width.table;
-  r.debiased_clipped = deb_raw < 0;
-  const double cw_point = classwise_weighted(p, probs, labels, nullptr);
+  Tables tables;
+  evaluate(p, nullptr, point, &tables);
+  r.reliability = std::move(tables.width);
+  r.reliability_equal_mass = std::move(tables.mass);
+  r.debiased_clipped = tables.deb_raw < 0;
 
   std::vector<std::vector<double>> draws(kCount);
   std::vector<double> cw_draws;
-  std::vector<std::uint32_t> w(n);
-  auto to_counts = [&](const std::vector<std::size_t>& idx) {
-    std::fill(w.begin(), w.end(), 0u);
-    for (auto i : idx) ++w[i];
-  };
   if (opt.draws > 0) {
-    for (auto& d : draws) d.reserve(static_cast<std::size_t>(opt.draws));
-    bool first = true;  // percentile_bootstrap first evaluates the original sample
-    percentile_bootstrap(
-        n,
-        [&](const std::vector<std::size_t>& idx) {
-          if (first) {
-            first = false;
-            return point[kEce];
-          }
-          to_counts(idx);
-          double v[kCount];
-          evaluate(p, w.data(), v, nullptr, nullptr, nullptr);
-          for (int m = 0; m < kCount; ++m) draws[static_cast<std::size_t>(m)].push_back(v[m]);
-          return v[kEce];
-        },
-        opt.draws, opt.seed, opt.level);
     int cw = opt.classwise_draws;
     if (cw < 0) {
       const double budget = 2e9 / (static_cast<double>(n) * static_cast<double>(k));
@@ -513,21 +677,23 @@ CalibrationReport calibration_report(const std::vector<double>& probs, std::size
     }
     cw = std::min(cw, opt.draws);
     r.classwise_draws = cw;
-    if (cw > 0) {
-      first = true;
-      // Same seed, so classwise resample b is main resample b.
-      percentile_bootstrap(
-          n,
-          [&](const std::vector<std::size_t>& idx) {
-            if (first) {
-              first = false;
-              return cw_point;
-            }
-            to_counts(idx);
-            cw_draws.push_back(classwise_weighted(p, probs, labels, w.data()));
-            return cw_draws.back();
-          },
-          cw, opt.seed, opt.level);
+    for (auto& d : draws) d.reserve(static_cast<std::size_t>(opt.draws));
+    std::vector<std::uint32_t> w;       // multiplicities over sorted positions
+    std::vector<std::uint32_t> w_file;  // the same over file rows (classwise)
+    for (int b = 0; b < opt.draws; ++b) {
+      // Resample b = percentile_bootstrap's resample b over sorted positions (stats/bootstrap.hpp).
+      bootstrap_counts(n, opt.seed, static_cast<std::uint64_t>(b), w);
+      double v[kCount];
+      evaluate(p, w.data(), v, nullptr);
+      for (int m = 0; m < kCount; ++m) draws[static_cast<std::size_t>(m)].push_back(v[m]);
+      if (b < cw) {
+        w_file.assign(n, 0u);
+        for (std::size_t j = 0; j < n; ++j) w_file[p.order[j]] = w[j];
+        ClasswiseCells c(k, opt.bins);
+        for (std::size_t i = 0; i < n; ++i)
+          if (w_file[i]) c.add(&probs[i * k], static_cast<std::size_t>(labels[i]), static_cast<double>(w_file[i]));
+        cw_draws.push_back(c.finish());
+      }
     }
   }
   auto est = [&](int m) {

@@ -103,10 +103,14 @@ struct CalibrationReport {
   std::vector<BinRow> reliability_equal_mass;   ///< equal-mass table [B]
 };
 
-/// Every metric of method.md §4 with seeded percentile-bootstrap intervals over examples. Resample b
-/// draws example positions in confidence-sorted order with Rng(derive_seed(seed, b)) (stats/bootstrap),
-/// and all top-label metrics, NLL and Brier are computed on the same resample from precomputed
-/// per-example contributions in O(N) per resample. Throws InputError on invalid input or options.
+/// Every metric of method.md §4 with seeded percentile-bootstrap intervals over examples.
+/// Cost: one scan of the [N, K] matrix (validation, top label, NLL/Brier terms, classwise cells), one
+/// O(N) radix sort of the confidences, one O(N) pass for all top-label metrics. What the bootstrap
+/// resamples: whole examples (rows), with replacement. Resample b is percentile_bootstrap's resample b
+/// over confidence-sorted positions (stats/bootstrap_counts, Rng(derive_seed(seed, b))), held as
+/// multiplicities, so every top-label metric, NLL and Brier of resample b comes from one O(N) weighted
+/// pass with no re-sorting; classwise ECE uses the same multiplicities for b < classwise_draws and costs
+/// O(N K) each. Single-threaded. Throws InputError on invalid input or options.
 CalibrationReport calibration_report(const std::vector<double>& probs, std::size_t n, std::size_t k,
                                      const std::vector<std::int64_t>& labels, const ReportOptions& options = {});
 

@@ -17,6 +17,22 @@ double quantile_sorted(const std::vector<double>& sorted, double q) {
   return sorted[lo] + frac * (sorted[hi] - sorted[lo]);
 }
 
+void bootstrap_counts(std::size_t n, std::uint64_t seed, std::uint64_t b, std::vector<std::uint32_t>& counts) {
+  if (n == 0) throw_input("bootstrap_counts", "sample is empty (n = 0)");
+  counts.assign(n, 0u);
+  Rng rng(derive_seed(seed, b));
+  // Rng::below(n) inlined with its rejection limit hoisted: identical draws, one division fewer each.
+  const std::uint64_t m = n, limit = UINT64_MAX - UINT64_MAX % m;
+  auto& engine = rng.engine();
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint64_t x;
+    do {
+      x = engine();
+    } while (x >= limit);
+    ++counts[static_cast<std::size_t>(x % m)];
+  }
+}
+
 BootstrapResult percentile_bootstrap(std::size_t n,
                                      const std::function<double(const std::vector<std::size_t>&)>& statistic,
                                      int draws, std::uint64_t seed, double level) {

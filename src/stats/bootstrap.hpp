@@ -27,6 +27,12 @@ BootstrapResult percentile_bootstrap(std::size_t n,
                                      const std::function<double(const std::vector<std::size_t>&)>& statistic,
                                      int draws, std::uint64_t seed, double level = 0.95);
 
+/// Multiplicities of resample b (b >= 0) of percentile_bootstrap(n, ..., seed): counts[i] = how many
+/// of the n draws picked example i (sum = n). The same stream as percentile_bootstrap's resample b, so
+/// a statistic computed from counts (O(N), no index vector) sees exactly the same resample.
+/// counts is resized to n. Throws InputError when n == 0.
+void bootstrap_counts(std::size_t n, std::uint64_t seed, std::uint64_t b, std::vector<std::uint32_t>& counts);
+
 /// Percentile of sorted data by linear interpolation between order statistics (numpy's default).
 double quantile_sorted(const std::vector<double>& sorted, double q);
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "calib/metrics.hpp"
+#include "stats/bootstrap.hpp"
 #include "core/error.hpp"
 
 using namespace arcal;
@@ -202,4 +203,67 @@ TEST(Metrics, InvalidInputsThrow) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("labels[1] is 7, but must be in [0, 1]"), std::string::npos) << e.what();
   }
+}
+
+TEST(Metrics, ReportIntervalsEqualBruteForceBootstrapOverSortedPositions) {
+  // calibration_report resamples by multiplicities over confidence-sorted positions in one O(N) pass;
+  // recomputing ECE and NLL from scratch on percentile_bootstrap's index resamples (same seed, the
+  // same positions) must give the same interval. Tolerance 1e-12: only summation order differs.
+  const std::size_t n = 400, k = 3;
+  std::vector<double> probs(n * k);
+  std::vector<std::int64_t> y(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double u = std::fmod(static_cast<double>(i) * 0.6180339887498949, 1.0);
+    const double top = 0.4 + 0.6 * u;
+    probs[i * k + i % k] = top;
+    probs[i * k + (i + 1) % k] = (1 - top) * 0.7;
+    probs[i * k + (i + 2) % k] = (1 - top) * 0.3;
+    y[i] = std::fmod(static_cast<double>(i) * 0.7548776662466927, 1.0) < top ? static_cast<std::int64_t>(i % k)
+                                                                             : static_cast<std::int64_t>((i + 2) % k);
+  }
+  ReportOptions o;
+  o.draws = 60;
+  o.seed = 5;
+  const auto r = calibration_report(probs, n, k, y, o);
+  const auto tl = top_label(probs, n, k, y);
+  std::vector<std::size_t> order(n);
+  for (std::size_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return tl.confidence[a] < tl.confidence[b]; });
+  auto ece_of = [&](const std::vector<std::size_t>& idx) {
+    std::vector<double> c, a;
+    for (auto j : idx) {
+      c.push_back(tl.confidence[order[j]]);
+      a.push_back(tl.correct[order[j]]);
+    }
+    return expected_calibration_error(c, a);
+  };
+  auto nll_of = [&](const std::vector<std::size_t>& idx) {
+    std::vector<double> p;
+    std::vector<std::int64_t> yy;
+    for (auto j : idx) {
+      const std::size_t i = order[j];
+      p.insert(p.end(), probs.begin() + static_cast<long>(i * k), probs.begin() + static_cast<long>((i + 1) * k));
+      yy.push_back(y[i]);
+    }
+    return negative_log_likelihood(p, idx.size(), k, yy);
+  };
+  const auto e = percentile_bootstrap(n, ece_of, o.draws, o.seed, o.level);
+  const auto l = percentile_bootstrap(n, nll_of, o.draws, o.seed, o.level);
+  EXPECT_NEAR(r.ece.ci.low, e.ci.low, 1e-12);
+  EXPECT_NEAR(r.ece.ci.high, e.ci.high, 1e-12);
+  EXPECT_NEAR(r.nll.ci.low, l.ci.low, 1e-12);
+  EXPECT_NEAR(r.nll.ci.high, l.ci.high, 1e-12);
+}
+
+TEST(Metrics, ClasswiseWithOneBinCountsProbabilityOne) {
+  // One bin: classwise ECE = (1/K) sum_k |mean_i p_ik - freq(y = k)|, and p = 1 must land in that bin
+  // (it is not below the first interior edge, since there is none). Hand value: class 0 mean p = 2/3,
+  // freq 2/3 -> 0; class 1 mean p = 1/3, freq 1/3 -> 0; so 0; then relabel to get (|2/3-1/3| * 2)/2.
+  const std::vector<double> probs = {1.0, 0.0, 0.5, 0.5, 0.5, 0.5};
+  EXPECT_NEAR(classwise_calibration_error(probs, 3, 2, {0, 0, 1}, 1), 0.0, 1e-15);
+  EXPECT_NEAR(classwise_calibration_error(probs, 3, 2, {1, 1, 0}, 1), 1.0 / 3.0, 1e-15);
+  ReportOptions o;
+  o.bins = 1;
+  o.draws = 0;
+  EXPECT_NEAR(calibration_report(probs, 3, 2, {1, 1, 0}, o).classwise_ece.value, 1.0 / 3.0, 1e-15);
 }

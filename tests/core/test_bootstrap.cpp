@@ -42,3 +42,32 @@ TEST(Bootstrap, RejectsEmptySample) {
   EXPECT_THROW(percentile_bootstrap(0, [](const std::vector<std::size_t>&) { return 0.0; }, 10, 1),
                InputError);
 }
+
+TEST(Bootstrap, CountsAreTheSameResamplesAsIndices) {
+  // bootstrap_counts(n, seed, b) must be the multiplicities of percentile_bootstrap's resample b, so
+  // the O(N) weighted metrics in calib/metrics see exactly the resamples this function defines.
+  const std::size_t n = 257;
+  std::vector<std::vector<std::uint32_t>> from_indices;
+  bool first = true;
+  percentile_bootstrap(
+      n,
+      [&](const std::vector<std::size_t>& idx) {
+        if (first) {
+          first = false;  // the original sample
+          return 0.0;
+        }
+        std::vector<std::uint32_t> c(n, 0);
+        for (auto i : idx) ++c[i];
+        from_indices.push_back(c);
+        return 0.0;
+      },
+      5, 99);
+  ASSERT_EQ(from_indices.size(), 5u);
+  std::vector<std::uint32_t> counts;
+  for (std::uint64_t b = 0; b < 5; ++b) {
+    bootstrap_counts(n, 99, b, counts);
+    EXPECT_EQ(counts, from_indices[b]) << "resample " << b;
+    EXPECT_EQ(std::accumulate(counts.begin(), counts.end(), 0u), n);
+  }
+  EXPECT_THROW(bootstrap_counts(0, 1, 0, counts), InputError);
+}
