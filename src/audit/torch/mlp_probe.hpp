@@ -1,0 +1,44 @@
+// The MLP correctness probe of method.md §6.3: features -> P(correct), 2 hidden layers x 64 with
+// GELU, AdamW, early stopping on an inner 20 % split, 5 seeded restarts whose probabilities are
+// averaged. Capacity matching picks hidden widths whose parameter count is within 2 % of a target.
+// Inputs are plain row-major vectors; LibTorch is used only inside.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace arcal {
+
+struct MlpProbeOptions {
+  int hidden1 = 64, hidden2 = 64;
+  int restarts = 5;
+  double lr = 1e-3;
+  double weight_decay = 1e-4;
+  int max_epochs = 200;
+  int patience = 10;        ///< epochs without inner-validation improvement before stopping
+  double inner_val = 0.2;   ///< fraction of the training rows held out for early stopping
+  int batch_size = 256;
+  std::uint64_t seed = 0;
+};
+
+struct MlpProbeInfo {
+  std::int64_t parameters = 0;
+  double mean_epochs = 0;  ///< epochs to the best inner-validation loss, averaged over restarts
+};
+
+/// Number of parameters of an MLP with `inputs` -> h1 -> h2 -> 1.
+std::int64_t mlp_parameter_count(int inputs, int hidden1, int hidden2);
+
+/// Hidden widths (h, h) for `inputs` whose parameter count is closest to `target`; if no square
+/// choice is within 2 %, h2 is adjusted by one-unit steps. Returns {h1, h2}.
+std::pair<int, int> capacity_matched_widths(int inputs, std::int64_t target);
+
+/// Fits on (x_train [n, f], y_train [n] in {0,1}) and returns P(correct) for x_eval [m, f].
+/// Features are standardised with the training rows' mean and sd (constant columns are refused).
+/// Throws InputError on shape mismatch, n < 10, non-finite or constant features, or labels not in {0,1}.
+std::vector<double> fit_predict_mlp_probe(const std::vector<double>& x_train, std::size_t n, std::size_t f,
+                                          const std::vector<double>& y_train, const std::vector<double>& x_eval,
+                                          std::size_t m, const MlpProbeOptions& options, MlpProbeInfo* info = nullptr);
+
+}  // namespace arcal
