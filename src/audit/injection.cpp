@@ -29,6 +29,8 @@ double bernoulli_kl(double p, double q) {
 std::vector<double> injected_probability(const std::vector<double>& q, const std::vector<double>& t, double delta) {
   check_inputs("injected_probability", q, t);
   if (!std::isfinite(delta)) throw_input("injected_probability", "delta is not finite");
+  // δ = 0 returns q itself (not σ(logit q), which differs in the last bit): the exact null.
+  if (delta == 0.0) return q;
   std::vector<double> p(q.size());
   for (std::size_t i = 0; i < q.size(); ++i) p[i] = sigmoid(std::log(q[i] / (1.0 - q[i])) + delta * t[i]);
   return p;
