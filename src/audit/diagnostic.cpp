@@ -11,9 +11,8 @@
 
 namespace arcal {
 
-GapTestResult matched_confidence_gap_test(const std::vector<double>& confidence, const std::vector<double>& correct,
-                                          const std::vector<double>& statistic, const DiagnosticOptions& options,
-                                          std::uint64_t seed) {
+MatchedStrata matched_confidence_strata(const std::vector<double>& confidence, const std::vector<double>& correct,
+                                        const std::vector<double>& statistic, const DiagnosticOptions& options) {
   const char* fn = "matched_confidence_gap_test";
   const std::size_t n = confidence.size();
   check_same_size(fn, "confidence", n, "correct", correct.size());
@@ -37,10 +36,9 @@ GapTestResult matched_confidence_gap_test(const std::vector<double>& confidence,
   std::vector<std::vector<std::size_t>> members(options.bins);
   for (std::size_t i = 0; i < n; ++i) members[static_cast<std::size_t>(bin[i])].push_back(i);
 
-  GapTestResult r;
-  r.n = n;
-  std::vector<ContrastStratum> strata;
-  std::vector<BinGap> gaps;
+  MatchedStrata r;
+  std::vector<ContrastStratum>& strata = r.strata;
+  std::vector<BinGap>& gaps = r.bins;
   for (std::size_t b = 0; b < options.bins; ++b) {
     const auto& idx = members[b];
     if (idx.empty()) continue;
@@ -98,12 +96,23 @@ GapTestResult matched_confidence_gap_test(const std::vector<double>& confidence,
     strata[k].weight = static_cast<double>(gaps[k].n) / static_cast<double>(r.n_used);
     gaps[k].weight = strata[k].weight;
   }
-  const auto test = within_stratum_permutation_test(strata, options.permutations, seed);
+  return r;
+}
+
+GapTestResult matched_confidence_gap_test(const std::vector<double>& confidence, const std::vector<double>& correct,
+                                          const std::vector<double>& statistic, const DiagnosticOptions& options,
+                                          std::uint64_t seed) {
+  auto m = matched_confidence_strata(confidence, correct, statistic, options);
+  GapTestResult r;
+  r.n = confidence.size();
+  r.n_used = m.n_used;
+  r.bins_dropped = m.bins_dropped;
+  const auto test = within_stratum_permutation_test(m.strata, options.permutations, seed);
   r.gap = test.statistic;
   r.p = test.p;
   r.permutations = test.permutations;
   r.exceed = test.exceed;
-  r.bins = std::move(gaps);
+  r.bins = std::move(m.bins);
   return r;
 }
 

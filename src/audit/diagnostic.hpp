@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "stats/permutation.hpp"
+
 namespace arcal {
 
 enum class BinScheme { equal_width, equal_mass };
@@ -40,6 +42,19 @@ struct GapTestResult {
   std::vector<BinGap> bins;  ///< kept bins only
   std::size_t bins_dropped = 0;
 };
+
+/// The strata of one matched-confidence test (kept bins only), before any permutation: each
+/// stratum's values are the residuals a - c ordered top tertile, bottom tertile, middle.
+struct MatchedStrata {
+  std::vector<ContrastStratum> strata;
+  std::vector<BinGap> bins;  ///< parallel to strata
+  std::size_t n_used = 0;
+  std::size_t bins_dropped = 0;
+};
+
+/// Bins, tertiles and residual strata as in matched_confidence_gap_test (same rules, same throws).
+MatchedStrata matched_confidence_strata(const std::vector<double>& confidence, const std::vector<double>& correct,
+                                        const std::vector<double>& statistic, const DiagnosticOptions& options);
 
 /// One matched-confidence gap test. confidence [n] in [0,1], correct [n] in {0,1}, statistic [n]
 /// finite. Within each bin, tertiles of the statistic follow equal_mass_group_index (a tied run of
