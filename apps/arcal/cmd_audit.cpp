@@ -4,7 +4,6 @@
 // DIR/results.json (schema "arcal.audit/1") and CSV tables atomically.
 #include <cmath>
 #include <cstdio>
-#include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -45,7 +44,8 @@ std::string cell_of(const arcal::Trace& t, const std::string& path) {
   if (meta.is_discarded() || !meta.is_object() || !meta.contains("model")) return path;
   std::string cell;
   for (const char* key : {"model", "residual", "block_size", "dataset", "split"})
-    if (meta.contains(key)) cell += (cell.empty() ? "" : "/") + meta[key].dump();
+    if (meta.contains(key))
+      cell += (cell.empty() ? "" : "/") + (meta[key].is_string() ? meta[key].get<std::string>() : meta[key].dump());
   return cell;
 }
 
