@@ -18,8 +18,8 @@ struct SimulationOptions {
   double effect_nats = 0.0;
   std::uint64_t seed = 0;
   std::size_t points = 6;      ///< routing points; point p has p + 2 sources
-  double margin_mean = 2.5;    ///< logit margin of the predicted class ~ |N(mean, sd)|
-  double margin_sd = 1.5;
+  double margin_mean = 4.0;    ///< logit margin of the predicted class ~ |N(mean, sd)|
+  double margin_sd = 2.0;
   double logit_noise = 1.0;    ///< sd of the other logits
   double reference_slope = 1.0;  ///< q(c) = σ(slope · logit c): 1 is a calibrated model, < 1 overconfident
 };
