@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   std::printf("arcal  : %zu tests x R = %d x N = %zu in %.3f s (one core)\n", tests, R, n, cpp_s);
 
   const std::string out_path = (dir / "numpy.json").string();
-  const std::string cmd = std::string("taskset -c 0 env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ") + ARCAL_BENCH_PYTHON +
+  const std::string cmd = std::string("env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ") + ARCAL_BENCH_PYTHON +
                           " " + ARCAL_BENCH_REFERENCE + " " + strata_path + " " + std::to_string(R) + " 7 > " + out_path;
   if (std::system(cmd.c_str()) != 0) {
     std::fprintf(stderr, "bench_permutation: the NumPy reference failed: %s\n", cmd.c_str());
