@@ -74,23 +74,26 @@ std::vector<double> within_stratum_permutation_null(const std::vector<ContrastSt
     const std::uint32_t n32 = static_cast<std::uint32_t>(n);
     for (int r = 0; r < permutations; ++r) {
       // Partial Fisher-Yates: positions [0, k2) become a uniformly random ordered draw without
-      // replacement whatever the current arrangement, so the array is never reset.
+      // replacement whatever the current arrangement, so the array is never reset. Positions are
+      // filled two at a time from one 64-bit output.
       double s1 = 0.0, s2 = 0.0;
       std::size_t i = 0;
-      for (; i < k1; ++i) {
-        const std::size_t j = i + rng.below(n32 - static_cast<std::uint32_t>(i));
+      auto step = [&](std::size_t pos, std::uint32_t offset) {
+        const std::size_t j = pos + offset;
         const double v = a[j];
-        a[j] = a[i];
-        a[i] = v;
-        s1 += v;
+        a[j] = a[pos];
+        a[pos] = v;
+        return v;
+      };
+      std::uint32_t o1, o2;
+      for (; i + 2 <= k2; i += 2) {
+        rng.below_pair(n32 - static_cast<std::uint32_t>(i), n32 - static_cast<std::uint32_t>(i + 1), o1, o2);
+        const double v1 = step(i, o1);
+        (i < k1 ? s1 : s2) += v1;
+        const double v2 = step(i + 1, o2);
+        (i + 1 < k1 ? s1 : s2) += v2;
       }
-      for (; i < k2; ++i) {
-        const std::size_t j = i + rng.below(n32 - static_cast<std::uint32_t>(i));
-        const double v = a[j];
-        a[j] = a[i];
-        a[i] = v;
-        s2 += v;
-      }
+      if (i < k2) (i < k1 ? s1 : s2) += step(i, rng.below(n32 - static_cast<std::uint32_t>(i)));
       null[static_cast<std::size_t>(r)] += c1 * s1 + c2 * s2 + c3 * (total - s1 - s2);
     }
   }

@@ -35,7 +35,7 @@ double stratum_contrast(const ContrastStratum& stratum);
 double weighted_contrast(const std::vector<ContrastStratum>& strata);
 
 /// Null distribution [permutations] of weighted_contrast with group labels shuffled independently
-/// within every stratum. Uses FastRng(seed) (xoshiro256**); strata are processed in order and each
+/// within every stratum. Uses FastRng(seed) (wyrand); strata are processed in order and each
 /// consumes its draws for all permutations before the next, so results depend only on the seed.
 /// Throws InputError when permutations < 1 or a stratum is malformed.
 std::vector<double> within_stratum_permutation_null(const std::vector<ContrastStratum>& strata,

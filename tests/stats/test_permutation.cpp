@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "core/rng.hpp"
+#include "stats/fast_rng.hpp"
 #include "stats/permutation.hpp"
 
 using namespace arcal;
@@ -77,4 +78,34 @@ TEST(Permutation, RejectsMalformedStrata) {
   EXPECT_THROW(within_stratum_permutation_null({ContrastStratum{{1, NAN}, 1, 1, 1}}, 10, 1), InputError);
   EXPECT_THROW(within_stratum_permutation_null({ContrastStratum{{1, 2}, 1, 1, 1}}, 0, 1), InputError);
   EXPECT_THROW(permutation_p_value(1.0, {}), InputError);
+}
+
+TEST(FastRng, BoundedDrawsAreUniformAndSeeded) {
+  // Chi-square of 70,000 draws over 7 cells (6 df): the 99.9 % point is 22.46.
+  FastRng rng(42);
+  std::vector<double> count(7, 0.0), pair_count(7, 0.0);
+  for (int i = 0; i < 70000; ++i) {
+    const auto v = rng.below(7);
+    ASSERT_LT(v, 7u);
+    count[v] += 1;
+    std::uint32_t a, b;
+    rng.below_pair(7, 3, a, b);
+    ASSERT_LT(a, 7u);
+    ASSERT_LT(b, 3u);
+    pair_count[a] += 1;
+  }
+  double chi = 0, chi_pair = 0;
+  for (int k = 0; k < 7; ++k) {
+    chi += (count[k] - 10000) * (count[k] - 10000) / 10000;
+    chi_pair += (pair_count[k] - 10000) * (pair_count[k] - 10000) / 10000;
+  }
+  EXPECT_LT(chi, 22.46);
+  EXPECT_LT(chi_pair, 22.46);
+  FastRng a(5), b(5), c(6);
+  EXPECT_EQ(a.next_u64(), b.next_u64());
+  EXPECT_NE(a.next_u64(), c.next_u64());
+  // uniform() in [0, 1) with mean 1/2 (sd of the mean of 10^5 draws = 0.0009).
+  double m = 0;
+  for (int i = 0; i < 100000; ++i) m += rng.uniform();
+  EXPECT_NEAR(m / 100000, 0.5, 0.004);
 }
