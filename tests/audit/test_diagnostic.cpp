@@ -47,7 +47,7 @@ TEST(Diagnostic, GapByHandInOneBin) {
   EXPECT_DOUBLE_EQ(r.gap, 1.0);
   EXPECT_DOUBLE_EQ(r.bins[0].acc_top, 1.0);
   EXPECT_DOUBLE_EQ(r.bins[0].conf_bottom, 0.5);
-  // Only the arrangements with all 10 top correct ... are as extreme; p is at its floor region.
+  // A perfect split of 15 correct among 30 is extremely rare under random tertile labels.
   EXPECT_LT(r.p, 0.01);
   // Reversing the statistic flips the sign of G.
   for (auto& v : s) v = -v;
