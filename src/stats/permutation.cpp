@@ -54,7 +54,7 @@ std::vector<double> within_stratum_permutation_null(const std::vector<ContrastSt
   for (std::size_t b = 0; b < strata.size(); ++b) check_stratum(fn, strata[b], b);
   std::vector<double> null(static_cast<std::size_t>(permutations), 0.0);
   FastRng rng(seed);
-  std::vector<double> work;
+  std::vector<double> lane_a, lane_b;
   for (const auto& s : strata) {
     const std::size_t n = s.values.size();
     // Group sizes and their coefficients in the contrast: +w/n_top, -w/n_bottom, 0 for the middle.
@@ -69,32 +69,46 @@ std::vector<double> within_stratum_permutation_null(const std::vector<ContrastSt
     const double c1 = coef[order[0]], c2 = coef[order[1]], c3 = coef[order[2]];
     double total = 0.0;
     for (double v : s.values) total += v;
-    work = s.values;
-    double* a = work.data();
+    // Two permutations run side by side on two copies of the stratum (independent swap chains
+    // overlap in the pipeline, ~1.4x faster than one); each 64-bit output serves both lanes.
+    // Partial Fisher-Yates: positions [0, k2) become a uniformly random ordered draw without
+    // replacement whatever the current arrangement, so the arrays are never reset.
+    lane_a = s.values;
+    lane_b = s.values;
+    double* a = lane_a.data();
+    double* b = lane_b.data();
     const std::uint32_t n32 = static_cast<std::uint32_t>(n);
-    for (int r = 0; r < permutations; ++r) {
-      // Partial Fisher-Yates: positions [0, k2) become a uniformly random ordered draw without
-      // replacement whatever the current arrangement, so the array is never reset. Positions are
-      // filled two at a time from one 64-bit output.
-      double s1 = 0.0, s2 = 0.0;
+    auto swap_in = [](double* x, std::size_t pos, std::size_t j) {
+      const double v = x[j];
+      x[j] = x[pos];
+      x[pos] = v;
+      return v;
+    };
+    int r = 0;
+    for (; r + 2 <= permutations; r += 2) {
+      double a1 = 0.0, a2 = 0.0, b1 = 0.0, b2 = 0.0;
+      std::uint32_t ja, jb;
       std::size_t i = 0;
-      auto step = [&](std::size_t pos, std::uint32_t offset) {
-        const std::size_t j = pos + offset;
-        const double v = a[j];
-        a[j] = a[pos];
-        a[pos] = v;
-        return v;
-      };
-      std::uint32_t o1, o2;
-      for (; i + 2 <= k2; i += 2) {
-        rng.below_pair(n32 - static_cast<std::uint32_t>(i), n32 - static_cast<std::uint32_t>(i + 1), o1, o2);
-        const double v1 = step(i, o1);
-        (i < k1 ? s1 : s2) += v1;
-        const double v2 = step(i + 1, o2);
-        (i + 1 < k1 ? s1 : s2) += v2;
+      for (; i < k1; ++i) {
+        const std::uint32_t range = n32 - static_cast<std::uint32_t>(i);
+        rng.below_pair(range, range, ja, jb);
+        a1 += swap_in(a, i, i + ja);
+        b1 += swap_in(b, i, i + jb);
       }
-      if (i < k2) (i < k1 ? s1 : s2) += step(i, rng.below(n32 - static_cast<std::uint32_t>(i)));
-      null[static_cast<std::size_t>(r)] += c1 * s1 + c2 * s2 + c3 * (total - s1 - s2);
+      for (; i < k2; ++i) {
+        const std::uint32_t range = n32 - static_cast<std::uint32_t>(i);
+        rng.below_pair(range, range, ja, jb);
+        a2 += swap_in(a, i, i + ja);
+        b2 += swap_in(b, i, i + jb);
+      }
+      null[static_cast<std::size_t>(r)] += c1 * a1 + c2 * a2 + c3 * (total - a1 - a2);
+      null[static_cast<std::size_t>(r) + 1] += c1 * b1 + c2 * b2 + c3 * (total - b1 - b2);
+    }
+    if (r < permutations) {  // odd R: the last permutation on lane a alone
+      double a1 = 0.0, a2 = 0.0;
+      for (std::size_t i = 0; i < k2; ++i)
+        (i < k1 ? a1 : a2) += swap_in(a, i, i + rng.below(n32 - static_cast<std::uint32_t>(i)));
+      null[static_cast<std::size_t>(r)] += c1 * a1 + c2 * a2 + c3 * (total - a1 - a2);
     }
   }
   return null;
