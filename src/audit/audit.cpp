@@ -25,6 +25,8 @@ void validate_audit_inputs(const std::vector<AuditRunInput>& runs, const AuditOp
     if (n < options.diagnostic.bins)
       throw_input(fn, where + "has " + std::to_string(n) + " examples, fewer than the " +
                           std::to_string(options.diagnostic.bins) + " confidence bins");
+    if (options.run_condcal && n < 4 * static_cast<std::size_t>(std::max(options.condcal.cv_folds, 2)))
+      throw_input(fn, where + "has " + std::to_string(n) + " examples; AR-CondCal needs >= 2 * cv_folds per half");
     for (std::size_t i = 0; i < n; ++i)
       if (run.labels[i] < 0 || run.labels[i] >= static_cast<std::int64_t>(run.classes))
         throw_input(fn, where + "labels[" + std::to_string(i) + "] is " + std::to_string(run.labels[i]) +
