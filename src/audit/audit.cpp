@@ -1,0 +1,197 @@
+#include "audit/audit.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+
+#include "core/atomic_file.hpp"
+#include "core/check.hpp"
+#include "core/rng.hpp"
+
+namespace arcal {
+
+void validate_audit_inputs(const std::vector<AuditRunInput>& runs, const AuditOptions& options) {
+  const char* fn = "validate_audit_inputs";
+  if (runs.empty()) throw_input(fn, "no runs given; the audit needs at least one trace");
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    const auto& run = runs[r];
+    const std::string where = "run[" + std::to_string(r) + "] '" + run.run + "': ";
+    if (run.classes != runs[0].classes)
+      throw_input(fn, where + "has " + std::to_string(run.classes) + " classes but run[0] '" + runs[0].run + "' has " +
+                          std::to_string(runs[0].classes) + "; every run must have the same class count");
+    const std::size_t n = run.confidence.size();
+    if (run.correct.size() != n || run.predictive_entropy.size() != n || run.labels.size() != n)
+      throw_input(fn, where + "confidence, correct, predictive_entropy and labels must all have " + std::to_string(n) + " elements");
+    if (n < options.diagnostic.bins)
+      throw_input(fn, where + "has " + std::to_string(n) + " examples, fewer than the " +
+                          std::to_string(options.diagnostic.bins) + " confidence bins");
+    if (options.run_condcal && n < 4 * static_cast<std::size_t>(std::max(options.condcal.cv_folds, 2)))
+      throw_input(fn, where + "has " + std::to_string(n) + " examples; AR-CondCal needs >= 2 * cv_folds per half");
+    for (std::size_t i = 0; i < n; ++i)
+      if (run.labels[i] < 0 || run.labels[i] >= static_cast<std::int64_t>(run.classes))
+        throw_input(fn, where + "labels[" + std::to_string(i) + "] is " + std::to_string(run.labels[i]) +
+                            ", but must be in [0, " + std::to_string(run.classes) + ")");
+    if (run.statistics.empty())
+      throw_input(fn, where + "declares no statistic, so the test family would be empty");
+    if (run.statistic_names.size() != run.statistics.size())
+      throw_input(fn, where + "statistic_names and statistics differ in length");
+    for (std::size_t s = 0; s < run.statistics.size(); ++s) {
+      const auto& v = run.statistics[s];
+      if (v.size() != n)
+        throw_input(fn, where + "statistic '" + run.statistic_names[s] + "' has " + std::to_string(v.size()) +
+                            " values, but must have " + std::to_string(n));
+      for (std::size_t i = 0; i < n; ++i) check_finite(fn, ("statistic '" + run.statistic_names[s] + "'").c_str(), i, v[i]);
+      if (std::all_of(v.begin(), v.end(), [&](double x) { return x == v[0]; }))
+        throw_input(fn, where + "statistic '" + run.statistic_names[s] + "' is constant; it carries no routing information to test");
+    }
+  }
+}
+
+AuditResults run_audit(const std::vector<AuditRunInput>& runs, const AuditOptions& options) {
+  validate_audit_inputs(runs, options);
+  AuditResults out;
+  out.options = options;
+  std::vector<DiagnosticTestSpec> family;
+  for (const auto& run : runs)
+    for (std::size_t s = 0; s < run.statistics.size(); ++s)
+      family.push_back({run.run, run.cell, run.statistic_names[s], run.confidence, run.correct, run.statistics[s]});
+  out.diagnostic = run_diagnostic_family(family, options.diagnostic);
+  if (!options.run_condcal) return out;
+  std::vector<std::string> cells;
+  std::vector<std::vector<CondCalResult>> by_cell;
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    const auto& run = runs[r];
+    for (std::size_t s = 0; s < run.statistics.size(); ++s) {
+      CondCalOptions o = options.condcal;
+      o.seed = derive_seed(options.condcal.seed, r);  // same splits for every statistic of a run
+      AuditCondCalEntry e{run.run, run.cell, run.statistic_names[s],
+                          ar_condcal(run.confidence, run.correct, run.statistics[s], run.predictive_entropy, run.labels, o)};
+      if (s == 0) {
+        auto it = std::find(cells.begin(), cells.end(), run.cell);
+        if (it == cells.end()) {
+          cells.push_back(run.cell);
+          by_cell.emplace_back();
+          it = cells.end() - 1;
+        }
+        by_cell[static_cast<std::size_t>(it - cells.begin())].push_back(e.result);
+      }
+      out.condcal.push_back(std::move(e));
+    }
+  }
+  for (std::size_t c = 0; c < cells.size(); ++c)
+    out.seed_bands.push_back({cells[c], seed_variance_band(by_cell[c], false), seed_variance_band(by_cell[c], true)});
+  return out;
+}
+
+namespace {
+nlohmann::json scores_json(const CalibrationScores& s) {
+  return {{"ece", s.ece}, {"worst_tertile_ece", s.worst_tertile_ece}, {"nll", s.nll}, {"brier", s.brier}};
+}
+nlohmann::json band_json(const CondCalBand& b) {
+  auto one = [](const SeedBand& s) { return nlohmann::json{{"mean", s.mean}, {"sd", s.sd}, {"runs", s.runs}}; };
+  return {{"ece", one(b.ece)}, {"worst_tertile_ece", one(b.worst_tertile_ece)}, {"nll", one(b.nll)}, {"brier", one(b.brier)}};
+}
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+}  // namespace
+
+nlohmann::json audit_results_json(const AuditResults& res) {
+  using nlohmann::json;
+  const auto& d = res.diagnostic;
+  json tests = json::array();
+  for (const auto& t : d.tests) {
+    json bins = json::array();
+    for (const auto& b : t.result.bins)
+      bins.push_back({{"bin", b.bin}, {"n", b.n}, {"n_top", b.n_top}, {"n_bottom", b.n_bottom}, {"acc_top", b.acc_top},
+                      {"conf_top", b.conf_top}, {"acc_bottom", b.acc_bottom}, {"conf_bottom", b.conf_bottom},
+                      {"gap", b.gap}, {"weight", b.weight}});
+    tests.push_back({{"run", t.run}, {"cell", t.cell}, {"statistic", t.statistic}, {"gap", t.result.gap},
+                     {"p", t.result.p}, {"p_holm", t.p_holm}, {"p_bh", t.p_bh}, {"n", t.result.n},
+                     {"n_used", t.result.n_used}, {"bins_used", t.result.bins.size()},
+                     {"bins_dropped", t.result.bins_dropped}, {"exceed", t.result.exceed},
+                     {"permutations", t.result.permutations}, {"seed", t.seed}, {"bins", bins}});
+  }
+  json stability = json::array();
+  for (const auto& v : d.verdicts)
+    stability.push_back({{"cell", v.cell}, {"statistic", v.statistic}, {"seeds", v.seeds}, {"rejections", v.rejections},
+                         {"rejections_positive", v.rejections_positive},
+                         {"rejections_negative", v.rejections_negative}, {"stable", v.stable}});
+  const auto& o = d.options;
+  json out = {{"schema", kAuditSchema},
+              {"diagnostic",
+               {{"family_size", d.family_size},
+                {"alpha", o.alpha},
+                {"bins", o.bins},
+                {"binning", o.scheme == BinScheme::equal_width ? "equal_width" : "equal_mass"},
+                {"min_bin_count", o.min_bin_count},
+                {"permutations", o.permutations},
+                {"seed", o.seed},
+                {"tie_rule", "tertiles by sorted statistic; a tied run joins the lower tertile"},
+                {"stability_rule", "stable when >= 2/3 of a cell's seeds reject (raw p <= alpha) with the same sign of G"},
+                {"tests", tests},
+                {"stability", stability}}}};
+  if (!res.options.run_condcal) return out;
+  json runs = json::array();
+  for (const auto& e : res.condcal) {
+    json cv = json::object(), oracle = json::object();
+    for (const auto& a : e.result.arms) {
+      cv[a.name] = scores_json(a.cv_nll);
+      cv[a.name]["multiple"] = {a.multiple_cv[0], a.multiple_cv[1]};
+      oracle[a.name] = scores_json(a.oracle_ece);
+      oracle[a.name]["multiple"] = {a.multiple_oracle[0], a.multiple_oracle[1]};
+    }
+    runs.push_back({{"run", e.run}, {"cell", e.cell}, {"statistic", e.statistic}, {"n", e.result.n},
+                    {"uncalibrated", scores_json(e.result.uncalibrated)},
+                    {"rules", {{"cv_nll", cv}, {"oracle_ece", oracle}}}});
+  }
+  json bands = json::array();
+  for (const auto& b : res.seed_bands)
+    bands.push_back({{"cell", b.cell}, {"control", "confidence_only"}, {"cv_nll", band_json(b.cv_nll)},
+                     {"oracle_ece", band_json(b.oracle_ece)}});
+  const auto& c = res.options.condcal;
+  out["condcal"] = {{"multiples", c.multiples}, {"cv_folds", c.cv_folds}, {"ece_bins", c.ece_bins},
+                    {"pseudo_count", c.pseudo_count}, {"clip", c.clip}, {"seed", c.seed},
+                    {"runs", runs}, {"seed_band", bands}};
+  return out;
+}
+
+void write_audit_results(const AuditResults& res, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw_input("write_audit_results", "cannot create directory '" + dir + "': " + ec.message());
+  std::ostringstream diag;
+  diag.precision(10);
+  diag << "run,cell,statistic,n,n_used,bins_used,gap,p,p_holm,p_bh\n";
+  for (const auto& t : res.diagnostic.tests)
+    diag << csv_field(t.run) << ',' << csv_field(t.cell) << ',' << csv_field(t.statistic) << ',' << t.result.n << ','
+         << t.result.n_used << ',' << t.result.bins.size() << ',' << t.result.gap << ',' << t.result.p << ',' << t.p_holm
+         << ',' << t.p_bh << '\n';
+  write_file_atomic(dir + "/diagnostic.csv", diag.str());
+  if (res.options.run_condcal) {
+    std::ostringstream cc;
+    cc.precision(10);
+    cc << "run,cell,statistic,rule,arm,ece,worst_tertile_ece,nll,brier,multiple_fold0,multiple_fold1\n";
+    for (const auto& e : res.condcal) {
+      const std::string head = csv_field(e.run) + ',' + csv_field(e.cell) + ',' + csv_field(e.statistic) + ',';
+      const auto& u = e.result.uncalibrated;
+      for (const char* rule : {"cv_nll", "oracle_ece"})
+        cc << head << rule << ",uncalibrated," << u.ece << ',' << u.worst_tertile_ece << ',' << u.nll << ',' << u.brier << ",,\n";
+      for (const auto& a : e.result.arms) {
+        const auto& s = a.cv_nll;
+        cc << head << "cv_nll," << a.name << ',' << s.ece << ',' << s.worst_tertile_ece << ',' << s.nll << ',' << s.brier
+           << ',' << a.multiple_cv[0] << ',' << a.multiple_cv[1] << '\n';
+        const auto& q = a.oracle_ece;
+        cc << head << "oracle_ece," << a.name << ',' << q.ece << ',' << q.worst_tertile_ece << ',' << q.nll << ','
+           << q.brier << ',' << a.multiple_oracle[0] << ',' << a.multiple_oracle[1] << '\n';
+      }
+    }
+    write_file_atomic(dir + "/condcal.csv", cc.str());
+  }
+  write_file_atomic(dir + "/results.json", audit_results_json(res).dump(2) + "\n");
+}
+
+}  // namespace arcal

@@ -1,0 +1,69 @@
+// The audit over many runs' traces: validates the inputs as a whole, runs the declared diagnostic
+// family (every run x statistic) and AR-CondCal per run and statistic, and writes DIR/results.json
+// (schema "arcal.audit/1", docs/interface.md) plus CSV tables, atomically. Input arrays are plain
+// vectors so the engine is independent of how traces were loaded.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "audit/condcal.hpp"
+#include "audit/diagnostic.hpp"
+
+namespace arcal {
+
+inline constexpr const char* kAuditSchema = "arcal.audit/1";
+
+/// One run's audit input; every vector is [n].
+struct AuditRunInput {
+  std::string run;   ///< run id (file path or meta run id)
+  std::string cell;  ///< runs of one cell differ only by seed (cross-seed stability)
+  std::size_t classes = 0;
+  std::vector<double> confidence, correct, predictive_entropy;
+  std::vector<std::int64_t> labels;
+  std::vector<std::string> statistic_names;     ///< [F]
+  std::vector<std::vector<double>> statistics;  ///< [F][n]
+};
+
+struct AuditOptions {
+  DiagnosticOptions diagnostic;
+  CondCalOptions condcal;
+  bool run_condcal = true;
+};
+
+struct AuditCondCalEntry {
+  std::string run, cell, statistic;
+  CondCalResult result;
+};
+
+struct AuditCellBand {
+  std::string cell;
+  CondCalBand cv_nll, oracle_ece;  ///< confidence-only control, mean ± sd over the cell's runs
+};
+
+struct AuditResults {
+  DiagnosticFamily diagnostic;
+  std::vector<AuditCondCalEntry> condcal;
+  std::vector<AuditCellBand> seed_bands;
+  AuditOptions options;
+};
+
+/// Checks the whole input before any computation: at least one run, the same class count in every
+/// run, at least one statistic per run (an empty family is an error), matching sizes, n >= bins,
+/// labels in [0, classes), no constant statistic. Throws InputError naming the run and the array.
+void validate_audit_inputs(const std::vector<AuditRunInput>& runs, const AuditOptions& options);
+
+/// validate_audit_inputs, then the diagnostic family and (if enabled) AR-CondCal and seed bands.
+AuditResults run_audit(const std::vector<AuditRunInput>& runs, const AuditOptions& options);
+
+nlohmann::json audit_results_json(const AuditResults& results);
+
+/// Writes DIR/diagnostic.csv, DIR/condcal.csv and finally DIR/results.json, each atomically
+/// (creating DIR). Throws InputError when DIR cannot be created or written.
+void write_audit_results(const AuditResults& results, const std::string& dir);
+
+}  // namespace arcal

@@ -1,0 +1,107 @@
+// Matched-confidence diagnostic (method.md §6.1): within confidence bins, compare the calibration
+// residual (accuracy - confidence) of the top and bottom tertiles of a routing statistic, weight the
+// per-bin gaps into G, and test G against a within-bin permutation null; run a declared family of
+// (run x statistic) tests with raw, Holm and BH p-values and a cross-seed stability verdict per cell.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stats/permutation.hpp"
+
+namespace arcal {
+
+enum class BinScheme { equal_width, equal_mass };
+
+struct DiagnosticOptions {
+  std::size_t bins = 15;
+  BinScheme scheme = BinScheme::equal_width;  ///< sensitivity analysis: 10 equal-mass bins
+  std::size_t min_bin_count = 30;             ///< bins with fewer examples are dropped
+  int permutations = 10000;
+  std::uint64_t seed = 0;
+  double alpha = 0.05;
+};
+
+struct BinGap {
+  std::size_t bin = 0;
+  std::size_t n = 0, n_top = 0, n_bottom = 0;
+  double acc_top = 0, conf_top = 0, acc_bottom = 0, conf_bottom = 0;
+  double gap = 0;     ///< (acc - conf)_top - (acc - conf)_bottom
+  double weight = 0;  ///< n / (examples in kept bins)
+};
+
+struct GapTestResult {
+  double gap = 0.0;  ///< weighted gap G
+  double p = 1.0;    ///< (1 + #{|G*| >= |G|}) / (R + 1)
+  int permutations = 0;
+  int exceed = 0;
+  std::size_t n = 0;       ///< examples given
+  std::size_t n_used = 0;  ///< examples in kept bins
+  std::vector<BinGap> bins;  ///< kept bins only
+  std::size_t bins_dropped = 0;
+};
+
+/// The strata of one matched-confidence test (kept bins only), before any permutation: each
+/// stratum's values are the residuals a - c ordered top tertile, bottom tertile, middle.
+struct MatchedStrata {
+  std::vector<ContrastStratum> strata;
+  std::vector<BinGap> bins;  ///< parallel to strata
+  std::size_t n_used = 0;
+  std::size_t bins_dropped = 0;
+};
+
+/// Bins, tertiles and residual strata as in matched_confidence_gap_test (same rules, same throws).
+MatchedStrata matched_confidence_strata(const std::vector<double>& confidence, const std::vector<double>& correct,
+                                        const std::vector<double>& statistic, const DiagnosticOptions& options);
+
+/// One matched-confidence gap test. confidence [n] in [0,1], correct [n] in {0,1}, statistic [n]
+/// finite. Within each bin, tertiles of the statistic follow equal_mass_group_index (a tied run of
+/// statistic values never straddles a tertile boundary; it joins the lower tertile), so tertile sizes
+/// depend only on the bin's multiset of values and are invariant under the permutation. A bin is kept
+/// when it has >= min_bin_count examples and non-empty top and bottom tertiles.
+/// Throws InputError on mismatched sizes, values out of range, n < bins, a constant statistic, or
+/// when no bin is kept.
+GapTestResult matched_confidence_gap_test(const std::vector<double>& confidence, const std::vector<double>& correct,
+                                          const std::vector<double>& statistic, const DiagnosticOptions& options,
+                                          std::uint64_t seed);
+
+/// One declared test: a run, the cell it belongs to (runs of one cell differ only by seed) and a
+/// statistic name, with its arrays ([n] each).
+struct DiagnosticTestSpec {
+  std::string run;
+  std::string cell;
+  std::string statistic;
+  std::vector<double> confidence;
+  std::vector<double> correct;
+  std::vector<double> values;
+};
+
+struct DiagnosticTest {
+  std::string run, cell, statistic;
+  GapTestResult result;
+  double p_holm = 1.0, p_bh = 1.0;
+  std::uint64_t seed = 0;  ///< permutation seed of this test: derive_seed(options.seed, index)
+};
+
+/// Cross-seed stability of one (cell, statistic): positive only when >= 2/3 of its seeds reject at
+/// alpha (raw p) with the same sign of G.
+struct StabilityVerdict {
+  std::string cell, statistic;
+  std::size_t seeds = 0, rejections = 0, rejections_positive = 0, rejections_negative = 0;
+  bool stable = false;
+};
+
+struct DiagnosticFamily {
+  std::vector<DiagnosticTest> tests;  ///< in declaration order
+  std::size_t family_size = 0;
+  std::vector<StabilityVerdict> verdicts;  ///< one per (cell, statistic), in first-seen order
+  DiagnosticOptions options;
+};
+
+/// Runs the whole declared family. Throws InputError when the family is empty or any test's inputs
+/// are invalid (the message names the test index, run and statistic).
+DiagnosticFamily run_diagnostic_family(const std::vector<DiagnosticTestSpec>& family, const DiagnosticOptions& options);
+
+}  // namespace arcal

@@ -1,0 +1,119 @@
+#include "stats/kernels.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/check.hpp"
+
+namespace arcal {
+
+double scott_bandwidth(const std::vector<double>& values, std::size_t dims, double multiple) {
+  const char* fn = "scott_bandwidth";
+  const std::size_t n = values.size();
+  if (n < 2) throw_input(fn, "values has " + std::to_string(n) + " elements, but must have >= 2");
+  if (dims == 0) throw_input(fn, "dims is 0, but must be >= 1");
+  check_positive(fn, "multiple", multiple);
+  double mean = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    check_finite(fn, "values", i, values[i]);
+    mean += values[i];
+  }
+  mean /= static_cast<double>(n);
+  double ss = 0.0;
+  for (double v : values) ss += (v - mean) * (v - mean);
+  const double sd = std::sqrt(ss / static_cast<double>(n - 1));
+  if (!(sd > 0.0)) throw_input(fn, "values are constant (sd = 0), but a bandwidth needs spread");
+  return multiple * sd * std::pow(static_cast<double>(n), -1.0 / (static_cast<double>(dims) + 4.0));
+}
+
+NadarayaWatson::NadarayaWatson(const std::vector<double>& x, const std::vector<double>& y, std::size_t dims,
+                               const std::vector<double>& bandwidth, const NadarayaWatsonOptions& options)
+    : dims_(dims), options_(options) {
+  const char* fn = "NadarayaWatson";
+  if (dims == 0) throw_input(fn, "dims is 0, but must be >= 1");
+  if (y.empty()) throw_input(fn, "y is empty, but the estimator needs data");
+  check_same_size(fn, "x", x.size(), "y * dims", y.size() * dims);
+  check_same_size(fn, "bandwidth", bandwidth.size(), "dims", dims);
+  if (!(options.pseudo_count >= 0.0)) throw_input(fn, "pseudo_count is negative");
+  if (!(options.clip_low <= options.clip_high)) throw_input(fn, "clip_low > clip_high");
+  const std::size_t n = y.size();
+  inv_h_.resize(dims);
+  for (std::size_t d = 0; d < dims; ++d) {
+    if (!(bandwidth[d] > 0.0) || !std::isfinite(bandwidth[d]))
+      throw_index(fn, "bandwidth", d, std::to_string(bandwidth[d]), "positive and finite");
+    inv_h_[d] = 1.0 / bandwidth[d];
+  }
+  double sum = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    check_finite(fn, "y", i, y[i]);
+    sum += y[i];
+  }
+  for (std::size_t i = 0; i < x.size(); ++i) check_finite(fn, "x", i, x[i]);
+  prior_ = std::isnan(options.prior) ? sum / static_cast<double>(n) : options.prior;
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return x[a * dims] < x[b * dims]; });
+  x_.resize(n * dims);
+  y_.resize(n);
+  for (std::size_t r = 0; r < n; ++r) {
+    for (std::size_t d = 0; d < dims; ++d) x_[r * dims + d] = x[order[r] * dims + d] * inv_h_[d];
+    y_[r] = y[order[r]];
+  }
+}
+
+std::vector<double> NadarayaWatson::predict(const std::vector<double>& x) const {
+  const char* fn = "NadarayaWatson::predict";
+  if (x.size() % dims_ != 0)
+    throw_input(fn, "x has " + std::to_string(x.size()) + " values, not a multiple of dims = " + std::to_string(dims_));
+  const std::size_t m = x.size() / dims_, n = y_.size();
+  const double t = options_.truncate, t2 = t * t;
+  std::vector<double> out(m);
+  std::vector<double> q(dims_);
+  for (std::size_t i = 0; i < m; ++i) {
+    for (std::size_t d = 0; d < dims_; ++d) {
+      check_finite(fn, "x", i * dims_ + d, x[i * dims_ + d]);
+      q[d] = x[i * dims_ + d] * inv_h_[d];
+    }
+    // Window on the sorted first coordinate.
+    std::size_t lo = 0, hi = n;
+    {
+      std::size_t a = 0, b = n;
+      while (a < b) {
+        const std::size_t mid = (a + b) / 2;
+        if (x_[mid * dims_] < q[0] - t) a = mid + 1; else b = mid;
+      }
+      lo = a;
+      b = n;
+      while (a < b) {
+        const std::size_t mid = (a + b) / 2;
+        if (x_[mid * dims_] <= q[0] + t) a = mid + 1; else b = mid;
+      }
+      hi = a;
+    }
+    double num = 0.0, den = 0.0;
+    for (std::size_t j = lo; j < hi; ++j) {
+      const double* row = &x_[j * dims_];
+      double u2 = 0.0;
+      for (std::size_t d = 0; d < dims_; ++d) {
+        const double u = row[d] - q[d];
+        u2 += u * u;
+      }
+      if (u2 > t2 && dims_ > 1) {
+        bool outside = false;
+        for (std::size_t d = 1; d < dims_; ++d)
+          if (std::abs(row[d] - q[d]) > t) outside = true;
+        if (outside) continue;
+      }
+      const double k = std::exp(-0.5 * u2);
+      num += k * y_[j];
+      den += k;
+    }
+    const double lambda = options_.pseudo_count;
+    double est = (den + lambda) > 0.0 ? (num + lambda * prior_) / (den + lambda) : prior_;
+    out[i] = std::clamp(est, options_.clip_low, options_.clip_high);
+  }
+  return out;
+}
+
+}  // namespace arcal

@@ -1,0 +1,51 @@
+// Kernel estimators for the audit: Scott's bandwidth rule and a multivariate Nadaraya-Watson
+// regression with a Gaussian product kernel, a pseudo-count towards a prior and clipping
+// (AR-CondCal, method.md §6.2; also the 1-D reference q(c) of §6.5).
+#pragma once
+
+#include <cstddef>
+#include <limits>
+#include <vector>
+
+namespace arcal {
+
+/// Scott's rule in d dimensions for one coordinate: multiple * sd(values, ddof = 1) * n^(-1/(d+4)).
+/// (d = 2 gives method.md's n^(-1/6); the 1-D control uses n^(-1/5).) Throws InputError when n < 2,
+/// a value is not finite, dims == 0, multiple <= 0, or the values are constant (sd == 0).
+double scott_bandwidth(const std::vector<double>& values, std::size_t dims, double multiple = 1.0);
+
+struct NadarayaWatsonOptions {
+  double pseudo_count = 1.0;  ///< weight of the prior (>= 0)
+  /// Prior the estimate is shrunk towards; NaN means the mean of the targets.
+  double prior = std::numeric_limits<double>::quiet_NaN();
+  double clip_low = 1e-4;
+  double clip_high = 1.0 - 1e-4;
+  /// Points further than truncate * h along any coordinate get weight 0 (exp(-32) ~ 1e-14 at 8).
+  double truncate = 8.0;
+};
+
+/// ŷ(x) = (Σ_j K_j y_j + λ·prior) / (Σ_j K_j + λ), K_j = Π_d exp(-(x_d - X_jd)² / (2 h_d²)),
+/// clipped to [clip_low, clip_high].
+class NadarayaWatson {
+ public:
+  /// x: row-major [n, dims]; y: [n]; bandwidth: [dims], all > 0. Throws InputError on mismatched
+  /// sizes, non-finite values, n == 0, or a non-positive bandwidth (naming the index).
+  NadarayaWatson(const std::vector<double>& x, const std::vector<double>& y, std::size_t dims,
+                 const std::vector<double>& bandwidth, const NadarayaWatsonOptions& options = {});
+
+  /// Estimates at query rows x: row-major [m, dims] -> [m]. Throws InputError when x.size() is not a
+  /// multiple of dims or a value is not finite.
+  std::vector<double> predict(const std::vector<double>& x) const;
+
+  double prior() const { return prior_; }
+
+ private:
+  std::size_t dims_;
+  std::vector<double> x_;  // rows sorted by the first coordinate, scaled by 1/h
+  std::vector<double> y_;
+  std::vector<double> inv_h_;
+  NadarayaWatsonOptions options_;
+  double prior_;
+};
+
+}  // namespace arcal

@@ -1,0 +1,92 @@
+#include "stats/splits.hpp"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+#include "core/check.hpp"
+#include "core/rng.hpp"
+
+namespace arcal {
+
+std::vector<int> kfold_assignment(std::size_t n, int k, std::uint64_t seed) {
+  if (k < 2) throw_input("kfold_assignment", "k is " + std::to_string(k) + ", but must be >= 2");
+  if (n < static_cast<std::size_t>(k))
+    throw_input("kfold_assignment", "n is " + std::to_string(n) + ", but must be >= k = " + std::to_string(k));
+  std::vector<std::size_t> idx(n);
+  std::iota(idx.begin(), idx.end(), 0);
+  Rng rng(seed);
+  rng.shuffle(idx);
+  std::vector<int> fold(n);
+  for (std::size_t pos = 0; pos < n; ++pos) fold[idx[pos]] = static_cast<int>(pos % static_cast<std::size_t>(k));
+  return fold;
+}
+
+std::vector<int> stratified_halves(const std::vector<std::int64_t>& labels, std::uint64_t seed) {
+  const char* fn = "stratified_halves";
+  if (labels.size() < 2) throw_input(fn, "labels has " + std::to_string(labels.size()) + " elements, but must have >= 2");
+  std::map<std::int64_t, std::vector<std::size_t>> by_class;
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] < 0) throw_index(fn, "labels", i, std::to_string(labels[i]), ">= 0");
+    by_class[labels[i]].push_back(i);
+  }
+  Rng rng(seed);
+  std::vector<int> half(labels.size());
+  std::size_t pos = 0;
+  for (auto& [cls, idx] : by_class) {
+    (void)cls;
+    rng.shuffle(idx);
+    for (std::size_t i : idx) half[i] = static_cast<int>(pos++ % 2);
+  }
+  return half;
+}
+
+std::array<SplitIndices, 2> cross_fit_halves(const std::vector<std::int64_t>& labels, std::uint64_t seed) {
+  const auto half = stratified_halves(labels, seed);
+  std::array<SplitIndices, 2> folds;
+  for (std::size_t i = 0; i < half.size(); ++i) {
+    folds[0].calibration.push_back(i);
+    folds[1].evaluation.push_back(i);
+    if (half[i] == 1) {
+      folds[0].calibration.pop_back();
+      folds[0].evaluation.push_back(i);
+      folds[1].evaluation.pop_back();
+      folds[1].calibration.push_back(i);
+    }
+  }
+  return folds;
+}
+
+std::vector<int> equal_width_bin_index(const std::vector<double>& values, std::size_t bins) {
+  if (bins == 0) throw_input("equal_width_bin_index", "bins is 0, but must be >= 1");
+  std::vector<int> bin(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    check_probability("equal_width_bin_index", "values", i, values[i]);
+    const std::size_t k = static_cast<std::size_t>(values[i] * static_cast<double>(bins));
+    bin[i] = static_cast<int>(std::min(k, bins - 1));
+  }
+  return bin;
+}
+
+std::vector<int> equal_mass_group_index(const std::vector<double>& values, std::size_t groups) {
+  if (groups == 0) throw_input("equal_mass_group_index", "groups is 0, but must be >= 1");
+  const std::size_t n = values.size();
+  for (std::size_t i = 0; i < n; ++i) check_finite("equal_mass_group_index", "values", i, values[i]);
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return values[a] < values[b]; });
+  std::vector<int> group(n);
+  const std::size_t base = n / groups, extra = n % groups;
+  std::size_t start = 0, nominal_end = 0;
+  for (std::size_t g = 0; g < groups; ++g) {
+    nominal_end += base + (g < extra ? 1 : 0);
+    std::size_t end = std::max(start, nominal_end);
+    if (g + 1 == groups) end = n;
+    while (end > 0 && end < n && values[order[end]] == values[order[end - 1]]) ++end;
+    for (std::size_t r = start; r < end; ++r) group[order[r]] = static_cast<int>(g);
+    start = end;
+  }
+  return group;
+}
+
+}  // namespace arcal

@@ -1,0 +1,42 @@
+// Seeded data splits: k-fold assignments, the calibration/evaluation halving stratified by class with
+// its 2-fold cross-fit (method.md §6), and equal-width / equal-mass grouping with the tie rule of
+// method.md §4 (a tied run never straddles a group boundary; it goes to the lower group).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace arcal {
+
+/// Fold index in [0, k) for each of n examples; fold sizes differ by at most one; seeded shuffle
+/// (Rng(seed)). Throws InputError when k < 2 or n < k.
+std::vector<int> kfold_assignment(std::size_t n, int k, std::uint64_t seed);
+
+/// Half (0 or 1) for each example, stratified by class: within each class (in class order) the
+/// examples are shuffled (Rng(seed)) and the concatenated list is dealt alternately, so every class
+/// and the whole set split within one example. labels [n] must be >= 0 (throws InputError naming the
+/// index otherwise, or when n < 2).
+std::vector<int> stratified_halves(const std::vector<std::int64_t>& labels, std::uint64_t seed);
+
+struct SplitIndices {
+  std::vector<std::size_t> calibration;
+  std::vector<std::size_t> evaluation;
+};
+
+/// The two cross-fit folds of stratified_halves: fold 0 calibrates on half 0 and evaluates on half 1,
+/// fold 1 the reverse. Throws as stratified_halves.
+std::array<SplitIndices, 2> cross_fit_halves(const std::vector<std::int64_t>& labels, std::uint64_t seed);
+
+/// Equal-width bin of each value in [0, 1]: bin k holds k/B <= v < (k+1)/B, v = 1 goes to the last
+/// bin. Throws InputError when B == 0 or a value is outside [0, 1] (naming the index).
+std::vector<int> equal_width_bin_index(const std::vector<double>& values, std::size_t bins);
+
+/// Equal-mass groups: sort values, split ranks into `groups` nearly equal groups (the first n mod G
+/// get one extra), then move every boundary that cuts a tied run to the end of the run (the run
+/// joins the lower group). Groups may therefore be smaller than nominal or empty. Returns the group
+/// of each value [n]. Throws InputError when groups == 0 or a value is not finite.
+std::vector<int> equal_mass_group_index(const std::vector<double>& values, std::size_t groups);
+
+}  // namespace arcal

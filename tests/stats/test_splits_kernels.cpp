@@ -1,0 +1,104 @@
+// Splits (k-fold, stratified halves, cross-fit), grouping tie rules, Scott's rule and the
+// Nadaraya-Watson estimator against a brute-force untruncated sum.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "core/error.hpp"
+#include "core/rng.hpp"
+#include "stats/kernels.hpp"
+#include "stats/splits.hpp"
+
+using namespace arcal;
+
+TEST(Splits, KFoldBalancedAndSeeded) {
+  const auto f = kfold_assignment(23, 5, 9);
+  std::map<int, int> count;
+  for (int v : f) ++count[v];
+  ASSERT_EQ(count.size(), 5u);
+  for (auto& [k, c] : count) EXPECT_TRUE(c == 4 || c == 5) << k;
+  EXPECT_EQ(f, kfold_assignment(23, 5, 9));
+  EXPECT_NE(f, kfold_assignment(23, 5, 10));
+  EXPECT_THROW(kfold_assignment(3, 5, 1), InputError);
+  EXPECT_THROW(kfold_assignment(10, 1, 1), InputError);
+}
+
+TEST(Splits, StratifiedHalvesBalancePerClassAndCrossFitSwaps) {
+  std::vector<std::int64_t> y;
+  for (int i = 0; i < 101; ++i) y.push_back(i % 7 == 0 ? 2 : (i % 3 == 0 ? 1 : 0));
+  const auto h = stratified_halves(y, 4);
+  std::map<std::int64_t, int> diff;
+  int total = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    diff[y[i]] += h[i] == 0 ? 1 : -1;
+    total += h[i] == 0 ? 1 : -1;
+  }
+  for (auto& [k, d] : diff) EXPECT_LE(std::abs(d), 1) << k;
+  EXPECT_LE(std::abs(total), 1);
+  const auto folds = cross_fit_halves(y, 4);
+  EXPECT_EQ(folds[0].calibration, folds[1].evaluation);
+  EXPECT_EQ(folds[0].evaluation, folds[1].calibration);
+  EXPECT_EQ(folds[0].calibration.size() + folds[0].evaluation.size(), y.size());
+  EXPECT_THROW(stratified_halves({0, -1, 1}, 1), InputError);
+}
+
+TEST(Grouping, EqualWidthEdges) {
+  const auto b = equal_width_bin_index({0.0, 0.2, 0.1999, 1.0, 0.99}, 5);
+  EXPECT_EQ(b, (std::vector<int>{0, 1, 0, 4, 4}));
+  EXPECT_THROW(equal_width_bin_index({1.2}, 5), InputError);
+}
+
+TEST(Grouping, EqualMassTiedRunJoinsLowerGroup) {
+  // Nominal sizes 2,2,2; the run of three 1s straddles the first boundary and stays in group 0.
+  EXPECT_EQ(equal_mass_group_index({1, 4, 1, 2, 1, 3}, 3), (std::vector<int>{0, 2, 0, 1, 0, 2}));
+  // 7 values: sizes 3,2,2 (first n mod 3 groups get one extra).
+  EXPECT_EQ(equal_mass_group_index({7, 6, 5, 4, 3, 2, 1}, 3), (std::vector<int>{2, 2, 1, 1, 0, 0, 0}));
+  // All tied: everything in the lowest group.
+  EXPECT_EQ(equal_mass_group_index({5, 5, 5, 5}, 3), (std::vector<int>{0, 0, 0, 0}));
+}
+
+TEST(Kernels, ScottRule) {
+  // sd(1..5, ddof 1) = sqrt(2.5); n^(-1/6) in 2-D, n^(-1/5) in 1-D.
+  const std::vector<double> v = {1, 2, 3, 4, 5};
+  EXPECT_NEAR(scott_bandwidth(v, 2), std::sqrt(2.5) * std::pow(5.0, -1.0 / 6), 1e-15);
+  EXPECT_NEAR(scott_bandwidth(v, 1, 0.5), 0.5 * std::sqrt(2.5) * std::pow(5.0, -0.2), 1e-15);
+  EXPECT_THROW(scott_bandwidth({2, 2, 2}, 2), InputError);
+  EXPECT_THROW(scott_bandwidth({1}, 1), InputError);
+}
+
+TEST(Kernels, NadarayaWatsonMatchesBruteForce) {
+  Rng rng(8);
+  const std::size_t n = 400, m = 50;
+  std::vector<double> x(2 * n), y(n), q(2 * m);
+  for (std::size_t i = 0; i < n; ++i) {
+    x[2 * i] = rng.normal();
+    x[2 * i + 1] = 3.0 * rng.normal();
+    y[i] = rng.uniform() < 0.7 ? 1.0 : 0.0;
+  }
+  for (auto& v : q) v = 2.0 * rng.normal();
+  const std::vector<double> h = {0.3, 0.8};
+  NadarayaWatsonOptions opt;
+  opt.prior = 0.5;
+  const auto est = NadarayaWatson(x, y, 2, h, opt).predict(q);
+  for (std::size_t i = 0; i < m; ++i) {
+    double num = 0, den = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      const double u = (q[2 * i] - x[2 * j]) / h[0], w = (q[2 * i + 1] - x[2 * j + 1]) / h[1];
+      const double k = std::exp(-0.5 * (u * u + w * w));
+      num += k * y[j];
+      den += k;
+    }
+    const double want = std::clamp((num + 0.5) / (den + 1.0), 1e-4, 1 - 1e-4);
+    EXPECT_NEAR(est[i], want, 1e-12) << i;
+  }
+  // Far from all data, the estimate falls back to the prior; a huge bandwidth gives the shrunk mean.
+  EXPECT_NEAR(NadarayaWatson(x, y, 2, h, opt).predict({100.0, 100.0})[0], 0.5, 1e-12);
+  double ybar = 0;
+  for (double v : y) ybar += v;
+  const auto wide = NadarayaWatson(x, y, 2, {1e6, 1e6}, {}).predict({0.0, 0.0});
+  EXPECT_NEAR(wide[0], (ybar + ybar / n) / (n + 1.0), 1e-9);
+  EXPECT_THROW(NadarayaWatson(x, y, 2, {0.0, 1.0}), InputError);
+  EXPECT_THROW(NadarayaWatson(x, y, 3, {1.0, 1.0, 1.0}), InputError);
+}
