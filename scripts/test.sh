@@ -7,5 +7,6 @@ bash scripts/setup.sh
 cd build
 ctest --output-on-failure -j2 -LE long
 if [ "${ARCAL_LONG_TESTS:-0}" = 1 ]; then
+  cmake -S .. -B . -DARCAL_LONG_TESTS=ON >/dev/null
   ctest --output-on-failure -L long
 fi
