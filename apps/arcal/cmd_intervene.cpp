@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "command.hpp"
+#include "model_flags.hpp"
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
 #include "core/progress.hpp"
@@ -16,11 +17,11 @@
 namespace {
 
 struct Options {
-  std::string run, out, points, families = "embedding,current,history", split = "test", as_attnres;
-  int block_size = 2, bootstrap = 1000, threads = 1;
+  std::string run, out, points, families = "embedding,current,history", split = "test";
+  int bootstrap = 1000, threads = 1;
+  arcal::cli::ModelLoadFlags load;
   std::int64_t subset = 0;
   std::uint64_t seed = 0;
-  double norm_eps = -1;
   bool json = false;
 };
 
@@ -48,11 +49,7 @@ int run(const Options& o) {
   io.bootstrap = o.bootstrap;
   io.seed = o.seed;
   arcal::TrainConfig tc;
-  arcal::LoadOptions lo;
-  lo.as_attnres = o.as_attnres;
-  lo.block_size = o.block_size;
-  lo.norm_eps = o.norm_eps;
-  auto model = arcal::load_trained_model(o.run, &tc, lo);
+  auto model = arcal::load_trained_model(o.run, &tc, o.load.options);
   auto data = arcal::load_dataset(tc.dataset, tc.data_dir, tc.val_fraction, tc.train_subset, tc.seed);
   auto split = o.split == "val" ? data.val : data.test;
   if (o.subset > 0 && o.subset < split.size())
@@ -79,7 +76,7 @@ int run(const Options& o) {
   auto num = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
   nlohmann::json j = {{"schema", "arcal.intervene/1"},
                       {"run", o.run},
-                      {"as_attnres", o.as_attnres},
+                      {"as_attnres", o.load.options.as_attnres},
                       {"residual", tc.residual},
                       {"split", o.split},
                       {"n", rep.n},
@@ -118,11 +115,7 @@ arcal::cli::RunFn setup(CLI::App& app) {
   app.add_option("--families", o->families, "Source families: embedding,current,history")->capture_default_str();
   app.add_option("--split", o->split, "test | val")->capture_default_str();
   app.add_option("--subset", o->subset, "Use only the first N examples of the split (0 = all)")->capture_default_str();
-  app.add_option("--as-attnres", o->as_attnres,
-                 "Load a standard-residual run as AttnRes with zero pseudo-queries (full | block): the "
-                 "routing-equivalent wrapper");
-  app.add_option("--block-size", o->block_size, "Block size for --as-attnres block")->capture_default_str();
-  app.add_option("--norm-eps", o->norm_eps, "Override the norms' epsilon (e.g. 0 for the exact wrapper)");
+  o->load.add_to(app);
   app.add_option("--bootstrap", o->bootstrap, "Bootstrap draws for the intervals")->capture_default_str();
   app.add_option("--seed", o->seed, "Bootstrap seed")->capture_default_str();
   app.add_option("--threads", o->threads, "Intra-op threads")->capture_default_str();

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "command.hpp"
+#include "model_flags.hpp"
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
 #include "core/progress.hpp"
@@ -17,9 +18,7 @@ namespace {
 struct TraceOptions {
   std::string run, split = "test", out;
   int batch = 500;
-  std::string as_attnres;
-  int block_size = 2;
-  double norm_eps = -1;
+  arcal::cli::ModelLoadFlags load;
   int threads = 1;
 };
 
@@ -27,11 +26,7 @@ int run_trace(const TraceOptions& o) {
   if (o.split != "test" && o.split != "val") arcal::throw_input("--split", "'" + o.split + "': expected test or val");
   torch::set_num_threads(o.threads);
   arcal::TrainConfig tc;
-  arcal::LoadOptions lo;
-  lo.as_attnres = o.as_attnres;
-  lo.block_size = o.block_size;
-  lo.norm_eps = o.norm_eps;
-  auto model = arcal::load_trained_model(o.run, &tc, lo);
+  auto model = arcal::load_trained_model(o.run, &tc, o.load.options);
   auto data = arcal::load_dataset(tc.dataset, tc.data_dir, tc.val_fraction, tc.train_subset, tc.seed);
   const auto& split = o.split == "test" ? data.test : data.val;
   if (split.size() == 0) arcal::throw_input("--split", o.split + " split of " + o.run + " is empty");
@@ -40,7 +35,7 @@ int run_trace(const TraceOptions& o) {
                          {"split", o.split},    {"seed", tc.seed},
                          {"run", std::filesystem::path(o.run).filename().string()},
                          {"run_dir", o.run},    {"version", ARCAL_VERSION},
-                         {"as_attnres", o.as_attnres}};
+                         {"as_attnres", o.load.options.as_attnres}};
   arcal::ProgressBar bar("trace", split.size(), arcal::cli::progress_enabled());
   auto trace = arcal::export_trace(model, split, meta.dump(), o.batch,
                                    [&](std::int64_t done, std::int64_t) { bar.update(done); });
@@ -66,10 +61,7 @@ arcal::cli::RunFn setup(CLI::App& app) {
   app.add_option("--out", o->out, "Trace file to write (.npz)")->required();
   app.add_option("--batch-size", o->batch, "Evaluation batch size")->capture_default_str();
   app.add_option("--threads", o->threads, "Intra-op threads")->capture_default_str();
-  app.add_option("--as-attnres", o->as_attnres,
-                 "Load a standard-residual run as AttnRes with zero pseudo-queries (full | block)");
-  app.add_option("--block-size", o->block_size, "Block size for --as-attnres block")->capture_default_str();
-  app.add_option("--norm-eps", o->norm_eps, "Override the norms' epsilon (e.g. 0 for the exact wrapper)");
+  o->load.add_to(app);
   return [o]() { return run_trace(*o); };
 }
 
