@@ -121,7 +121,7 @@ TEST(ProbeCompare, AcrossRunTestsMatchPairedTestsAndHolm) {
   EXPECT_NEAR(ll.mean_delta, -0.041 / 6.0, 1e-15);
   EXPECT_DOUBLE_EQ(ll.p_wilcoxon, wilcoxon_signed_rank(d_ll).p);
   EXPECT_DOUBLE_EQ(ll.p_sign, sign_test(d_ll).p);
-  EXPECT_EQ(ll.runs_better, 4u);  // CIs entirely below 0: -0.010, -0.007, -0.012, -0.009
+  EXPECT_EQ(ll.runs_better, 5u);  // every run but the +0.001 one has delta + 0.003 < 0
   EXPECT_EQ(ll.runs_worse, 0u);
   EXPECT_LT(ll.ci.low, ll.mean_delta);
   EXPECT_GT(ll.ci.high, ll.mean_delta);

@@ -15,6 +15,7 @@
 #include "audit/simulate.hpp"
 #include "audit/torch/probes.hpp"
 #include "core/error.hpp"
+#include "stats/paired_tests.hpp"
 
 using namespace arcal;
 
@@ -40,36 +41,45 @@ const RunComparison& comparison(const RunProbeResult& r, const std::string& name
   throw std::runtime_error("missing comparison " + name);
 }
 
-/// Null coverage of the full-vector vs capacity-matched log-loss interval over `runs` simulations.
+/// Exact-null behaviour of the full-vector probe's log-loss interval against three controls over
+/// `runs` simulations. The capacity-matched control has one input where the probe has 1 + P, so the
+/// probe pays an estimation cost of roughly P/(2 n_train) nats for its P null inputs (a logistic
+/// model's excess risk): its interval is shifted towards "probe worse" and covers 0 less often than
+/// nominal, while a false *gain* (interval below 0) stays rare. The shuffled controls have the same
+/// inputs and architecture, so they pay the same cost and their intervals cover 0 at the nominal rate.
 void null_coverage(std::size_t runs, std::size_t n, int restarts, std::uint64_t seed0) {
   torch::set_num_threads(1);
   ProbeAuditOptions o;
   o.mlp.restarts = restarts;
-  o.only = {"full_vector", "capacity_matched"};
-  if (const char* v = std::getenv("XWD")) o.mlp.weight_decay = std::atof(v);
-  if (const char* v = std::getenv("XRS")) o.mlp.restarts = restarts = std::atoi(v);
-  if (const char* v = std::getenv("XN")) n = std::size_t(std::atoi(v));
-  if (const char* v = std::getenv("XRUNS")) runs = std::size_t(std::atoi(v));
-  if (const char* v = std::getenv("XPAT")) o.mlp.patience = std::atoi(v);
-  if (const char* v = std::getenv("XLR")) o.mlp.lr = std::atof(v);
-  std::size_t cover = 0, cover_brier = 0, false_gain = 0;
-  double sum_delta = 0;
+  o.only = {"full_vector", "capacity_matched", "shuffled_global", "shuffled_within_bins"};
+  const std::array<const char*, 3> names{"full_vector_vs_capacity_matched", "full_vector_vs_shuffled_global",
+                                         "full_vector_vs_shuffled_within_bins"};
+  std::array<std::size_t, 3> cover{}, false_gain{};
+  std::array<double, 3> sum_delta{};
   const auto t0 = std::chrono::steady_clock::now();
   for (std::size_t r = 0; r < runs; ++r) {
     const auto run = simulated_run(n, 0.0, seed0 + r);
     o.seed = seed0 + r;
     const auto res = run_probes(run, 0, o);
-    const auto& c = comparison(res, "full_vector_vs_capacity_matched");
-    cover += c.log_loss.ci.low <= 0 && 0 <= c.log_loss.ci.high;
-    cover_brier += c.brier.ci.low <= 0 && 0 <= c.brier.ci.high;
-    false_gain += c.log_loss.ci.high < 0;
-    sum_delta += c.log_loss.delta;
+    for (std::size_t k = 0; k < names.size(); ++k) {
+      const auto& c = comparison(res, names[k]).log_loss;
+      cover[k] += c.ci.low <= 0 && 0 <= c.ci.high;
+      false_gain[k] += c.ci.high < 0;
+      sum_delta[k] += c.delta;
+    }
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("  exact null, %zu runs at N = %zu, %d restarts: log-loss CI covers 0 in %zu/%zu (Brier %zu/%zu), "
-              "false gains (CI below 0) %zu, mean delta %+.5f, %.1f s\n",
-              runs, n, restarts, cover, runs, cover_brier, runs, false_gain, sum_delta / double(runs), secs);
-  EXPECT_GE(double(cover), 0.9 * double(runs));
+  std::printf("  exact null, %zu runs at N = %zu, %d restarts, %.1f s:\n", runs, n, restarts, secs);
+  for (std::size_t k = 0; k < names.size(); ++k)
+    std::printf("    %-38s log-loss CI covers 0 in %zu/%zu, false gains %zu, mean delta %+.5f\n", names[k], cover[k],
+                runs, false_gain[k], sum_delta[k] / double(runs));
+  // Coverage >= 90 % is not rejected when the count is above the 5 % lower binomial quantile of
+  // Bin(runs, 0.9) (20 runs: >= 16). Against the capacity-matched control only the error that matters
+  // is bounded: a spurious routing gain in at most 10 % of null runs.
+  std::size_t lo = 0;
+  while (binomial_cdf(lo, runs, 0.9) < 0.05) ++lo;
+  for (std::size_t k = 0; k < names.size(); ++k) EXPECT_LE(double(false_gain[k]), 0.1 * double(runs)) << names[k];
+  for (std::size_t k = 1; k < names.size(); ++k) EXPECT_GE(cover[k], lo) << names[k];
 }
 
 }  // namespace
