@@ -8,7 +8,9 @@
 #include <sstream>
 
 #include "audit/audit.hpp"
-#include "audit/routing_stats.hpp"
+#include "audit/run_input.hpp"
+#include "audit/torch/probes.hpp"
+#include <torch/torch.h>
 #include "command.hpp"
 #include "core/check.hpp"
 #include "io/trace.hpp"
@@ -25,6 +27,8 @@ struct AuditConfig {
   bool equal_mass = false;
   double alpha = 0.05;
   bool no_condcal = false;
+  bool probes = true;
+  int probe_restarts = 5;
   bool json = false;
 };
 
@@ -37,46 +41,24 @@ std::vector<std::string> split_names(const std::string& s) {
   return out;
 }
 
-/// Runs of one cell differ only by seed: model/residual/dataset/split from the trace's meta,
-/// or the file path when the meta does not say.
-std::string cell_of(const arcal::Trace& t, const std::string& path) {
-  const auto meta = nlohmann::json::parse(t.meta_json.empty() ? "{}" : t.meta_json, nullptr, false);
-  if (meta.is_discarded() || !meta.is_object() || !meta.contains("model")) return path;
-  std::string cell;
-  for (const char* key : {"model", "residual", "block_size", "dataset", "split"})
-    if (meta.contains(key))
-      cell += (cell.empty() ? "" : "/") + (meta[key].is_string() ? meta[key].get<std::string>() : meta[key].dump());
-  return cell;
+arcal::AuditRunInput load_run(const std::string& path, const std::vector<std::string>& stats) {
+  return arcal::make_audit_run_input(arcal::load_trace(path), path, stats);
 }
 
-arcal::AuditRunInput load_run(const std::string& path, const std::vector<std::string>& stats) {
-  const arcal::Trace t = arcal::load_trace(path);
-  const auto probs = arcal::trace_probabilities(t);
-  arcal::AuditRunInput in;
-  in.run = path;
-  in.cell = cell_of(t, path);
-  in.classes = t.classes;
-  in.labels = t.labels;
-  in.confidence.resize(t.n);
-  in.correct.resize(t.n);
-  in.predictive_entropy.resize(t.n);
-  for (std::size_t i = 0; i < t.n; ++i) {
-    const double* p = &probs[i * t.classes];
-    std::size_t arg = 0;
-    double h = 0.0;
-    for (std::size_t k = 0; k < t.classes; ++k) {
-      if (p[k] > p[arg]) arg = k;  // ties: lowest index
-      if (p[k] > 0) h -= p[k] * std::log(p[k]);
-    }
-    in.confidence[i] = p[arg];
-    in.correct[i] = static_cast<std::int64_t>(arg) == t.labels[i] ? 1.0 : 0.0;
-    in.predictive_entropy[i] = h;
+/// One line per comparison: the log-loss gain (control − probe, positive = the probe is better) as
+/// the mean over runs with its bootstrap interval, runs whose own interval excludes 0, and the verdict.
+std::string probe_summary(const arcal::ProbeFamily& f) {
+  std::string out = "probes (" + std::to_string(f.runs.size()) + " runs, " + std::to_string(f.seconds).substr(0, 5) +
+                    " s): log-loss gain over each control, mean over runs [95 % CI], Holm p\n";
+  char buf[512];
+  for (const auto& t : f.tests) {
+    if (t.metric != "log_loss") continue;
+    std::snprintf(buf, sizeof buf, "  %-40s %+.5f [%+.5f, %+.5f]  p_holm %.3g  better in %zu/%zu runs, worse in %zu: %s\n",
+                  t.comparison.c_str(), -t.mean_delta, -t.ci.high, -t.ci.low, t.p_holm, t.runs_better, t.deltas.size(),
+                  t.runs_worse, t.verdict.c_str());
+    out += buf;
   }
-  for (const auto& name : stats) {
-    in.statistic_names.push_back(name);
-    in.statistics.push_back(arcal::statistic_column(t, name));
-  }
-  return in;
+  return out;
 }
 
 arcal::cli::RunFn setup_audit(CLI::App& app) {
@@ -91,6 +73,9 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
   app.add_flag("--equal-mass", cfg->equal_mass, "Equal-mass confidence bins (sensitivity analysis)");
   app.add_option("--alpha", cfg->alpha, "Test level")->check(CLI::Range(1e-9, 0.999));
   app.add_flag("--no-condcal", cfg->no_condcal, "Skip AR-CondCal (diagnostic only)");
+  app.add_flag("--probes,!--no-probes", cfg->probes, "MLP correctness probes and their controls (default on)");
+  app.add_option("--probe-restarts", cfg->probe_restarts, "Seeded restarts averaged per MLP probe")
+      ->check(CLI::Range(1, 100));
   app.add_flag("--json", cfg->json, "Print results.json to stdout as well");
   return [cfg]() {
     const auto stats = split_names(cfg->stats);
@@ -111,7 +96,19 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
     }
     if (progress)
       std::fprintf(stderr, "auditing %zu runs x %zu statistics (R = %d)\n", runs.size(), stats.size(), cfg->permutations);
-    const auto res = arcal::run_audit(runs, opt);  // validates everything before computing
+    arcal::ProbeAuditOptions popt;
+    popt.seed = cfg->seed;
+    popt.alpha = cfg->alpha;
+    popt.mlp.restarts = cfg->probe_restarts;
+    if (cfg->probes) arcal::validate_probe_inputs(runs, popt);
+    auto res = arcal::run_audit(runs, opt);  // validates everything before computing
+    if (cfg->probes) {
+      // Small MLPs gain nothing from intra-op threads; one thread keeps the audit's cost predictable.
+      torch::set_num_threads(1);
+      if (progress) std::fprintf(stderr, "probes: %zu runs x 7 MLPs x 2 folds x %d restarts\n", runs.size(), cfg->probe_restarts);
+      res.probes = arcal::run_probe_family(runs, popt);
+      res.has_probes = true;
+    }
     arcal::write_audit_results(res, cfg->out);
     if (cfg->json) {
       std::printf("%s\n", arcal::audit_results_json(res).dump(2).c_str());
@@ -123,6 +120,7 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
       }
       std::printf("%zu tests: %zu reject at alpha = %g (raw), %zu after Holm; wrote %s/results.json\n",
                   res.diagnostic.family_size, raw, cfg->alpha, holm, cfg->out.c_str());
+      if (res.has_probes) std::printf("%s", probe_summary(res.probes).c_str());
     }
     return 0;
   };

@@ -91,6 +91,40 @@ nlohmann::json band_json(const CondCalBand& b) {
   auto one = [](const SeedBand& s) { return nlohmann::json{{"mean", s.mean}, {"sd", s.sd}, {"runs", s.runs}}; };
   return {{"ece", one(b.ece)}, {"worst_tertile_ece", one(b.worst_tertile_ece)}, {"nll", one(b.nll)}, {"brier", one(b.brier)}};
 }
+nlohmann::json interval_json(const Interval& ci) { return {ci.low, ci.high}; }
+
+nlohmann::json probe_family_json(const ProbeFamily& f) {
+  using nlohmann::json;
+  json runs = json::array();
+  for (const auto& r : f.runs) {
+    json probes = json::object();
+    for (const auto& p : r.probes)
+      probes[p.name] = {{"log_loss", p.scores.log_loss}, {"brier", p.scores.brier}, {"ece", p.scores.ece},
+                        {"parameters", p.parameters}, {"inputs", p.inputs}, {"hidden", {p.hidden1, p.hidden2}},
+                        {"mean_epochs", p.mean_epochs}};
+    json comps = json::array();
+    for (const auto& c : r.comparisons) {
+      auto one = [](const MetricDelta& d) { return json{{"delta", d.delta}, {"ci", interval_json(d.ci)}}; };
+      comps.push_back({{"name", c.name}, {"probe", c.probe}, {"control", c.control}, {"log_loss", one(c.log_loss)},
+                       {"brier", one(c.brier)}, {"ece", one(c.ece)}});
+    }
+    runs.push_back({{"run", r.run}, {"cell", r.cell}, {"n", r.n}, {"profile", r.profile_names}, {"probes", probes},
+                    {"comparisons", comps}});
+  }
+  json tests = json::array();
+  for (const auto& t : f.tests)
+    tests.push_back({{"comparison", t.comparison}, {"metric", t.metric}, {"runs", t.deltas.size()},
+                     {"deltas", t.deltas}, {"mean_delta", t.mean_delta}, {"ci", interval_json(t.ci)},
+                     {"p_wilcoxon", t.p_wilcoxon}, {"p_sign", t.p_sign}, {"p_holm", t.p_holm},
+                     {"runs_better", t.runs_better}, {"runs_worse", t.runs_worse}, {"verdict", t.verdict}});
+  return {{"delta", "probe - control (negative: the probe is better)"},
+          {"restarts", f.restarts}, {"max_epochs", f.max_epochs}, {"patience", f.patience},
+          {"batch_size", f.batch_size}, {"lr", f.lr}, {"weight_decay", f.weight_decay}, {"inner_val", f.inner_val},
+          {"bootstrap_draws", f.bootstrap_draws}, {"shuffle_bins", f.shuffle_bins}, {"ece_bins", f.ece_bins},
+          {"alpha", f.alpha}, {"seed", f.seed}, {"seconds", f.seconds}, {"family_size", f.tests.size()},
+          {"runs", runs}, {"tests", tests}};
+}
+
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   std::string q = "\"";
@@ -134,6 +168,7 @@ nlohmann::json audit_results_json(const AuditResults& res) {
                 {"stability_rule", "stable when >= 2/3 of a cell's seeds reject (raw p <= alpha) with the same sign of G"},
                 {"tests", tests},
                 {"stability", stability}}}};
+  if (res.has_probes) out["probes"] = probe_family_json(res.probes);
   if (!res.options.run_condcal) return out;
   json runs = json::array();
   for (const auto& e : res.condcal) {
@@ -190,6 +225,30 @@ void write_audit_results(const AuditResults& res, const std::string& dir) {
       }
     }
     write_file_atomic(dir + "/condcal.csv", cc.str());
+  }
+  if (res.has_probes) {
+    std::ostringstream pc, cmp;
+    pc.precision(10);
+    cmp.precision(10);
+    pc << "run,cell,probe,inputs,parameters,hidden1,hidden2,log_loss,brier,ece,mean_epochs\n";
+    cmp << "run,cell,comparison,probe,control,metric,delta,ci_low,ci_high,p_wilcoxon,p_sign,p_holm,verdict\n";
+    for (const auto& r : res.probes.runs) {
+      const std::string head = csv_field(r.run) + ',' + csv_field(r.cell) + ',';
+      for (const auto& p : r.probes)
+        pc << head << p.name << ',' << p.inputs << ',' << p.parameters << ',' << p.hidden1 << ',' << p.hidden2 << ','
+           << p.scores.log_loss << ',' << p.scores.brier << ',' << p.scores.ece << ',' << p.mean_epochs << '\n';
+      for (const auto& c : r.comparisons)
+        for (std::size_t m = 0; m < kProbeMetrics.size(); ++m) {
+          const MetricDelta& d = m == 0 ? c.log_loss : m == 1 ? c.brier : c.ece;
+          cmp << head << c.name << ',' << c.probe << ',' << c.control << ',' << kProbeMetrics[m] << ',' << d.delta
+              << ',' << d.ci.low << ',' << d.ci.high << ",,,,\n";
+        }
+    }
+    for (const auto& t : res.probes.tests)
+      cmp << "ALL,ALL," << t.comparison << ",,," << t.metric << ',' << t.mean_delta << ',' << t.ci.low << ','
+          << t.ci.high << ',' << t.p_wilcoxon << ',' << t.p_sign << ',' << t.p_holm << ',' << csv_field(t.verdict) << '\n';
+    write_file_atomic(dir + "/probes.csv", pc.str());
+    write_file_atomic(dir + "/probe_comparisons.csv", cmp.str());
   }
   write_file_atomic(dir + "/results.json", audit_results_json(res).dump(2) + "\n");
 }

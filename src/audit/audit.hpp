@@ -13,6 +13,7 @@
 
 #include "audit/condcal.hpp"
 #include "audit/diagnostic.hpp"
+#include "audit/probe_compare.hpp"
 
 namespace arcal {
 
@@ -27,6 +28,12 @@ struct AuditRunInput {
   std::vector<std::int64_t> labels;
   std::vector<std::string> statistic_names;     ///< [F]
   std::vector<std::vector<double>> statistics;  ///< [F][n]
+  /// Probe inputs (method.md §6.3; only the LibTorch probe audit reads them): the profile [n, P]
+  /// row-major (entropies H_p at the points with S_p > 1, or the chosen feature columns for traces
+  /// without routing) and the sorted probability vector [n, K] row-major, each row descending.
+  std::vector<std::string> profile_names;  ///< [P]
+  std::vector<double> profile;             ///< [n, P]
+  std::vector<double> sorted_probs;        ///< [n, K]
 };
 
 struct AuditOptions {
@@ -50,6 +57,8 @@ struct AuditResults {
   std::vector<AuditCondCalEntry> condcal;
   std::vector<AuditCellBand> seed_bands;
   AuditOptions options;
+  bool has_probes = false;  ///< set by the LibTorch probe audit (audit/torch/probes.hpp)
+  ProbeFamily probes;
 };
 
 /// Checks the whole input before any computation: at least one run, the same class count in every
@@ -62,7 +71,7 @@ AuditResults run_audit(const std::vector<AuditRunInput>& runs, const AuditOption
 
 nlohmann::json audit_results_json(const AuditResults& results);
 
-/// Writes DIR/diagnostic.csv, DIR/condcal.csv and finally DIR/results.json, each atomically
+/// Writes DIR/diagnostic.csv, DIR/condcal.csv, DIR/probes.csv (when has_probes) and finally DIR/results.json, each atomically
 /// (creating DIR). Throws InputError when DIR cannot be created or written.
 void write_audit_results(const AuditResults& results, const std::string& dir);
 

@@ -1,0 +1,73 @@
+#include "audit/run_input.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include <nlohmann/json.hpp>
+
+#include "audit/routing_stats.hpp"
+
+namespace arcal {
+
+std::string trace_cell(const Trace& t, const std::string& fallback) {
+  const auto meta = nlohmann::json::parse(t.meta_json.empty() ? "{}" : t.meta_json, nullptr, false);
+  if (meta.is_discarded() || !meta.is_object() || !meta.contains("model")) return fallback;
+  std::string cell;
+  for (const char* key : {"model", "residual", "block_size", "dataset", "split"})
+    if (meta.contains(key))
+      cell += (cell.empty() ? "" : "/") + (meta[key].is_string() ? meta[key].get<std::string>() : meta[key].dump());
+  return cell;
+}
+
+AuditRunInput make_audit_run_input(const Trace& t, const std::string& run, const std::vector<std::string>& stats) {
+  const auto probs = trace_probabilities(t);
+  const std::size_t n = t.n, K = t.classes;
+  AuditRunInput in;
+  in.run = run;
+  in.cell = trace_cell(t, run);
+  in.classes = K;
+  in.labels = t.labels;
+  in.confidence.resize(n);
+  in.correct.resize(n);
+  in.predictive_entropy.resize(n);
+  in.sorted_probs.resize(n * K);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double* p = &probs[i * K];
+    std::size_t arg = 0;
+    double h = 0.0;
+    for (std::size_t k = 0; k < K; ++k) {
+      if (p[k] > p[arg]) arg = k;  // ties: lowest index
+      if (p[k] > 0) h -= p[k] * std::log(p[k]);
+    }
+    in.confidence[i] = p[arg];
+    in.correct[i] = static_cast<std::int64_t>(arg) == t.labels[i] ? 1.0 : 0.0;
+    in.predictive_entropy[i] = h;
+    double* row = &in.sorted_probs[i * K];
+    std::copy(p, p + K, row);
+    std::sort(row, row + K, std::greater<double>());
+  }
+  for (const auto& name : stats) {
+    in.statistic_names.push_back(name);
+    in.statistics.push_back(statistic_column(t, name));
+  }
+  if (!t.routing.empty() || !t.routing_entropy.empty()) {
+    const auto rs = routing_statistics(t);
+    const std::size_t P = rs.profile_points.size();
+    in.profile.resize(n * P);
+    for (std::size_t j = 0; j < P; ++j) {
+      in.profile_names.push_back("H_" + std::to_string(rs.profile_points[j]));
+      for (std::size_t i = 0; i < n; ++i) in.profile[i * P + j] = rs.entropy[i * rs.points + rs.profile_points[j]];
+    }
+  } else {
+    const std::size_t P = stats.size();
+    in.profile.resize(n * P);
+    for (std::size_t j = 0; j < P; ++j) {
+      in.profile_names.push_back(stats[j]);
+      for (std::size_t i = 0; i < n; ++i) in.profile[i * P + j] = in.statistics[j][i];
+    }
+  }
+  return in;
+}
+
+}  // namespace arcal

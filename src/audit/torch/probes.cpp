@@ -1,0 +1,252 @@
+#include "audit/torch/probes.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include "calib/calibrators.hpp"
+#include "core/check.hpp"
+#include "core/error.hpp"
+#include "core/rng.hpp"
+#include "stats/splits.hpp"
+
+namespace arcal {
+
+MlpProbeOptions ProbeAuditOptions::default_probe_mlp_options() {
+  MlpProbeOptions o;
+  o.restarts = 5;
+  o.lr = 3e-3;
+  o.batch_size = 512;
+  o.max_epochs = 100;
+  o.patience = 5;
+  return o;
+}
+
+namespace {
+
+using Columns = std::vector<const std::vector<double>*>;  // feature columns, each [n]
+
+std::vector<double> gather(const Columns& cols, const std::vector<std::size_t>& idx) {
+  const std::size_t d = cols.size();
+  std::vector<double> x(idx.size() * d);
+  for (std::size_t r = 0; r < idx.size(); ++r)
+    for (std::size_t k = 0; k < d; ++k) x[r * d + k] = (*cols[k])[idx[r]];
+  return x;
+}
+
+std::vector<double> pick(const std::vector<double>& v, const std::vector<std::size_t>& idx) {
+  std::vector<double> out(idx.size());
+  for (std::size_t r = 0; r < idx.size(); ++r) out[r] = v[idx[r]];
+  return out;
+}
+
+/// Column j of a row-major [n, d] matrix.
+std::vector<double> column(const std::vector<double>& m, std::size_t n, std::size_t d, std::size_t j) {
+  std::vector<double> out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = m[i * d + j];
+  return out;
+}
+
+/// Applies a row permutation to every column in cols (the profile's rows move together).
+std::vector<std::vector<double>> permute_rows(const std::vector<std::vector<double>>& cols,
+                                              const std::vector<std::size_t>& perm) {
+  std::vector<std::vector<double>> out;
+  for (const auto& c : cols) out.push_back(pick(c, perm));
+  return out;
+}
+
+void validate_run(const AuditRunInput& run, std::size_t r, const ProbeAuditOptions& o) {
+  const char* fn = "run_probes";
+  const std::string where = "run[" + std::to_string(r) + "] '" + run.run + "': ";
+  const std::size_t n = run.confidence.size();
+  if (run.correct.size() != n || run.labels.size() != n || run.predictive_entropy.size() != n)
+    throw_input(fn, where + "confidence, correct, predictive_entropy and labels must all have " + std::to_string(n) +
+                        " elements");
+  if (n < 40) throw_input(fn, where + "has " + std::to_string(n) + " examples; the probes need at least 40");
+  const std::size_t p = run.profile_names.size();
+  if (p == 0) throw_input(fn, where + "profile_names is empty; the probes need at least one profile column");
+  if (run.profile.size() != n * p)
+    throw_input(fn, where + "profile has " + std::to_string(run.profile.size()) + " values, but must have n x P = " +
+                        std::to_string(n * p));
+  if (run.classes < 2 || run.sorted_probs.size() != n * run.classes)
+    throw_input(fn, where + "sorted_probs has " + std::to_string(run.sorted_probs.size()) +
+                        " values, but must have n x classes = " + std::to_string(n * run.classes));
+  for (std::size_t i = 0; i < run.profile.size(); ++i) check_finite(fn, "profile", i, run.profile[i]);
+  for (std::size_t i = 0; i < run.sorted_probs.size(); ++i) check_probability(fn, "sorted_probs", i, run.sorted_probs[i]);
+  for (std::size_t i = 0; i < n; ++i) {
+    check_probability(fn, "confidence", i, run.confidence[i]);
+    check_finite(fn, "predictive_entropy", i, run.predictive_entropy[i]);
+  }
+  for (std::size_t j = 0; j < p; ++j) {
+    bool constant = true;
+    for (std::size_t i = 1; i < n && constant; ++i) constant = run.profile[i * p + j] == run.profile[j];
+    if (constant)
+      throw_input(fn, where + "profile column " + std::to_string(j) + " '" + run.profile_names[j] +
+                          "' is constant; drop it (a point with S_p = 1 carries no routing information)");
+  }
+  for (const auto& name : o.only)
+    if (std::find_if(kProbeNames.begin(), kProbeNames.end(), [&](const char* k) { return name == k; }) ==
+        kProbeNames.end())
+      throw_input(fn, "options.only names unknown probe '" + name + "'");
+}
+
+}  // namespace
+
+void validate_probe_inputs(const std::vector<AuditRunInput>& runs, const ProbeAuditOptions& o) {
+  if (runs.empty()) throw_input("validate_probe_inputs", "no runs given; the probe audit needs at least one");
+  for (std::size_t r = 0; r < runs.size(); ++r) validate_run(runs[r], r, o);
+}
+
+RunProbeResult run_probes(const AuditRunInput& run, std::size_t r, const ProbeAuditOptions& o) {
+  validate_run(run, r, o);
+  const std::size_t n = run.confidence.size(), P = run.profile_names.size(), K = run.classes;
+  const std::uint64_t run_seed = derive_seed(o.seed, r);
+  // The halves of AR-CondCal: ar_condcal uses cross_fit_halves(labels, derive_seed(its seed, 0)) with
+  // its seed = derive_seed(audit seed, r).
+  const auto folds = cross_fit_halves(run.labels, derive_seed(run_seed, 0));
+  std::vector<int> fold_of(n, 0);
+  for (int f = 0; f < 2; ++f)
+    for (auto i : folds[static_cast<std::size_t>(f)].evaluation) fold_of[i] = f;
+
+  // Columns. logit c with c clipped to [1e-7, 1 − 1e-7] (float32 softmax can give c = 1 exactly).
+  std::vector<double> logit_c(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double c = std::min(std::max(run.confidence[i], 1e-7), 1.0 - 1e-7);
+    logit_c[i] = std::log(c) - std::log1p(-c);
+  }
+  std::vector<std::vector<double>> profile(P), sorted(K);
+  for (std::size_t j = 0; j < P; ++j) profile[j] = column(run.profile, n, P, j);
+  for (std::size_t k = 0; k < K; ++k) sorted[k] = column(run.sorted_probs, n, K, k);
+  // Shuffled profiles: rows permuted together, over the whole run (as AR-CondCal's shuffled control).
+  std::vector<std::size_t> perm_global(n);
+  std::iota(perm_global.begin(), perm_global.end(), std::size_t{0});
+  Rng(derive_seed(run_seed, 101)).shuffle(perm_global);
+  std::vector<std::size_t> perm_bins(n);
+  std::iota(perm_bins.begin(), perm_bins.end(), std::size_t{0});
+  {
+    const auto bin = equal_width_bin_index(run.confidence, o.shuffle_bins);
+    std::vector<std::vector<std::size_t>> members(o.shuffle_bins);
+    for (std::size_t i = 0; i < n; ++i) members[static_cast<std::size_t>(bin[i])].push_back(i);
+    Rng rng(derive_seed(run_seed, 102));
+    for (const auto& idx : members) {
+      auto src = idx;
+      rng.shuffle(src);
+      for (std::size_t k = 0; k < idx.size(); ++k) perm_bins[idx[k]] = src[k];
+    }
+  }
+  const auto profile_global = permute_rows(profile, perm_global);
+  const auto profile_bins = permute_rows(profile, perm_bins);
+
+  auto with = [](Columns head, const std::vector<std::vector<double>>& tail) {
+    for (const auto& c : tail) head.push_back(&c);
+    return head;
+  };
+  Columns sorted_cols;
+  for (const auto& c : sorted) sorted_cols.push_back(&c);
+  const std::int64_t full_params = mlp_parameter_count(int(1 + P), o.mlp.hidden1, o.mlp.hidden2);
+  struct Spec {
+    std::string name;
+    Columns cols;
+    std::pair<int, int> widths;
+  };
+  const std::pair<int, int> base{o.mlp.hidden1, o.mlp.hidden2};
+  std::vector<Spec> specs{
+      {"full_vector", with({&logit_c}, profile), base},
+      {"capacity_matched", {&logit_c}, capacity_matched_widths(1, full_params)},
+      {"shuffled_global", with({&logit_c}, profile_global), base},
+      {"shuffled_within_bins", with({&logit_c}, profile_bins), base},
+      {"predictive_entropy", {&logit_c, &run.predictive_entropy}, capacity_matched_widths(2, full_params)},
+      {"full_logit", sorted_cols, base},
+      {"full_logit_routing", with(sorted_cols, profile), base},
+  };
+  auto wanted = [&](const std::string& name) {
+    return o.only.empty() || std::find(o.only.begin(), o.only.end(), name) != o.only.end();
+  };
+
+  RunProbeResult out;
+  out.run = run.run;
+  out.cell = run.cell;
+  out.n = n;
+  out.profile_names = run.profile_names;
+  if (wanted("linear")) {
+    ProbeFit fit;
+    fit.name = "linear";
+    fit.inputs = 1;
+    fit.parameters = 2;
+    fit.prediction.assign(n, 0.0);
+    for (int f = 0; f < 2; ++f) {
+      const auto& s = folds[static_cast<std::size_t>(f)];
+      const auto platt = fit_platt(pick(run.confidence, s.calibration), pick(run.correct, s.calibration));
+      const auto q = apply_platt(platt, pick(run.confidence, s.evaluation));
+      for (std::size_t k = 0; k < q.size(); ++k) fit.prediction[s.evaluation[k]] = q[k];
+    }
+    fit.scores = score_probe(fit.prediction, run.correct, fold_of, o.ece_bins);
+    out.probes.push_back(std::move(fit));
+  }
+  for (const auto& spec : specs) {
+    if (!wanted(spec.name)) continue;
+    ProbeFit fit;
+    fit.name = spec.name;
+    fit.inputs = spec.cols.size();
+    fit.hidden1 = spec.widths.first;
+    fit.hidden2 = spec.widths.second;
+    fit.prediction.assign(n, 0.0);
+    for (int f = 0; f < 2; ++f) {
+      const auto& s = folds[static_cast<std::size_t>(f)];
+      MlpProbeOptions mo = o.mlp;
+      mo.hidden1 = spec.widths.first;
+      mo.hidden2 = spec.widths.second;
+      // Common random numbers: every probe of a fold shares the inner split, initial seed and batch
+      // order, so probe-control differences are not inflated by training noise.
+      mo.seed = derive_seed(run_seed, 1000 + static_cast<std::uint64_t>(f));
+      MlpProbeInfo info;
+      const auto q = fit_predict_mlp_probe(gather(spec.cols, s.calibration), s.calibration.size(), spec.cols.size(),
+                                           pick(run.correct, s.calibration), gather(spec.cols, s.evaluation),
+                                           s.evaluation.size(), mo, &info);
+      for (std::size_t k = 0; k < q.size(); ++k) fit.prediction[s.evaluation[k]] = q[k];
+      fit.parameters = info.parameters;
+      fit.mean_epochs += 0.5 * info.mean_epochs;
+    }
+    fit.scores = score_probe(fit.prediction, run.correct, fold_of, o.ece_bins);
+    out.probes.push_back(std::move(fit));
+  }
+  auto find = [&](const char* name) -> const ProbeFit* {
+    for (const auto& p : out.probes)
+      if (p.name == name) return &p;
+    return nullptr;
+  };
+  for (std::size_t c = 0; c < kProbeComparisons.size(); ++c) {
+    const auto& spec = kProbeComparisons[c];
+    const ProbeFit *a = find(spec.probe), *b = find(spec.control);
+    if (!a || !b) continue;
+    out.comparisons.push_back(compare_probes(*a, *b, spec.name, run.correct, fold_of, o.bootstrap_draws,
+                                             derive_seed(run_seed, 200 + c), o.ece_bins));
+  }
+  return out;
+}
+
+ProbeFamily run_probe_family(const std::vector<AuditRunInput>& runs, const ProbeAuditOptions& o) {
+  if (!o.only.empty()) throw_input("run_probe_family", "options.only must be empty: the family needs every probe");
+  validate_probe_inputs(runs, o);
+  const auto t0 = std::chrono::steady_clock::now();
+  ProbeFamily fam;
+  for (std::size_t r = 0; r < runs.size(); ++r) fam.runs.push_back(run_probes(runs[r], r, o));
+  fam.tests = across_run_probe_tests(fam.runs, o.bootstrap_draws, derive_seed(o.seed, 0xB007), o.alpha);
+  fam.restarts = o.mlp.restarts;
+  fam.max_epochs = o.mlp.max_epochs;
+  fam.patience = o.mlp.patience;
+  fam.batch_size = o.mlp.batch_size;
+  fam.bootstrap_draws = o.bootstrap_draws;
+  fam.lr = o.mlp.lr;
+  fam.weight_decay = o.mlp.weight_decay;
+  fam.inner_val = o.mlp.inner_val;
+  fam.alpha = o.alpha;
+  fam.shuffle_bins = o.shuffle_bins;
+  fam.ece_bins = o.ece_bins;
+  fam.seed = o.seed;
+  fam.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return fam;
+}
+
+}  // namespace arcal
