@@ -11,11 +11,17 @@ Usage: bench_train.py [--arcal build/arcal] [--steps 60] [--threads 1] [--residu
 Prints images/s of each and the ratio arcal / PyTorch.
 """
 import argparse
+import os
+import sys
+
+# OpenBLAS keeps its own thread pool that torch.set_num_threads does not reach: pin it before torch
+# loads, for both sides (arcal pins it itself via openblas_set_num_threads).
+_t = sys.argv[sys.argv.index("--threads") + 1] if "--threads" in sys.argv else "1"
+os.environ["OPENBLAS_NUM_THREADS"] = _t
+
 import gzip
 import json
-import os
 import subprocess
-import sys
 import tempfile
 import time
 

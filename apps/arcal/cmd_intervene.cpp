@@ -12,6 +12,7 @@
 #include "core/check.hpp"
 #include "core/progress.hpp"
 #include "model/intervene.hpp"
+#include "train/threads.hpp"
 #include "train/trainer.hpp"
 
 namespace {
@@ -36,7 +37,7 @@ std::vector<std::string> split_list(const std::string& s) {
 nlohmann::json interval(const arcal::Interval& i) { return {i.low, i.high}; }
 
 int run(const Options& o) {
-  torch::set_num_threads(o.threads);
+  arcal::set_compute_threads(o.threads);
   arcal::InterventionOptions io;
   io.families = split_list(o.families);
   for (const auto& p : split_list(o.points)) {

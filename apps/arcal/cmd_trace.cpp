@@ -11,6 +11,7 @@
 #include "core/check.hpp"
 #include "core/progress.hpp"
 #include "model/trace_export.hpp"
+#include "train/threads.hpp"
 #include "train/trainer.hpp"
 
 namespace {
@@ -24,7 +25,7 @@ struct TraceOptions {
 
 int run_trace(const TraceOptions& o) {
   if (o.split != "test" && o.split != "val") arcal::throw_input("--split", "'" + o.split + "': expected test or val");
-  torch::set_num_threads(o.threads);
+  arcal::set_compute_threads(o.threads);
   arcal::TrainConfig tc;
   auto model = arcal::load_trained_model(o.run, &tc, o.load.options);
   auto data = arcal::load_dataset(tc.dataset, tc.data_dir, tc.val_fraction, tc.train_subset, tc.seed);

@@ -14,6 +14,7 @@
 #include "core/rng.hpp"
 #include "calib/metrics.hpp"
 #include "train/sbece.hpp"
+#include "train/threads.hpp"
 
 namespace arcal {
 
@@ -257,7 +258,7 @@ nlohmann::json train_run(const TrainConfig& requested, const std::string& run_di
   }
   validate_train_config(c);
 
-  torch::set_num_threads(c.threads);
+  set_compute_threads(c.threads);
   // Everything that can fail on user input happens before RUN/ is touched.
   DatasetSplits data = load_dataset(c.dataset, c.data_dir, c.val_fraction, c.train_subset, c.seed);
   const auto& train = data.train;
