@@ -85,18 +85,6 @@ std::vector<double> standardise(const std::vector<double>& x, const char* fn, co
   return out;
 }
 
-double binary_log_loss(const std::vector<double>& p, const std::vector<double>& y) {
-  const char* fn = "binary_log_loss";
-  check_same_size(fn, "p", p.size(), "y", y.size());
-  if (p.empty()) throw_input(fn, "p is empty");
-  double s = 0.0;
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    const double q = std::min(std::max(p[i], 1e-15), 1.0 - 1e-15);
-    s -= y[i] * std::log(q) + (1.0 - y[i]) * std::log1p(-q);
-  }
-  return s / double(p.size());
-}
-
 CorrectionProbe fit_correction_probe(const std::vector<double>& q, const std::vector<double>& z,
                                      const std::vector<double>& y, double ridge) {
   const char* fn = "fit_correction_probe";

@@ -27,10 +27,6 @@ std::vector<double> nw_confidence_reference(const std::vector<double>& confidenc
 /// (x − mean) / sd (sd with n − 1) of a finite, non-constant vector. Throws InputError otherwise.
 std::vector<double> standardise(const std::vector<double>& x, const char* function, const char* name);
 
-/// Binary log-loss (nats) of estimates p [m] against labels y [m] in {0,1} (or soft in [0,1]),
-/// estimates clipped to [1e-15, 1 − 1e-15]. Throws InputError on mismatched or empty input.
-double binary_log_loss(const std::vector<double>& p, const std::vector<double>& y);
-
 /// The reference-preserving correction probe: P(correct) = σ(logit q + g(z)) with q frozen and
 /// g(z) = β0 + β1 u + β2 u² + β3 u³, u = clamp(z, −3, 3)/3, fitted by Newton's method on the penalised
 /// log-likelihood Σ log-lik − (ridge/2)·|β|² (every coefficient penalised, so g shrinks towards 0 and

@@ -23,6 +23,17 @@ namespace {
 
 using Fold2 = std::array<std::vector<double>, 2>;
 
+/// Binary log-loss in nats, estimates clipped to [1e-15, 1 − 1e-15] (as calib/metrics.hpp, whose
+/// header cannot be included beside audit/diagnostic.hpp).
+double binary_log_loss(const std::vector<double>& p, const std::vector<double>& y) {
+  double s = 0.0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const double q = std::min(std::max(p[i], 1e-15), 1.0 - 1e-15);
+    s -= y[i] * std::log(q) + (1.0 - y[i]) * std::log1p(-q);
+  }
+  return s / double(p.size());
+}
+
 std::vector<double> pick(const std::vector<double>& v, const std::vector<std::size_t>& idx) {
   std::vector<double> out(idx.size());
   for (std::size_t r = 0; r < idx.size(); ++r) out[r] = v[idx[r]];
