@@ -10,6 +10,7 @@
 #include "audit/audit.hpp"
 #include "audit/run_input.hpp"
 #include "audit/torch/probes.hpp"
+#include "audit/torch/sensitivity_audit.hpp"
 #include <torch/torch.h>
 #include "command.hpp"
 #include "core/check.hpp"
@@ -29,6 +30,18 @@ struct AuditConfig {
   bool no_condcal = false;
   bool probes = true;
   int probe_restarts = 5;
+  bool sensitivity = false;
+  std::string sensitivity_effects = "0.002,0.005,0.010,0.020";
+  int sensitivity_draws = 20;
+  double sensitivity_threshold = 0.5;
+  double sensitivity_threshold_effect = 0.010;
+  double correction_ridge = 1.0;
+  bool exact_null = false;
+  int null_replicates = 200;
+  std::string null_variants = "confidence,full_logit";
+  int refit_restarts = 1;
+  int refit_patience = 3;
+  bool refit_cold = false;
   bool json = false;
 };
 
@@ -61,6 +74,38 @@ std::string probe_summary(const arcal::ProbeFamily& f) {
   return out;
 }
 
+/// Recovery per probe at every effect, then the verdicts at the threshold effect.
+std::string sensitivity_summary(const arcal::SensitivityResult& s) {
+  std::string out = "sensitivity (" + std::to_string(s.runs.size()) + " runs x " + std::to_string(s.draws) + " draws, " +
+                    std::to_string(s.seconds).substr(0, 6) + " s): recovery R [95 % CI] (gain in nats where the effect is 0)\n";
+  char buf[512];
+  for (const auto& e : s.by_effect)
+    for (const auto& p : e.probes) {
+      if (p.has_recovery)
+        std::snprintf(buf, sizeof buf, "  %.3f nats %-22s R %+.3f [%+.3f, %+.3f]\n", e.effect_nats, p.probe.c_str(), p.recovery,
+                      p.recovery_ci.low, p.recovery_ci.high);
+      else
+        std::snprintf(buf, sizeof buf, "  %.3f nats %-22s gain %+.5f [%+.5f, %+.5f]\n", e.effect_nats, p.probe.c_str(), p.gain,
+                      p.gain_ci.low, p.gain_ci.high);
+      out += buf;
+    }
+  for (const auto& v : s.verdicts) out += "  verdict " + v.probe + ": " + v.verdict + "\n";
+  return out;
+}
+
+/// Pooled exact-null p per variant and comparison.
+std::string exact_null_summary(const arcal::ExactNullResult& x) {
+  std::string out = "exact null (" + std::to_string(x.replicates) + " replicates, " + std::to_string(x.seconds).substr(0, 6) +
+                    " s): mean real gain over runs vs its null, Monte-Carlo p\n";
+  char buf[512];
+  for (const auto& p : x.pooled) {
+    std::snprintf(buf, sizeof buf, "  %-11s %-40s real %+.5f  null mean %+.5f q95 %+.5f  p %.3f\n", p.variant.c_str(),
+                  p.comparison.c_str(), p.real_mean_gain, p.null_mean, p.null_q95, p.p);
+    out += buf;
+  }
+  return out;
+}
+
 arcal::cli::RunFn setup_audit(CLI::App& app) {
   auto cfg = std::make_shared<AuditConfig>();
   app.add_option("traces", cfg->traces, "Trace files (.npz), one per run")->required()->check(CLI::ExistingFile);
@@ -76,6 +121,23 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
   app.add_flag("--probes,!--no-probes", cfg->probes, "MLP correctness probes and their controls (default on)");
   app.add_option("--probe-restarts", cfg->probe_restarts, "Seeded restarts averaged per MLP probe")
       ->check(CLI::Range(1, 100));
+  app.add_flag("--sensitivity", cfg->sensitivity, "Sensitivity (injection) audit, method.md §6.5 (refits every probe)");
+  app.add_option("--sensitivity-effects", cfg->sensitivity_effects, "Injected oracle gains in nats, comma-separated");
+  app.add_option("--sensitivity-draws", cfg->sensitivity_draws, "Synthetic label draws per run and effect")
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--sensitivity-threshold", cfg->sensitivity_threshold, "Recovery R needed for the verdict \"absent\"");
+  app.add_option("--sensitivity-threshold-effect", cfg->sensitivity_threshold_effect,
+                 "Effect (nats, one of --sensitivity-effects) at which the threshold applies");
+  app.add_option("--correction-ridge", cfg->correction_ridge, "L2 penalty of the correction probe's cubic g(z)")
+      ->check(CLI::Range(0.0, 1e12));
+  app.add_flag("--exact-null", cfg->exact_null, "Exact-null audit, method.md §6.6 (refits every probe)");
+  app.add_option("--null-replicates", cfg->null_replicates, "Null label replicates per run and variant")
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--null-variants", cfg->null_variants, "Exact-null references: confidence, full_logit (comma-separated)");
+  app.add_option("--refit-restarts", cfg->refit_restarts, "Restarts per MLP refit (sensitivity, exact null)")
+      ->check(CLI::Range(1, 100));
+  app.add_option("--refit-patience", cfg->refit_patience, "Early-stopping patience of the refits")->check(CLI::Range(1, 1000));
+  app.add_flag("--refit-cold", cfg->refit_cold, "Refits start from a seeded random initialisation instead of the soft-reference fit");
   app.add_flag("--json", cfg->json, "Print results.json to stdout as well");
   return [cfg]() {
     const auto stats = split_names(cfg->stats);
@@ -100,7 +162,23 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
     popt.seed = cfg->seed;
     popt.alpha = cfg->alpha;
     popt.mlp.restarts = cfg->probe_restarts;
-    if (cfg->probes) arcal::validate_probe_inputs(runs, popt);
+    if (cfg->probes || cfg->sensitivity || cfg->exact_null) arcal::validate_probe_inputs(runs, popt);
+    std::vector<double> effects;
+    for (const auto& e : split_names(cfg->sensitivity_effects)) {
+      std::size_t used = 0;
+      double v = -1;
+      try {
+        v = std::stod(e, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != e.size() || !(v >= 0) || !std::isfinite(v))
+        arcal::throw_input("arcal audit", "--sensitivity-effects entry '" + e + "' is not a finite number >= 0");
+      effects.push_back(v);
+    }
+    arcal::MlpProbeOptions refit = arcal::default_refit_mlp_options();
+    refit.restarts = cfg->refit_restarts;
+    refit.patience = cfg->refit_patience;
     auto res = arcal::run_audit(runs, opt);  // validates everything before computing
     if (cfg->probes) {
       // Small MLPs gain nothing from intra-op threads; one thread keeps the audit's cost predictable.
@@ -108,6 +186,36 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
       if (progress) std::fprintf(stderr, "probes: %zu runs x 7 MLPs x 2 folds x %d restarts\n", runs.size(), cfg->probe_restarts);
       res.probes = arcal::run_probe_family(runs, popt);
       res.has_probes = true;
+    }
+    if (cfg->sensitivity || cfg->exact_null) torch::set_num_threads(1);
+    if (cfg->sensitivity) {
+      arcal::SensitivityAuditOptions so;
+      so.probes = popt;
+      so.refit = refit;
+      so.warm_start = !cfg->refit_cold;
+      so.effects = effects;
+      so.draws = cfg->sensitivity_draws;
+      so.threshold = cfg->sensitivity_threshold;
+      so.threshold_effect = cfg->sensitivity_threshold_effect;
+      so.correction_ridge = cfg->correction_ridge;
+      if (progress)
+        std::fprintf(stderr, "sensitivity: %zu runs x %zu effects x %d draws, every probe refitted\n", runs.size(),
+                     effects.size(), cfg->sensitivity_draws);
+      res.sensitivity = arcal::run_sensitivity_audit(runs, so);
+      res.has_sensitivity = true;
+    }
+    if (cfg->exact_null) {
+      arcal::ExactNullAuditOptions xo;
+      xo.probes = popt;
+      xo.refit = refit;
+      xo.warm_start = !cfg->refit_cold;
+      xo.replicates = cfg->null_replicates;
+      xo.variants = split_names(cfg->null_variants);
+      if (progress)
+        std::fprintf(stderr, "exact null: %zu runs x %zu variants x %d replicates, every probe refitted\n", runs.size(),
+                     xo.variants.size(), cfg->null_replicates);
+      res.exact_null = arcal::run_exact_null_audit(runs, xo);
+      res.has_exact_null = true;
     }
     arcal::write_audit_results(res, cfg->out);
     if (cfg->json) {
@@ -121,6 +229,8 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
       std::printf("%zu tests: %zu reject at alpha = %g (raw), %zu after Holm; wrote %s/results.json\n",
                   res.diagnostic.family_size, raw, cfg->alpha, holm, cfg->out.c_str());
       if (res.has_probes) std::printf("%s", probe_summary(res.probes).c_str());
+      if (res.has_sensitivity) std::printf("%s", sensitivity_summary(res.sensitivity).c_str());
+      if (res.has_exact_null) std::printf("%s", exact_null_summary(res.exact_null).c_str());
     }
     return 0;
   };

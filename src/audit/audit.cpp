@@ -125,6 +125,59 @@ nlohmann::json probe_family_json(const ProbeFamily& f) {
           {"runs", runs}, {"tests", tests}};
 }
 
+nlohmann::json sensitivity_json(const SensitivityResult& s) {
+  using nlohmann::json;
+  json effects = json::array();
+  for (const auto& e : s.by_effect) {
+    json probes = json::object();
+    for (const auto& p : e.probes) {
+      json one = {{"gain", p.gain}, {"gain_ci", interval_json(p.gain_ci)}, {"mean_epochs", p.mean_epochs}};
+      one["recovery"] = p.has_recovery ? json(p.recovery) : json(nullptr);
+      one["recovery_ci"] = p.has_recovery ? interval_json(p.recovery_ci) : json(nullptr);
+      probes[p.probe] = one;
+    }
+    effects.push_back({{"effect_nats", e.effect_nats}, {"delta", e.delta}, {"oracle_gain", e.oracle_gain},
+                       {"mean_oracle_loss_gain", e.mean_oracle_loss_gain}, {"probes", probes}});
+  }
+  json verdicts = json::array();
+  for (const auto& v : s.verdicts)
+    verdicts.push_back({{"probe", v.probe}, {"recovery", v.recovery}, {"recovery_ci", interval_json(v.recovery_ci)},
+                        {"verdict", v.verdict}});
+  return {{"runs", s.runs}, {"statistic", s.statistic}, {"effects", s.effects}, {"draws", s.draws},
+          {"bootstrap_draws", s.bootstrap_draws}, {"threshold", s.threshold},
+          {"threshold_effect", s.threshold_effect}, {"correction_ridge", s.correction_ridge},
+          {"correction_basis", "g(z) = b0 + b1 u + b2 u^2 + b3 u^3, u = clamp(z, -3, 3)/3, ridge on every b, Newton"},
+          {"reference", "1-D Nadaraya-Watson on logit c, Scott bandwidth n^(-1/5), fitted per cross-fit fold on the calibration half"},
+          {"recovery", "sum over (run, draw) of (l(q) - l(probe)) / sum of (l(q) - l(p*)); l = fold-mean log-loss on the evaluation halves"},
+          {"seed", s.seed}, {"refit", {{"restarts", s.restarts}, {"max_epochs", s.max_epochs}, {"patience", s.patience},
+                                       {"batch_size", s.batch_size}, {"lr", s.lr}, {"warm_start", s.warm_start}}},
+          {"seconds", s.seconds}, {"by_effect", effects}, {"verdicts", verdicts}};
+}
+
+nlohmann::json exact_null_json(const ExactNullResult& x) {
+  using nlohmann::json;
+  json runs = json::array();
+  for (const auto& r : x.runs) {
+    json comps = json::array();
+    for (const auto& c : r.comparisons)
+      comps.push_back({{"comparison", c.comparison}, {"probe", c.probe}, {"control", c.control},
+                       {"real_gain", c.real_gain}, {"null_mean", c.null_mean}, {"null_q95", c.null_q95}, {"p", c.p},
+                       {"null_gain", c.null_gain}});
+    runs.push_back({{"run", r.run}, {"variant", r.variant}, {"comparisons", comps}});
+  }
+  json pooled = json::array();
+  for (const auto& p : x.pooled)
+    pooled.push_back({{"variant", p.variant}, {"comparison", p.comparison}, {"runs", p.runs},
+                      {"real_mean_gain", p.real_mean_gain}, {"null_mean", p.null_mean}, {"null_q95", p.null_q95},
+                      {"p", p.p}});
+  return {{"gain", "l(control) - l(probe), fold-mean log-loss (positive: the probe is better)"},
+          {"p", "(1 + #{null gain >= real gain}) / (replicates + 1)"},
+          {"variants", x.variants}, {"replicates", x.replicates}, {"seed", x.seed},
+          {"refit", {{"restarts", x.restarts}, {"max_epochs", x.max_epochs}, {"patience", x.patience},
+                     {"batch_size", x.batch_size}, {"lr", x.lr}, {"warm_start", x.warm_start}}},
+          {"seconds", x.seconds}, {"runs", runs}, {"pooled", pooled}};
+}
+
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   std::string q = "\"";
@@ -169,6 +222,8 @@ nlohmann::json audit_results_json(const AuditResults& res) {
                 {"tests", tests},
                 {"stability", stability}}}};
   if (res.has_probes) out["probes"] = probe_family_json(res.probes);
+  if (res.has_sensitivity) out["sensitivity"] = sensitivity_json(res.sensitivity);
+  if (res.has_exact_null) out["exact_null"] = exact_null_json(res.exact_null);
   if (!res.options.run_condcal) return out;
   json runs = json::array();
   for (const auto& e : res.condcal) {
@@ -249,6 +304,34 @@ void write_audit_results(const AuditResults& res, const std::string& dir) {
           << t.ci.high << ',' << t.p_wilcoxon << ',' << t.p_sign << ',' << t.p_holm << ',' << csv_field(t.verdict) << '\n';
     write_file_atomic(dir + "/probes.csv", pc.str());
     write_file_atomic(dir + "/probe_comparisons.csv", cmp.str());
+  }
+  if (res.has_sensitivity) {
+    std::ostringstream sc;
+    sc.precision(10);
+    sc << "effect_nats,probe,gain,gain_ci_low,gain_ci_high,recovery,recovery_ci_low,recovery_ci_high,mean_epochs\n";
+    for (const auto& e : res.sensitivity.by_effect)
+      for (const auto& p : e.probes) {
+        sc << e.effect_nats << ',' << p.probe << ',' << p.gain << ',' << p.gain_ci.low << ',' << p.gain_ci.high << ',';
+        if (p.has_recovery)
+          sc << p.recovery << ',' << p.recovery_ci.low << ',' << p.recovery_ci.high;
+        else
+          sc << ",,";
+        sc << ',' << p.mean_epochs << '\n';
+      }
+    write_file_atomic(dir + "/sensitivity.csv", sc.str());
+  }
+  if (res.has_exact_null) {
+    std::ostringstream xc;
+    xc.precision(10);
+    xc << "run,variant,comparison,probe,control,real_gain,null_mean,null_q95,p,replicates\n";
+    for (const auto& r : res.exact_null.runs)
+      for (const auto& c : r.comparisons)
+        xc << csv_field(r.run) << ',' << r.variant << ',' << c.comparison << ',' << c.probe << ',' << c.control << ','
+           << c.real_gain << ',' << c.null_mean << ',' << c.null_q95 << ',' << c.p << ',' << c.null_gain.size() << '\n';
+    for (const auto& p : res.exact_null.pooled)
+      xc << "ALL," << p.variant << ',' << p.comparison << ",,," << p.real_mean_gain << ',' << p.null_mean << ','
+         << p.null_q95 << ',' << p.p << ',' << res.exact_null.replicates << '\n';
+    write_file_atomic(dir + "/exact_null.csv", xc.str());
   }
   write_file_atomic(dir + "/results.json", audit_results_json(res).dump(2) + "\n");
 }

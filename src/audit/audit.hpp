@@ -14,6 +14,7 @@
 #include "audit/condcal.hpp"
 #include "audit/diagnostic.hpp"
 #include "audit/probe_compare.hpp"
+#include "audit/sensitivity.hpp"
 
 namespace arcal {
 
@@ -59,6 +60,10 @@ struct AuditResults {
   AuditOptions options;
   bool has_probes = false;  ///< set by the LibTorch probe audit (audit/torch/probes.hpp)
   ProbeFamily probes;
+  bool has_sensitivity = false;  ///< set by the sensitivity audit (audit/torch/sensitivity_audit.hpp)
+  SensitivityResult sensitivity;
+  bool has_exact_null = false;   ///< set by the exact-null audit
+  ExactNullResult exact_null;
 };
 
 /// Checks the whole input before any computation: at least one run, the same class count in every
@@ -71,7 +76,8 @@ AuditResults run_audit(const std::vector<AuditRunInput>& runs, const AuditOption
 
 nlohmann::json audit_results_json(const AuditResults& results);
 
-/// Writes DIR/diagnostic.csv, DIR/condcal.csv, DIR/probes.csv (when has_probes) and finally DIR/results.json, each atomically
+/// Writes DIR/diagnostic.csv, DIR/condcal.csv, DIR/probes.csv (when has_probes), DIR/sensitivity.csv
+/// (when has_sensitivity), DIR/exact_null.csv (when has_exact_null) and finally DIR/results.json, each atomically
 /// (creating DIR). Throws InputError when DIR cannot be created or written.
 void write_audit_results(const AuditResults& results, const std::string& dir);
 

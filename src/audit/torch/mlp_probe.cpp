@@ -60,8 +60,19 @@ std::vector<double> fit_predict_mlp_probe(const std::vector<double>& x_train, st
   check_same_size(fn, "y_train", y_train.size(), "n", n);
   check_same_size(fn, "x_eval", x_eval.size(), "m x f", m * f);
   if (n < 10) throw_input(fn, "needs at least 10 training rows, got " + std::to_string(n));
-  for (std::size_t i = 0; i < n; ++i)
-    if (y_train[i] != 0.0 && y_train[i] != 1.0) throw_index(fn, "y_train", i, std::to_string(y_train[i]), "0 or 1");
+  for (std::size_t i = 0; i < n; ++i) {
+    if (o.soft_labels)
+      check_probability(fn, "y_train", i, y_train[i]);
+    else if (y_train[i] != 0.0 && y_train[i] != 1.0)
+      throw_index(fn, "y_train", i, std::to_string(y_train[i]), "0 or 1");
+  }
+  if (o.warm_start && (o.warm_start->inputs != int(f) || o.warm_start->hidden1 != o.hidden1 ||
+                       o.warm_start->hidden2 != o.hidden2 || o.warm_start->tensors.size() != 6))
+    throw_input(fn, "warm_start has shape (" + std::to_string(o.warm_start->inputs) + ", " +
+                        std::to_string(o.warm_start->hidden1) + ", " + std::to_string(o.warm_start->hidden2) +
+                        ") with " + std::to_string(o.warm_start->tensors.size()) + " tensors, but must be (" +
+                        std::to_string(f) + ", " + std::to_string(o.hidden1) + ", " + std::to_string(o.hidden2) +
+                        ") with 6");
   for (std::size_t i = 0; i < x_train.size(); ++i) check_finite(fn, "x_train", i, x_train[i]);
   for (std::size_t i = 0; i < x_eval.size(); ++i) check_finite(fn, "x_eval", i, x_eval[i]);
 
@@ -98,11 +109,26 @@ std::vector<double> fit_predict_mlp_probe(const std::vector<double>& x_train, st
     auto net = std::make_shared<Net>(static_cast<int>(f), o.hidden1, o.hidden2);
     params = 0;
     for (const auto& p : net->parameters()) params += p.numel();
+    if (o.warm_start) {
+      auto ps = net->parameters();
+      for (std::size_t i = 0; i < ps.size(); ++i) {
+        const auto& w = o.warm_start->tensors[i];
+        if (std::int64_t(w.size()) != ps[i].numel())
+          throw_input(fn, "warm_start tensor " + std::to_string(i) + " has " + std::to_string(w.size()) +
+                              " values, but the network's has " + std::to_string(ps[i].numel()));
+        ps[i].copy_(torch::from_blob(const_cast<float*>(w.data()), ps[i].sizes(), torch::kFloat));
+      }
+    }
     torch::optim::AdamW opt(net->parameters(), torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
     double best = std::numeric_limits<double>::infinity();
     int best_epoch = 0, since = 0;
     std::vector<torch::Tensor> best_state;
     std::vector<std::int64_t> order(static_cast<std::size_t>(nf));
+    if (o.warm_start) {
+      // The starting point competes with the trained epochs, so a refit can keep the warm weights.
+      best = torch::binary_cross_entropy_with_logits(net->forward(Xv), Yv).item<double>();
+      for (const auto& p : net->parameters()) best_state.push_back(p.detach().clone());
+    }
     for (int epoch = 0; epoch < o.max_epochs; ++epoch) {
       std::iota(order.begin(), order.end(), 0);
       rng.shuffle(order);
@@ -127,7 +153,19 @@ std::vector<double> fit_predict_mlp_probe(const std::vector<double>& x_train, st
       }
     }
     auto ps = net->parameters();
+    // best_state is empty only when no epoch improved on +inf (max_epochs = 0 or a NaN loss).
+    if (best_state.size() != ps.size()) throw_input(fn, "training produced no finite inner-validation loss");
     for (std::size_t i = 0; i < ps.size(); ++i) ps[i].copy_(best_state[i]);
+    if (info && r == 0) {
+      info->weights.inputs = int(f);
+      info->weights.hidden1 = o.hidden1;
+      info->weights.hidden2 = o.hidden2;
+      info->weights.tensors.clear();
+      for (const auto& p : ps) {
+        auto c = p.detach().contiguous();
+        info->weights.tensors.emplace_back(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+      }
+    }
     auto pred = torch::sigmoid(net->forward(Xev)).to(torch::kDouble).contiguous();
     const double* pp = pred.data_ptr<double>();
     for (std::size_t i = 0; i < m; ++i) avg[i] += pp[i] / o.restarts;

@@ -1,7 +1,9 @@
 // The MLP correctness probe of method.md §6.3: features -> P(correct), 2 hidden layers x 64 with
 // GELU, AdamW, early stopping on an inner 20 % split, 5 seeded restarts whose probabilities are
 // averaged. Capacity matching picks hidden widths whose parameter count is within 2 % of a target.
-// Inputs are plain row-major vectors; LibTorch is used only inside.
+// Refits of the sensitivity and exact-null audits (method.md §6.5-6.6) may train on soft targets and
+// start from the weights of an earlier fit (warm start). Inputs are plain row-major vectors; LibTorch
+// is used only inside.
 #pragma once
 
 #include <cstddef>
@@ -9,6 +11,13 @@
 #include <vector>
 
 namespace arcal {
+
+/// Trained weights of one MLP (its parameter tensors in registration order, flattened float32), so a
+/// later fit on the same inputs can start from them.
+struct MlpWeights {
+  int inputs = 0, hidden1 = 0, hidden2 = 0;
+  std::vector<std::vector<float>> tensors;
+};
 
 struct MlpProbeOptions {
   int hidden1 = 64, hidden2 = 64;
@@ -20,11 +29,17 @@ struct MlpProbeOptions {
   double inner_val = 0.2;   ///< fraction of the training rows held out for early stopping
   int batch_size = 256;
   std::uint64_t seed = 0;
+  /// Targets may lie anywhere in [0, 1] (binary cross-entropy with soft targets) instead of {0, 1}.
+  bool soft_labels = false;
+  /// Every restart starts from these weights instead of a seeded random initialisation (the inner
+  /// split and batch order still follow the restart's seed). Must match (f, hidden1, hidden2).
+  const MlpWeights* warm_start = nullptr;
 };
 
 struct MlpProbeInfo {
   std::int64_t parameters = 0;
   double mean_epochs = 0;  ///< epochs to the best inner-validation loss, averaged over restarts
+  MlpWeights weights;      ///< best-epoch weights of restart 0
 };
 
 /// Number of parameters of an MLP with `inputs` -> h1 -> h2 -> 1.
@@ -36,7 +51,8 @@ std::pair<int, int> capacity_matched_widths(int inputs, std::int64_t target);
 
 /// Fits on (x_train [n, f], y_train [n] in {0,1}) and returns P(correct) for x_eval [m, f].
 /// Features are standardised with the training rows' mean and sd (constant columns are refused).
-/// Throws InputError on shape mismatch, n < 10, non-finite or constant features, or labels not in {0,1}.
+/// Throws InputError on shape mismatch, n < 10, non-finite or constant features, labels not in {0,1}
+/// (not in [0,1] with soft_labels), or a warm start whose shape does not match.
 std::vector<double> fit_predict_mlp_probe(const std::vector<double>& x_train, std::size_t n, std::size_t f,
                                           const std::vector<double>& y_train, const std::vector<double>& x_eval,
                                           std::size_t m, const MlpProbeOptions& options, MlpProbeInfo* info = nullptr);

@@ -48,13 +48,6 @@ std::vector<double> column(const std::vector<double>& m, std::size_t n, std::siz
   return out;
 }
 
-/// Applies a row permutation to every column in cols (the profile's rows move together).
-std::vector<std::vector<double>> permute_rows(const std::vector<std::vector<double>>& cols,
-                                              const std::vector<std::size_t>& perm) {
-  std::vector<std::vector<double>> out;
-  for (const auto& c : cols) out.push_back(pick(c, perm));
-  return out;
-}
 
 void validate_run(const AuditRunInput& run, std::size_t r, const ProbeAuditOptions& o) {
   const char* fn = "run_probes";
@@ -98,117 +91,160 @@ void validate_probe_inputs(const std::vector<AuditRunInput>& runs, const ProbeAu
   for (std::size_t r = 0; r < runs.size(); ++r) validate_run(runs[r], r, o);
 }
 
-RunProbeResult run_probes(const AuditRunInput& run, std::size_t r, const ProbeAuditOptions& o) {
+ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t r, const ProbeAuditOptions& o) {
   validate_run(run, r, o);
   const std::size_t n = run.confidence.size(), P = run.profile_names.size(), K = run.classes;
-  const std::uint64_t run_seed = derive_seed(o.seed, r);
+  ProbeDesign d;
+  d.n = n;
+  d.run_seed = derive_seed(o.seed, r);
   // The halves of AR-CondCal: ar_condcal uses cross_fit_halves(labels, derive_seed(its seed, 0)) with
   // its seed = derive_seed(audit seed, r).
-  const auto folds = cross_fit_halves(run.labels, derive_seed(run_seed, 0));
-  std::vector<int> fold_of(n, 0);
+  d.folds = cross_fit_halves(run.labels, derive_seed(d.run_seed, 0));
+  d.fold_of.assign(n, 0);
   for (int f = 0; f < 2; ++f)
-    for (auto i : folds[static_cast<std::size_t>(f)].evaluation) fold_of[i] = f;
+    for (auto i : d.folds[static_cast<std::size_t>(f)].evaluation) d.fold_of[i] = f;
+  d.confidence = run.confidence;
 
   // Columns. logit c with c clipped to [1e-7, 1 − 1e-7] (float32 softmax can give c = 1 exactly).
+  auto& cols = d.columns;
   std::vector<double> logit_c(n);
   for (std::size_t i = 0; i < n; ++i) {
     const double c = std::min(std::max(run.confidence[i], 1e-7), 1.0 - 1e-7);
     logit_c[i] = std::log(c) - std::log1p(-c);
   }
-  std::vector<std::vector<double>> profile(P), sorted(K);
-  for (std::size_t j = 0; j < P; ++j) profile[j] = column(run.profile, n, P, j);
-  for (std::size_t k = 0; k < K; ++k) sorted[k] = column(run.sorted_probs, n, K, k);
+  cols.push_back(std::move(logit_c));                                                  // 0
+  cols.push_back(run.predictive_entropy);                                              // 1
+  for (std::size_t j = 0; j < P; ++j) cols.push_back(column(run.profile, n, P, j));   // 2 .. 2+P
+  for (std::size_t k = 0; k < K; ++k) cols.push_back(column(run.sorted_probs, n, K, k));  // 2+P .. 2+P+K
   // Shuffled profiles: rows permuted together, over the whole run (as AR-CondCal's shuffled control).
   std::vector<std::size_t> perm_global(n);
   std::iota(perm_global.begin(), perm_global.end(), std::size_t{0});
-  Rng(derive_seed(run_seed, 101)).shuffle(perm_global);
+  Rng(derive_seed(d.run_seed, 101)).shuffle(perm_global);
   std::vector<std::size_t> perm_bins(n);
   std::iota(perm_bins.begin(), perm_bins.end(), std::size_t{0});
   {
     const auto bin = equal_width_bin_index(run.confidence, o.shuffle_bins);
     std::vector<std::vector<std::size_t>> members(o.shuffle_bins);
     for (std::size_t i = 0; i < n; ++i) members[static_cast<std::size_t>(bin[i])].push_back(i);
-    Rng rng(derive_seed(run_seed, 102));
+    Rng rng(derive_seed(d.run_seed, 102));
     for (const auto& idx : members) {
       auto src = idx;
       rng.shuffle(src);
       for (std::size_t k = 0; k < idx.size(); ++k) perm_bins[idx[k]] = src[k];
     }
   }
-  const auto profile_global = permute_rows(profile, perm_global);
-  const auto profile_bins = permute_rows(profile, perm_bins);
+  for (std::size_t j = 0; j < P; ++j) cols.push_back(pick(cols[2 + j], perm_global));  // 2+P+K ..
+  for (std::size_t j = 0; j < P; ++j) cols.push_back(pick(cols[2 + j], perm_bins));    // 2+2P+K ..
 
-  auto with = [](Columns head, const std::vector<std::vector<double>>& tail) {
-    for (const auto& c : tail) head.push_back(&c);
+  auto range = [](std::vector<std::size_t> head, std::size_t from, std::size_t count) {
+    for (std::size_t k = 0; k < count; ++k) head.push_back(from + k);
     return head;
   };
-  Columns sorted_cols;
-  for (const auto& c : sorted) sorted_cols.push_back(&c);
+  const std::size_t prof = 2, sorted = 2 + P, glob = 2 + P + K, bins = 2 + 2 * P + K;
   const std::int64_t full_params = mlp_parameter_count(int(1 + P), o.mlp.hidden1, o.mlp.hidden2);
-  struct Spec {
-    std::string name;
-    Columns cols;
-    std::pair<int, int> widths;
-  };
-  const std::pair<int, int> base{o.mlp.hidden1, o.mlp.hidden2};
-  std::vector<Spec> specs{
-      {"full_vector", with({&logit_c}, profile), base},
-      {"capacity_matched", {&logit_c}, capacity_matched_widths(1, full_params)},
-      {"shuffled_global", with({&logit_c}, profile_global), base},
-      {"shuffled_within_bins", with({&logit_c}, profile_bins), base},
-      {"predictive_entropy", {&logit_c, &run.predictive_entropy}, capacity_matched_widths(2, full_params)},
-      {"full_logit", sorted_cols, base},
-      {"full_logit_routing", with(sorted_cols, profile), base},
+  const int h1 = o.mlp.hidden1, h2 = o.mlp.hidden2;
+  const auto cm1 = capacity_matched_widths(1, full_params), cm2 = capacity_matched_widths(2, full_params);
+  std::vector<ProbeDesign::Spec> specs{
+      {"full_vector", range({0}, prof, P), h1, h2},
+      {"capacity_matched", {0}, cm1.first, cm1.second},
+      {"shuffled_global", range({0}, glob, P), h1, h2},
+      {"shuffled_within_bins", range({0}, bins, P), h1, h2},
+      {"predictive_entropy", {0, 1}, cm2.first, cm2.second},
+      {"full_logit", range({}, sorted, K), h1, h2},
+      {"full_logit_routing", range(range({}, sorted, K), prof, P), h1, h2},
   };
   auto wanted = [&](const std::string& name) {
     return o.only.empty() || std::find(o.only.begin(), o.only.end(), name) != o.only.end();
   };
+  d.linear = wanted("linear");
+  for (auto& spec : specs)
+    if (wanted(spec.name)) d.mlps.push_back(std::move(spec));
+  return d;
+}
 
+ProbeRefit fit_probe_design(const ProbeDesign& d, const std::array<const std::vector<double>*, 2>& y,
+                            const MlpProbeOptions& mlp, const std::array<std::uint64_t, 2>& seeds,
+                            const std::vector<std::array<MlpWeights, 2>>* warm) {
+  const char* fn = "fit_probe_design";
+  for (int f = 0; f < 2; ++f) {
+    if (!y[std::size_t(f)]) throw_input(fn, "y[" + std::to_string(f) + "] is null");
+    check_same_size(fn, ("y[" + std::to_string(f) + "]").c_str(), y[std::size_t(f)]->size(), "n", d.n);
+  }
+  const bool linear = d.linear && !mlp.soft_labels;
+  const std::size_t probes = d.mlps.size() + (linear ? 1 : 0);
+  if (warm && warm->size() != probes)
+    throw_input(fn, "warm has " + std::to_string(warm->size()) + " probes, but the design fits " +
+                        std::to_string(probes));
+  ProbeRefit out;
+  out.eval.resize(probes);
+  out.weights.resize(probes);
+  out.mean_epochs.assign(probes, 0.0);
+  out.parameters.assign(probes, 0);
+  std::size_t k = 0;
+  if (linear) {
+    out.names.push_back("linear");
+    out.parameters[0] = 2;
+    for (std::size_t f = 0; f < 2; ++f) {
+      const auto& s = d.folds[f];
+      const auto platt = fit_platt(pick(d.confidence, s.calibration), pick(*y[f], s.calibration));
+      out.eval[0][f] = apply_platt(platt, pick(d.confidence, s.evaluation));
+    }
+    ++k;
+  }
+  for (const auto& spec : d.mlps) {
+    out.names.push_back(spec.name);
+    Columns cols;
+    for (auto c : spec.cols) cols.push_back(&d.columns[c]);
+    for (std::size_t f = 0; f < 2; ++f) {
+      const auto& s = d.folds[f];
+      MlpProbeOptions mo = mlp;
+      mo.hidden1 = spec.hidden1;
+      mo.hidden2 = spec.hidden2;
+      mo.seed = seeds[f];
+      mo.warm_start = warm ? &(*warm)[k][f] : nullptr;
+      MlpProbeInfo info;
+      out.eval[k][f] = fit_predict_mlp_probe(gather(cols, s.calibration), s.calibration.size(), cols.size(),
+                                             pick(*y[f], s.calibration), gather(cols, s.evaluation),
+                                             s.evaluation.size(), mo, &info);
+      out.weights[k][f] = std::move(info.weights);
+      out.parameters[k] = info.parameters;
+      out.mean_epochs[k] += 0.5 * info.mean_epochs;
+    }
+    ++k;
+  }
+  return out;
+}
+
+RunProbeResult run_probes(const AuditRunInput& run, std::size_t r, const ProbeAuditOptions& o) {
+  const auto d = make_probe_design(run, r, o);
+  const std::size_t n = d.n;
+  // Common random numbers: every probe of a fold shares the inner split, initial seed and batch
+  // order, so probe-control differences are not inflated by training noise.
+  const auto refit = fit_probe_design(d, {&run.correct, &run.correct}, o.mlp,
+                                      {derive_seed(d.run_seed, 1000), derive_seed(d.run_seed, 1001)});
   RunProbeResult out;
   out.run = run.run;
   out.cell = run.cell;
   out.n = n;
   out.profile_names = run.profile_names;
-  if (wanted("linear")) {
+  for (std::size_t k = 0; k < refit.names.size(); ++k) {
     ProbeFit fit;
-    fit.name = "linear";
-    fit.inputs = 1;
-    fit.parameters = 2;
-    fit.prediction.assign(n, 0.0);
-    for (int f = 0; f < 2; ++f) {
-      const auto& s = folds[static_cast<std::size_t>(f)];
-      const auto platt = fit_platt(pick(run.confidence, s.calibration), pick(run.correct, s.calibration));
-      const auto q = apply_platt(platt, pick(run.confidence, s.evaluation));
-      for (std::size_t k = 0; k < q.size(); ++k) fit.prediction[s.evaluation[k]] = q[k];
+    fit.name = refit.names[k];
+    fit.parameters = refit.parameters[k];
+    fit.mean_epochs = refit.mean_epochs[k];
+    if (fit.name == "linear") {
+      fit.inputs = 1;
+    } else {
+      const auto& spec = d.mlps[k - (d.linear ? 1 : 0)];
+      fit.inputs = spec.cols.size();
+      fit.hidden1 = spec.hidden1;
+      fit.hidden2 = spec.hidden2;
     }
-    fit.scores = score_probe(fit.prediction, run.correct, fold_of, o.ece_bins);
-    out.probes.push_back(std::move(fit));
-  }
-  for (const auto& spec : specs) {
-    if (!wanted(spec.name)) continue;
-    ProbeFit fit;
-    fit.name = spec.name;
-    fit.inputs = spec.cols.size();
-    fit.hidden1 = spec.widths.first;
-    fit.hidden2 = spec.widths.second;
     fit.prediction.assign(n, 0.0);
-    for (int f = 0; f < 2; ++f) {
-      const auto& s = folds[static_cast<std::size_t>(f)];
-      MlpProbeOptions mo = o.mlp;
-      mo.hidden1 = spec.widths.first;
-      mo.hidden2 = spec.widths.second;
-      // Common random numbers: every probe of a fold shares the inner split, initial seed and batch
-      // order, so probe-control differences are not inflated by training noise.
-      mo.seed = derive_seed(run_seed, 1000 + static_cast<std::uint64_t>(f));
-      MlpProbeInfo info;
-      const auto q = fit_predict_mlp_probe(gather(spec.cols, s.calibration), s.calibration.size(), spec.cols.size(),
-                                           pick(run.correct, s.calibration), gather(spec.cols, s.evaluation),
-                                           s.evaluation.size(), mo, &info);
-      for (std::size_t k = 0; k < q.size(); ++k) fit.prediction[s.evaluation[k]] = q[k];
-      fit.parameters = info.parameters;
-      fit.mean_epochs += 0.5 * info.mean_epochs;
-    }
-    fit.scores = score_probe(fit.prediction, run.correct, fold_of, o.ece_bins);
+    for (std::size_t f = 0; f < 2; ++f)
+      for (std::size_t i = 0; i < d.folds[f].evaluation.size(); ++i)
+        fit.prediction[d.folds[f].evaluation[i]] = refit.eval[k][f][i];
+    fit.scores = score_probe(fit.prediction, run.correct, d.fold_of, o.ece_bins);
     out.probes.push_back(std::move(fit));
   }
   auto find = [&](const char* name) -> const ProbeFit* {
@@ -220,8 +256,8 @@ RunProbeResult run_probes(const AuditRunInput& run, std::size_t r, const ProbeAu
     const auto& spec = kProbeComparisons[c];
     const ProbeFit *a = find(spec.probe), *b = find(spec.control);
     if (!a || !b) continue;
-    out.comparisons.push_back(compare_probes(*a, *b, spec.name, run.correct, fold_of, o.bootstrap_draws,
-                                             derive_seed(run_seed, 200 + c), o.ece_bins));
+    out.comparisons.push_back(compare_probes(*a, *b, spec.name, run.correct, d.fold_of, o.bootstrap_draws,
+                                             derive_seed(d.run_seed, 200 + c), o.ece_bins));
   }
   return out;
 }

@@ -6,14 +6,17 @@
 // control (audit/probe_compare.hpp) and tests the comparisons across runs.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "audit/audit.hpp"
 #include "audit/probe_compare.hpp"
 #include "audit/torch/mlp_probe.hpp"
+#include "stats/splits.hpp"
 
 namespace arcal {
 
@@ -38,6 +41,47 @@ struct ProbeAuditOptions {
 inline constexpr std::array<const char*, 8> kProbeNames{{"linear", "full_vector", "capacity_matched",
                                                          "shuffled_global", "shuffled_within_bins",
                                                          "predictive_entropy", "full_logit", "full_logit_routing"}};
+
+/// The probes of one run as a reusable design (method.md §6.3 inputs, shuffles, widths and cross-fit
+/// halves, all fixed by the run and its seed), so the sensitivity and exact-null audits (§6.5-6.6) can
+/// refit exactly the same probes on other labels. Built by make_probe_design.
+struct ProbeDesign {
+  struct Spec {
+    std::string name;
+    std::vector<std::size_t> cols;  ///< indices into columns
+    int hidden1 = 0, hidden2 = 0;
+  };
+  std::size_t n = 0;
+  std::uint64_t run_seed = 0;                  ///< derive_seed(options.seed, run_index)
+  std::array<SplitIndices, 2> folds;           ///< AR-CondCal's cross-fit halves
+  std::vector<int> fold_of;                    ///< [n] fold whose evaluation half holds example i
+  std::vector<double> confidence;              ///< [n] (the linear probe's input)
+  std::vector<std::vector<double>> columns;    ///< feature columns, each [n]
+  std::vector<Spec> mlps;                      ///< MLP probes in kProbeNames order (those wanted)
+  bool linear = true;                          ///< whether the linear probe is wanted
+};
+
+/// Out-of-fold predictions of a design's probes on given labels.
+struct ProbeRefit {
+  std::vector<std::string> names;                          ///< kProbeNames order ("linear" first if fitted)
+  std::vector<std::array<std::vector<double>, 2>> eval;    ///< [probe][fold] P(correct) on fold f's evaluation half
+  std::vector<std::array<MlpWeights, 2>> weights;          ///< [probe][fold] (empty for "linear")
+  std::vector<double> mean_epochs;                         ///< [probe] mean over folds
+  std::vector<std::int64_t> parameters;                    ///< [probe]
+};
+
+/// Builds the design of run_probes (validates as run_probes). run_index selects the seed stream.
+ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t run_index, const ProbeAuditOptions& options);
+
+/// Fits every probe of the design on fold f's calibration half with labels y[f] ([n] each; only the
+/// calibration rows are read) and predicts fold f's evaluation half. mlp gives the training settings
+/// (its widths and seed are replaced per probe and fold: fold f uses seeds[f]); warm ([probe][fold],
+/// same order as the design's probes, "linear" included with empty weights) starts every MLP from
+/// an earlier fit; with mlp.soft_labels the linear probe is skipped (Platt needs binary labels).
+/// Throws InputError on mismatched sizes or invalid labels (naming the array and index).
+ProbeRefit fit_probe_design(const ProbeDesign& design, const std::array<const std::vector<double>*, 2>& y,
+                            const MlpProbeOptions& mlp, const std::array<std::uint64_t, 2>& seeds,
+                            const std::vector<std::array<MlpWeights, 2>>* warm = nullptr);
 
 /// Checks every run's probe inputs (the checks of run_probes) before any computation, so the CLI can
 /// refuse bad input before the diagnostic runs. Throws InputError naming the run, array and index.

@@ -1,0 +1,142 @@
+// The standard-library side of the sensitivity (injection) and exact-null audits of method.md
+// §6.5-6.6: the 1-D Nadaraya-Watson reference q(c), the reference-preserving correction probe
+// σ(logit q + g(z)) with q frozen and g a ridge-penalised cubic in the clipped routing statistic, the
+// recovery summaries with their bootstrap over (run, draw) units, the Monte-Carlo p of a real gain
+// against its null replicates, and the result structs that results.json serialises. The LibTorch
+// side (audit/torch/sensitivity.hpp) refits the MLP probes and fills these structs.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stats/bootstrap.hpp"
+
+namespace arcal {
+
+/// The reference q(c) of §6.5: a 1-D Nadaraya-Watson estimate of correctness on logit c (c clipped to
+/// [1e-6, 1 − 1e-6]) fitted on the rows `fit` of (confidence, correct), Scott bandwidth (multiple 1,
+/// n^(−1/5)), pseudo-count 1 towards the fitted rows' accuracy, clipped to [1e-4, 1 − 1e-4], and
+/// evaluated at every example. Returns [n]. Throws InputError on mismatched sizes, invalid values,
+/// fewer than 2 fitting rows, an index out of range or constant confidence on the fitting rows.
+std::vector<double> nw_confidence_reference(const std::vector<double>& confidence, const std::vector<double>& correct,
+                                            const std::vector<std::size_t>& fit);
+
+/// (x − mean) / sd (sd with n − 1) of a finite, non-constant vector. Throws InputError otherwise.
+std::vector<double> standardise(const std::vector<double>& x, const char* function, const char* name);
+
+/// The reference-preserving correction probe: P(correct) = σ(logit q + g(z)) with q frozen and
+/// g(z) = β0 + β1 u + β2 u² + β3 u³, u = clamp(z, −3, 3)/3, fitted by Newton's method on the penalised
+/// log-likelihood Σ log-lik − (ridge/2)·|β|² (every coefficient penalised, so g shrinks towards 0 and
+/// the fit towards q).
+struct CorrectionProbe {
+  std::array<double, 4> beta{};
+  int iterations = 0;
+};
+
+/// Fits on q [n] in (0,1), z [n] finite, y [n] in [0,1]. ridge >= 0. Throws InputError on
+/// mismatched sizes, invalid values or a negative ridge.
+CorrectionProbe fit_correction_probe(const std::vector<double>& q, const std::vector<double>& z,
+                                     const std::vector<double>& y, double ridge);
+/// σ(logit q_i + g(z_i)) [n].
+std::vector<double> apply_correction_probe(const CorrectionProbe& probe, const std::vector<double>& q,
+                                           const std::vector<double>& z);
+
+/// Per-unit log-losses of one injected effect: a unit is one (run, synthetic draw), each loss the mean
+/// of the two cross-fit folds' evaluation halves.
+struct RecoveryUnits {
+  std::vector<double> loss_reference;  ///< ℓ(q) [units]
+  std::vector<double> loss_truth;      ///< ℓ(p*) [units]
+  std::vector<std::vector<double>> loss_probe;  ///< [probe][units]
+};
+
+/// One probe at one injected effect.
+struct RecoveryEstimate {
+  std::string probe;
+  double gain = 0.0;       ///< mean over units of ℓ(q) − ℓ(probe), nats (positive: the probe beats q)
+  Interval gain_ci;        ///< percentile bootstrap over units
+  bool has_recovery = false;  ///< false when the effect is 0 (R undefined)
+  double recovery = 0.0;   ///< R = Σ(ℓ(q) − ℓ(probe)) / Σ(ℓ(q) − ℓ(p*)) over units (ratio of means)
+  Interval recovery_ci;    ///< the same bootstrap resamples
+  double mean_epochs = 0.0;  ///< MLP refits: mean epochs to the best inner-validation loss
+};
+
+/// Ratio-of-means recovery and mean gain per probe, with one percentile bootstrap (draws, seed) over
+/// units shared by all probes. has_recovery when effect_nats > 0. Throws InputError on mismatched
+/// sizes or no units.
+std::vector<RecoveryEstimate> summarise_recovery(const RecoveryUnits& units, const std::vector<std::string>& probes,
+                                                 double effect_nats, int draws, std::uint64_t seed);
+
+/// Monte-Carlo p of a real statistic against null replicates: (1 + #{null >= real})/(R + 1), with
+/// ">=" read as null >= real − 1e-12 (summation-order rounding). Throws InputError when null is empty.
+double monte_carlo_p(double real, const std::vector<double>& null);
+
+struct SensitivityEffect {
+  double effect_nats = 0.0;
+  std::vector<double> delta;  ///< [runs × 2] δ per run and fold (run-major)
+  std::vector<double> oracle_gain;  ///< [runs × 2] the exact expected KL reached by the bisection
+  double mean_oracle_loss_gain = 0.0;  ///< mean over units of ℓ(q) − ℓ(p*) (the realised oracle gain)
+  std::vector<RecoveryEstimate> probes;
+};
+
+struct SensitivityVerdict {
+  std::string probe;
+  double recovery = 0.0;
+  Interval recovery_ci;
+  std::string verdict;  ///< "absent (the audit would have seen Δ)" or "not detected (underpowered)"
+};
+
+struct SensitivityResult {
+  std::vector<std::string> runs;
+  std::string statistic;  ///< the routing statistic z is standardised from
+  std::vector<double> effects;
+  int draws = 0, bootstrap_draws = 0;
+  double threshold = 0.5, threshold_effect = 0.01;
+  double correction_ridge = 1.0;
+  std::uint64_t seed = 0;
+  // Refit settings (method.md §6.7).
+  int restarts = 0, max_epochs = 0, patience = 0, batch_size = 0;
+  double lr = 0.0;
+  bool warm_start = false;
+  std::vector<SensitivityEffect> by_effect;
+  std::vector<SensitivityVerdict> verdicts;  ///< at threshold_effect, one per probe
+  double seconds = 0.0;
+};
+
+/// One comparison (probe vs control) of one run under one exact-null variant.
+struct ExactNullComparison {
+  std::string comparison, probe, control;
+  double real_gain = 0.0;         ///< ℓ(control) − ℓ(probe) on the real labels (same refit procedure)
+  std::vector<double> null_gain;  ///< [replicates]
+  double null_mean = 0.0, null_q95 = 0.0;
+  double p = 1.0;                 ///< monte_carlo_p(real_gain, null_gain)
+};
+
+struct ExactNullRun {
+  std::string run, variant;  ///< variant "confidence" (q(c)) or "full_logit" (the full-logit MLP)
+  std::vector<ExactNullComparison> comparisons;
+};
+
+/// Across runs: the mean real gain against the null distribution of the mean over runs (replicate r
+/// of every run pooled).
+struct ExactNullPooled {
+  std::string variant, comparison;
+  double real_mean_gain = 0.0, null_mean = 0.0, null_q95 = 0.0, p = 1.0;
+  std::size_t runs = 0;
+};
+
+struct ExactNullResult {
+  std::vector<std::string> variants;
+  int replicates = 0;
+  std::uint64_t seed = 0;
+  int restarts = 0, max_epochs = 0, patience = 0, batch_size = 0;
+  double lr = 0.0;
+  bool warm_start = false;
+  std::vector<ExactNullRun> runs;
+  std::vector<ExactNullPooled> pooled;
+  double seconds = 0.0;
+};
+
+}  // namespace arcal
