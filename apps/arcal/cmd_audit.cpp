@@ -13,6 +13,7 @@
 #include "audit/torch/sensitivity_audit.hpp"
 #include <torch/torch.h>
 #include "command.hpp"
+#include "train/threads.hpp"
 #include "core/check.hpp"
 #include "io/trace.hpp"
 
@@ -182,12 +183,12 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
     auto res = arcal::run_audit(runs, opt);  // validates everything before computing
     if (cfg->probes) {
       // Small MLPs gain nothing from intra-op threads; one thread keeps the audit's cost predictable.
-      torch::set_num_threads(1);
+      arcal::set_compute_threads(1);
       if (progress) std::fprintf(stderr, "probes: %zu runs x 7 MLPs x 2 folds x %d restarts\n", runs.size(), cfg->probe_restarts);
       res.probes = arcal::run_probe_family(runs, popt);
       res.has_probes = true;
     }
-    if (cfg->sensitivity || cfg->exact_null) torch::set_num_threads(1);
+    if (cfg->sensitivity || cfg->exact_null) arcal::set_compute_threads(1);
     if (cfg->sensitivity) {
       arcal::SensitivityAuditOptions so;
       so.probes = popt;
