@@ -57,9 +57,10 @@ void validate(const Trace& t, const Ctx& c) {
     double sum = 0.0;
     for (std::size_t k = 0; k < K; ++k) {
       const double v = scores[i * K + k];
-      const std::string idx = std::to_string(i) + ", " + std::to_string(k);
-      if (!std::isfinite(v)) c.fail_index(sname, idx, fmt_double(v), "finite");
-      if (!t.probs.empty() && !(v >= 0.0 && v <= 1.0)) c.fail_index(sname, idx, fmt_double(v), "in [0, 1]");
+      // The index text is built only on failure: this loop runs N*K times.
+      auto idx = [&] { return std::to_string(i) + ", " + std::to_string(k); };
+      if (!std::isfinite(v)) c.fail_index(sname, idx(), fmt_double(v), "finite");
+      if (!t.probs.empty() && !(v >= 0.0 && v <= 1.0)) c.fail_index(sname, idx(), fmt_double(v), "in [0, 1]");
       sum += v;
     }
     if (!t.probs.empty() && std::fabs(sum - 1.0) > 1e-4)
@@ -87,10 +88,10 @@ void validate(const Trace& t, const Ctx& c) {
           const float* row = &r[(i * P + p) * S];
           double sum = 0.0;
           for (std::size_t s = 0; s < S; ++s) {
-            const std::string idx = std::to_string(i) + ", " + std::to_string(p) + ", " + std::to_string(s);
-            if (!std::isfinite(row[s]) || row[s] < 0.0f) c.fail_index(name, idx, fmt_double(row[s]), "finite and >= 0");
+            auto idx = [&] { return std::to_string(i) + ", " + std::to_string(p) + ", " + std::to_string(s); };
+            if (!std::isfinite(row[s]) || row[s] < 0.0f) c.fail_index(name, idx(), fmt_double(row[s]), "finite and >= 0");
             if (s >= Sp && row[s] != 0.0f)
-              c.fail_index(name, idx, fmt_double(row[s]),
+              c.fail_index(name, idx(), fmt_double(row[s]),
                            "0 (past routing_sources[" + std::to_string(p) + "] = " + std::to_string(Sp) + ")");
             if (s < Sp) sum += row[s];
           }
