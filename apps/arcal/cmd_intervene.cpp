@@ -12,13 +12,14 @@
 #include "core/check.hpp"
 #include "core/progress.hpp"
 #include "model/intervene.hpp"
+#include "report/figures.hpp"
 #include "train/threads.hpp"
 #include "train/trainer.hpp"
 
 namespace {
 
 struct Options {
-  std::string run, out, points, families = "embedding,current,history", split = "test";
+  std::string run, out, figures, points, families = "embedding,current,history", split = "test";
   int bootstrap = 1000, threads = 1;
   arcal::cli::ModelLoadFlags load;
   std::int64_t subset = 0;
@@ -90,6 +91,8 @@ int run(const Options& o) {
                                             {"spearman_mass_vs_kl", num(rep.spearman_mass_kl)},
                                             {"spearman_mass_vs_delta_nll", num(rep.spearman_mass_nll)}}}};
   arcal::write_file_atomic(o.out, j.dump(2) + "\n");
+  std::vector<std::string> figure_paths;
+  if (!o.figures.empty()) figure_paths = arcal::write_intervention_figures(j, o.figures);
   if (o.json) {
     std::cout << j.dump(2) << "\n";
     return 0;
@@ -105,6 +108,7 @@ int run(const Options& o) {
   std::cout << fmt::format("Spearman(mass, KL) = {:.3f}, Spearman(mass, ΔNLL) = {:.3f} over {} (point, family) pairs\n",
                            rep.spearman_mass_kl, rep.spearman_mass_nll, rep.pairs);
   std::cout << "wrote " << o.out << "\n";
+  for (const auto& f : figure_paths) std::cout << "wrote " << f << "\n";
   return 0;
 }
 
@@ -112,6 +116,8 @@ arcal::cli::RunFn setup(CLI::App& app) {
   auto o = std::make_shared<Options>();
   app.add_option("--run", o->run, "Run directory written by arcal train")->required();
   app.add_option("--out", o->out, "JSON file to write")->required();
+  app.add_option("--figures", o->figures,
+                 "Also draw the mass-vs-effect and per-point figures into this folder (gnuplot; .dat and .gp kept)");
   app.add_option("--points", o->points, "Comma-separated routing points (default: all)");
   app.add_option("--families", o->families, "Source families: embedding,current,history")->capture_default_str();
   app.add_option("--split", o->split, "test | val")->capture_default_str();

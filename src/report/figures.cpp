@@ -1,0 +1,91 @@
+#include "report/figures.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "core/atomic_file.hpp"
+#include "core/check.hpp"
+
+namespace arcal {
+
+namespace fs = std::filesystem;
+
+namespace {
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+}  // namespace
+
+std::vector<std::string> render_gnuplot_figure(const std::string& dir, const std::string& name, const std::string& data,
+                                               const std::string& plot_body, int width, int height) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw_input("render_gnuplot_figure", "cannot create " + dir + ": " + ec.message());
+  write_file_atomic(dir + "/" + name + ".dat", data);
+  // The kept script renders the SVG by default; arcal renders the PNG from the same body.
+  const std::string svg_head = "set terminal svg size " + std::to_string(width) + "," + std::to_string(height) +
+                               " dynamic enhanced font 'sans,12' background rgb 'white'\nset output '" + name + ".svg'\n";
+  write_file_atomic(dir + "/" + name + ".gp", svg_head + plot_body);
+  const std::string png_head = "set terminal pngcairo size " + std::to_string(width) + "," + std::to_string(height) +
+                               " enhanced font 'sans,10'\nset output '" + name + ".png'\n";
+  write_file_atomic(dir + "/" + name + ".png.gp", png_head + plot_body);
+  for (const std::string& script : {name + ".gp", name + ".png.gp"}) {
+    const std::string cmd = "cd " + quote(dir) + " && gnuplot " + quote(script) + " 2> " + quote(script + ".log");
+    if (std::system(cmd.c_str()) != 0)
+      throw_input("render_gnuplot_figure", "gnuplot failed on " + dir + "/" + script + " (see " + script + ".log)");
+  }
+  fs::remove(dir + "/" + name + ".png.gp");
+  fs::remove(dir + "/" + name + ".gp.log");
+  fs::remove(dir + "/" + name + ".png.gp.log");
+  return {dir + "/" + name + ".svg", dir + "/" + name + ".png"};
+}
+
+std::vector<std::string> write_intervention_figures(const nlohmann::json& j, const std::string& dir) {
+  if (!j.contains("effects") || !j["effects"].is_array())
+    throw_input("write_intervention_figures", "the JSON has no 'effects' array (not arcal.intervene/1?)");
+  const std::vector<std::string> families = {"embedding", "current", "history"};
+  std::ostringstream scatter;
+  scatter << "# family_index family point mass mean_kl kl_low kl_high\n";
+  std::map<int, std::map<std::string, double>> per_point;
+  for (const auto& e : j["effects"]) {
+    if (!e["point"].is_number_integer()) continue;  // the all-points rows are not per-point
+    const int p = e["point"].get<int>();
+    const std::string fam = e["family"].get<std::string>();
+    std::size_t fi = 0;
+    while (fi < families.size() && families[fi] != fam) ++fi;
+    const double kl = std::max(e["mean_kl"].get<double>(), 1e-6);
+    scatter << fi << " " << fam << " " << p << " " << e["mass"].get<double>() << " " << kl << " "
+            << std::max(e["mean_kl_ci"][0].get<double>(), 1e-6) << " " << std::max(e["mean_kl_ci"][1].get<double>(), 1e-6)
+            << "\n";
+    per_point[p][fam] = kl;
+  }
+  const std::string title = "Routing mass vs causal effect (" + j.value("residual", std::string("?")) +
+                            (j.value("as_attnres", std::string()).empty() ? "" : ", wrapped standard") + ")";
+  std::string body = "set title " + quote(title) +
+                     "\nset xlabel 'mean routing mass of the family'\nset ylabel 'mean KL(p || p_{ablated}) [nats]'\n"
+                     "set logscale y\nset format y '10^{%L}'\nset key top left\nset grid\n"
+                     "plot for [f=0:2] 'intervene_mass_vs_kl.dat' using ($1==f ? $4 : 1/0):5:6:7 with yerrorbars "
+                     "pt 7 ps 0.8 title word('embedding current history', f+1)\n";
+  auto out = render_gnuplot_figure(dir, "intervene_mass_vs_kl", scatter.str(), body);
+
+  std::ostringstream bars;
+  bars << "# point kl_embedding kl_current kl_history (1e-6 = family absent or no effect)\n";
+  for (const auto& [p, m] : per_point) {
+    bars << p;
+    for (const auto& f : families) bars << " " << (m.count(f) ? m.at(f) : 1e-6);
+    bars << "\n";
+  }
+  const std::string model = j.value("as_attnres", std::string()).empty() ? j.value("residual", std::string("?"))
+                                                                          : "wrapped standard";
+  std::string body2 = "set title 'Effect of ablating each source family, per routing point (" + model + ")'\n"
+                      "set xlabel 'routing point (even: attention, odd: MLP, last: final aggregation)'\n"
+                      "set ylabel 'mean KL [nats]'\nset logscale y\nset format y '10^{%L}'\nset yrange [1e-5:*]\nset style data histogram\n"
+                      "set style histogram cluster gap 1\nset style fill solid 0.8 border -1\nset key top left\nset grid y\n"
+                      "plot 'intervene_per_point.dat' using 2:xtic(1) title 'embedding', '' using 3 title 'current', "
+                      "'' using 4 title 'history'\n";
+  auto out2 = render_gnuplot_figure(dir, "intervene_per_point", bars.str(), body2, 900, 500);
+  out.insert(out.end(), out2.begin(), out2.end());
+  return out;
+}
+
+}  // namespace arcal

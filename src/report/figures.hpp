@@ -1,0 +1,23 @@
+// Figures drawn by gnuplot (Debian's gnuplot-nox) from data files and .gp scripts kept beside them,
+// so a user can restyle a figure for a paper: NAME.dat + NAME.gp -> NAME.svg and NAME.png.
+// Also the intervention figures (routing mass against causal effect; per-point effects).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace arcal {
+
+/// Writes DIR/NAME.dat and DIR/NAME.gp (whose body draws from 'NAME.dat'; the terminal lines are
+/// added here), then runs gnuplot twice (svg, pngcairo) in DIR. Throws InputError when DIR cannot be
+/// written or gnuplot fails (naming the script). Returns the paths of the SVG and PNG.
+std::vector<std::string> render_gnuplot_figure(const std::string& dir, const std::string& name, const std::string& data,
+                                               const std::string& plot_body, int width = 800, int height = 500);
+
+/// From an arcal.intervene/1 JSON object: DIR/intervene_mass_vs_kl (scatter of family mass against
+/// mean KL per (point, family), log-scaled effect) and DIR/intervene_per_point (KL per point and
+/// family). Returns every written figure path.
+std::vector<std::string> write_intervention_figures(const nlohmann::json& intervene, const std::string& dir);
+
+}  // namespace arcal
