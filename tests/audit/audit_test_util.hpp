@@ -1,9 +1,14 @@
-// Shared helpers for the audit tests: the 99 % binomial acceptance band used by the type-I checks.
+// Shared helpers for the audit and probe tests: the 99 % binomial acceptance band used by the type-I
+// checks, the switch for the long (full-size) tests, and a simulated run's audit input.
 #pragma once
 
 #include <cstddef>
+#include <cstdlib>
+#include <string>
 #include <utility>
 
+#include "audit/run_input.hpp"
+#include "audit/simulate.hpp"
 #include "stats/paired_tests.hpp"
 
 namespace arcal::test_util {
@@ -15,6 +20,21 @@ inline std::pair<std::size_t, std::size_t> binomial_band_99(std::size_t n, doubl
   std::size_t hi = n;
   while (hi > 0 && 1.0 - binomial_cdf(hi - 1, n, p) <= 0.005) --hi;
   return {lo, hi};
+}
+
+/// True when ARCAL_LONG_TESTS=1 (ctest -L long sets it).
+inline bool long_tests() {
+  const char* v = std::getenv("ARCAL_LONG_TESTS");
+  return v && std::string(v) == "1";
+}
+
+/// Audit input of a simulated trace (statistic "re") with an injected effect in nats.
+inline AuditRunInput simulated_run(std::size_t n, double effect, std::uint64_t seed) {
+  SimulationOptions so;
+  so.n = n;
+  so.effect_nats = effect;
+  so.seed = seed;
+  return make_audit_run_input(simulate_trace(so).trace, "sim" + std::to_string(seed), {"re"});
 }
 
 }  // namespace arcal::test_util

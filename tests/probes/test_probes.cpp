@@ -13,27 +13,16 @@
 
 #include "audit/run_input.hpp"
 #include "audit/simulate.hpp"
+#include "../audit/audit_test_util.hpp"
 #include "audit/torch/probes.hpp"
 #include "core/error.hpp"
 #include "stats/paired_tests.hpp"
 
 using namespace arcal;
+using arcal::test_util::long_tests;
+using arcal::test_util::simulated_run;
 
 namespace {
-
-bool long_tests() {
-  const char* v = std::getenv("ARCAL_LONG_TESTS");
-  return v && std::string(v) == "1";
-}
-
-AuditRunInput simulated_run(std::size_t n, double effect, std::uint64_t seed) {
-  SimulationOptions so;
-  so.n = n;
-  so.effect_nats = effect;
-  so.seed = seed;
-  const auto sim = simulate_trace(so);
-  return make_audit_run_input(sim.trace, "sim" + std::to_string(seed), {"re"});
-}
 
 const RunComparison& comparison(const RunProbeResult& r, const std::string& name) {
   for (const auto& c : r.comparisons)

@@ -11,25 +11,15 @@
 
 #include "audit/run_input.hpp"
 #include "audit/simulate.hpp"
+#include "../audit/audit_test_util.hpp"
 #include "audit/torch/sensitivity_audit.hpp"
 #include "core/error.hpp"
 
 using namespace arcal;
+using arcal::test_util::long_tests;
+using arcal::test_util::simulated_run;
 
 namespace {
-
-bool long_tests() {
-  const char* v = std::getenv("ARCAL_LONG_TESTS");
-  return v && std::string(v) == "1";
-}
-
-AuditRunInput simulated_run(std::size_t n, double effect, std::uint64_t seed) {
-  SimulationOptions so;
-  so.n = n;
-  so.effect_nats = effect;
-  so.seed = seed;
-  return make_audit_run_input(simulate_trace(so).trace, "sim" + std::to_string(seed), {"re"});
-}
 
 const RecoveryEstimate& estimate(const SensitivityEffect& e, const std::string& probe) {
   for (const auto& p : e.probes)
