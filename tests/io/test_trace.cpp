@@ -2,6 +2,8 @@
 // load, and a table of mismatched / out-of-range inputs that must throw naming file, array, index.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -26,7 +28,10 @@ std::string tmp_dir(const std::string& name) {
 }
 
 int python(const std::string& code, std::string* out) {
-  const std::string script = fs::path(ARCAL_BINARY_DIR) / "test_tmp" / "snippet.py";
+  // One file per process and call: ctest -j runs test processes side by side.
+  static int calls = 0;
+  const std::string script = fs::path(ARCAL_BINARY_DIR) / "test_tmp" /
+                             ("snippet_" + std::to_string(::getpid()) + "_" + std::to_string(calls++) + ".py");
   {
     FILE* f = std::fopen(script.c_str(), "w");
     std::fputs(code.c_str(), f);

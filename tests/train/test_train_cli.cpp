@@ -36,7 +36,8 @@ struct CmdResult {
 };
 
 CmdResult run(const std::string& args) {
-  const std::string errfile = std::string(ARCAL_BINARY_DIR) + "/test_tmp/stderr.txt";
+  // One file per process: ctest -j runs test processes side by side.
+  const std::string errfile = std::string(ARCAL_BINARY_DIR) + "/test_tmp/stderr_" + std::to_string(::getpid()) + ".txt";
   const std::string cmd = kArcal + " " + args + " > /dev/null 2> " + errfile;
   int status = std::system(cmd.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(errfile)};
