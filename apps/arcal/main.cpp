@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   std::map<CLI::App*, RunFn> runs;
   for (auto& spec : registry) {
     CLI::App* sub = app.add_subcommand(spec.name, spec.description);
+    sub->option_defaults()->always_capture_default();  // --help shows every default
     sub->add_flag("--quiet,-q", quiet, "No progress bars");
     runs[sub] = spec.setup(*sub);
   }
