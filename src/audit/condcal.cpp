@@ -1,5 +1,7 @@
 #include "audit/condcal.hpp"
 
+#include "calib/metrics.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -79,17 +81,8 @@ void accumulate(CalibrationScores& into, const CalibrationScores& s, double w) {
 double binary_ece(const std::vector<double>& estimate, const std::vector<double>& correct, std::size_t bins) {
   check_same_size("binary_ece", "estimate", estimate.size(), "correct", correct.size());
   if (estimate.empty()) return 0.0;
-  const auto bin = equal_width_bin_index(estimate, bins);
-  std::vector<double> n(bins, 0.0), conf(bins, 0.0), acc(bins, 0.0);
-  for (std::size_t i = 0; i < estimate.size(); ++i) {
-    const auto b = static_cast<std::size_t>(bin[i]);
-    n[b] += 1.0;
-    conf[b] += estimate[i];
-    acc[b] += correct[i];
-  }
-  double e = 0.0;
-  for (std::size_t b = 0; b < bins; ++b) e += std::abs(acc[b] - conf[b]);  // n_b |acc_b - conf_b|
-  return e / static_cast<double>(estimate.size());
+  // The calibration core's top-label ECE (method.md §4 equal-width convention) of the estimate.
+  return expected_calibration_error(estimate, correct, static_cast<int>(bins));
 }
 
 CondCalResult ar_condcal(const std::vector<double>& confidence, const std::vector<double>& correct,
