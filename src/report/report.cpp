@@ -373,7 +373,28 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
                         ci(m["ci"]["ece"]), f4(num(m, "nll")), f4(num(m, "brier")), f4(num(m, "auroc")),
                         fmt::format("{:.0f}", num(run, "train_seconds", 0))});
     }
-    s.tab(t, "Test-split metrics of every trained run (percentile bootstrap over examples, 1000 resamples).");
+    s.tab(t, "Metrics of every trained run on its traced " + str(r["study"], "split", "test") +
+                 " split (95 % percentile bootstrap over examples, 1000 resamples).");
+    // Mean and sd over seeds per (model, residual mode): the AttnRes vs standard-twin comparison.
+    std::map<std::string, std::vector<std::pair<double, double>>> by;
+    for (const auto& run : r["study"]["runs"])
+      by[str(run, "model") + " / " + str(run, "residual")].push_back({num(run["metrics"], "accuracy"), num(run["metrics"], "ece")});
+    Table m{{"model / residual", "seeds", "accuracy mean", "sd", "ECE-15 mean", "sd"}, {}};
+    for (const auto& [k, xs] : by) {
+      double ma = 0, me = 0, va = 0, ve = 0;
+      for (auto [a, e] : xs) {
+        ma += a / double(xs.size());
+        me += e / double(xs.size());
+      }
+      for (auto [a, e] : xs) {
+        va += (a - ma) * (a - ma);
+        ve += (e - me) * (e - me);
+      }
+      const double d = xs.size() > 1 ? double(xs.size() - 1) : 1.0;
+      m.rows.push_back({k, std::to_string(xs.size()), f4(ma), xs.size() > 1 ? f4(std::sqrt(va / d)) : "-", f4(me),
+                        xs.size() > 1 ? f4(std::sqrt(ve / d)) : "-"});
+    }
+    s.tab(m, "Across seeds (sample sd).");
     write_csv(tabdir + "/training.csv", t);
     out.tables.push_back(tabdir + "/training.csv");
     std::vector<std::pair<std::string, std::vector<std::vector<RelRow>>>> panels;

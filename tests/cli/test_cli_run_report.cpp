@@ -18,6 +18,7 @@
 #include <string>
 
 #include "core/atomic_file.hpp"
+#include "test_util.hpp"
 
 namespace fs = std::filesystem;
 
@@ -26,22 +27,10 @@ namespace {
 const std::string kArcal = std::string(ARCAL_BINARY_DIR) + "/arcal";
 const std::string kPy = ARCAL_TEST_PYTHON;
 
-std::string tmpdir(const std::string& name) {
-  const auto d = fs::path(ARCAL_BINARY_DIR) / "test_tmp" / "cli_run" / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
-}
+std::string tmpdir(const std::string& name) { return arcal::testing::fresh_dir("cli_run/" + name); }
 
-struct CmdResult {
-  int code;
-  std::string out, err;
-};
-
-CmdResult run(const std::string& cmd, const std::string& dir, const std::string& tag = "cmd") {
-  const std::string o = dir + "/" + tag + ".stdout", e = dir + "/" + tag + ".stderr";
-  const int status = std::system((cmd + " > " + o + " 2> " + e).c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, arcal::read_file(o), arcal::read_file(e)};
+arcal::testing::CmdResult run(const std::string& cmd, const std::string& dir, const std::string& tag = "cmd") {
+  return arcal::testing::run_command(cmd, dir, tag);
 }
 
 /// PNG: signature, IHDR size, and the share of non-zero bytes in the inflated (filtered) scanlines.
