@@ -1,6 +1,7 @@
 #include "audit/torch/sensitivity_audit.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 
@@ -71,10 +72,12 @@ std::vector<double> refit_losses(const ProbeDesign& d, const ProbeRefit& fit, co
   return out;
 }
 
-/// 2-D Nadaraya-Watson probe on (logit c, z) with Scott bandwidths (multiple 1) of the fitting rows;
-/// the AR-CondCal estimator without the bandwidth search.
-std::vector<double> nw2d_predict(const std::vector<double>& logit_c, const std::vector<double>& z,
-                                 const std::vector<double>& y, const SplitIndices& s) {
+/// 2-D Nadaraya-Watson probe on (logit c, z) with Scott bandwidths (multiple 1) of the fitting rows
+/// (the AR-CondCal estimator without the bandwidth search), for many label vectors ys[j] ([n] each) at
+/// once: the kernel weights depend on the features only, so they are computed once. Returns [j][m].
+std::vector<std::vector<double>> nw2d_predict_many(const std::vector<double>& logit_c, const std::vector<double>& z,
+                                                   const std::vector<const std::vector<double>*>& ys,
+                                                   const SplitIndices& s) {
   const auto lc = pick(logit_c, s.calibration), zc = pick(z, s.calibration);
   std::vector<double> x(2 * lc.size()), q(2 * s.evaluation.size());
   for (std::size_t i = 0; i < lc.size(); ++i) {
@@ -86,7 +89,13 @@ std::vector<double> nw2d_predict(const std::vector<double>& logit_c, const std::
     q[2 * i + 1] = z[s.evaluation[i]];
   }
   const std::vector<double> h{scott_bandwidth(lc, 2, 1.0), scott_bandwidth(zc, 2, 1.0)};
-  return NadarayaWatson(x, pick(y, s.calibration), 2, h).predict(q);
+  std::vector<std::vector<double>> yc(ys.size());
+  std::vector<const std::vector<double>*> yp(ys.size());
+  for (std::size_t j = 0; j < ys.size(); ++j) {
+    yc[j] = pick(*ys[j], s.calibration);
+    yp[j] = &yc[j];
+  }
+  return NadarayaWatson(x, yc[0], 2, h).predict_many(q, yp);
 }
 
 void check_runs(const char* fn, const std::vector<AuditRunInput>& runs, const ProbeAuditOptions& po) {
@@ -174,6 +183,12 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
     for (const auto& y : ys) yp.push_back({&y[0], &y[1]});
     const auto fits = fit_probe_design_replicates(d, yp, o.refit, {derive_seed(sens_seed, 10), derive_seed(sens_seed, 11)},
                                                   o.warm_start ? &warm : nullptr);
+    std::array<std::vector<std::vector<double>>, 2> nw;  // [fold][label set] 2-D NW on the evaluation half
+    for (std::size_t f = 0; f < 2; ++f) {
+      std::vector<const std::vector<double>*> yf;
+      for (const auto& y : ys) yf.push_back(&y[f]);
+      nw[f] = nw2d_predict_many(d.columns[0], z, yf, d.folds[f]);
+    }
     for (std::size_t e = 0; e < o.effects.size(); ++e) {
       for (int draw = 0; draw < o.draws; ++draw) {
         const std::size_t j = e * std::size_t(o.draws) + std::size_t(draw);
@@ -186,7 +201,7 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
           const auto ye = pick(y[f], sp.evaluation);
           lq += 0.5 * binary_log_loss(pick(q[f], sp.evaluation), ye);
           ls += 0.5 * binary_log_loss(pick(truth[e][f], sp.evaluation), ye);
-          lnw += 0.5 * binary_log_loss(nw2d_predict(d.columns[0], z, y[f], sp), ye);
+          lnw += 0.5 * binary_log_loss(nw[f][j], ye);
           const auto cp = fit_correction_probe(pick(q[f], sp.calibration), pick(z, sp.calibration),
                                                pick(y[f], sp.calibration), o.correction_ridge);
           lcorr += 0.5 * binary_log_loss(apply_correction_probe(cp, pick(q[f], sp.evaluation), pick(z, sp.evaluation)), ye);
