@@ -2,10 +2,12 @@
 // derives confidence, correctness, predictive entropy and the requested statistics, then calls the
 // library (audit/audit.hpp), which validates the whole input before computing and writes
 // DIR/results.json (schema "arcal.audit/1") and CSV tables atomically.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "audit/audit.hpp"
 #include "audit/run_input.hpp"
@@ -43,6 +45,7 @@ struct AuditConfig {
   int refit_restarts = 1;
   int refit_patience = 3;
   bool refit_cold = false;
+  int threads = 0;
   bool json = false;
 };
 
@@ -139,6 +142,10 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
       ->check(CLI::Range(1, 100));
   app.add_option("--refit-patience", cfg->refit_patience, "Early-stopping patience of the refits")->check(CLI::Range(1, 1000));
   app.add_flag("--refit-cold", cfg->refit_cold, "Refits start from a seeded random initialisation instead of the soft-reference fit");
+  app.add_option("--threads", cfg->threads,
+                 "Worker threads for the MLP fits, one fit per thread (0 = all cores); results do not depend on it")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   app.add_flag("--json", cfg->json, "Print results.json to stdout as well");
   return [cfg]() {
     const auto stats = split_names(cfg->stats);
@@ -163,6 +170,8 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
     popt.seed = cfg->seed;
     popt.alpha = cfg->alpha;
     popt.mlp.restarts = cfg->probe_restarts;
+    const int workers = cfg->threads > 0 ? cfg->threads : std::max(1, int(std::thread::hardware_concurrency()));
+    popt.mlp.threads = workers;
     if (cfg->probes || cfg->sensitivity || cfg->exact_null) arcal::validate_probe_inputs(runs, popt);
     std::vector<double> effects;
     for (const auto& e : split_names(cfg->sensitivity_effects)) {
@@ -180,9 +189,11 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
     arcal::MlpProbeOptions refit = arcal::default_refit_mlp_options();
     refit.restarts = cfg->refit_restarts;
     refit.patience = cfg->refit_patience;
+    refit.threads = workers;
     auto res = arcal::run_audit(runs, opt);  // validates everything before computing
     if (cfg->probes) {
-      // Small MLPs gain nothing from intra-op threads; one thread keeps the audit's cost predictable.
+      // Small MLPs gain little from intra-op threads; the parallelism is one fit per worker thread
+      // (--threads), and one intra-op thread keeps results independent of the thread count.
       arcal::set_compute_threads(1);
       if (progress) std::fprintf(stderr, "probes: %zu runs x 7 MLPs x 2 folds x %d restarts\n", runs.size(), cfg->probe_restarts);
       res.probes = arcal::run_probe_family(runs, popt);

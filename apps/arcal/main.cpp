@@ -9,6 +9,7 @@
 
 #include "command.hpp"
 #include "core/error.hpp"
+#include "train/threads.hpp"
 
 namespace arcal::cli {
 
@@ -27,6 +28,7 @@ bool progress_enabled() { return !g_quiet && ::isatty(STDOUT_FILENO); }
 
 int main(int argc, char** argv) {
   using namespace arcal::cli;
+  arcal::reexec_with_native_openblas_kernels(argv);  // before anything else runs
   CLI::App app{"arcal: train Attention-Residual transformers and audit routing-conditional calibration",
                "arcal"};
   app.set_version_flag("--version", std::string("arcal ") + ARCAL_VERSION);

@@ -1,11 +1,13 @@
 #include "calib/metrics.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "core/check.hpp"
@@ -136,6 +138,20 @@ struct ClasswiseCells {
     sa[y * B + static_cast<std::size_t>(equal_width_bin(row[y], bins, edges.data()))] += w;
   }
 
+  // Adds another accumulator's sums (same K and B) to these.
+  void merge(const ClasswiseCells& o) {
+    for (std::size_t kk = 0; kk < K; ++kk) {
+      c0[kk] += o.c0[kk];
+      s0[kk] += o.s0[kk];
+    }
+    for (std::size_t c = 0; c < K * B; ++c) {
+      cnt[c] += o.cnt[c];
+      sc[c] += o.sc[c];
+      sa[c] += o.sa[c];
+    }
+    total += o.total;
+  }
+
   // (1/K) sum_k sum_b (n_kb/N) |acc_kb - conf_kb| = (1/K) sum over cells |sum a - sum p| / N.
   double finish() {
     for (std::size_t kk = 0; kk < K; ++kk) {
@@ -156,19 +172,15 @@ struct RowScan {
   std::vector<int> prediction;                     // [N] when asked for
 };
 
-// On x86-64 an AVX2 clone is chosen at load time where the CPU has it (NumPy dispatches the same way).
+// Rows [begin, end) of the scan; returns the first invalid row, or end when all are valid (the caller
+// throws, so a worker thread never does). On x86-64 an AVX2 clone is chosen at load time where the CPU
+// has it (NumPy dispatches the same way).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("avx2", "default")))
 #endif
-void scan_rows(const char* fn, const std::vector<double>& probs, std::size_t n, std::size_t k,
-               const std::vector<std::int64_t>& labels, RowScan& out, ClasswiseCells* cw, bool want_prediction) {
-  check_shape(fn, probs, n, k, labels);
-  out.conf.resize(n);
-  out.correct.resize(n);
-  out.nll.resize(n);
-  out.brier.resize(n);
-  if (want_prediction) out.prediction.resize(n);
-  for (std::size_t i = 0; i < n; ++i) {
+std::size_t scan_range(const double* probs, std::size_t k, const std::int64_t* labels, std::size_t begin,
+                       std::size_t end, RowScan& out, ClasswiseCells* cw, bool want_prediction) {
+  for (std::size_t i = begin; i < end; ++i) {
     const double* row = &probs[i * k];
     const std::size_t y = static_cast<std::size_t>(labels[i]);
     // One vectorised pass over the row: validity flag, maximum, sum of squares and (with classwise
@@ -198,7 +210,7 @@ void scan_rows(const char* fn, const std::vector<double>& probs, std::size_t n, 
         q += x * x;
       }
     }
-    if (bad) throw_bad_row(fn, row, i, k);
+    if (bad) return i;
     // The prediction is the first index holding the maximum; it is correct only if p_y is the maximum,
     // so the index is searched for only then (or when the caller wants predictions).
     const double py = row[y];
@@ -216,6 +228,59 @@ void scan_rows(const char* fn, const std::vector<double>& probs, std::size_t n, 
     out.brier[i] = q - py * py + (py - 1.0) * (py - 1.0);
     if (cw) cw->add_sparse(row, y, 1.0);
   }
+  return end;
+}
+
+// Rows per chunk of the scan. The classwise sums are accumulated per chunk and the chunks' sums added
+// in chunk order, so every result is the same for any number of threads (per-row outputs are written
+// in place and need no combining).
+constexpr std::size_t kScanChunkRows = std::size_t{1} << 15;
+// Below this many matrix values the scan runs on the calling thread only (thread start-up would cost
+// more than it saves).
+constexpr std::size_t kScanThreadMinValues = std::size_t{1} << 22;
+
+// Threads of the row scan: the hardware's, at most one per chunk (1 below kScanThreadMinValues).
+std::size_t scan_threads(std::size_t n, std::size_t k) {
+  if (n * k < kScanThreadMinValues) return 1;
+  const std::size_t chunks = (n + kScanChunkRows - 1) / kScanChunkRows;
+  return std::max<std::size_t>(1, std::min<std::size_t>(std::thread::hardware_concurrency(), chunks));
+}
+
+void scan_rows(const char* fn, const std::vector<double>& probs, std::size_t n, std::size_t k,
+               const std::vector<std::int64_t>& labels, RowScan& out, ClasswiseCells* cw, bool want_prediction) {
+  check_shape(fn, probs, n, k, labels);
+  out.conf.resize(n);
+  out.correct.resize(n);
+  out.nll.resize(n);
+  out.brier.resize(n);
+  if (want_prediction) out.prediction.resize(n);
+  const std::size_t chunks = (n + kScanChunkRows - 1) / kScanChunkRows;
+  std::vector<ClasswiseCells> parts;
+  if (cw) parts.assign(chunks, ClasswiseCells(cw->K, static_cast<int>(cw->B)));
+  std::vector<std::size_t> first_bad(chunks);
+  auto run_chunk = [&](std::size_t c) {
+    const std::size_t begin = c * kScanChunkRows, end = std::min(n, begin + kScanChunkRows);
+    const std::size_t b = scan_range(probs.data(), k, labels.data(), begin, end, out, cw ? &parts[c] : nullptr,
+                                     want_prediction);
+    first_bad[c] = b < end ? b : n;
+  };
+  const std::size_t threads = scan_threads(n, k);
+  if (threads <= 1) {
+    for (std::size_t c = 0; c < chunks; ++c) run_chunk(c);
+  } else {
+    std::atomic<std::size_t> next{0};
+    auto worker = [&] {
+      for (std::size_t c; (c = next.fetch_add(1)) < chunks;) run_chunk(c);
+    };
+    std::vector<std::thread> pool;
+    for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+    worker();
+    for (auto& t : pool) t.join();
+  }
+  for (std::size_t c = 0; c < chunks; ++c)
+    if (first_bad[c] < n) throw_bad_row(fn, &probs[first_bad[c] * k], first_bad[c], k);
+  if (cw)
+    for (const auto& part : parts) cw->merge(part);
 }
 
 // ---- Top-label data in confidence order, and the fused weighted evaluation. Bootstrap resamples are

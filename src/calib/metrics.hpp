@@ -110,7 +110,9 @@ struct CalibrationReport {
 /// over confidence-sorted positions (stats/bootstrap_counts, Rng(derive_seed(seed, b))), held as
 /// multiplicities, so every top-label metric, NLL and Brier of resample b comes from one O(N) weighted
 /// pass with no re-sorting; classwise ECE uses the same multiplicities for b < classwise_draws and costs
-/// O(N K) each. Single-threaded. Throws InputError on invalid input or options.
+/// O(N K) each. The matrix scan runs on std::thread::hardware_concurrency() threads when N x K >= 2^22
+/// (fixed chunks of 2^15 rows whose classwise sums are added in chunk order, so the result is the same
+/// for any thread count); the rest is single-threaded. Throws InputError on invalid input or options.
 CalibrationReport calibration_report(const std::vector<double>& probs, std::size_t n, std::size_t k,
                                      const std::vector<std::int64_t>& labels, const ReportOptions& options = {});
 

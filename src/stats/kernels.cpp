@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
 
 #include "core/check.hpp"
 
@@ -60,6 +61,7 @@ NadarayaWatson::NadarayaWatson(const std::vector<double>& x, const std::vector<d
     for (std::size_t d = 0; d < dims; ++d) x_[r * dims + d] = x[order[r] * dims + d] * inv_h_[d];
     y_[r] = y[order[r]];
   }
+  order_ = std::move(order);
 }
 
 std::vector<double> NadarayaWatson::predict(const std::vector<double>& x) const {
@@ -112,6 +114,76 @@ std::vector<double> NadarayaWatson::predict(const std::vector<double>& x) const 
     const double lambda = options_.pseudo_count;
     double est = (den + lambda) > 0.0 ? (num + lambda * prior_) / (den + lambda) : prior_;
     out[i] = std::clamp(est, options_.clip_low, options_.clip_high);
+  }
+  return out;
+}
+
+std::vector<std::vector<double>> NadarayaWatson::predict_many(const std::vector<double>& x,
+                                                              const std::vector<const std::vector<double>*>& ys) const {
+  const char* fn = "NadarayaWatson::predict_many";
+  if (x.size() % dims_ != 0)
+    throw_input(fn, "x has " + std::to_string(x.size()) + " values, not a multiple of dims = " + std::to_string(dims_));
+  const std::size_t m = x.size() / dims_, n = y_.size(), T = ys.size();
+  // Targets in sorted order, interleaved [n][T] so the inner loop runs over targets; priors as the
+  // constructor computes them (sum in input order, divided by n).
+  std::vector<double> Y(n * T), prior(T);
+  for (std::size_t t = 0; t < T; ++t) {
+    const std::string name = "ys[" + std::to_string(t) + "]";
+    if (!ys[t]) throw_input(fn, name + " is null");
+    check_same_size(fn, name.c_str(), ys[t]->size(), "n", n);
+    double sum = 0.0;
+    for (std::size_t i = 0; i < n; ++i) {
+      check_finite(fn, name.c_str(), i, (*ys[t])[i]);
+      sum += (*ys[t])[i];
+    }
+    prior[t] = std::isnan(options_.prior) ? sum / static_cast<double>(n) : options_.prior;
+    for (std::size_t r = 0; r < n; ++r) Y[r * T + t] = (*ys[t])[order_[r]];
+  }
+  const double t_ = options_.truncate, t2 = t_ * t_;
+  std::vector<std::vector<double>> out(T, std::vector<double>(m));
+  std::vector<double> q(dims_), num(T);
+  for (std::size_t i = 0; i < m; ++i) {
+    for (std::size_t d = 0; d < dims_; ++d) {
+      check_finite(fn, "x", i * dims_ + d, x[i * dims_ + d]);
+      q[d] = x[i * dims_ + d] * inv_h_[d];
+    }
+    std::size_t a = 0, b = n;
+    while (a < b) {
+      const std::size_t mid = (a + b) / 2;
+      if (x_[mid * dims_] < q[0] - t_) a = mid + 1; else b = mid;
+    }
+    const std::size_t lo = a;
+    b = n;
+    while (a < b) {
+      const std::size_t mid = (a + b) / 2;
+      if (x_[mid * dims_] <= q[0] + t_) a = mid + 1; else b = mid;
+    }
+    const std::size_t hi = a;
+    std::fill(num.begin(), num.end(), 0.0);
+    double den = 0.0;
+    for (std::size_t j = lo; j < hi; ++j) {
+      const double* row = &x_[j * dims_];
+      double u2 = 0.0;
+      for (std::size_t d = 0; d < dims_; ++d) {
+        const double u = row[d] - q[d];
+        u2 += u * u;
+      }
+      if (u2 > t2 && dims_ > 1) {
+        bool outside = false;
+        for (std::size_t d = 1; d < dims_; ++d)
+          if (std::abs(row[d] - q[d]) > t_) outside = true;
+        if (outside) continue;
+      }
+      const double k = std::exp(-0.5 * u2);
+      const double* yj = &Y[j * T];
+      for (std::size_t t = 0; t < T; ++t) num[t] += k * yj[t];
+      den += k;
+    }
+    const double lambda = options_.pseudo_count;
+    for (std::size_t t = 0; t < T; ++t) {
+      const double est = (den + lambda) > 0.0 ? (num[t] + lambda * prior[t]) / (den + lambda) : prior[t];
+      out[t][i] = std::clamp(est, options_.clip_low, options_.clip_high);
+    }
   }
   return out;
 }

@@ -37,12 +37,22 @@ class NadarayaWatson {
   /// multiple of dims or a value is not finite.
   std::vector<double> predict(const std::vector<double>& x) const;
 
+  /// predict for T other target vectors on the same points: ys[t] ([n] each, in the order of the
+  /// constructor's x) replaces y, and the prior is each target's mean (or options.prior). Each kernel
+  /// weight is computed once for all targets; column t equals
+  /// NadarayaWatson(x, ys[t], dims, bandwidth, options).predict(x_query) exactly (the same sums in the
+  /// same order). Returns [T][m]. Throws InputError as predict, or when a ys[t] has the wrong size or
+  /// a non-finite value.
+  std::vector<std::vector<double>> predict_many(const std::vector<double>& x,
+                                                const std::vector<const std::vector<double>*>& ys) const;
+
   double prior() const { return prior_; }
 
  private:
   std::size_t dims_;
   std::vector<double> x_;  // rows sorted by the first coordinate, scaled by 1/h
   std::vector<double> y_;
+  std::vector<std::size_t> order_;  // sorted position -> row of the constructor's x
   std::vector<double> inv_h_;
   NadarayaWatsonOptions options_;
   double prior_;

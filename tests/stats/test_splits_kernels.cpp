@@ -102,3 +102,24 @@ TEST(Kernels, NadarayaWatsonMatchesBruteForce) {
   EXPECT_THROW(NadarayaWatson(x, y, 2, {0.0, 1.0}), InputError);
   EXPECT_THROW(NadarayaWatson(x, y, 3, {1.0, 1.0, 1.0}), InputError);
 }
+
+TEST(NadarayaWatson, PredictManyEqualsOneEstimatorPerTarget) {
+  // Many targets on the same points (the sensitivity audit's label draws): every column must be
+  // exactly the single-target estimate, in 2-D with truncation active and a data-mean prior.
+  Rng rng(17);
+  const std::size_t n = 400, m = 60;
+  std::vector<double> x(2 * n), q(2 * m);
+  for (auto& v : x) v = rng.normal();
+  for (auto& v : q) v = 2 * rng.normal();
+  std::vector<std::vector<double>> ys(4, std::vector<double>(n));
+  for (auto& y : ys)
+    for (auto& v : y) v = rng.uniform() < 0.7 ? 1.0 : 0.0;
+  const std::vector<double> h{0.3, 0.5};
+  std::vector<const std::vector<double>*> yp;
+  for (const auto& y : ys) yp.push_back(&y);
+  const auto many = NadarayaWatson(x, ys[0], 2, h).predict_many(q, yp);
+  ASSERT_EQ(many.size(), ys.size());
+  for (std::size_t t = 0; t < ys.size(); ++t) EXPECT_EQ(many[t], NadarayaWatson(x, ys[t], 2, h).predict(q)) << t;
+  std::vector<double> short_y(n - 1, 0.0);
+  EXPECT_THROW(NadarayaWatson(x, ys[0], 2, h).predict_many(q, {&short_y}), InputError);
+}

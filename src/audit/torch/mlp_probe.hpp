@@ -34,6 +34,10 @@ struct MlpProbeOptions {
   /// Every restart starts from these weights instead of a seeded random initialisation (the inner
   /// split and batch order still follow the restart's seed). Must match (f, hidden1, hidden2).
   const MlpWeights* warm_start = nullptr;
+  /// Worker threads over independent fits where a caller has several (fit_probe_design_replicates:
+  /// one per probe and fold). Results do not depend on it: every fit is seeded on its own and torch's
+  /// global generator is never used. Intra-op threads are the caller's (set them to 1 beside workers).
+  int threads = 1;
 };
 
 struct MlpProbeInfo {
@@ -49,7 +53,24 @@ std::int64_t mlp_parameter_count(int inputs, int hidden1, int hidden2);
 /// choice is within 2 %, h2 is adjusted by one-unit steps. Returns {h1, h2}.
 std::pair<int, int> capacity_matched_widths(int inputs, std::int64_t target);
 
-/// Fits on (x_train [n, f], y_train [n] in {0,1}) and returns P(correct) for x_eval [m, f].
+/// Fits one MLP per label vector ys[r] ([n] each, R = ys.size() >= 1) on the same rows x_train [n, f]
+/// and returns [R][m] P(correct) for x_eval [m, f]. The R fits share the feature standardisation, each
+/// restart's inner split, batch order and starting weights (options.warm_start, or one seeded
+/// initialisation) — common random numbers — and each stops on its own inner-validation loss. They are
+/// trained as one stacked network (a leading replicate axis; batched matrix products; the loss is the
+/// sum of the replicates' mean losses, so each replicate's gradient is its own; one AdamW state per
+/// replicate), and a stopped replicate leaves the stack, so replicate r's result does not depend on R
+/// or on the other label vectors. The initialisation uses a generator of its own (never torch's
+/// global one), so concurrent fits on other threads cannot change it. infos, if given, gets R entries.
+/// Throws InputError as fit_predict_mlp_probe, naming ys[r] for a bad label.
+std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double>& x_train, std::size_t n, std::size_t f,
+                                                        const std::vector<const std::vector<double>*>& ys,
+                                                        const std::vector<double>& x_eval, std::size_t m,
+                                                        const MlpProbeOptions& options,
+                                                        std::vector<MlpProbeInfo>* infos = nullptr);
+
+/// Fits on (x_train [n, f], y_train [n] in {0,1}) and returns P(correct) for x_eval [m, f]
+/// (fit_predict_mlp_probes with one label vector).
 /// Features are standardised with the training rows' mean and sd (constant columns are refused).
 /// Throws InputError on shape mismatch, n < 10, non-finite or constant features, labels not in {0,1}
 /// (not in [0,1] with soft_labels), or a warm start whose shape does not match.

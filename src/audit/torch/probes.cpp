@@ -1,9 +1,12 @@
 #include "audit/torch/probes.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <numeric>
+#include <thread>
 
 #include "calib/calibrators.hpp"
 #include "core/check.hpp"
@@ -162,57 +165,107 @@ ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t r, const Pro
   return d;
 }
 
-ProbeRefit fit_probe_design(const ProbeDesign& d, const std::array<const std::vector<double>*, 2>& y,
-                            const MlpProbeOptions& mlp, const std::array<std::uint64_t, 2>& seeds,
-                            const std::vector<std::array<MlpWeights, 2>>* warm) {
+std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
+                                                    const std::vector<std::array<const std::vector<double>*, 2>>& ys,
+                                                    const MlpProbeOptions& mlp, const std::array<std::uint64_t, 2>& seeds,
+                                                    const std::vector<std::array<MlpWeights, 2>>* warm,
+                                                    bool keep_weights) {
   const char* fn = "fit_probe_design";
-  for (int f = 0; f < 2; ++f) {
-    if (!y[std::size_t(f)]) throw_input(fn, "y[" + std::to_string(f) + "] is null");
-    check_same_size(fn, ("y[" + std::to_string(f) + "]").c_str(), y[std::size_t(f)]->size(), "n", d.n);
-  }
+  if (ys.empty()) throw_input(fn, "no label sets (ys is empty)");
+  for (std::size_t j = 0; j < ys.size(); ++j)
+    for (int f = 0; f < 2; ++f) {
+      const std::string name = "ys[" + std::to_string(j) + "][" + std::to_string(f) + "]";
+      if (!ys[j][std::size_t(f)]) throw_input(fn, name + " is null");
+      check_same_size(fn, name.c_str(), ys[j][std::size_t(f)]->size(), "n", d.n);
+    }
   const bool linear = d.linear && !mlp.soft_labels;
   const std::size_t probes = d.mlps.size() + (linear ? 1 : 0);
   if (warm && warm->size() != probes)
     throw_input(fn, "warm has " + std::to_string(warm->size()) + " probes, but the design fits " +
                         std::to_string(probes));
-  ProbeRefit out;
-  out.eval.resize(probes);
-  out.weights.resize(probes);
-  out.mean_epochs.assign(probes, 0.0);
-  out.parameters.assign(probes, 0);
+  const std::size_t R = ys.size();
+  std::vector<ProbeRefit> out(R);
+  for (auto& o : out) {
+    o.eval.resize(probes);
+    o.weights.resize(probes);
+    o.mean_epochs.assign(probes, 0.0);
+    o.parameters.assign(probes, 0);
+  }
   std::size_t k = 0;
   if (linear) {
-    out.names.push_back("linear");
-    out.parameters[0] = 2;
-    for (std::size_t f = 0; f < 2; ++f) {
-      const auto& s = d.folds[f];
-      const auto platt = fit_platt(pick(d.confidence, s.calibration), pick(*y[f], s.calibration));
-      out.eval[0][f] = apply_platt(platt, pick(d.confidence, s.evaluation));
+    for (std::size_t j = 0; j < R; ++j) {
+      out[j].names.push_back("linear");
+      out[j].parameters[0] = 2;
+      for (std::size_t f = 0; f < 2; ++f) {
+        const auto& s = d.folds[f];
+        const auto platt = fit_platt(pick(d.confidence, s.calibration), pick(*ys[j][f], s.calibration));
+        out[j].eval[0][f] = apply_platt(platt, pick(d.confidence, s.evaluation));
+      }
     }
     ++k;
   }
-  for (const auto& spec : d.mlps) {
-    out.names.push_back(spec.name);
-    Columns cols;
-    for (auto c : spec.cols) cols.push_back(&d.columns[c]);
-    for (std::size_t f = 0; f < 2; ++f) {
+  // One stacked fit per (MLP probe, fold): independent jobs, run on mlp.threads workers; each job
+  // writes only its own slots, so the result does not depend on the thread count or the order.
+  const std::size_t first_mlp = k, jobs = 2 * d.mlps.size();
+  std::vector<std::exception_ptr> errors(jobs);
+  std::vector<double> epochs(R * jobs, 0.0);  // [replicate][job] mean epochs, summed over folds below
+  auto run_job = [&](std::size_t job) {
+    try {
+      const auto& spec = d.mlps[job / 2];
+      const std::size_t f = job % 2, kk = first_mlp + job / 2;
+      Columns cols;
+      for (auto c : spec.cols) cols.push_back(&d.columns[c]);
       const auto& s = d.folds[f];
       MlpProbeOptions mo = mlp;
       mo.hidden1 = spec.hidden1;
       mo.hidden2 = spec.hidden2;
       mo.seed = seeds[f];
-      mo.warm_start = warm ? &(*warm)[k][f] : nullptr;
-      MlpProbeInfo info;
-      out.eval[k][f] = fit_predict_mlp_probe(gather(cols, s.calibration), s.calibration.size(), cols.size(),
-                                             pick(*y[f], s.calibration), gather(cols, s.evaluation),
-                                             s.evaluation.size(), mo, &info);
-      out.weights[k][f] = std::move(info.weights);
-      out.parameters[k] = info.parameters;
-      out.mean_epochs[k] += 0.5 * info.mean_epochs;
+      mo.warm_start = warm ? &(*warm)[kk][f] : nullptr;
+      const auto xc = gather(cols, s.calibration), xe = gather(cols, s.evaluation);
+      std::vector<std::vector<double>> yc(R);
+      std::vector<const std::vector<double>*> yp(R);
+      for (std::size_t j = 0; j < R; ++j) {
+        yc[j] = pick(*ys[j][f], s.calibration);
+        yp[j] = &yc[j];
+      }
+      std::vector<MlpProbeInfo> infos;
+      auto pred = fit_predict_mlp_probes(xc, s.calibration.size(), cols.size(), yp, xe, s.evaluation.size(), mo, &infos);
+      for (std::size_t j = 0; j < R; ++j) {
+        out[j].eval[kk][f] = std::move(pred[j]);
+        if (keep_weights) out[j].weights[kk][f] = std::move(infos[j].weights);
+        if (f == 0) out[j].parameters[kk] = infos[j].parameters;  // the same for both folds
+        epochs[j * jobs + job] = infos[j].mean_epochs;
+      }
+    } catch (...) {
+      errors[job] = std::current_exception();
     }
-    ++k;
+  };
+  const std::size_t workers = std::min<std::size_t>(std::size_t(std::max(1, mlp.threads)), jobs);
+  if (workers <= 1) {
+    for (std::size_t job = 0; job < jobs; ++job) run_job(job);
+  } else {
+    std::atomic<std::size_t> next{0};
+    auto worker = [&] {
+      for (std::size_t job; (job = next.fetch_add(1)) < jobs;) run_job(job);
+    };
+    std::vector<std::thread> pool;
+    for (std::size_t t = 1; t < workers; ++t) pool.emplace_back(worker);
+    worker();
+    for (auto& t : pool) t.join();
   }
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);  // the first failing job in (probe, fold) order
+  for (std::size_t j = 0; j < R; ++j)
+    for (std::size_t job = 0; job < jobs; ++job) out[j].mean_epochs[first_mlp + job / 2] += 0.5 * epochs[j * jobs + job];
+  for (const auto& spec : d.mlps)
+    for (auto& o : out) o.names.push_back(spec.name);
   return out;
+}
+
+ProbeRefit fit_probe_design(const ProbeDesign& d, const std::array<const std::vector<double>*, 2>& y,
+                            const MlpProbeOptions& mlp, const std::array<std::uint64_t, 2>& seeds,
+                            const std::vector<std::array<MlpWeights, 2>>* warm) {
+  return std::move(fit_probe_design_replicates(d, {y}, mlp, seeds, warm, true)[0]);
 }
 
 RunProbeResult run_probes(const AuditRunInput& run, std::size_t r, const ProbeAuditOptions& o) {

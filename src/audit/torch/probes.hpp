@@ -83,6 +83,17 @@ ProbeRefit fit_probe_design(const ProbeDesign& design, const std::array<const st
                             const MlpProbeOptions& mlp, const std::array<std::uint64_t, 2>& seeds,
                             const std::vector<std::array<MlpWeights, 2>>* warm = nullptr);
 
+/// fit_probe_design for R label sets at once: ys[j] = {labels for fold 0, labels for fold 1} of
+/// replicate j. Every replicate uses the same seeds (so the same inner splits and batch orders: common
+/// random numbers) and starting weights; each MLP probe and fold is one stacked fit of all replicates
+/// (fit_predict_mlp_probes), and replicate j's result equals fit_probe_design on ys[j] alone.
+/// keep_weights = false leaves ProbeRefit::weights empty (R copies of every network add up).
+std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& design,
+                                                    const std::vector<std::array<const std::vector<double>*, 2>>& ys,
+                                                    const MlpProbeOptions& mlp, const std::array<std::uint64_t, 2>& seeds,
+                                                    const std::vector<std::array<MlpWeights, 2>>* warm = nullptr,
+                                                    bool keep_weights = false);
+
 /// Checks every run's probe inputs (the checks of run_probes) before any computation, so the CLI can
 /// refuse bad input before the diagnostic runs. Throws InputError naming the run, array and index.
 void validate_probe_inputs(const std::vector<AuditRunInput>& runs, const ProbeAuditOptions& options);

@@ -1,6 +1,7 @@
 #include "audit/torch/sensitivity_audit.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 
@@ -71,10 +72,12 @@ std::vector<double> refit_losses(const ProbeDesign& d, const ProbeRefit& fit, co
   return out;
 }
 
-/// 2-D Nadaraya-Watson probe on (logit c, z) with Scott bandwidths (multiple 1) of the fitting rows;
-/// the AR-CondCal estimator without the bandwidth search.
-std::vector<double> nw2d_predict(const std::vector<double>& logit_c, const std::vector<double>& z,
-                                 const std::vector<double>& y, const SplitIndices& s) {
+/// 2-D Nadaraya-Watson probe on (logit c, z) with Scott bandwidths (multiple 1) of the fitting rows
+/// (the AR-CondCal estimator without the bandwidth search), for many label vectors ys[j] ([n] each) at
+/// once: the kernel weights depend on the features only, so they are computed once. Returns [j][m].
+std::vector<std::vector<double>> nw2d_predict_many(const std::vector<double>& logit_c, const std::vector<double>& z,
+                                                   const std::vector<const std::vector<double>*>& ys,
+                                                   const SplitIndices& s) {
   const auto lc = pick(logit_c, s.calibration), zc = pick(z, s.calibration);
   std::vector<double> x(2 * lc.size()), q(2 * s.evaluation.size());
   for (std::size_t i = 0; i < lc.size(); ++i) {
@@ -86,7 +89,13 @@ std::vector<double> nw2d_predict(const std::vector<double>& logit_c, const std::
     q[2 * i + 1] = z[s.evaluation[i]];
   }
   const std::vector<double> h{scott_bandwidth(lc, 2, 1.0), scott_bandwidth(zc, 2, 1.0)};
-  return NadarayaWatson(x, pick(y, s.calibration), 2, h).predict(q);
+  std::vector<std::vector<double>> yc(ys.size());
+  std::vector<const std::vector<double>*> yp(ys.size());
+  for (std::size_t j = 0; j < ys.size(); ++j) {
+    yc[j] = pick(*ys[j], s.calibration);
+    yp[j] = &yc[j];
+  }
+  return NadarayaWatson(x, yc[0], 2, h).predict_many(q, yp);
 }
 
 void check_runs(const char* fn, const std::vector<AuditRunInput>& runs, const ProbeAuditOptions& po) {
@@ -149,31 +158,50 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
     for (std::size_t f = 0; f < 2; ++f) q[f] = nw_confidence_reference(run.confidence, run.correct, d.folds[f].calibration);
     const auto warm = o.warm_start ? soft_warm_start(d, q, o.refit) : std::vector<std::array<MlpWeights, 2>>{};
     const std::uint64_t sens_seed = derive_seed(d.run_seed, 0x5E45);
+    std::vector<Fold2> truth(o.effects.size());
     for (std::size_t e = 0; e < o.effects.size(); ++e) {
       auto& eff = res.by_effect[e];
       eff.effect_nats = o.effects[e];
-      Fold2 truth;
       for (std::size_t f = 0; f < 2; ++f) {
         // δ is solved on the evaluation half, where the oracle gain is scored, and applied everywhere.
         const auto qe = pick(q[f], d.folds[f].evaluation), tev = pick(t, d.folds[f].evaluation);
         const double delta = solve_injection_delta(qe, tev, o.effects[e]);
         eff.delta.push_back(delta);
         eff.oracle_gain.push_back(injection_gain(qe, tev, delta));
-        truth[f] = injected_probability(q[f], t, delta);
+        truth[e][f] = injected_probability(q[f], t, delta);
       }
+    }
+    // Every (effect, draw) label set of the run is refitted in one stacked fit per probe and fold:
+    // all share the run's refit seeds (inner split, batch order) and the warm start.
+    std::vector<Fold2> ys;
+    for (std::size_t e = 0; e < o.effects.size(); ++e)
       for (int draw = 0; draw < o.draws; ++draw) {
         const std::uint64_t s = derive_seed(derive_seed(sens_seed, e), std::uint64_t(draw));
-        Fold2 y{bernoulli_draw(truth[0], derive_seed(s, 0)), bernoulli_draw(truth[1], derive_seed(s, 1))};
-        const auto fit = fit_probe_design(d, {&y[0], &y[1]}, o.refit, {derive_seed(s, 10), derive_seed(s, 11)},
-                                          o.warm_start ? &warm : nullptr);
+        ys.push_back({bernoulli_draw(truth[e][0], derive_seed(s, 0)), bernoulli_draw(truth[e][1], derive_seed(s, 1))});
+      }
+    std::vector<std::array<const std::vector<double>*, 2>> yp;
+    for (const auto& y : ys) yp.push_back({&y[0], &y[1]});
+    const auto fits = fit_probe_design_replicates(d, yp, o.refit, {derive_seed(sens_seed, 10), derive_seed(sens_seed, 11)},
+                                                  o.warm_start ? &warm : nullptr);
+    std::array<std::vector<std::vector<double>>, 2> nw;  // [fold][label set] 2-D NW on the evaluation half
+    for (std::size_t f = 0; f < 2; ++f) {
+      std::vector<const std::vector<double>*> yf;
+      for (const auto& y : ys) yf.push_back(&y[f]);
+      nw[f] = nw2d_predict_many(d.columns[0], z, yf, d.folds[f]);
+    }
+    for (std::size_t e = 0; e < o.effects.size(); ++e) {
+      for (int draw = 0; draw < o.draws; ++draw) {
+        const std::size_t j = e * std::size_t(o.draws) + std::size_t(draw);
+        const auto& y = ys[j];
+        const auto& fit = fits[j];
         auto losses = refit_losses(d, fit, {&y[0], &y[1]});
         double lq = 0, ls = 0, lnw = 0, lcorr = 0;
         for (std::size_t f = 0; f < 2; ++f) {
           const auto& sp = d.folds[f];
           const auto ye = pick(y[f], sp.evaluation);
           lq += 0.5 * binary_log_loss(pick(q[f], sp.evaluation), ye);
-          ls += 0.5 * binary_log_loss(pick(truth[f], sp.evaluation), ye);
-          lnw += 0.5 * binary_log_loss(nw2d_predict(d.columns[0], z, y[f], sp), ye);
+          ls += 0.5 * binary_log_loss(pick(truth[e][f], sp.evaluation), ye);
+          lnw += 0.5 * binary_log_loss(nw[f][j], ye);
           const auto cp = fit_correction_probe(pick(q[f], sp.calibration), pick(z, sp.calibration),
                                                pick(y[f], sp.calibration), o.correction_ridge);
           lcorr += 0.5 * binary_log_loss(apply_correction_probe(cp, pick(q[f], sp.evaluation), pick(z, sp.evaluation)), ye);
@@ -279,9 +307,19 @@ ExactNullResult run_exact_null_audit(const std::vector<AuditRunInput>& runs, con
         }
         return out;
       };
-      // The real gain under the very procedure the null replicates use (same warm start and settings).
-      const std::uint64_t rs = derive_seed(vseed, std::uint64_t(o.replicates));
-      const auto real_fit = fit_probe_design(d, {&run.correct, &run.correct}, o.refit, {derive_seed(rs, 10), derive_seed(rs, 11)}, wp);
+      // The real labels are fitted in the same stacked fit as the null replicates (the last member):
+      // the very procedure, seeds, split, batch order and warm start, so real and null gains are
+      // exchangeable under the null.
+      std::vector<Fold2> ys;
+      for (int j = 0; j < o.replicates; ++j) {
+        const std::uint64_t s = derive_seed(vseed, std::uint64_t(j));
+        ys.push_back({bernoulli_draw(g[0], derive_seed(s, 0)), bernoulli_draw(g[1], derive_seed(s, 1))});
+      }
+      std::vector<std::array<const std::vector<double>*, 2>> yp;
+      for (const auto& y : ys) yp.push_back({&y[0], &y[1]});
+      yp.push_back({&run.correct, &run.correct});
+      const auto fits = fit_probe_design_replicates(d, yp, o.refit, {derive_seed(vseed, 10), derive_seed(vseed, 11)}, wp);
+      const auto& real_fit = fits.back();
       const auto real = gains(real_fit.names, refit_losses(d, real_fit, {&run.correct, &run.correct}));
       ExactNullRun out;
       out.run = run.run;
@@ -297,9 +335,8 @@ ExactNullResult run_exact_null_audit(const std::vector<AuditRunInput>& runs, con
         out.comparisons.push_back(std::move(ec));
       }
       for (int j = 0; j < o.replicates; ++j) {
-        const std::uint64_t s = derive_seed(vseed, std::uint64_t(j));
-        Fold2 y{bernoulli_draw(g[0], derive_seed(s, 0)), bernoulli_draw(g[1], derive_seed(s, 1))};
-        const auto fit = fit_probe_design(d, {&y[0], &y[1]}, o.refit, {derive_seed(s, 10), derive_seed(s, 11)}, wp);
+        const auto& y = ys[std::size_t(j)];
+        const auto& fit = fits[std::size_t(j)];
         const auto ng = gains(fit.names, refit_losses(d, fit, {&y[0], &y[1]}));
         for (std::size_t c = 0; c < out.comparisons.size(); ++c) out.comparisons[c].null_gain.push_back(ng[c]);
       }
