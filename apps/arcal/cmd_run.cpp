@@ -42,11 +42,11 @@ namespace fs = std::filesystem;
 volatile sig_atomic_t g_interrupted = 0;
 void on_signal(int) { g_interrupted = 1; }
 
+/// The running executable, as a path the children can exec even when build/arcal is rebuilt (the
+/// link resolves to the running binary's own inode, deleted or not).
 std::string self_exe() {
-  std::error_code ec;
-  auto p = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) arcal::throw_input("arcal run", "cannot locate the arcal executable (/proc/self/exe): " + ec.message());
-  return p.string();
+  if (!fs::exists("/proc/self/exe")) arcal::throw_input("arcal run", "cannot locate the arcal executable (/proc/self/exe)");
+  return "/proc/self/exe";
 }
 
 std::string read_text(const std::string& path) {

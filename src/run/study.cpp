@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -19,9 +20,13 @@ namespace {
 
 const char* kFn = "study";
 
+/// Shortest decimal form that reads back to the same double (0.05, not 0.050000000000000003).
 std::string num(double v) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
+  for (int digits = 15; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
   std::string s = buf;
   if (s.find_first_of(".eE") == std::string::npos) s += ".0";
   return s;
@@ -324,7 +329,7 @@ std::vector<StudyRun> expand_study(const StudyConfig& c) {
 std::vector<std::string> study_audit_args(const StudyConfig& c) {
   std::vector<std::string> a = {"--stat", join(c.stats), "--permutations", std::to_string(c.permutations), "--bins",
                                 std::to_string(c.bins), "--seed", std::to_string(c.audit_seed), "--probe-restarts",
-                                std::to_string(c.probe_restarts)};
+                                std::to_string(c.probe_restarts), "--threads", std::to_string(c.threads)};
   if (!c.probes) a.push_back("--no-probes");
   if (c.sensitivity) {
     std::vector<std::string> e;

@@ -71,6 +71,9 @@ TEST(Study, PrintedConfigReadsBackToTheSameStudy) {
   const std::string text = study_to_toml(c);
   const auto back = parse_study_toml(write_tmp("round.toml", text));
   EXPECT_EQ(study_to_toml(back), text);
+  // Numbers print in their shortest exact form, as a person would write them.
+  EXPECT_NE(text.find("weight_decay = 0.05\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("lr = 0.0003\n"), std::string::npos) << text;
   EXPECT_EQ(back.seeds, c.seeds);
   EXPECT_EQ(back.lr, c.lr);
   // Same study, same run hashes; a changed training setting changes every run's hash.
