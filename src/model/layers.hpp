@@ -1,0 +1,30 @@
+// Transformer layers shared by the presets: global multi-head self-attention (ViT/DeiT) and the
+// two-layer GELU MLP (every preset). Shapes in comments: B batch, T tokens, d width.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace arcal {
+
+class MultiHeadAttentionImpl : public torch::nn::Module {
+ public:
+  MultiHeadAttentionImpl(int dim, int heads);
+  torch::Tensor forward(const torch::Tensor& x);  // (B,T,d) -> (B,T,d)
+
+ private:
+  int heads_;
+  torch::nn::Linear qkv_{nullptr}, proj_{nullptr};
+};
+TORCH_MODULE(MultiHeadAttention);
+
+class MlpImpl : public torch::nn::Module {
+ public:
+  MlpImpl(int dim, int hidden);
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  torch::nn::Linear fc1_{nullptr}, fc2_{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+}  // namespace arcal
