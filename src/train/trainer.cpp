@@ -195,10 +195,11 @@ void save_checkpoint(ARViT& model, torch::optim::AdamW& opt, std::int64_t step, 
   save_archive_atomic(archive, path);
 }
 
-std::int64_t load_checkpoint(ARViT& model, torch::optim::AdamW& opt, const std::string& path) {
+std::int64_t load_checkpoint(ARViT& model, torch::optim::AdamW& opt, const std::string& path,
+                             const torch::Device& device) {
   torch::serialize::InputArchive archive, model_archive, opt_archive;
   try {
-    archive.load_from(path);
+    archive.load_from(path, device);  // parameters and optimizer state onto the training device
   } catch (const c10::Error& e) {
     throw_input("--resume", path + ": not a readable checkpoint (" + std::string(e.what_without_backtrace()) + ")");
   }
@@ -245,7 +246,7 @@ ARViT load_trained_model(const std::string& run_dir, TrainConfig* config_out, co
   if (!fs::exists(model_path)) throw_input("load_trained_model", model_path + " does not exist (training not finished?)");
   torch::serialize::InputArchive archive;
   try {
-    archive.load_from(model_path);
+    archive.load_from(model_path, torch::Device(torch::kCPU));  // a CUDA-trained run loads on the CPU too
     model->load(archive);
   } catch (const c10::Error& e) {
     throw_input("load_trained_model", model_path + ": cannot load (" + std::string(e.what_without_backtrace()) + ")");
@@ -331,14 +332,7 @@ nlohmann::json train_run(const TrainConfig& requested, const std::string& run_di
 
   if (primary) fs::create_directories(run_dir);
   if (resume && fs::exists(ckpt_path)) {
-    start_step = load_checkpoint(model, opt, ckpt_path);
-    model->to(device);
-    for (auto& kv : opt.state()) {  // the archive's optimizer state arrives on the CPU
-      auto& st = static_cast<torch::optim::AdamWParamState&>(*kv.second);
-      st.exp_avg(st.exp_avg().to(device));
-      st.exp_avg_sq(st.exp_avg_sq().to(device));
-      if (st.max_exp_avg_sq().defined()) st.max_exp_avg_sq(st.max_exp_avg_sq().to(device));
-    }
+    start_step = load_checkpoint(model, opt, ckpt_path, device);
     if (primary) truncate_log(log_path, start_step);
     say_primary("resuming " + run_dir + " from step " + std::to_string(start_step) + " of " + std::to_string(total));
   } else if (primary) {

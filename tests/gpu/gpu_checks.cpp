@@ -100,8 +100,9 @@ TEST(Gpu, ShortCifarShapedRunTrains) {
 }
 
 // `gpu_checks --write-cifar DIR` writes the synthetic CIFAR-10 folder for the script's CLI runs;
-// anything else runs the tests.
+// `gpu_checks --cuda-available` exits 0 when LibTorch sees a CUDA device; anything else runs the tests.
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--cuda-available") return torch::cuda::is_available() ? 0 : 1;
   if (argc == 3 && std::string(argv[1]) == "--write-cifar") {
     arcal::testing::write_synthetic_cifar10(argv[2], 400, 7);
     return 0;

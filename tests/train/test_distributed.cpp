@@ -1,7 +1,8 @@
 // Data-parallel training with c10d/Gloo on loopback: two `arcal train` processes started with the
 // torchrun variables (per-rank batch b) end with identical parameters on both ranks and equal to one
 // process trained with batch 2b on the same data order (SB-ECE off: it is a per-rank batch
-// statistic, so only the cross-entropy objective decomposes exactly over ranks). Plus the clear
+// statistic, so only the cross-entropy objective decomposes exactly over ranks); both ranks killed
+// after a checkpoint and resumed end bit-identical to an uninterrupted 2-rank run. Plus the clear
 // errors: WORLD_SIZE without MASTER_PORT, --device cuda on a CPU-only LibTorch, and --dry-run.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -9,8 +10,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstdio>
 #include <filesystem>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.hpp"
@@ -106,6 +111,48 @@ TEST(Distributed, TwoGlooRanksEqualOneProcessWithTheirCombinedBatch) {
   EXPECT_LE(rel, 1e-5);
   EXPECT_LE(worst, 1e-2) << worst_name;
   for (const auto& d : {data, single, ranks}) fs::remove_all(d);
+}
+
+TEST(Distributed, KilledRanksResumeToTheUninterruptedParameters) {
+  const auto data = tmpdir("dist_resume_cifar");
+  arcal::testing::write_synthetic_cifar10(data, 100, 13);  // 500 images
+  const auto whole = tmpdir("dist_whole"), cut = tmpdir("dist_cut");
+  const std::string common = "train --dataset cifar10 --data-dir " + data +
+                             " --model ar-vit-tiny --residual full --train-subset 192 --batch-size 16 --epochs 2"
+                             " --checkpoint-every 3 --threads 1 --seed 9 --quiet";
+  auto two_ranks = [&](const std::string& args, bool background) {
+    const std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) + " WORLD_SIZE=2";
+    const std::string cmd = env + " RANK=0 " + kArcal + " " + args + " & p0=$!; " + env + " RANK=1 " + kArcal + " " +
+                            args + " & p1=$!; " + (background ? "echo $p0 $p1" : "wait $p0; r0=$?; wait $p1; r1=$?; exit $((r0 | r1))");
+    return sh(cmd);
+  };
+  auto r = two_ranks(common + " --out " + whole, false);
+  ASSERT_EQ(r.code, 0) << r.err;
+
+  // The same run, both ranks killed with SIGKILL once rank 0's first checkpoint (step 3 of 12) exists.
+  r = two_ranks(common + " --out " + cut, true);
+  int p0 = 0, p1 = 0;
+  ASSERT_EQ(std::sscanf(r.out.c_str(), "%d %d", &p0, &p1), 2) << r.out;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!fs::exists(cut + "/checkpoint.pt") && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ::kill(p0, SIGKILL);
+  ::kill(p1, SIGKILL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_FALSE(fs::exists(cut + "/summary.json")) << "the run finished before it could be killed";
+  r = two_ranks("train --resume --threads 1 --quiet --out " + cut, false);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto s = nlohmann::json::parse(read_file(cut + "/summary.json"));
+  EXPECT_GT(s["resumed_from_step"].get<int>(), 0);
+
+  auto a = load_trained_model(whole), b = load_trained_model(cut);
+  auto pa = a->named_parameters();
+  for (auto& kv : b->named_parameters()) EXPECT_TRUE(torch::equal(kv.value(), pa[kv.key()])) << kv.key();
+  // A different rank count cannot continue the run: its data order would differ.
+  r = sh("MASTER_PORT=1 " + kArcal + " train --resume --quiet --out " + cut);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("was trained with 2 rank(s) but WORLD_SIZE is 1"), std::string::npos) << r.err;
+  for (const auto& d : {data, whole, cut}) fs::remove_all(d);
 }
 
 TEST(Distributed, ClearErrorsForBadEnvironmentAndMissingCuda) {
