@@ -2,13 +2,18 @@
 // every preset and residual mode on two 32x32 images with shape checks, Swin window partition /
 // reverse round trips, relative position index and shift mask, parameter counts against the
 // published DeiT-S / Swin-T architectures through a closed-form count, cost per image against the
-// published FLOPs, fp32 routing under bf16 autocast, and the bad-input table.
+// published FLOPs, fp32 routing under bf16 autocast, the bad-input table, and agreement of a
+// narrow AR-Swin with the independent float64 PyTorch reference (tests/reference/swin_ref.py).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <ATen/autocast_mode.h>
 
 #include <algorithm>
+#include <tuple>
+#include <unistd.h>
+#include <cstdio>
+#include <fstream>
 
 #include "core/error.hpp"
 #include "model/ar_vit.hpp"
@@ -249,4 +254,94 @@ TEST(Presets, BadInputNamesTheProblem) {
   EXPECT_EQ(back.sources_per_point(), swin.sources_per_point());
   nlohmann::json v = make_model_config("ar-vit-tiny", 28, 1, 10, ResidualMode::Full, 2);
   EXPECT_FALSE(v.contains("arch"));
+}
+
+// ---- independent PyTorch reference for AR-Swin ----
+
+namespace {
+
+double max_rel(const torch::Tensor& a, const torch::Tensor& b) {
+  auto diff = (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+  return diff / std::max(b.to(torch::kDouble).abs().max().item<double>(), 1e-30);
+}
+
+// ar-swin-tiny's geometry (32x32, patch 2, window 4: shifted stages 0-1, an unshifted one-window
+// stage 2, a window clipped to 2 in stage 3) with narrow stages, so the reference stays fast.
+ModelConfig narrow_swin(ResidualMode mode, int block_size) {
+  ModelConfig c = make_model_config("ar-swin-tiny", 32, 3, 10, mode, block_size);
+  c.stage_depths = {2, 2, 4, 2};
+  c.stage_dims = {16, 32, 64, 128};
+  c.stage_heads = {2, 2, 4, 4};
+  c.dim = 16;
+  c.heads = 2;
+  c.depth = 10;
+  validate_model_config(c);
+  return c;
+}
+
+}  // namespace
+
+TEST(SwinReference, LogitsRoutingAndGradientsMatchTheFloat64Reference) {
+  for (auto [mode, S, code] : {std::tuple{ResidualMode::Full, 1, 1}, std::tuple{ResidualMode::Block, 3, 2},
+                               std::tuple{ResidualMode::Standard, 2, 0}}) {
+    SCOPED_TRACE(to_string(mode));
+    torch::manual_seed(21);
+    const auto cfg = narrow_swin(mode, S);
+    ARViT m(cfg);
+    {  // non-trivial routing and bias tables, so the comparison covers them
+      torch::NoGradGuard g;
+      for (auto& kv : m->named_parameters()) {
+        if (kv.key().find("pseudo_query") != std::string::npos) kv.value().normal_(0.0, 0.5);
+        if (kv.key().find("key_gain") != std::string::npos) kv.value().uniform_(0.5, 1.5);
+        if (kv.key().find("relative_position_bias_table") != std::string::npos) kv.value().normal_(0.0, 0.5);
+      }
+    }
+    auto images = torch::randn({2, 3, 32, 32});
+    auto labels = torch::tensor({4, 9}, torch::kLong);
+    c10::Dict<std::string, torch::Tensor> dict;
+    for (auto& kv : m->named_parameters()) dict.insert(kv.key(), kv.value().detach().clone());
+    dict.insert("images", images);
+    dict.insert("labels", labels);
+    std::vector<double> config = {double(cfg.patch), double(cfg.window), double(code), double(cfg.block_size), cfg.norm_eps};
+    for (const auto* v : {&cfg.stage_depths, &cfg.stage_dims, &cfg.stage_heads})
+      for (int x : *v) config.push_back(x);
+    dict.insert("config", torch::tensor(config, torch::kDouble));
+    const std::string tag = std::to_string(code) + "_" + std::to_string(::getpid());
+    const std::string in = std::string(ARCAL_BINARY_DIR) + "/swin_ref_in_" + tag + ".pt";
+    const std::string out = std::string(ARCAL_BINARY_DIR) + "/swin_ref_out_" + tag + ".pt";
+    {
+      auto bytes = torch::pickle_save(c10::IValue(dict));
+      std::ofstream f(in, std::ios::binary);
+      f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    }
+    const std::string cmd = std::string(ARCAL_TEST_PYTHON) + " " + ARCAL_SOURCE_DIR + "/tests/reference/swin_ref.py " + in + " " + out;
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::ifstream f(out, std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    auto ref = torch::pickle_load(bytes).toGenericDict();
+    auto get = [&](const std::string& k) { return ref.at(k).toTensor(); };
+    std::remove(in.c_str());
+    std::remove(out.c_str());
+
+    RoutingCapture cap;
+    auto z = m->forward(images, &cap);
+    torch::cross_entropy_loss(z, labels).backward();
+    // float32 C++ against float64: 1e-4 relative on logits and routing, 1e-3 on gradients (they
+    // pass through 20 sublayers and the -100 mask logits, which cost float32 a few digits).
+    const double e = max_rel(z, get("logits"));
+    EXPECT_LT(e, 1e-4);
+    ASSERT_EQ(static_cast<int>(cap.alpha.size()), cfg.routing_points());
+    double worst_alpha = 0, worst_grad = 0;
+    std::string worst_name;
+    for (std::size_t p = 0; p < cap.alpha.size(); ++p)
+      worst_alpha = std::max(worst_alpha, max_rel(cap.alpha[p], get("alpha." + std::to_string(p))));
+    for (auto& kv : m->named_parameters()) {
+      const double g = max_rel(kv.value().grad(), get("grad." + kv.key()));
+      if (g > worst_grad) worst_grad = g, worst_name = kv.key();
+    }
+    std::printf("  [%s] logits %.2e, routing (%zu points) %.2e, gradients %.2e (%s) max rel err\n",
+                to_string(mode).c_str(), e, cap.alpha.size(), worst_alpha, worst_grad, worst_name.c_str());
+    EXPECT_LT(worst_alpha, 1e-4);
+    EXPECT_LT(worst_grad, 1e-3) << worst_name;
+  }
 }
