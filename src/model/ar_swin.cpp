@@ -81,7 +81,7 @@ torch::Tensor PatchMergingImpl::forward(const torch::Tensor& x, int r) {
   auto x2 = g.index({Slice(), Slice(0, None, 2), Slice(1, None, 2)});
   auto x3 = g.index({Slice(), Slice(1, None, 2), Slice(1, None, 2)});
   auto merged = torch::cat({x0, x1, x2, x3}, -1).view({B, (r / 2) * (r / 2), 4 * C});
-  return reduction_(norm_(merged));
+  return reduction_(layer_norm_fp32(norm_, merged));
 }
 
 ARSwinImpl::ARSwinImpl(const ModelConfig& config) : config_(config) {
@@ -133,7 +133,7 @@ ARSwinImpl::ARSwinImpl(const ModelConfig& config) : config_(config) {
 }
 
 torch::Tensor ARSwinImpl::sublayer(int s, int l, const torch::Tensor& h) {
-  auto x = norms_[s][l]->forward(h);
+  auto x = layer_norm_fp32(norms_[s][l], h);
   if (l % 2 == 1) return mlp_[s][l / 2]->forward(x);
   const int r = config_.stage_resolution(s), w = config_.stage_window(s);
   const int shift = (l / 2) % 2 == 1 ? config_.stage_shift(s) : 0;  // odd blocks shift
@@ -149,7 +149,7 @@ torch::Tensor ARSwinImpl::sublayer(int s, int l, const torch::Tensor& h) {
 torch::Tensor ARSwinImpl::forward(const torch::Tensor& images, RoutingCapture* capture,
                                   const RoutingAblation* ablation) {
   auto x = patch_embed_(images).flatten(2).transpose(1, 2);  // (B, r0*r0, C0)
-  x = patch_norm_(x);
+  x = layer_norm_fp32(patch_norm_, x);
   int point = 0;
   for (int s = 0; s < config_.stages(); ++s) {
     if (s > 0) x = merges_[s - 1]->forward(x, config_.stage_resolution(s - 1));
@@ -164,7 +164,7 @@ torch::Tensor ARSwinImpl::forward(const torch::Tensor& images, RoutingCapture* c
       point += L + 1;
     }
   }
-  return head_(final_norm_(x).mean(1));  // (B,K) from mean-pooled tokens (Swin has no CLS token)
+  return head_(layer_norm_fp32(final_norm_, x).mean(1));  // (B,K) from mean-pooled tokens (Swin has no CLS token)
 }
 
 }  // namespace arcal

@@ -52,7 +52,8 @@ torch::Tensor ARViTImpl::embed(const torch::Tensor& images) {
 }
 
 torch::Tensor ARViTImpl::sublayer(int l, const torch::Tensor& h) {
-  auto normed = norms_[l]->as<torch::nn::LayerNorm>()->forward(h);
+  torch::nn::LayerNorm norm{std::dynamic_pointer_cast<torch::nn::LayerNormImpl>(norms_[l])};
+  auto normed = layer_norm_fp32(norm, h);
   return (l % 2 == 0) ? attn_[l / 2]->forward(normed) : mlp_[l / 2]->forward(normed);
 }
 
@@ -70,7 +71,7 @@ torch::Tensor ARViTImpl::forward(const torch::Tensor& images, RoutingCapture* ca
     stream = attnres_stack(v0, L, config_.effective_block_size(), U, config_.norm_eps, 0,
                            [this](int l, const torch::Tensor& h) { return sublayer(l, h); }, capture, ablation);
   }
-  auto cls = final_norm_(stream).select(1, 0);  // (B,d) at the CLS token
+  auto cls = layer_norm_fp32(final_norm_, stream).select(1, 0);  // (B,d) at the CLS token
   return head_(cls);
 }
 

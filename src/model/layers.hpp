@@ -6,6 +6,13 @@
 
 namespace arcal {
 
+/// LayerNorm in at least fp32. Under autocast a norm may receive bf16/fp16 activations while its
+/// weights stay fp32; LibTorch 1.13's CPU layer_norm rejects that mix, and AMP keeps norms in fp32.
+inline torch::Tensor layer_norm_fp32(torch::nn::LayerNorm& norm, const torch::Tensor& x) {
+  const auto t = x.scalar_type();
+  return norm->forward(t == torch::kBFloat16 || t == torch::kHalf ? x.to(torch::kFloat) : x);
+}
+
 class MultiHeadAttentionImpl : public torch::nn::Module {
  public:
   MultiHeadAttentionImpl(int dim, int heads);
