@@ -4,6 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# Test-only package: headless Chromium renders report.html for the report test's screenshot.
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
 cd build
 ctest --output-on-failure -j2 -LE long
 if [ "${ARCAL_LONG_TESTS:-0}" = 1 ]; then

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "calib/metrics.hpp"
+#include "calib/report_json.hpp"
 #include "command.hpp"
 #include "io/trace.hpp"
 
@@ -18,13 +19,6 @@ struct MetricsConfig {
   std::uint64_t seed = 0;
   bool json = false;
 };
-
-nlohmann::json ci_json(const arcal::Interval& ci) {
-  if (std::isnan(ci.low)) return nullptr;
-  return nlohmann::json::array({ci.low, ci.high});
-}
-
-nlohmann::json value_json(double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); }
 
 int run_metrics(const MetricsConfig& cfg) {
   const arcal::Trace trace = arcal::load_trace(cfg.input);
@@ -39,25 +33,8 @@ int run_metrics(const MetricsConfig& cfg) {
       {"debiased_ece", &r.debiased_ece}, {"smece", &r.smece}, {"smece_sigma", &r.smece_sigma},
       {"nll", &r.nll},           {"brier", &r.brier}, {"auroc", &r.auroc}};
   if (cfg.json) {
-    nlohmann::json j;
+    nlohmann::json j = arcal::calibration_report_json(r);
     j["file"] = cfg.input;
-    j["n"] = r.n;
-    j["classes"] = r.classes;
-    j["bins"] = r.bins;
-    j["bootstrap"] = r.draws;
-    j["classwise_bootstrap"] = r.classwise_draws;
-    j["seed"] = r.seed;
-    j["level"] = r.level;
-    j["debiased_ece_clipped"] = r.debiased_clipped;
-    nlohmann::json ci = nlohmann::json::object();
-    for (const auto& [name, e] : rows) {
-      j[name] = value_json(e->value);
-      ci[name] = ci_json(e->ci);
-    }
-    j["ci"] = ci;
-    nlohmann::json rel = nlohmann::json::array();
-    for (const auto& b : r.reliability) rel.push_back({{"n", b.n}, {"conf", b.mean_conf}, {"acc", b.accuracy}});
-    j["reliability"] = rel;
     std::cout << j.dump(2) << "\n";
     return 0;
   }

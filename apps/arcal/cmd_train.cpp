@@ -2,9 +2,11 @@
 // table, then the library's train_run with a progress bar.
 #include <fmt/format.h>
 
+#include <chrono>
 #include <iostream>
 
 #include "command.hpp"
+#include "core/atomic_file.hpp"
 #include "core/check.hpp"
 #include "core/progress.hpp"
 #include "train/distributed.hpp"
@@ -13,6 +15,16 @@
 namespace {
 
 using arcal::TrainConfig;
+
+/// Writes "step total" to path (atomically), at most once a second and at the last step, so a parent
+/// process (arcal run) can draw one progress bar over several trainings.
+void report_progress(const std::string& path, std::int64_t step, std::int64_t total) {
+  static auto last = std::chrono::steady_clock::time_point{};
+  const auto now = std::chrono::steady_clock::now();
+  if (path.empty() || (step < total && now - last < std::chrono::seconds(1))) return;
+  last = now;
+  arcal::write_file_atomic(path, std::to_string(step) + " " + std::to_string(total) + "\n");
+}
 
 int run_dry(const TrainConfig& cfg, bool json) {
   auto d = arcal::describe_model(cfg);
@@ -36,7 +48,7 @@ int run_dry(const TrainConfig& cfg, bool json) {
   return 0;
 }
 
-int run_train(const TrainConfig& cfg, const std::string& out, bool resume, bool json) {
+int run_train(const TrainConfig& cfg, const std::string& out, bool resume, bool json, const std::string& progress_file) {
   const auto dist = arcal::distributed_env_from_environment();
   if (!resume) arcal::validate_train_config(cfg);  // flag errors before the configuration table
   if (!dist.primary()) {  // rank > 0: train silently; rank 0 prints and writes
@@ -53,6 +65,7 @@ int run_train(const TrainConfig& cfg, const std::string& out, bool resume, bool 
   arcal::TrainEvents ev;
   ev.on_message = [](const std::string& s) { std::cout << s << "\n"; };
   ev.on_step = [&](std::int64_t step, std::int64_t total, int epoch, double loss, double acc, double ips) {
+    report_progress(progress_file, step, total);
     if (!holder) {
       holder = std::make_unique<arcal::ProgressBar>("train", total, arcal::cli::progress_enabled());
       bar = holder.get();
@@ -85,6 +98,7 @@ arcal::cli::RunFn setup(CLI::App& app) {
   auto resume = std::make_shared<bool>(false);
   auto json = std::make_shared<bool>(false);
   auto dry = std::make_shared<bool>(false);
+  auto progress_file = std::make_shared<std::string>();
   app.add_option("--dataset", cfg->dataset, "fashion-mnist | cifar10 | cifar100")->capture_default_str();
   app.add_option("--data-dir", cfg->data_dir,
                  "Dataset directory (default for fashion-mnist: /usr/share/datasets/fashion-mnist; CIFAR: the "
@@ -112,13 +126,15 @@ arcal::cli::RunFn setup(CLI::App& app) {
   app.add_option("--checkpoint-every", cfg->checkpoint_every, "Checkpoint every N steps (and every epoch)")->capture_default_str();
   app.add_option("--norm-eps", cfg->norm_eps, "Epsilon of every LayerNorm/RMSNorm")->capture_default_str();
   app.add_option("--out", *out, "Run directory RUN/ (not needed with --dry-run)");
+  app.add_option("--progress-file", *progress_file,
+                 "Write 'step total' to this file about once a second (for arcal run's combined progress bar)");
   app.add_flag("--dry-run", *dry, "Print the resolved model, its parameter count and FLOPs per image; train nothing");
   app.add_flag("--resume", *resume, "Continue an interrupted run in --out from its checkpoint");
   app.add_flag("--json", *json, "Print summary.json at the end");
   return [=]() {
     if (*dry) return run_dry(*cfg, *json);
     if (out->empty()) arcal::throw_input("--out", "is required (the run directory), except with --dry-run");
-    return run_train(*cfg, *out, *resume, *json);
+    return run_train(*cfg, *out, *resume, *json, *progress_file);
   };
 }
 

@@ -56,6 +56,7 @@ AuditResults run_audit(const std::vector<AuditRunInput>& runs, const AuditOption
     for (std::size_t s = 0; s < run.statistics.size(); ++s)
       family.push_back({run.run, run.cell, run.statistic_names[s], run.confidence, run.correct, run.statistics[s]});
   out.diagnostic = run_diagnostic_family(family, options.diagnostic);
+  for (const auto& run : runs) out.run_summaries.push_back(summarise_run(run, options.diagnostic.bins));
   if (!options.run_condcal) return out;
   std::vector<std::string> cells;
   std::vector<std::vector<CondCalResult>> by_cell;
@@ -200,7 +201,33 @@ nlohmann::json audit_results_json(const AuditResults& res) {
                      {"p", t.result.p}, {"p_holm", t.p_holm}, {"p_bh", t.p_bh}, {"n", t.result.n},
                      {"n_used", t.result.n_used}, {"bins_used", t.result.bins.size()},
                      {"bins_dropped", t.result.bins_dropped}, {"exceed", t.result.exceed},
-                     {"permutations", t.result.permutations}, {"seed", t.seed}, {"bins", bins}});
+                     {"permutations", t.result.permutations}, {"seed", t.seed}, {"bins", bins},
+                     {"null_histogram", {{"edges", t.result.null_edges}, {"counts", t.result.null_counts}}}});
+  }
+  auto rel_json = [](const std::vector<ReliabilityRow>& rows) {
+    json a = json::array();
+    for (const auto& r : rows) a.push_back({{"bin", r.bin}, {"n", r.n}, {"confidence", r.confidence}, {"accuracy", r.accuracy}});
+    return a;
+  };
+  json summaries = json::array();
+  for (const auto& s : res.run_summaries) {
+    json tert = json::array();
+    const char* names[3] = {"low", "middle", "high"};
+    if (!s.tertile_statistic.empty())
+      for (std::size_t g = 0; g < 3; ++g)
+        tert.push_back({{"tertile", names[g]}, {"n", s.tertile_n[g]}, {"accuracy", s.tertile_accuracy[g]},
+                        {"ece", s.tertile_ece[g]}, {"reliability", rel_json(s.tertile_reliability[g])}});
+    json routing = nullptr;
+    if (!s.routing_mean.empty()) {
+      json rows = json::array();
+      for (std::size_t p = 0; p < s.points; ++p)
+        rows.push_back(std::vector<double>(s.routing_mean.begin() + long(p * s.sources),
+                                           s.routing_mean.begin() + long((p + 1) * s.sources)));
+      routing = {{"points", s.points}, {"sources", s.routing_sources}, {"mean", rows}};
+    }
+    summaries.push_back({{"run", s.run}, {"cell", s.cell}, {"n", s.n}, {"bins", s.bins}, {"accuracy", s.accuracy},
+                         {"mean_confidence", s.mean_confidence}, {"ece", s.ece}, {"reliability", rel_json(s.reliability)},
+                         {"tertile_statistic", s.tertile_statistic}, {"tertiles", tert}, {"routing_mean", routing}});
   }
   json stability = json::array();
   for (const auto& v : d.verdicts)
@@ -209,6 +236,7 @@ nlohmann::json audit_results_json(const AuditResults& res) {
                          {"rejections_negative", v.rejections_negative}, {"stable", v.stable}});
   const auto& o = d.options;
   json out = {{"schema", kAuditSchema},
+              {"runs", summaries},
               {"diagnostic",
                {{"family_size", d.family_size},
                 {"alpha", o.alpha},
@@ -227,16 +255,19 @@ nlohmann::json audit_results_json(const AuditResults& res) {
   if (!res.options.run_condcal) return out;
   json runs = json::array();
   for (const auto& e : res.condcal) {
-    json cv = json::object(), oracle = json::object();
+    json cv = json::object(), oracle = json::object(), scott = json::object();
     for (const auto& a : e.result.arms) {
       cv[a.name] = scores_json(a.cv_nll);
       cv[a.name]["multiple"] = {a.multiple_cv[0], a.multiple_cv[1]};
       oracle[a.name] = scores_json(a.oracle_ece);
       oracle[a.name]["multiple"] = {a.multiple_oracle[0], a.multiple_oracle[1]};
+      json fixed = json::array();
+      for (const auto& m : a.by_multiple) fixed.push_back(scores_json(m));
+      scott[a.name] = fixed;
     }
     runs.push_back({{"run", e.run}, {"cell", e.cell}, {"statistic", e.statistic}, {"n", e.result.n},
                     {"uncalibrated", scores_json(e.result.uncalibrated)},
-                    {"rules", {{"cv_nll", cv}, {"oracle_ece", oracle}}}});
+                    {"rules", {{"cv_nll", cv}, {"oracle_ece", oracle}, {"scott_multiples", scott}}}});
   }
   json bands = json::array();
   for (const auto& b : res.seed_bands)

@@ -14,6 +14,7 @@
 #include "audit/condcal.hpp"
 #include "audit/diagnostic.hpp"
 #include "audit/probe_compare.hpp"
+#include "audit/run_summary.hpp"
 #include "audit/sensitivity.hpp"
 
 namespace arcal {
@@ -35,6 +36,11 @@ struct AuditRunInput {
   std::vector<std::string> profile_names;  ///< [P]
   std::vector<double> profile;             ///< [n, P]
   std::vector<double> sorted_probs;        ///< [n, K]
+  /// Mean over examples of the token-mean routing weights, row-major [routing_points,
+  /// routing_max_sources] (empty for traces without routing); only the run summaries read it.
+  std::size_t routing_points = 0, routing_max_sources = 0;
+  std::vector<int> routing_sources;
+  std::vector<double> routing_mean;
 };
 
 struct AuditOptions {
@@ -54,6 +60,7 @@ struct AuditCellBand {
 };
 
 struct AuditResults {
+  std::vector<RunSummary> run_summaries;  ///< one per run, input order (report figures)
   DiagnosticFamily diagnostic;
   std::vector<AuditCondCalEntry> condcal;
   std::vector<AuditCellBand> seed_bands;

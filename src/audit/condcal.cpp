@@ -197,6 +197,9 @@ CondCalResult ar_condcal(const std::vector<double>& confidence, const std::vecto
       for (std::size_t m = 0; m < o.multiples.size(); ++m) {
         const auto est = fit_predict(cols, correct, cal, eval, o.multiples[m], o);
         const auto s = score(est, a_eval, tertile, o.ece_bins);
+        auto& fixed = result.arms[a].by_multiple;
+        if (fixed.size() < o.multiples.size()) fixed.resize(o.multiples.size());
+        accumulate(fixed[m], s, 0.5);
         if (m == best_cv) cv_scores = s;
         if (s.ece < best_ece) {
           best_ece = s.ece;

@@ -38,6 +38,9 @@ struct CondCalArm {
   CalibrationScores oracle_ece;  ///< bandwidth minimising evaluation ECE (optimistic bound; fold mean)
   std::array<double, 2> multiple_cv{};      ///< selected multiple per cross-fit fold
   std::array<double, 2> multiple_oracle{};
+  /// The fixed-multiple rule: scores at every Scott multiple of options.multiples (fold mean), in
+  /// that order; the bandwidth-sensitivity curve.
+  std::vector<CalibrationScores> by_multiple;
 };
 
 struct CondCalResult {

@@ -107,11 +107,22 @@ GapTestResult matched_confidence_gap_test(const std::vector<double>& confidence,
   r.n = confidence.size();
   r.n_used = m.n_used;
   r.bins_dropped = m.bins_dropped;
-  const auto test = within_stratum_permutation_test(m.strata, options.permutations, seed);
-  r.gap = test.statistic;
-  r.p = test.p;
-  r.permutations = test.permutations;
-  r.exceed = test.exceed;
+  // within_stratum_permutation_test's steps, keeping the null for its histogram.
+  r.gap = weighted_contrast(m.strata);
+  const auto null = within_stratum_permutation_null(m.strata, options.permutations, seed);
+  r.permutations = options.permutations;
+  r.p = permutation_p_value(r.gap, null, &r.exceed);
+  double half = std::abs(r.gap);
+  for (double v : null) half = std::max(half, std::abs(v));
+  half = half > 0 ? 1.05 * half : 1.0;
+  r.null_edges.resize(kNullHistogramBins + 1);
+  for (std::size_t b = 0; b <= kNullHistogramBins; ++b)
+    r.null_edges[b] = -half + 2.0 * half * double(b) / double(kNullHistogramBins);
+  r.null_counts.assign(kNullHistogramBins, 0);
+  for (double v : null) {
+    const auto b = static_cast<std::size_t>((v + half) / (2.0 * half) * double(kNullHistogramBins));
+    ++r.null_counts[std::min(b, kNullHistogramBins - 1)];
+  }
   r.bins = std::move(m.bins);
   return r;
 }

@@ -41,7 +41,13 @@ struct GapTestResult {
   std::size_t n_used = 0;  ///< examples in kept bins
   std::vector<BinGap> bins;  ///< kept bins only
   std::size_t bins_dropped = 0;
+  /// Histogram of the permutation null of G (for the report's figure): kNullHistogramBins equal-width
+  /// bins over [-m, m], m = 1.05 max(|G*|, |G|); null_edges has one more entry than null_counts.
+  std::vector<double> null_edges;
+  std::vector<std::size_t> null_counts;
 };
+
+inline constexpr std::size_t kNullHistogramBins = 40;
 
 /// The strata of one matched-confidence test (kept bins only), before any permutation: each
 /// stratum's values are the residuals a - c ordered top tertile, bottom tertile, middle.

@@ -51,6 +51,15 @@ AuditRunInput make_audit_run_input(const Trace& t, const std::string& run, const
     in.statistic_names.push_back(name);
     in.statistics.push_back(statistic_column(t, name));
   }
+  if (!t.routing.empty()) {
+    in.routing_points = t.points;
+    in.routing_max_sources = t.sources;
+    in.routing_sources.assign(t.routing_sources.begin(), t.routing_sources.end());
+    in.routing_mean.assign(t.points * t.sources, 0.0);
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t k = 0; k < t.points * t.sources; ++k)
+        in.routing_mean[k] += double(t.routing[i * t.points * t.sources + k]) / double(n);
+  }
   if (!t.routing.empty() || !t.routing_entropy.empty()) {
     const auto rs = routing_statistics(t);
     const std::size_t P = rs.profile_points.size();

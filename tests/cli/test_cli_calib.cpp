@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/atomic_file.hpp"
+#include "test_util.hpp"
 
 namespace fs = std::filesystem;
 
@@ -21,22 +22,10 @@ namespace {
 const std::string kArcal = std::string(ARCAL_BINARY_DIR) + "/arcal";
 const std::string kRef = std::string(ARCAL_TEST_PYTHON) + " " + ARCAL_SOURCE_DIR + "/tests/reference/cli_reference.py ";
 
-std::string tmpdir(const std::string& name) {
-  const auto d = fs::path(ARCAL_BINARY_DIR) / "test_tmp" / "cli" / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
-}
+std::string tmpdir(const std::string& name) { return arcal::testing::fresh_dir("cli/" + name); }
 
-struct CmdResult {
-  int code;
-  std::string out, err;
-};
-
-CmdResult run(const std::string& cmd, const std::string& dir) {
-  const std::string o = dir + "/stdout.txt", e = dir + "/stderr.txt";
-  const int status = std::system((cmd + " > " + o + " 2> " + e).c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, arcal::read_file(o), arcal::read_file(e)};
+arcal::testing::CmdResult run(const std::string& cmd, const std::string& dir, const std::string& tag = "cmd") {
+  return arcal::testing::run_command(cmd, dir, tag);
 }
 
 nlohmann::json python_json(const std::string& args, const std::string& dir) {

@@ -9,18 +9,14 @@
 
 #include "core/error.hpp"
 #include "io/image_data.hpp"
+#include "test_util.hpp"
 
 using namespace arcal;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string tmpdir(const std::string& name) {
-  auto d = fs::path(ARCAL_BINARY_DIR) / "test_tmp" / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
-}
+std::string tmpdir(const std::string& name) { return arcal::testing::fresh_dir(name); }
 
 void put_be32(std::vector<std::uint8_t>& v, std::uint32_t x) {
   for (int s = 24; s >= 0; s -= 8) v.push_back(static_cast<std::uint8_t>(x >> s));

@@ -15,18 +15,14 @@
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "io/npz.hpp"
+#include "test_util.hpp"
 
 using namespace arcal;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string tmp_dir(const std::string& name) {
-  const fs::path d = fs::path(ARCAL_BINARY_DIR) / "test_tmp" / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
-}
+std::string tmp_dir(const std::string& name) { return arcal::testing::fresh_dir(name); }
 
 int run_python(const std::string& args, std::string* out = nullptr) {
   const std::string cmd = std::string(ARCAL_TEST_PYTHON) + " " + ARCAL_SOURCE_DIR + "/tests/reference/" + args + " 2>&1";

@@ -14,18 +14,14 @@
 #include "core/error.hpp"
 #include "io/npz.hpp"
 #include "io/trace.hpp"
+#include "test_util.hpp"
 
 using namespace arcal;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string tmp_dir(const std::string& name) {
-  const fs::path d = fs::path(ARCAL_BINARY_DIR) / "test_tmp" / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
-}
+std::string tmp_dir(const std::string& name) { return arcal::testing::fresh_dir(name); }
 
 int python(const std::string& code, std::string* out) {
   // One file per process and call: ctest -j runs test processes side by side.

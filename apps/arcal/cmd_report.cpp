@@ -1,0 +1,36 @@
+// arcal report DIR: renders DIR/results.json (from arcal audit or arcal run) into DIR/report/ (or
+// --out): report.html, report.md, tables/*.csv, figures/ (SVG + PNG with their .dat and .gp).
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "command.hpp"
+#include "report/report.hpp"
+
+namespace {
+
+struct ReportOptions {
+  std::string dir, out;
+};
+
+int run_report(const ReportOptions& o) {
+  const std::string out = o.out.empty() ? o.dir + "/report" : o.out;
+  const auto rep = arcal::write_report(o.dir, out);
+  std::cout << fmt::format("wrote {} ({} figures, {} tables) and {}\n", rep.html, rep.figures.size() / 2, rep.tables.size(),
+                           rep.markdown);
+  for (const auto& line : rep.verdict) std::cout << "  " << line << "\n";
+  return 0;
+}
+
+arcal::cli::RunFn setup(CLI::App& app) {
+  auto o = std::make_shared<ReportOptions>();
+  app.add_option("dir", o->dir, "Directory holding results.json (written by arcal audit --out or arcal run)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--out", o->out, "Report directory (default: DIR/report)");
+  return [o]() { return run_report(*o); };
+}
+
+}  // namespace
+
+ARCAL_COMMAND("report", "HTML/Markdown report with figures and CSV tables from results.json", setup);

@@ -1,0 +1,332 @@
+// arcal run: a whole study as one resumable job. Expands the study (run/study.hpp) into training
+// runs; trains them `parallel` at a time as child `arcal train` processes (one progress bar over all,
+// fed by each child's --progress-file), traces each run, computes every run's calibration metrics,
+// runs `arcal audit` over the AttnRes traces, writes DIR/results.json (the audit's results plus a
+// "study" section) and renders the report (report/report.hpp). Every stage is keyed by a hash of what
+// it depends on, so a re-run skips what is complete, an interrupted training resumes from its
+// checkpoint, and a changed setting goes to a new directory instead of overwriting old results.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <sstream>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "calib/metrics.hpp"
+#include "calib/report_json.hpp"
+#include "command.hpp"
+#include "core/atomic_file.hpp"
+#include "core/check.hpp"
+#include "core/progress.hpp"
+#include "io/trace.hpp"
+#include "report/report.hpp"
+#include "run/study.hpp"
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+volatile sig_atomic_t g_interrupted = 0;
+void on_signal(int) { g_interrupted = 1; }
+
+std::string self_exe() {
+  std::error_code ec;
+  auto p = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) arcal::throw_input("arcal run", "cannot locate the arcal executable (/proc/self/exe): " + ec.message());
+  return p.string();
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// The last `lines` lines of a log, for error messages.
+std::string tail(const std::string& path, int lines) {
+  const std::string s = read_text(path);
+  std::size_t pos = s.size();
+  for (int i = 0; i <= lines && pos > 0; ++i) {
+    pos = s.rfind('\n', pos - 1);
+    if (pos == std::string::npos) {
+      pos = 0;
+      break;
+    }
+  }
+  return s.substr(pos == 0 ? 0 : pos + 1);
+}
+
+struct Job {
+  std::string label;
+  std::vector<std::string> args;  ///< after argv[0]
+  std::string log;                ///< stdout and stderr of the child ("" = inherit)
+  std::string progress;           ///< --progress-file of a training ("" = none)
+  pid_t pid = -1;
+  bool done = false;
+};
+
+pid_t spawn(const std::string& exe, const Job& job) {
+  std::vector<std::string> argv_s{exe};
+  argv_s.insert(argv_s.end(), job.args.begin(), job.args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (!job.log.empty()) {
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, job.log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+  }
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) throw std::runtime_error("cannot start " + exe + " " + job.label + ": " + std::strerror(rc));
+  return pid;
+}
+
+/// Progress of a training child from its --progress-file: {step, total} ({0, 0} before the first).
+std::pair<long long, long long> read_progress(const std::string& path) {
+  std::ifstream in(path);
+  long long s = 0, t = 0;
+  if (in >> s >> t) return {s, t};
+  return {0, 0};
+}
+
+/// Runs jobs `parallel` at a time with one progress bar. A failed job stops new launches; running
+/// ones finish (their work is kept and resumable); then InputError names the job and its log tail.
+void run_jobs(const std::string& exe, std::vector<Job>& jobs, int parallel, const std::string& label, bool bar_on) {
+  if (jobs.empty()) return;
+  arcal::ProgressBar bar(label, 1000, bar_on);
+  std::size_t next = 0, running = 0, finished = 0;
+  std::string failure;
+  while (finished < jobs.size()) {
+    while (failure.empty() && !g_interrupted && running < std::size_t(parallel) && next < jobs.size()) {
+      jobs[next].pid = spawn(exe, jobs[next]);
+      ++running;
+      ++next;
+    }
+    if (running == 0) break;
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (auto& j : jobs)
+        if (j.pid == pid && !j.done) {
+          j.done = true;
+          --running;
+          ++finished;
+          const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+          if (!ok && failure.empty())
+            failure = j.label + " failed (" +
+                      (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                                         : "signal " + std::to_string(WTERMSIG(status))) +
+                      "); last lines of " + j.log + ":\n" + tail(j.log, 5);
+        }
+      continue;
+    }
+    if (g_interrupted) {
+      for (auto& j : jobs)
+        if (j.pid > 0 && !j.done) kill(j.pid, SIGTERM);
+    }
+    // Progress: finished jobs count 1, running trainings their step fraction.
+    double frac = double(finished);
+    long long steps = 0, total = 0;
+    for (const auto& j : jobs)
+      if (j.pid > 0 && !j.done && !j.progress.empty()) {
+        auto [s, t] = read_progress(j.progress);
+        if (t > 0) frac += double(s) / double(t);
+        steps += s;
+        total += t;
+      }
+    bar.update(static_cast<long long>(1000.0 * frac / double(jobs.size())),
+               fmt::format("{}/{} done, {} running{}", finished, jobs.size(), running,
+                           total > 0 ? fmt::format(", steps {}/{}", steps, total) : std::string()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  bar.update(1000, fmt::format("{}/{} done", finished, jobs.size()));
+  bar.finish();
+  if (g_interrupted) arcal::throw_input("arcal run", "interrupted; run the same command again to resume");
+  if (!failure.empty()) arcal::throw_input("arcal run", failure);
+}
+
+struct RunOptions {
+  std::string config, out;
+  bool print_config = false;
+  int parallel = 0;
+  bool no_report = false;
+};
+
+int run_study(const RunOptions& o) {
+  const arcal::StudyConfig study = o.config.empty() ? arcal::default_study() : arcal::parse_study_toml(o.config);
+  arcal::StudyConfig st = study;
+  if (o.parallel > 0) st.parallel = o.parallel;
+  arcal::validate_study(st);
+  const std::string toml = arcal::study_to_toml(st);
+  if (o.print_config) {
+    std::cout << toml;
+    return 0;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string dir = o.out.empty() ? "runs/" + st.name : o.out;
+  std::error_code ec;
+  fs::create_directories(dir + "/runs", ec);
+  if (ec) arcal::throw_input("--out", "cannot create " + dir + "/runs: " + ec.message());
+  const std::string study_hash = arcal::stable_hash(toml);
+  arcal::write_file_atomic(dir + "/study.toml", toml);
+  const std::string exe = self_exe();
+  const bool bars = arcal::cli::progress_enabled();
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+
+  const auto runs = arcal::expand_study(st);
+  std::size_t audited = 0;
+  for (const auto& r : runs) audited += r.audited;
+  std::cout << fmt::format("arcal run: study '{}' ({}), {} runs ({} AttnRes audited, {} standard twins) -> {}\n", st.name,
+                           o.config.empty() ? "embedded default" : o.config, runs.size(), audited, runs.size() - audited, dir);
+  std::cout << fmt::format("  study hash {}; {} at a time, {} thread(s) each\n", study_hash, st.parallel, st.threads_per_job);
+
+  // 1. Training.
+  std::vector<Job> train_jobs;
+  for (const auto& r : runs) {
+    const std::string rd = dir + "/runs/" + r.dir_name();
+    const bool done = fs::exists(rd + "/summary.json");
+    const bool resume = !done && fs::exists(rd + "/config.json");
+    std::cout << fmt::format("  {:<44} {}\n", r.dir_name(), done ? "trained (skipped)" : resume ? "resuming" : "to train");
+    if (done) continue;
+    fs::create_directories(rd);
+    Job j;
+    j.label = "train " + r.id;
+    j.args = {"train"};
+    j.args.insert(j.args.end(), r.train_args.begin(), r.train_args.end());
+    j.args.insert(j.args.end(), {"--threads", std::to_string(st.threads_per_job), "--out", rd, "--progress-file",
+                                 rd + "/progress.txt", "--quiet"});
+    if (resume) j.args.push_back("--resume");
+    j.log = rd + "/train.log";
+    j.progress = rd + "/progress.txt";
+    train_jobs.push_back(j);
+  }
+  run_jobs(exe, train_jobs, st.parallel, "train", bars);
+
+  // 2. Traces.
+  std::vector<Job> trace_jobs;
+  for (const auto& r : runs) {
+    const std::string rd = dir + "/runs/" + r.dir_name();
+    if (fs::exists(rd + "/" + st.split + ".npz")) continue;
+    Job j;
+    j.label = "trace " + r.id;
+    j.args = {"trace", "--run", rd, "--split", st.split, "--out", rd + "/" + st.split + ".npz", "--threads",
+              std::to_string(st.threads_per_job), "--quiet"};
+    j.log = rd + "/trace.log";
+    trace_jobs.push_back(j);
+  }
+  run_jobs(exe, trace_jobs, st.parallel, "trace", bars);
+
+  // 3. Metrics of every run (seconds; recomputed each time from the traces).
+  nlohmann::json run_rows = nlohmann::json::array();
+  std::vector<std::string> audit_traces;
+  for (const auto& r : runs) {
+    const std::string rd = dir + "/runs/" + r.dir_name();
+    const std::string tf = rd + "/" + st.split + ".npz";
+    const auto trace = arcal::load_trace(tf);
+    arcal::ReportOptions ro;
+    ro.bins = st.bins;
+    ro.draws = 1000;
+    ro.seed = st.audit_seed;
+    const auto rep = arcal::calibration_report(arcal::trace_probabilities(trace), trace.n, trace.classes, trace.labels, ro);
+    nlohmann::json summary = nlohmann::json::parse(read_text(rd + "/summary.json"), nullptr, false);
+    nlohmann::json row = {{"id", r.id},       {"dir", "runs/" + r.dir_name()}, {"dataset", r.dataset},
+                          {"model", r.model}, {"residual", r.residual},        {"seed", r.seed},
+                          {"audited", r.audited}, {"trace", "runs/" + r.dir_name() + "/" + st.split + ".npz"},
+                          {"config_hash", r.hash}, {"metrics", arcal::calibration_report_json(rep)}};
+    if (!summary.is_discarded()) {
+      row["train_seconds"] = summary.value("wall_seconds", 0.0);
+      row["images_per_second"] = summary.value("images_per_second", 0.0);
+    }
+    run_rows.push_back(row);
+    if (r.audited) audit_traces.push_back(tf);
+  }
+
+  // 4. Audit over the AttnRes traces.
+  const auto audit_args = arcal::study_audit_args(st);
+  std::string akey;
+  for (const auto& a : audit_args) akey += a + '\0';
+  for (const auto& t : audit_traces) akey += t + '\0';
+  const std::string audit_dir = dir + "/audit-" + arcal::stable_hash(akey).substr(0, 8);
+  if (fs::exists(audit_dir + "/results.json")) {
+    std::cout << "  audit " << audit_dir << " complete (skipped)\n";
+  } else {
+    std::cout << fmt::format("audit: {} traces; sensitivity {}, exact null {} ({} replicates)\n", audit_traces.size(),
+                             st.sensitivity ? "on" : "off", st.exact_null ? "on" : "off", st.null_replicates);
+    std::cout.flush();
+    Job j;
+    j.label = "audit";
+    j.args = {"audit"};
+    j.args.insert(j.args.end(), audit_traces.begin(), audit_traces.end());
+    j.args.insert(j.args.end(), audit_args.begin(), audit_args.end());
+    j.args.insert(j.args.end(), {"--out", audit_dir});
+    if (!bars) j.args.push_back("--quiet");
+    std::vector<Job> one{j};
+    // The audit draws its own progress bars on the inherited terminal.
+    one[0].log = "";
+    const pid_t pid = spawn(exe, one[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (g_interrupted) arcal::throw_input("arcal run", "interrupted; run the same command again to resume");
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+      arcal::throw_input("arcal run", "the audit failed (see the messages above); its traces are kept");
+  }
+
+  // 5. DIR/results.json = the audit's results + the study section.
+  nlohmann::json results = nlohmann::json::parse(read_text(audit_dir + "/results.json"), nullptr, false);
+  if (results.is_discarded()) arcal::throw_input("arcal run", audit_dir + "/results.json is not valid JSON");
+  results["study"] = {{"name", st.name},
+                      {"config_hash", study_hash},
+                      {"config_toml", toml},
+                      {"config_source", o.config.empty() ? "embedded default" : o.config},
+                      {"version", ARCAL_VERSION},
+                      {"split", st.split},
+                      {"audit_dir", fs::path(audit_dir).filename().string()},
+                      {"runs", run_rows}};
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  results["study"]["wall_seconds_this_invocation"] = seconds;
+  arcal::write_file_atomic(dir + "/results.json", results.dump(1));
+
+  // 6. Report.
+  if (!o.no_report) {
+    const auto rep = arcal::write_report(dir, dir + "/report");
+    std::cout << fmt::format("\nreport: {}\n", rep.html);
+    for (const auto& line : rep.verdict) std::cout << "  " << line << "\n";
+  }
+  std::cout << fmt::format("done in {:.0f} s; results: {}/results.json\n", seconds, dir);
+  return 0;
+}
+
+arcal::cli::RunFn setup(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  app.add_option("--config", o->config,
+                 "Study file (TOML; docs/interface.md). Without it: the embedded default study (ar-vit-tiny on "
+                 "Fashion-MNIST, AttnRes seeds 0-2 and a standard twin each)");
+  app.add_option("--out", o->out, "Study directory (default: runs/NAME)");
+  app.add_flag("--print-config", o->print_config, "Print the resolved study (TOML) and exit");
+  app.add_option("--parallel", o->parallel, "Override [execution] parallel (trainings at once)")->check(CLI::Range(0, 256));
+  app.add_flag("--no-report", o->no_report, "Stop after results.json");
+  return [o]() { return run_study(*o); };
+}
+
+}  // namespace
+
+ARCAL_COMMAND("run", "Whole study end to end: train seeds -> traces -> audit -> report (resumable)", setup);

@@ -1,0 +1,71 @@
+#include "audit/run_summary.hpp"
+
+#include <cmath>
+
+#include "audit/audit.hpp"
+#include "calib/binning.hpp"
+#include "stats/splits.hpp"
+
+namespace arcal {
+
+namespace {
+
+/// Reliability rows (non-empty bins) and the ECE of the examples in `rows` (all when empty).
+std::vector<ReliabilityRow> reliability(const std::vector<double>& conf, const std::vector<double>& correct,
+                                        const std::vector<int>& bin_of, std::size_t bins,
+                                        const std::vector<std::size_t>& rows, double* ece) {
+  std::vector<double> c, y;
+  std::vector<int> a;
+  for (std::size_t i : rows) {
+    c.push_back(conf[i]);
+    y.push_back(correct[i]);
+    a.push_back(bin_of[i]);
+  }
+  const auto table = bin_table(c, y, a, int(bins));
+  std::vector<ReliabilityRow> out;
+  double e = 0;
+  for (std::size_t b = 0; b < table.size(); ++b) {
+    if (table[b].n == 0) continue;
+    out.push_back({b, table[b].n, table[b].mean_conf, table[b].accuracy});
+    e += double(table[b].n) / double(rows.size()) * std::abs(table[b].accuracy - table[b].mean_conf);
+  }
+  *ece = e;
+  return out;
+}
+
+}  // namespace
+
+RunSummary summarise_run(const AuditRunInput& run, std::size_t bins) {
+  RunSummary s;
+  s.run = run.run;
+  s.cell = run.cell;
+  s.n = run.confidence.size();
+  s.bins = bins;
+  std::vector<std::size_t> all(s.n);
+  for (std::size_t i = 0; i < s.n; ++i) {
+    all[i] = i;
+    s.accuracy += run.correct[i] / double(s.n);
+    s.mean_confidence += run.confidence[i] / double(s.n);
+  }
+  const auto bin_of = equal_width_bin_index(run.confidence, bins);
+  s.reliability = reliability(run.confidence, run.correct, bin_of, bins, all, &s.ece);
+  if (!run.statistics.empty()) {
+    s.tertile_statistic = run.statistic_names[0];
+    const auto t = equal_mass_group_index(run.statistics[0], 3);
+    std::array<std::vector<std::size_t>, 3> rows;
+    for (std::size_t i = 0; i < s.n; ++i) rows[std::size_t(t[i])].push_back(i);
+    for (std::size_t g = 0; g < 3; ++g) {
+      s.tertile_n[g] = rows[g].size();
+      if (rows[g].empty()) continue;
+      for (std::size_t i : rows[g]) s.tertile_accuracy[g] += run.correct[i] / double(rows[g].size());
+      s.tertile_reliability[g] = reliability(run.confidence, run.correct, bin_of, bins, rows[g], &s.tertile_ece[g]);
+    }
+  }
+  s.points = run.routing_points;
+  s.sources = run.routing_max_sources;
+  s.routing_sources = run.routing_sources;
+  s.routing_mean = run.routing_mean;
+  return s;
+}
+
+}  // namespace arcal

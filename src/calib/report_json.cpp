@@ -1,0 +1,42 @@
+#include "calib/report_json.hpp"
+
+#include <cmath>
+
+namespace arcal {
+
+namespace {
+nlohmann::json ci_json(const Interval& ci) {
+  if (std::isnan(ci.low)) return nullptr;
+  return nlohmann::json::array({ci.low, ci.high});
+}
+nlohmann::json value_json(double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); }
+}  // namespace
+
+nlohmann::json calibration_report_json(const CalibrationReport& r) {
+  const std::vector<std::pair<const char*, const Estimate*>> rows = {
+      {"accuracy", &r.accuracy}, {"ece", &r.ece},         {"mce", &r.mce},
+      {"rmsce", &r.rmsce},       {"ada_ece", &r.ada_ece}, {"classwise_ece", &r.classwise_ece},
+      {"debiased_ece", &r.debiased_ece}, {"smece", &r.smece}, {"smece_sigma", &r.smece_sigma},
+      {"nll", &r.nll},           {"brier", &r.brier},     {"auroc", &r.auroc}};
+  nlohmann::json j;
+  j["n"] = r.n;
+  j["classes"] = r.classes;
+  j["bins"] = r.bins;
+  j["bootstrap"] = r.draws;
+  j["classwise_bootstrap"] = r.classwise_draws;
+  j["seed"] = r.seed;
+  j["level"] = r.level;
+  j["debiased_ece_clipped"] = r.debiased_clipped;
+  nlohmann::json ci = nlohmann::json::object();
+  for (const auto& [name, e] : rows) {
+    j[name] = value_json(e->value);
+    ci[name] = ci_json(e->ci);
+  }
+  j["ci"] = ci;
+  nlohmann::json rel = nlohmann::json::array();
+  for (const auto& b : r.reliability) rel.push_back({{"n", b.n}, {"conf", b.mean_conf}, {"acc", b.accuracy}});
+  j["reliability"] = rel;
+  return j;
+}
+
+}  // namespace arcal

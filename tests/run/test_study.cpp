@@ -1,0 +1,104 @@
+// The study file of `arcal run`: TOML round trip of the resolved configuration, expansion into runs,
+// stable hashes (FNV-1a 64 against published test vectors), and the errors that name the file and key.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "core/error.hpp"
+#include "run/study.hpp"
+
+namespace fs = std::filesystem;
+using namespace arcal;
+
+namespace {
+
+std::string write_tmp(const std::string& name, const std::string& text) {
+  const auto d = fs::path(ARCAL_BINARY_DIR) / "test_tmp" / "run";
+  fs::create_directories(d);
+  const auto p = (d / name).string();
+  std::ofstream(p) << text;
+  return p;
+}
+
+std::string error_of(const std::string& toml) {
+  try {
+    parse_study_toml(write_tmp("bad.toml", toml));
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Study, Fnv1a64MatchesPublishedVectors) {
+  // Test vectors from the FNV reference (Fowler/Noll/Vo, isthe.com/chongo/tech/comp/fnv): "" and "a".
+  EXPECT_EQ(stable_hash(""), "cbf29ce484222325");
+  EXPECT_EQ(stable_hash("a"), "af63dc4c8601ec8c");
+  EXPECT_EQ(stable_hash("foobar"), "85944171f73967e8");
+}
+
+TEST(Study, DefaultExpandsToThreeAttnResSeedsAndTheirStandardTwins) {
+  const auto runs = expand_study(default_study());
+  ASSERT_EQ(runs.size(), 6u);
+  std::set<std::string> ids, hashes;
+  int audited = 0;
+  for (const auto& r : runs) {
+    ids.insert(r.id);
+    hashes.insert(r.hash);
+    audited += r.audited;
+    EXPECT_EQ(r.hash.size(), 16u);
+    EXPECT_EQ(r.audited, r.residual != "standard");
+  }
+  EXPECT_EQ(ids.size(), 6u);
+  EXPECT_EQ(hashes.size(), 6u);
+  EXPECT_EQ(audited, 3);
+  EXPECT_EQ(runs[0].id, "fashion-mnist-ar-vit-tiny-full-s0");
+  EXPECT_EQ(runs[5].id, "fashion-mnist-ar-vit-tiny-standard-s2");
+}
+
+TEST(Study, PrintedConfigReadsBackToTheSameStudy) {
+  StudyConfig c = default_study();
+  c.name = "mine";
+  c.seeds = {4, 9};
+  c.residuals = {"full", "block"};
+  c.lr = 3e-4;
+  c.sensitivity_effects = {0.01, 0.03};
+  c.sensitivity_threshold_effect = 0.03;
+  c.null_variants = {"confidence"};
+  const std::string text = study_to_toml(c);
+  const auto back = parse_study_toml(write_tmp("round.toml", text));
+  EXPECT_EQ(study_to_toml(back), text);
+  EXPECT_EQ(back.seeds, c.seeds);
+  EXPECT_EQ(back.lr, c.lr);
+  // Same study, same run hashes; a changed training setting changes every run's hash.
+  const auto a = expand_study(c), b = expand_study(back);
+  ASSERT_EQ(a.size(), 2u * 3u);
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].hash, b[i].hash);
+  c.epochs += 1;
+  EXPECT_NE(expand_study(c)[0].hash, a[0].hash);
+}
+
+TEST(Study, PartialFileKeepsDefaultsForEverythingElse) {
+  const auto c = parse_study_toml(write_tmp("partial.toml", "name = \"x\"\n[train]\nseeds = [7]\nepochs = 1\n"));
+  EXPECT_EQ(c.seeds, std::vector<std::uint64_t>{7});
+  EXPECT_EQ(c.epochs, 1);
+  EXPECT_EQ(c.batch_size, default_study().batch_size);
+  EXPECT_EQ(c.null_replicates, default_study().null_replicates);
+  EXPECT_EQ(expand_study(c).size(), 2u);
+}
+
+TEST(Study, ErrorsNameTheFileAndTheKey) {
+  EXPECT_NE(error_of("[train]\nepoch = 3\n").find("unknown key 'epoch' in [train]"), std::string::npos);
+  EXPECT_NE(error_of("[trainer]\n").find("unknown table or key 'trainer'"), std::string::npos);
+  EXPECT_NE(error_of("[train]\nepochs = \"three\"\n").find("[train] epochs must be an integer"), std::string::npos);
+  EXPECT_NE(error_of("[train]\nseeds = [1, 1]\n").find("repeated seed"), std::string::npos);
+  EXPECT_NE(error_of("[model]\nresiduals = [\"standard\"]\n").find("not full or block"), std::string::npos);
+  EXPECT_NE(error_of("[audit]\nnull_variants = [\"logit\"]\n").find("null_variants"), std::string::npos);
+  EXPECT_NE(error_of("[audit]\nsensitivity_effects = [0.02]\n").find("sensitivity_threshold_effect"), std::string::npos);
+  EXPECT_NE(error_of("[train\n").find("not valid TOML"), std::string::npos);
+  EXPECT_NE(error_of("[train]\nepochs = 0\n").find("bad.toml"), std::string::npos);
+  EXPECT_THROW(parse_study_toml("/nonexistent/study.toml"), InputError);
+}
