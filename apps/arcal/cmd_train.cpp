@@ -109,7 +109,7 @@ arcal::cli::RunFn setup(CLI::App& app) {
   app.add_option("--epochs", cfg->epochs, "Training epochs")->capture_default_str();
   app.add_option("--max-steps", cfg->max_steps, "Stop after this many optimizer steps (0 = no cap)")->capture_default_str();
   app.add_option("--train-subset", cfg->train_subset, "Use only this many training examples (0 = all)")->capture_default_str();
-  app.add_option("--batch-size", cfg->batch_size, "Batch size")->capture_default_str();
+  app.add_option("--batch-size", cfg->batch_size, "Batch size (per rank when WORLD_SIZE > 1)")->capture_default_str();
   app.add_option("--lr", cfg->lr, "AdamW peak learning rate")->capture_default_str();
   app.add_option("--weight-decay", cfg->weight_decay, "AdamW weight decay")->capture_default_str();
   app.add_option("--warmup-fraction", cfg->warmup_fraction, "Linear warm-up as a fraction of all steps")->capture_default_str();

@@ -1,5 +1,6 @@
 #include "train/distributed.hpp"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
@@ -88,14 +89,25 @@ DataParallelGroup::DataParallelGroup(const DistributedEnv& env, const std::strin
     throw_input("distributed", "WORLD_SIZE > 1 on --device " + device + " needs c10d's " +
                                    (device == "cuda" ? "NCCL" : "Gloo") + " backend, which this LibTorch build lacks");
   const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_seconds * 1000));
+  // Under torchrun the elastic agent already hosts a TCPStore at MASTER_ADDR:MASTER_PORT and sets
+  // TORCHELASTIC_USE_AGENT_STORE=True: every rank is then a client, under the per-attempt prefix
+  // PyTorch's env:// rendezvous uses. Otherwise rank 0 hosts the store.
+  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const bool agent_store = agent && std::string(agent) == "True";
   c10d::TCPStoreOptions so;
   so.port = static_cast<std::uint16_t>(env.master_port);
-  so.isServer = env.rank == 0;
+  so.isServer = !agent_store && env.rank == 0;
   so.numWorkers = static_cast<std::size_t>(env.world_size);
   so.waitWorkers = true;
   so.timeout = timeout;
+  so.multiTenant = true;
   try {
     impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+    if (agent_store) {
+      const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
+      impl_->store = c10::make_intrusive<c10d::PrefixStore>(std::string("/worker/attempt_") + (attempt ? attempt : "0"),
+                                                            impl_->store);
+    }
   } catch (const std::exception& e) {
     throw_input("distributed", "rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) +
                                    " failed for rank " + std::to_string(env.rank) + ": " + e.what());

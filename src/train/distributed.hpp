@@ -29,7 +29,8 @@ bool distributed_backend_available(const std::string& device);
 
 class DataParallelGroup {
  public:
-  /// Rendezvous at MASTER_ADDR:MASTER_PORT (rank 0 hosts the store) and forms the group. Gloo
+  /// Rendezvous at MASTER_ADDR:MASTER_PORT (rank 0 hosts the store, or under torchrun the elastic
+  /// agent does: TORCHELASTIC_USE_AGENT_STORE) and forms the group. Gloo
   /// binds to GLOO_SOCKET_IFNAME when set, to 127.0.0.1 when MASTER_ADDR is a loopback address,
   /// and to the host name otherwise. Throws InputError when the backend is not built in.
   DataParallelGroup(const DistributedEnv& env, const std::string& device, double timeout_seconds = 300);

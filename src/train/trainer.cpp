@@ -185,18 +185,26 @@ void save_archive_atomic(torch::serialize::OutputArchive& archive, const std::st
   write_atomic_with(path, [&](const std::string& tmp) { archive.save_to(tmp); });
 }
 
-void save_checkpoint(ARViT& model, torch::optim::AdamW& opt, std::int64_t step, const std::string& path) {
+/// fp16 loss-scaler state; part of the checkpoint so an fp16 run resumes exactly.
+struct LossScaler {
+  double scale = 1.0;
+  std::int64_t clean_steps = 0;
+};
+
+void save_checkpoint(ARViT& model, torch::optim::AdamW& opt, std::int64_t step, const LossScaler& scaler,
+                     const std::string& path) {
   torch::serialize::OutputArchive archive, model_archive, opt_archive;
   model->save(model_archive);
   opt.save(opt_archive);
   archive.write("model", model_archive);
   archive.write("optimizer", opt_archive);
   archive.write("step", torch::tensor(step, torch::kLong));
+  archive.write("loss_scale", torch::tensor({scaler.scale, double(scaler.clean_steps)}, torch::kDouble));
   save_archive_atomic(archive, path);
 }
 
 std::int64_t load_checkpoint(ARViT& model, torch::optim::AdamW& opt, const std::string& path,
-                             const torch::Device& device) {
+                             const torch::Device& device, LossScaler& scaler) {
   torch::serialize::InputArchive archive, model_archive, opt_archive;
   try {
     archive.load_from(path, device);  // parameters and optimizer state onto the training device
@@ -209,6 +217,12 @@ std::int64_t load_checkpoint(ARViT& model, torch::optim::AdamW& opt, const std::
   opt.load(opt_archive);
   torch::Tensor step;
   archive.read("step", step);
+  torch::Tensor ls;
+  if (archive.try_read("loss_scale", ls)) {  // absent in checkpoints written before issue 8
+    ls = ls.to(torch::kCPU);
+    scaler.scale = ls[0].item<double>();
+    scaler.clean_steps = static_cast<std::int64_t>(ls[1].item<double>());
+  }
   return step.item<std::int64_t>();
 }
 
@@ -330,9 +344,13 @@ nlohmann::json train_run(const TrainConfig& requested, const std::string& run_di
   std::int64_t total = per_epoch * c.epochs;
   if (c.max_steps > 0) total = std::min(total, c.max_steps);
 
+  // fp16 needs loss scaling (bf16 has fp32's exponent range): dynamic, halved on overflow (the step
+  // is skipped), doubled after 2000 clean steps, as torch.cuda.amp.GradScaler does.
+  LossScaler scaler;
+  if (c.precision == "fp16") scaler.scale = 65536.0;
   if (primary) fs::create_directories(run_dir);
   if (resume && fs::exists(ckpt_path)) {
-    start_step = load_checkpoint(model, opt, ckpt_path, device);
+    start_step = load_checkpoint(model, opt, ckpt_path, device, scaler);
     if (primary) truncate_log(log_path, start_step);
     say_primary("resuming " + run_dir + " from step " + std::to_string(start_step) + " of " + std::to_string(total));
   } else if (primary) {
@@ -357,10 +375,6 @@ nlohmann::json train_run(const TrainConfig& requested, const std::string& run_di
     }
     if (!on) at::autocast::clear_cache();
   };
-  // fp16 needs loss scaling (bf16 has fp32's exponent range): dynamic, halved on overflow (the step
-  // is skipped), doubled after 2000 clean steps, as torch.cuda.amp.GradScaler does.
-  double loss_scale = c.precision == "fp16" ? 65536.0 : 1.0;
-  std::int64_t clean_steps = 0;
 
   const int pad = train.images.size(2) == 28 ? 2 : 4;
   const auto t0 = std::chrono::steady_clock::now();
@@ -402,21 +416,21 @@ nlohmann::json train_run(const TrainConfig& requested, const std::string& run_di
     // With several ranks the SB-ECE term is a per-rank batch statistic (its bins see b examples).
     auto loss = torch::cross_entropy_loss(logits, y);
     if (c.sbece_weight > 0) loss = loss + c.sbece_weight * soft_binned_ece(logits, y, c.sbece_bins, c.sbece_temperature);
-    (loss_scale != 1.0 ? loss * loss_scale : loss).backward();
+    (scaler.scale != 1.0 ? loss * scaler.scale : loss).backward();
     if (group) group->average_gradients(*model);
     bool finite = true;
-    if (loss_scale != 1.0) {
+    if (scaler.scale != 1.0) {
       torch::NoGradGuard ng;
       for (auto& p : model->parameters())
         if (p.grad().defined()) {
-          p.grad().div_(loss_scale);
+          p.grad().div_(scaler.scale);
           finite = finite && torch::isfinite(p.grad()).all().item<bool>();
         }
       if (!finite) {
-        loss_scale /= 2;
-        clean_steps = 0;
-      } else if (++clean_steps % 2000 == 0) {
-        loss_scale *= 2;
+        scaler.scale /= 2;
+        scaler.clean_steps = 0;
+      } else if (++scaler.clean_steps % 2000 == 0) {
+        scaler.scale *= 2;
       }
     }
     if (finite) opt.step();
@@ -448,7 +462,7 @@ nlohmann::json train_run(const TrainConfig& requested, const std::string& run_di
       append_line(log_path, rec.dump());
       if (ev.on_eval) ev.on_eval(rec);
     }
-    if (epoch_end || (step + 1) % c.checkpoint_every == 0) save_checkpoint(model, opt, step + 1, ckpt_path);
+    if (epoch_end || (step + 1) % c.checkpoint_every == 0) save_checkpoint(model, opt, step + 1, scaler, ckpt_path);
   }
 
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
