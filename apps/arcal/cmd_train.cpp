@@ -7,7 +7,9 @@
 
 #include "command.hpp"
 #include "core/atomic_file.hpp"
+#include "core/check.hpp"
 #include "core/progress.hpp"
+#include "train/distributed.hpp"
 #include "train/trainer.hpp"
 
 namespace {
@@ -24,8 +26,37 @@ void report_progress(const std::string& path, std::int64_t step, std::int64_t to
   arcal::write_file_atomic(path, std::to_string(step) + " " + std::to_string(total) + "\n");
 }
 
+int run_dry(const TrainConfig& cfg, bool json) {
+  auto d = arcal::describe_model(cfg);
+  if (json) {
+    std::cout << d.dump(2) << "\n";
+    return 0;
+  }
+  const auto& m = d["model"];
+  std::cout << "arcal train --dry-run: nothing is trained or written\n";
+  for (auto& [k, v] : m.items()) std::cout << fmt::format("  {:<18} {}\n", k, v.dump());
+  std::cout << fmt::format("  {:<18} {}\n", "input", d["input"].dump());
+  std::cout << fmt::format("  {:<18} {}\n", "routing points", d["routing_points"].get<int>());
+  std::cout << fmt::format("parameters        {:>14}  ({:.2f} M)\n", d["parameters"].get<std::int64_t>(),
+                           d["parameters"].get<double>() / 1e6);
+  std::cout << fmt::format("MACs per image    {:>14.0f}  ({:.3f} G; the DeiT/Swin papers' \"FLOPs\")\n",
+                           d["macs_per_image"].get<double>(), d["macs_per_image"].get<double>() / 1e9);
+  std::cout << fmt::format("FLOPs per image   {:>14.0f}  ({:.3f} G = 2 x MACs)\n", d["flops_per_image"].get<double>(),
+                           d["flops_per_image"].get<double>() / 1e9);
+  std::cout << fmt::format("  of which routing {:.4f} G MACs, attention products {:.4f} G MACs\n",
+                           d["routing_macs_per_image"].get<double>() / 1e9, d["attention_macs_per_image"].get<double>() / 1e9);
+  return 0;
+}
+
 int run_train(const TrainConfig& cfg, const std::string& out, bool resume, bool json, const std::string& progress_file) {
-  std::cout << "arcal train: " << (resume ? "resuming " : "") << out << "\n";
+  const auto dist = arcal::distributed_env_from_environment();
+  if (!resume) arcal::validate_train_config(cfg);  // flag errors before the configuration table
+  if (!dist.primary()) {  // rank > 0: train silently; rank 0 prints and writes
+    arcal::train_run(cfg, out, resume, {});
+    return 0;
+  }
+  std::cout << "arcal train: " << (resume ? "resuming " : "") << out
+            << (dist.active() ? fmt::format(" (rank 0 of {})", dist.world_size) : std::string()) << "\n";
   nlohmann::json j = cfg;
   if (!resume)
     for (auto& [k, v] : j.items()) std::cout << fmt::format("  {:<18} {}\n", k, v.dump());
@@ -66,18 +97,19 @@ arcal::cli::RunFn setup(CLI::App& app) {
   auto out = std::make_shared<std::string>();
   auto resume = std::make_shared<bool>(false);
   auto json = std::make_shared<bool>(false);
+  auto dry = std::make_shared<bool>(false);
   auto progress_file = std::make_shared<std::string>();
   app.add_option("--dataset", cfg->dataset, "fashion-mnist | cifar10 | cifar100")->capture_default_str();
   app.add_option("--data-dir", cfg->data_dir,
                  "Dataset directory (default for fashion-mnist: /usr/share/datasets/fashion-mnist; CIFAR: the "
                  "extracted cifar-10-batches-bin or cifar-100-binary folder)");
-  app.add_option("--model", cfg->model, "Preset: ar-vit-tiny")->capture_default_str();
+  app.add_option("--model", cfg->model, "Preset: ar-vit-tiny | ar-deit-small | ar-swin-tiny")->capture_default_str();
   app.add_option("--residual", cfg->residual, "full | block | standard")->capture_default_str();
   app.add_option("--block-size", cfg->block_size, "Block AttnRes block size S in sublayers")->capture_default_str();
   app.add_option("--epochs", cfg->epochs, "Training epochs")->capture_default_str();
   app.add_option("--max-steps", cfg->max_steps, "Stop after this many optimizer steps (0 = no cap)")->capture_default_str();
   app.add_option("--train-subset", cfg->train_subset, "Use only this many training examples (0 = all)")->capture_default_str();
-  app.add_option("--batch-size", cfg->batch_size, "Batch size")->capture_default_str();
+  app.add_option("--batch-size", cfg->batch_size, "Batch size (per rank when WORLD_SIZE > 1)")->capture_default_str();
   app.add_option("--lr", cfg->lr, "AdamW peak learning rate")->capture_default_str();
   app.add_option("--weight-decay", cfg->weight_decay, "AdamW weight decay")->capture_default_str();
   app.add_option("--warmup-fraction", cfg->warmup_fraction, "Linear warm-up as a fraction of all steps")->capture_default_str();
@@ -85,16 +117,25 @@ arcal::cli::RunFn setup(CLI::App& app) {
   app.add_option("--sbece-bins", cfg->sbece_bins, "M: soft bins")->capture_default_str();
   app.add_option("--sbece-temperature", cfg->sbece_temperature, "T > 0: soft-bin temperature")->capture_default_str();
   app.add_option("--seed", cfg->seed, "Seed for initialisation, split, order and augmentation")->capture_default_str();
-  app.add_option("--device", cfg->device, "cpu | cuda")->capture_default_str();
+  app.add_option("--device", cfg->device, "cpu | cuda (needs a CUDA LibTorch build)")->capture_default_str();
+  app.add_option("--precision", cfg->precision,
+                 "fp32 | bf16 | fp16: autocast dtype of the training forward pass (fp16: cuda only); "
+                 "routing softmax and loss stay fp32")
+      ->capture_default_str();
   app.add_option("--threads", cfg->threads, "Intra-op threads")->capture_default_str();
   app.add_option("--checkpoint-every", cfg->checkpoint_every, "Checkpoint every N steps (and every epoch)")->capture_default_str();
   app.add_option("--norm-eps", cfg->norm_eps, "Epsilon of every LayerNorm/RMSNorm")->capture_default_str();
-  app.add_option("--out", *out, "Run directory RUN/")->required();
-  app.add_flag("--resume", *resume, "Continue an interrupted run in --out from its checkpoint");
-  app.add_flag("--json", *json, "Print summary.json at the end");
+  app.add_option("--out", *out, "Run directory RUN/ (not needed with --dry-run)");
   app.add_option("--progress-file", *progress_file,
                  "Write 'step total' to this file about once a second (for arcal run's combined progress bar)");
-  return [=]() { return run_train(*cfg, *out, *resume, *json, *progress_file); };
+  app.add_flag("--dry-run", *dry, "Print the resolved model, its parameter count and FLOPs per image; train nothing");
+  app.add_flag("--resume", *resume, "Continue an interrupted run in --out from its checkpoint");
+  app.add_flag("--json", *json, "Print summary.json at the end");
+  return [=]() {
+    if (*dry) return run_dry(*cfg, *json);
+    if (out->empty()) arcal::throw_input("--out", "is required (the run directory), except with --dry-run");
+    return run_train(*cfg, *out, *resume, *json, *progress_file);
+  };
 }
 
 }  // namespace

@@ -1,38 +1,17 @@
 #include "model/ar_vit.hpp"
 
-#include <cmath>
-
 #include "core/check.hpp"
 
 namespace arcal {
 
 namespace F = torch::nn::functional;
 
-MultiHeadAttentionImpl::MultiHeadAttentionImpl(int dim, int heads) : heads_(heads) {
-  qkv_ = register_module("qkv", torch::nn::Linear(dim, 3 * dim));
-  proj_ = register_module("proj", torch::nn::Linear(dim, dim));
-}
-
-torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x) {
-  const auto B = x.size(0), T = x.size(1), D = x.size(2);
-  const auto hd = D / heads_;
-  // (B,T,3D) -> (3,B,H,T,hd)
-  auto qkv = qkv_(x).reshape({B, T, 3, heads_, hd}).permute({2, 0, 3, 1, 4});
-  auto q = qkv[0], k = qkv[1], v = qkv[2];
-  auto att = torch::softmax(torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(hd))), -1);
-  auto out = torch::matmul(att, v).transpose(1, 2).reshape({B, T, D});  // (B,T,D)
-  return proj_(out);
-}
-
-MlpImpl::MlpImpl(int dim, int hidden) {
-  fc1_ = register_module("fc1", torch::nn::Linear(dim, hidden));
-  fc2_ = register_module("fc2", torch::nn::Linear(hidden, dim));
-}
-
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return fc2_(torch::gelu(fc1_(x))); }
-
 ARViTImpl::ARViTImpl(const ModelConfig& config) : config_(config) {
   validate_model_config(config_);
+  if (config_.arch == "swin") {
+    swin_ = register_module("swin", ARSwin(config_));
+    return;
+  }
   const int d = config_.dim;
   patch_embed_ = register_module(
       "patch_embed",
@@ -73,37 +52,14 @@ torch::Tensor ARViTImpl::embed(const torch::Tensor& images) {
 }
 
 torch::Tensor ARViTImpl::sublayer(int l, const torch::Tensor& h) {
-  auto normed = norms_[l]->as<torch::nn::LayerNorm>()->forward(h);
+  torch::nn::LayerNorm norm{std::dynamic_pointer_cast<torch::nn::LayerNormImpl>(norms_[l])};
+  auto normed = layer_norm_fp32(norm, h);
   return (l % 2 == 0) ? attn_[l / 2]->forward(normed) : mlp_[l / 2]->forward(normed);
-}
-
-torch::Tensor ARViTImpl::rms_normalise(const torch::Tensor& v) const {
-  // Gainless RMSNorm; the learnable gain of point p is folded into its query: w_p . (g_p * n) = (w_p*g_p) . n.
-  return v * torch::rsqrt(v.pow(2).mean(-1, /*keepdim=*/true) + config_.norm_eps);
-}
-
-torch::Tensor ARViTImpl::route(int point, const std::vector<torch::Tensor>& scores,
-                               const std::vector<torch::Tensor>& values, RoutingCapture* capture,
-                               const RoutingAblation* ablation) {
-  // scores: S tensors (B,T); values: S tensors (B,T,d). Softmax over sources in fp32.
-  auto logits = torch::stack(scores, 0);  // (S,B,T)
-  if (logits.scalar_type() != torch::kDouble) logits = logits.to(torch::kFloat);  // at least fp32
-  auto alpha = torch::softmax(logits, 0);
-  if (ablation && !ablation->empty() && point < static_cast<int>(ablation->drop_sources.size()) &&
-      !ablation->drop_sources[point].empty()) {
-    auto keep = torch::ones({logits.size(0), 1, 1}, alpha.options());
-    for (int s : ablation->drop_sources[point])
-      if (s >= 0 && s < logits.size(0)) keep[s] = 0.0;
-    alpha = alpha * keep;
-    alpha = alpha / alpha.sum(0, true).clamp_min(1e-30);
-  }
-  if (capture) capture->alpha.push_back(alpha.detach());
-  auto V = torch::stack(values, 0);                                // (S,B,T,d)
-  return (alpha.to(V.scalar_type()).unsqueeze(-1) * V).sum(0);     // (B,T,d)
 }
 
 torch::Tensor ARViTImpl::forward(const torch::Tensor& images, RoutingCapture* capture,
                                  const RoutingAblation* ablation) {
+  if (swin_) return swin_->forward(images, capture, ablation);
   const int L = config_.layers();
   auto v0 = embed(images);
   torch::Tensor stream;
@@ -111,44 +67,11 @@ torch::Tensor ARViTImpl::forward(const torch::Tensor& images, RoutingCapture* ca
     stream = v0;
     for (int l = 0; l < L; ++l) stream = stream + sublayer(l, stream);
   } else {
-    const int S = config_.effective_block_size();
     auto U = pseudo_query_ * key_gain_;  // (P,d): one effective query per routing point
-    // Completed sources b_0..b_{n-1}: their values and their scores against every point, computed
-    // once when the source completes (the key is RMS-normalised once, not at every point).
-    std::vector<torch::Tensor> done_values, done_scores;  // (B,T,d), (B,T,P)
-    auto complete = [&](const torch::Tensor& v) {
-      done_values.push_back(v);
-      done_scores.push_back(torch::matmul(rms_normalise(v), U.t()));
-    };
-    complete(v0);
-    torch::Tensor partial;  // b_n^partial, undefined at a block boundary
-    std::vector<torch::Tensor> scores, values;
-    auto gather = [&](int point) {
-      scores.clear();
-      values.clear();
-      for (std::size_t i = 0; i < done_values.size(); ++i) {
-        scores.push_back(done_scores[i].select(-1, point));
-        values.push_back(done_values[i]);
-      }
-      if (partial.defined()) {
-        scores.push_back(torch::matmul(rms_normalise(partial), U[point]));
-        values.push_back(partial);
-      }
-    };
-    for (int l = 0; l < L; ++l) {
-      if (l % S == 0 && partial.defined()) {
-        complete(partial);
-        partial = torch::Tensor();
-      }
-      gather(l);
-      auto h = route(l, scores, values, capture, ablation);
-      auto out = sublayer(l, h);
-      partial = partial.defined() ? partial + out : out;
-    }
-    gather(L);
-    stream = route(L, scores, values, capture, ablation);
+    stream = attnres_stack(v0, L, config_.effective_block_size(), U, config_.norm_eps, 0,
+                           [this](int l, const torch::Tensor& h) { return sublayer(l, h); }, capture, ablation);
   }
-  auto cls = final_norm_(stream).select(1, 0);  // (B,d) at the CLS token
+  auto cls = layer_norm_fp32(final_norm_, stream).select(1, 0);  // (B,d) at the CLS token
   return head_(cls);
 }
 

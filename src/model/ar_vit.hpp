@@ -1,5 +1,7 @@
 // AR-ViT: a vision transformer whose residual connections are Attention Residuals
-// (method.md §1): Full AttnRes, Block AttnRes, or the standard-residual twin.
+// (method.md §1): Full AttnRes, Block AttnRes, or the standard-residual twin. ar-vit-tiny and
+// ar-deit-small are this architecture; for ar-swin-tiny ARViT delegates to ARSwin (ar_swin.hpp),
+// so the trainer, trace export and interventions hold one model type for every preset.
 // Shapes: images (B,C,H,W) -> tokens (B,T,d) with T = patches + 1 (CLS first) -> logits (B,K).
 #pragma once
 
@@ -7,42 +9,12 @@
 
 #include <vector>
 
+#include "model/ar_swin.hpp"
+#include "model/attnres.hpp"
 #include "model/config.hpp"
+#include "model/layers.hpp"
 
 namespace arcal {
-
-/// Filled by forward() when passed: for every routing point p, alpha (S_p,B,T), detached.
-struct RoutingCapture {
-  std::vector<torch::Tensor> alpha;
-};
-
-/// A routing intervention: at the listed points, zero the routing weight of the listed source
-/// indices and renormalise (method.md §7). Empty = no intervention.
-struct RoutingAblation {
-  std::vector<std::vector<int>> drop_sources;  ///< [P] lists of source indices to zero
-  bool empty() const { return drop_sources.empty(); }
-};
-
-class MultiHeadAttentionImpl : public torch::nn::Module {
- public:
-  MultiHeadAttentionImpl(int dim, int heads);
-  torch::Tensor forward(const torch::Tensor& x);  // (B,T,d) -> (B,T,d)
-
- private:
-  int heads_;
-  torch::nn::Linear qkv_{nullptr}, proj_{nullptr};
-};
-TORCH_MODULE(MultiHeadAttention);
-
-class MlpImpl : public torch::nn::Module {
- public:
-  MlpImpl(int dim, int hidden);
-  torch::Tensor forward(const torch::Tensor& x);
-
- private:
-  torch::nn::Linear fc1_{nullptr}, fc2_{nullptr};
-};
-TORCH_MODULE(Mlp);
 
 class ARViTImpl : public torch::nn::Module {
  public:
@@ -54,19 +26,15 @@ class ARViTImpl : public torch::nn::Module {
 
   const ModelConfig& config() const { return config_; }
 
-  /// Sublayer l's raw output f_l(h) = Attn(LN(h)) or MLP(LN(h)).
+  /// Sublayer l's raw output (ViT architecture only) f_l(h) = Attn(LN(h)) or MLP(LN(h)).
   torch::Tensor sublayer(int l, const torch::Tensor& h);
 
   /// Token embedding v_0: patches + CLS + positions, (B,T,d).
   torch::Tensor embed(const torch::Tensor& images);
 
  private:
-  torch::Tensor route(int point, const std::vector<torch::Tensor>& scores,
-                      const std::vector<torch::Tensor>& values, RoutingCapture* capture,
-                      const RoutingAblation* ablation);
-  torch::Tensor rms_normalise(const torch::Tensor& v) const;
-
   ModelConfig config_;
+  ARSwin swin_{nullptr};  // set for arch "swin"; then every other member stays empty
   torch::nn::Conv2d patch_embed_{nullptr};
   torch::Tensor cls_token_, pos_embed_;
   torch::nn::ModuleList norms_;  // one pre-norm per sublayer

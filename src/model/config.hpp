@@ -1,10 +1,12 @@
-// Model configuration: presets (ar-vit-tiny, ...) and residual modes (standard, full, block).
+// Model configuration: presets (ar-vit-tiny, ar-deit-small, ar-swin-tiny) and residual modes
+// (standard, full, block).
 // Presets are part of the public interface (docs/interface.md); everything a model needs is here
 // so that a run's config.json can rebuild it exactly.
 #pragma once
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace arcal {
 
@@ -16,6 +18,7 @@ ResidualMode parse_residual_mode(const std::string& name);
 
 struct ModelConfig {
   std::string preset = "ar-vit-tiny";
+  std::string arch = "vit";  ///< "vit" (ar-vit-tiny, ar-deit-small) or "swin" (ar-swin-tiny)
   int image_size = 28;
   int channels = 1;
   int patch = 7;
@@ -27,19 +30,35 @@ struct ModelConfig {
   ResidualMode residual = ResidualMode::Full;
   int block_size = 2;      ///< S in sublayers for Block AttnRes (1 = Full)
   double norm_eps = 1e-6;  ///< epsilon of every LayerNorm and RMSNorm
+  // Swin only (arch "swin"): per-stage depth, width and heads; dim/depth/heads above then hold
+  // stage 0's width, the total block count and stage 0's heads.
+  std::vector<int> stage_depths, stage_dims, stage_heads;
+  int window = 0;  ///< Swin window size before clipping to a stage's resolution
 
   int layers() const { return 2 * depth; }
+  int stages() const { return arch == "swin" ? static_cast<int>(stage_depths.size()) : 1; }
+  /// Sublayers per AttnRes stack: {2 * depth} for ViT, {2 * depth_s} per Swin stage.
+  std::vector<int> stage_layers() const;
+  /// Swin: token grid side of stage s (patch grid halved by each patch merging).
+  int stage_resolution(int s) const { return (image_size / patch) >> s; }
+  /// Swin: window side of stage s: min(window, resolution), as the official Swin code clips it.
+  int stage_window(int s) const;
+  /// Swin: shift of the odd blocks of stage s: window / 2, or 0 when one window covers the stage.
+  int stage_shift(int s) const;
   int tokens() const { return (image_size / patch) * (image_size / patch) + 1; }
-  /// Routing points P = L + 1 (0 for the standard twin).
-  int routing_points() const { return residual == ResidualMode::Standard ? 0 : layers() + 1; }
+  /// Routing points: L + 1 per AttnRes stack (P = L + 1 for ViT, sum of 2 depth_s + 1 for Swin),
+  /// 0 for the standard twin.
+  int routing_points() const;
   /// Effective block size in sublayers (1 for Full).
   int effective_block_size() const { return residual == ResidualMode::Full ? 1 : block_size; }
-  /// Sources seen by each routing point, [P].
+  /// Sources seen by each routing point, [P]; Swin points run stage by stage, and each stage
+  /// starts again from its own v_0 with its own blocks.
   std::vector<int> sources_per_point() const;
 };
 
 /// Builds a preset for an image size / channel count / class count. Throws InputError for an
-/// unknown preset or a patch size that does not divide the image, or an inconsistent block size.
+/// unknown preset, a patch size that does not divide the image, a Swin grid that cannot be halved
+/// at every stage or split into whole windows, or an inconsistent block size.
 ModelConfig make_model_config(const std::string& preset, int image_size, int channels, int classes,
                               ResidualMode residual, int block_size);
 
@@ -48,5 +67,8 @@ void validate_model_config(const ModelConfig& config);
 
 void to_json(nlohmann::json& j, const ModelConfig& c);
 void from_json(const nlohmann::json& j, ModelConfig& c);
+
+/// The preset names, for help texts and error messages.
+const std::vector<std::string>& model_presets();
 
 }  // namespace arcal

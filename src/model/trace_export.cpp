@@ -26,7 +26,8 @@ Trace export_trace(ARViT& model, const TensorData& data, const std::string& meta
   t.labels.assign(data.labels.data_ptr<std::int64_t>(), data.labels.data_ptr<std::int64_t>() + N);
   if (P > 0) {
     t.routing.assign(static_cast<std::size_t>(N * P * S), 0.0f);
-    t.routing_cls.assign(static_cast<std::size_t>(N * P * S), 0.0f);
+    // Swin has no CLS token (it mean-pools): its traces carry no routing_cls.
+    if (cfg.arch != "swin") t.routing_cls.assign(static_cast<std::size_t>(N * P * S), 0.0f);
     t.routing_sources.assign(sources.begin(), sources.end());
     t.routing_entropy.resize(static_cast<std::size_t>(N * P));
     t.routing_depth_mean.resize(static_cast<std::size_t>(N * P));
@@ -60,7 +61,8 @@ Trace export_trace(ARViT& model, const TensorData& data, const std::string& meta
       for (std::int64_t b = 0; b < B; ++b) {
         const std::size_t row = static_cast<std::size_t>(((s0 + b) * P + p) * S);
         std::copy(mean.data_ptr<float>() + b * Sp, mean.data_ptr<float>() + (b + 1) * Sp, t.routing.begin() + row);
-        std::copy(cls.data_ptr<float>() + b * Sp, cls.data_ptr<float>() + (b + 1) * Sp, t.routing_cls.begin() + row);
+        if (!t.routing_cls.empty())
+          std::copy(cls.data_ptr<float>() + b * Sp, cls.data_ptr<float>() + (b + 1) * Sp, t.routing_cls.begin() + row);
         const std::size_t q = static_cast<std::size_t>((s0 + b) * P + p);
         t.routing_entropy[q] = static_cast<float>(ent_p[b]);
         t.routing_depth_mean[q] = static_cast<float>(mu_p[b]);

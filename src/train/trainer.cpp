@@ -9,10 +9,14 @@
 #include <numeric>
 #include <sstream>
 
+#include <ATen/autocast_mode.h>
+
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
 #include "core/rng.hpp"
 #include "calib/metrics.hpp"
+#include "model/cost.hpp"
+#include "train/distributed.hpp"
 #include "train/sbece.hpp"
 #include "train/threads.hpp"
 
@@ -40,6 +44,8 @@ void to_json(nlohmann::json& j, const TrainConfig& c) {
                      {"seed", c.seed},
                      {"threads", c.threads},
                      {"device", c.device},
+                     {"precision", c.precision},
+                     {"world_size", c.world_size},
                      {"checkpoint_every", c.checkpoint_every},
                      {"norm_eps", c.norm_eps}};
 }
@@ -69,6 +75,8 @@ void from_json(const nlohmann::json& j, TrainConfig& c) {
   get("seed", c.seed);
   get("threads", c.threads);
   get("device", c.device);
+  get("precision", c.precision);
+  get("world_size", c.world_size);
   get("checkpoint_every", c.checkpoint_every);
   get("norm_eps", c.norm_eps);
 }
@@ -89,7 +97,14 @@ void validate_train_config(const TrainConfig& c) {
   if (c.threads < 1) throw_input("--threads", "must be >= 1");
   if (c.device != "cpu" && c.device != "cuda") throw_input("--device", "'" + c.device + "': expected cpu or cuda");
   if (c.device == "cuda" && !torch::cuda::is_available())
-    throw_input("--device", "cuda requested but this LibTorch build has no usable CUDA device");
+    throw_input("--device", "cuda requested, but this LibTorch build has no CUDA support or sees no CUDA device. "
+                            "Build against the official CUDA LibTorch (cmake -DCMAKE_PREFIX_PATH=/path/to/libtorch, "
+                            "README 'Paper scale') and run where a GPU is visible");
+  if (c.precision != "fp32" && c.precision != "bf16" && c.precision != "fp16")
+    throw_input("--precision", "'" + c.precision + "': expected fp32, bf16 or fp16");
+  if (c.precision == "fp16" && c.device != "cuda")
+    throw_input("--precision", "fp16 autocast needs --device cuda (LibTorch's CPU autocast runs bf16 only); use bf16");
+  if (c.world_size < 1) throw_input("world_size", "must be >= 1");
   if (c.checkpoint_every < 1) throw_input("--checkpoint-every", "must be >= 1");
   if (!(c.warmup_fraction >= 0 && c.warmup_fraction < 1)) throw_input("--warmup-fraction", "must be in [0, 1)");
   if (c.residual == "block" && c.block_size < 1) throw_input("--block-size", "must be >= 1");
@@ -99,6 +114,30 @@ ModelConfig model_config_for(const TrainConfig& c, int image_size, int channels,
   auto mc = make_model_config(c.model, image_size, channels, classes, parse_residual_mode(c.residual), c.block_size);
   mc.norm_eps = c.norm_eps;
   return mc;
+}
+
+nlohmann::json describe_model(const TrainConfig& c) {
+  validate_train_config(c);
+  int image_size = 32, channels = 3, classes = 10;
+  if (c.dataset == "fashion-mnist") {
+    image_size = 28;
+    channels = 1;
+  } else if (c.dataset == "cifar100") {
+    classes = 100;
+  }
+  const ModelConfig mc = model_config_for(c, image_size, channels, classes);
+  ARViT model(mc);
+  const ModelCost cost = model_cost(mc);
+  return {{"model", mc},
+          {"dataset", c.dataset},
+          {"input", {channels, image_size, image_size}},
+          {"parameters", parameter_count(*model)},
+          {"routing_points", mc.routing_points()},
+          {"routing_sources", mc.sources_per_point()},
+          {"macs_per_image", cost.macs},
+          {"flops_per_image", 2.0 * cost.macs},
+          {"routing_macs_per_image", cost.routing_macs},
+          {"attention_macs_per_image", cost.attention_macs}};
 }
 
 double top_label_ece(const torch::Tensor& logits, const torch::Tensor& labels, int bins) {
@@ -146,20 +185,29 @@ void save_archive_atomic(torch::serialize::OutputArchive& archive, const std::st
   write_atomic_with(path, [&](const std::string& tmp) { archive.save_to(tmp); });
 }
 
-void save_checkpoint(ARViT& model, torch::optim::AdamW& opt, std::int64_t step, const std::string& path) {
+/// fp16 loss-scaler state; part of the checkpoint so an fp16 run resumes exactly.
+struct LossScaler {
+  double scale = 1.0;
+  std::int64_t clean_steps = 0;
+};
+
+void save_checkpoint(ARViT& model, torch::optim::AdamW& opt, std::int64_t step, const LossScaler& scaler,
+                     const std::string& path) {
   torch::serialize::OutputArchive archive, model_archive, opt_archive;
   model->save(model_archive);
   opt.save(opt_archive);
   archive.write("model", model_archive);
   archive.write("optimizer", opt_archive);
   archive.write("step", torch::tensor(step, torch::kLong));
+  archive.write("loss_scale", torch::tensor({scaler.scale, double(scaler.clean_steps)}, torch::kDouble));
   save_archive_atomic(archive, path);
 }
 
-std::int64_t load_checkpoint(ARViT& model, torch::optim::AdamW& opt, const std::string& path) {
+std::int64_t load_checkpoint(ARViT& model, torch::optim::AdamW& opt, const std::string& path,
+                             const torch::Device& device, LossScaler& scaler) {
   torch::serialize::InputArchive archive, model_archive, opt_archive;
   try {
-    archive.load_from(path);
+    archive.load_from(path, device);  // parameters and optimizer state onto the training device
   } catch (const c10::Error& e) {
     throw_input("--resume", path + ": not a readable checkpoint (" + std::string(e.what_without_backtrace()) + ")");
   }
@@ -169,6 +217,12 @@ std::int64_t load_checkpoint(ARViT& model, torch::optim::AdamW& opt, const std::
   opt.load(opt_archive);
   torch::Tensor step;
   archive.read("step", step);
+  torch::Tensor ls;
+  if (archive.try_read("loss_scale", ls)) {  // absent in checkpoints written before issue 8
+    ls = ls.to(torch::kCPU);
+    scaler.scale = ls[0].item<double>();
+    scaler.clean_steps = static_cast<std::int64_t>(ls[1].item<double>());
+  }
   return step.item<std::int64_t>();
 }
 
@@ -206,7 +260,7 @@ ARViT load_trained_model(const std::string& run_dir, TrainConfig* config_out, co
   if (!fs::exists(model_path)) throw_input("load_trained_model", model_path + " does not exist (training not finished?)");
   torch::serialize::InputArchive archive;
   try {
-    archive.load_from(model_path);
+    archive.load_from(model_path, torch::Device(torch::kCPU));  // a CUDA-trained run loads on the CPU too
     model->load(archive);
   } catch (const c10::Error& e) {
     throw_input("load_trained_model", model_path + ": cannot load (" + std::string(e.what_without_backtrace()) + ")");
@@ -239,9 +293,6 @@ nlohmann::json train_run(const TrainConfig& requested, const std::string& run_di
   const std::string ckpt_path = run_dir + "/checkpoint.pt";
   const std::string log_path = run_dir + "/log.jsonl";
   const std::string summary_path = run_dir + "/summary.json";
-  auto say = [&](const std::string& s) {
-    if (events.on_message) events.on_message(s);
-  };
 
   TrainConfig c = requested;
   std::int64_t start_step = 0;
@@ -256,7 +307,17 @@ nlohmann::json train_run(const TrainConfig& requested, const std::string& run_di
     throw_input("--out", run_dir + " already holds a run (" + (fs::exists(summary_path) ? "finished" : "with a checkpoint") +
                              "); pass --resume to continue it or choose another --out");
   }
+  const DistributedEnv dist_env = distributed_env_from_environment();
+  if (resume && c.world_size != dist_env.world_size)
+    throw_input("--resume", run_dir + " was trained with " + std::to_string(c.world_size) + " rank(s) but WORLD_SIZE is " +
+                                std::to_string(dist_env.world_size) + ": the data order depends on it; resume with the same count");
+  c.world_size = dist_env.world_size;
   validate_train_config(c);
+  const bool primary = dist_env.primary();
+  TrainEvents ev = primary ? events : TrainEvents{};
+  auto say_primary = [&](const std::string& s) {
+    if (ev.on_message) ev.on_message(s);
+  };
 
   set_compute_threads(c.threads);
   // Everything that can fail on user input happens before RUN/ is touched.
@@ -264,30 +325,56 @@ nlohmann::json train_run(const TrainConfig& requested, const std::string& run_di
   const auto& train = data.train;
   ModelConfig mc = model_config_for(c, static_cast<int>(train.images.size(2)), static_cast<int>(train.images.size(1)),
                                     train.classes);
-  const torch::Device device(c.device == "cuda" ? torch::kCUDA : torch::kCPU);
+  const torch::Device device = c.device == "cuda" ? torch::Device(torch::kCUDA, static_cast<torch::DeviceIndex>(dist_env.local_rank))
+                                                : torch::Device(torch::kCPU);
+  std::unique_ptr<DataParallelGroup> group;
+  if (dist_env.active()) group = std::make_unique<DataParallelGroup>(dist_env, c.device);
 
   torch::manual_seed(c.seed);
   ARViT model(mc);
   model->to(device);
+  if (group) group->broadcast_module(*model);  // identical start even if a rank's RNG differed
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
 
-  const std::int64_t per_epoch = c.steps_per_epoch(train.size());
+  const std::int64_t global_batch = std::int64_t(c.batch_size) * c.world_size;
+  const std::int64_t per_epoch = train.size() / global_batch;
   if (per_epoch < 1)
-    throw_input("--batch-size", std::to_string(c.batch_size) + " exceeds the training split (" + std::to_string(train.size()) + " examples)");
+    throw_input("--batch-size", std::to_string(c.batch_size) + " x " + std::to_string(c.world_size) +
+                                    " rank(s) exceeds the training split (" + std::to_string(train.size()) + " examples)");
   std::int64_t total = per_epoch * c.epochs;
   if (c.max_steps > 0) total = std::min(total, c.max_steps);
 
-  fs::create_directories(run_dir);
+  // fp16 needs loss scaling (bf16 has fp32's exponent range): dynamic, halved on overflow (the step
+  // is skipped), doubled after 2000 clean steps, as torch.cuda.amp.GradScaler does.
+  LossScaler scaler;
+  if (c.precision == "fp16") scaler.scale = 65536.0;
+  if (primary) fs::create_directories(run_dir);
   if (resume && fs::exists(ckpt_path)) {
-    start_step = load_checkpoint(model, opt, ckpt_path);
-    truncate_log(log_path, start_step);
-    say("resuming " + run_dir + " from step " + std::to_string(start_step) + " of " + std::to_string(total));
-  } else {
+    start_step = load_checkpoint(model, opt, ckpt_path, device, scaler);
+    if (primary) truncate_log(log_path, start_step);
+    say_primary("resuming " + run_dir + " from step " + std::to_string(start_step) + " of " + std::to_string(total));
+  } else if (primary) {
     nlohmann::json cfg = {{"train", c}, {"model", mc}, {"version", ARCAL_VERSION},
                           {"parameters", parameter_count(*model)}};
     write_file_atomic(config_path, cfg.dump(2) + "\n");
     write_file_atomic(log_path, "");
   }
+  if (group) group->barrier();  // every rank has checked RUN/ before rank 0 writes checkpoints into it
+
+  // Autocast for the training forward pass; the loss and the routing softmax run in fp32.
+  const bool autocast = c.precision != "fp32";
+  const auto autocast_dtype = c.precision == "fp16" ? at::kHalf : at::kBFloat16;
+  auto set_autocast = [&](bool on) {
+    if (!autocast) return;
+    if (device.is_cuda()) {
+      at::autocast::set_autocast_gpu_dtype(autocast_dtype);
+      at::autocast::set_enabled(on);
+    } else {
+      at::autocast::set_autocast_cpu_dtype(autocast_dtype);
+      at::autocast::set_cpu_enabled(on);
+    }
+    if (!on) at::autocast::clear_cache();
+  };
 
   const int pad = train.images.size(2) == 28 ? 2 : 4;
   const auto t0 = std::chrono::steady_clock::now();
@@ -308,29 +395,58 @@ nlohmann::json train_run(const TrainConfig& requested, const std::string& run_di
       order_epoch = epoch;
     }
     const auto t_step = std::chrono::steady_clock::now();
-    const auto offset = (step % per_epoch) * c.batch_size;
-    auto idx = torch::from_blob(order.data() + offset, {c.batch_size}, torch::kLong);
-    auto x = augment_batch(train.images.index_select(0, idx), pad, derive_seed(c.seed, 5000000 + static_cast<std::uint64_t>(step)), c.dataset).to(device);
-    auto y = train.labels.index_select(0, idx).to(device);
-    for (auto& group : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr_at(c, step, total));
+    // The global batch is what one process with batch b x world would draw (same order, same
+    // augmentation seed); rank r trains on rows [r b, (r+1) b) of it.
+    const auto offset = (step % per_epoch) * global_batch;
+    auto idx = torch::from_blob(order.data() + offset, {global_batch}, torch::kLong);
+    auto x = augment_batch(train.images.index_select(0, idx), pad, derive_seed(c.seed, 5000000 + static_cast<std::uint64_t>(step)), c.dataset);
+    auto y = train.labels.index_select(0, idx);
+    if (c.world_size > 1) {
+      x = x.narrow(0, std::int64_t(dist_env.rank) * c.batch_size, c.batch_size);
+      y = y.narrow(0, std::int64_t(dist_env.rank) * c.batch_size, c.batch_size);
+    }
+    x = x.to(device);
+    y = y.to(device);
+    for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr_at(c, step, total));
     opt.zero_grad();
+    set_autocast(true);
     auto logits = model->forward(x);
+    set_autocast(false);
+    logits = logits.to(torch::kFloat);
+    // With several ranks the SB-ECE term is a per-rank batch statistic (its bins see b examples).
     auto loss = torch::cross_entropy_loss(logits, y);
     if (c.sbece_weight > 0) loss = loss + c.sbece_weight * soft_binned_ece(logits, y, c.sbece_bins, c.sbece_temperature);
-    loss.backward();
-    opt.step();
+    (scaler.scale != 1.0 ? loss * scaler.scale : loss).backward();
+    if (group) group->average_gradients(*model);
+    bool finite = true;
+    if (scaler.scale != 1.0) {
+      torch::NoGradGuard ng;
+      for (auto& p : model->parameters())
+        if (p.grad().defined()) {
+          p.grad().div_(scaler.scale);
+          finite = finite && torch::isfinite(p.grad()).all().item<bool>();
+        }
+      if (!finite) {
+        scaler.scale /= 2;
+        scaler.clean_steps = 0;
+      } else if (++scaler.clean_steps % 2000 == 0) {
+        scaler.scale *= 2;
+      }
+    }
+    if (finite) opt.step();
     const double lv = loss.item<double>();
     if (!std::isfinite(lv)) throw std::runtime_error("training diverged: loss is " + std::to_string(lv) + " at step " + std::to_string(step));
     loss_sum += lv;
     ++loss_count;
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
     train_seconds += dt;
-    images_seen += c.batch_size;
-    if (events.on_step) {
+    images_seen += global_batch;
+    if (ev.on_step) {
       const double acc = logits.argmax(-1).eq(y).to(torch::kFloat).mean().item<double>();
-      events.on_step(step + 1, total, epoch, lv, acc, double(images_seen) / std::max(train_seconds, 1e-9));
+      ev.on_step(step + 1, total, epoch, lv, acc, double(images_seen) / std::max(train_seconds, 1e-9));
     }
     const bool epoch_end = (step + 1) % per_epoch == 0 || step + 1 == total;
+    if (!primary) continue;  // evaluation, log and checkpoints belong to rank 0
     if (epoch_end) {
       EvalResult v = evaluate(model, data.val);
       nlohmann::json rec = {{"step", step + 1},
@@ -344,12 +460,18 @@ nlohmann::json train_run(const TrainConfig& requested, const std::string& run_di
       loss_sum = 0;
       loss_count = 0;
       append_line(log_path, rec.dump());
-      if (events.on_eval) events.on_eval(rec);
+      if (ev.on_eval) ev.on_eval(rec);
     }
-    if (epoch_end || (step + 1) % c.checkpoint_every == 0) save_checkpoint(model, opt, step + 1, ckpt_path);
+    if (epoch_end || (step + 1) % c.checkpoint_every == 0) save_checkpoint(model, opt, step + 1, scaler, ckpt_path);
   }
 
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double divergence = 0;
+  if (group) {
+    divergence = group->max_parameter_divergence(*model);  // collective: every rank takes part
+    group->barrier();
+    if (!primary) return {{"rank", dist_env.rank}, {"max_parameter_divergence", divergence}};
+  }
   EvalResult test = evaluate(model, data.test);
   torch::serialize::OutputArchive final_archive;
   model->save(final_archive);
@@ -365,6 +487,9 @@ nlohmann::json train_run(const TrainConfig& requested, const std::string& run_di
                             {"train_seconds", train_seconds},
                             {"images_per_second", train_seconds > 0 ? double(images_seen) / train_seconds : 0.0},
                             {"threads", c.threads},
+                            {"world_size", c.world_size},
+                            {"precision", c.precision},
+                            {"max_parameter_divergence", divergence},
                             {"parameters", parameter_count(*model)}};
   write_file_atomic(summary_path, summary.dump(2) + "\n");
   return summary;

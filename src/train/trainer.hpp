@@ -34,6 +34,8 @@ struct TrainConfig {
   std::uint64_t seed = 0;
   int threads = 1;
   std::string device = "cpu";
+  std::string precision = "fp32";  ///< fp32 | bf16 | fp16: autocast dtype of the training forward pass
+  int world_size = 1;              ///< data-parallel ranks (from WORLD_SIZE); batch_size is per rank
   std::int64_t checkpoint_every = 200;  ///< steps; a checkpoint is also written at every epoch end
   double norm_eps = 1e-6;
 
@@ -48,6 +50,11 @@ void validate_train_config(const TrainConfig& c);
 
 /// Model configuration implied by a training configuration and its dataset's image geometry.
 ModelConfig model_config_for(const TrainConfig& c, int image_size, int channels, int classes);
+
+/// What `arcal train --dry-run` prints: the resolved model (preset, geometry, routing points and
+/// sources), its parameter count (counted on the built model) and its cost per image
+/// (model/cost.hpp). Reads no data: the dataset's geometry is known from its name.
+nlohmann::json describe_model(const TrainConfig& c);
 
 struct EvalResult {
   std::int64_t n = 0;
@@ -72,6 +79,11 @@ struct TrainEvents {
 
 /// Trains into run_dir. With resume, continues from run_dir/checkpoint.pt using run_dir/config.json
 /// (config is then ignored except for threads). Returns summary.json's content.
+/// Under WORLD_SIZE > 1 (torchrun variables, train/distributed.hpp) every rank calls this: rank r
+/// trains on slice r of the global batch (batch_size x world_size, the same order and augmentation
+/// as one process with that batch), gradients are averaged every step, and only rank 0 writes
+/// files or calls `events`; the other ranks return {"rank": r}. All ranks read the checkpoint on
+/// resume, so RUN/ must be on a file system they share.
 nlohmann::json train_run(const TrainConfig& config, const std::string& run_dir, bool resume,
                          const TrainEvents& events = {});
 

@@ -1,0 +1,191 @@
+// arcal sweep: the training grid of a study (run/study.hpp) at scale, without the trace/audit stages
+// of `arcal run`. Lists the runs with their `arcal train` command lines (--list), sizes them
+// (--dry-run: parameters and MACs per image of each), and trains all of them or one (--index I, e.g.
+// a Slurm array task) as child `arcal train` processes that inherit the environment, so each run is
+// data-parallel under torchrun/Slurm when RANK/WORLD_SIZE are set. Runs live in DIR/runs/<id>-<hash>,
+// the layout of `arcal run`, so a later `arcal run` on the same study finds them trained.
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "command.hpp"
+#include "core/check.hpp"
+#include "run/study.hpp"
+#include "train/distributed.hpp"
+#include "train/trainer.hpp"
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct SweepOptions {
+  std::string config, out, device = "cpu", precision = "fp32";
+  int index = -1, threads = 0;
+  bool list = false, dry_run = false, json = false;
+};
+
+std::string threads_of(const SweepOptions& o, int study_threads) {
+  return std::to_string(o.threads > 0 ? o.threads : study_threads);
+}
+
+/// The run's `arcal train` arguments with the sweep's execution settings. --precision changes the
+/// numbers a run produces, so a non-default precision enters the run's hash (and directory).
+arcal::StudyRun with_execution(arcal::StudyRun r, const SweepOptions& o, int study_threads) {
+  if (o.precision != "fp32") {
+    r.train_args.insert(r.train_args.end(), {"--precision", o.precision});
+    std::string key;
+    for (const auto& a : r.train_args) key += a + '\0';
+    r.hash = arcal::stable_hash(key);
+  }
+  r.train_args.insert(r.train_args.end(), {"--device", o.device, "--threads", threads_of(o, study_threads)});
+  return r;
+}
+
+std::string quote(const std::string& a) {
+  if (a.find_first_of(" \t'\"$\\") == std::string::npos && !a.empty()) return a;
+  std::string q = "'";
+  for (char c : a) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string status_of(const std::string& dir) {
+  if (fs::exists(dir + "/summary.json")) return "trained";
+  if (fs::exists(dir + "/checkpoint.pt")) return "checkpoint";
+  return "to train";
+}
+
+int train_child(const std::vector<std::string>& args) {
+  std::error_code ec;
+  const auto exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) arcal::throw_input("arcal sweep", "cannot locate the arcal executable (/proc/self/exe): " + ec.message());
+  std::vector<std::string> argv_s{exe.string()};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  if (const int rc = posix_spawn(&pid, argv_s[0].c_str(), nullptr, nullptr, argv.data(), environ); rc != 0)
+    throw std::runtime_error("arcal sweep: cannot start arcal train: " + std::string(std::strerror(rc)));
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+int run_sweep(const SweepOptions& o) {
+  if (o.config.empty()) arcal::throw_input("--config", "is required: the study TOML whose runs to sweep");
+  if (o.device != "cpu" && o.device != "cuda") arcal::throw_input("--device", "'" + o.device + "': expected cpu or cuda");
+  if (o.precision != "fp32" && o.precision != "bf16" && o.precision != "fp16")
+    arcal::throw_input("--precision", "'" + o.precision + "': expected fp32, bf16 or fp16");
+  const arcal::StudyConfig study = arcal::parse_study_toml(o.config);
+  for (const auto& m : study.models)
+    if (std::find(arcal::model_presets().begin(), arcal::model_presets().end(), m) == arcal::model_presets().end())
+      arcal::throw_input(o.config + ": [model] presets", "'" + m + "' is not a known preset (ar-vit-tiny, ar-deit-small, ar-swin-tiny)");
+  const std::string dir = o.out.empty() ? "runs/" + study.name : o.out;
+  std::vector<arcal::StudyRun> runs;
+  for (const auto& r : arcal::expand_study(study)) runs.push_back(with_execution(r, o, study.threads_per_job));
+  if (o.index >= static_cast<int>(runs.size()))
+    arcal::throw_input("--index", std::to_string(o.index) + " is outside [0, " + std::to_string(runs.size()) +
+                                      ") (the study has " + std::to_string(runs.size()) + " runs; --list shows them)");
+  std::vector<std::size_t> chosen;
+  for (std::size_t i = 0; i < runs.size(); ++i)
+    if (o.index < 0 || static_cast<int>(i) == o.index) chosen.push_back(i);
+  const bool primary = arcal::distributed_env_from_environment().primary();
+
+  if (o.list || o.dry_run) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (auto i : chosen) {
+      const auto& r = runs[i];
+      const std::string rd = dir + "/runs/" + r.dir_name();
+      nlohmann::json row = {{"index", i}, {"id", r.id}, {"dir", rd}, {"status", status_of(rd)}, {"train_args", r.train_args}};
+      if (o.dry_run) {
+        arcal::TrainConfig tc;
+        tc.dataset = r.dataset;
+        tc.model = r.model;
+        tc.residual = r.residual;
+        tc.block_size = study.block_size;
+        const auto d = arcal::describe_model(tc);
+        row["parameters"] = d["parameters"];
+        row["macs_per_image"] = d["macs_per_image"];
+        row["routing_points"] = d["routing_points"];
+      }
+      rows.push_back(row);
+    }
+    if (o.json) {
+      std::cout << rows.dump(2) << "\n";
+      return 0;
+    }
+    std::cout << fmt::format("arcal sweep: study '{}', {} run(s), directory {}\n", study.name, runs.size(), dir);
+    for (const auto& row : rows) {
+      std::string cmd = "arcal train";
+      for (const auto& a : row["train_args"]) cmd += " " + quote(a.get<std::string>());
+      cmd += " --out " + quote(row["dir"].get<std::string>());
+      std::cout << fmt::format("{:>4}  {:<44} {:<10}", row["index"].get<std::size_t>(), row["id"].get<std::string>(),
+                               row["status"].get<std::string>());
+      if (o.dry_run)
+        std::cout << fmt::format("  {:>11} params  {:>8.3f} GMACs/img  {:>3} routing points",
+                                 row["parameters"].get<std::int64_t>(), row["macs_per_image"].get<double>() / 1e9,
+                                 row["routing_points"].get<int>());
+      std::cout << "\n";
+      if (o.list) std::cout << "      " << cmd << "\n";
+    }
+    return 0;
+  }
+
+  if (primary) std::cout << fmt::format("arcal sweep: study '{}', {} of {} run(s) into {}\n", study.name, chosen.size(), runs.size(), dir);
+  int trained = 0, skipped = 0;
+  for (auto i : chosen) {
+    const auto& r = runs[i];
+    const std::string rd = dir + "/runs/" + r.dir_name();
+    const std::string status = status_of(rd);
+    if (status == "trained") {
+      ++skipped;
+      if (primary) std::cout << fmt::format("[{}] {} trained (skipped)\n", i, r.id);
+      continue;
+    }
+    std::vector<std::string> args{"train"};
+    if (status == "checkpoint") {
+      args.insert(args.end(), {"--resume", "--threads", threads_of(o, study.threads_per_job)});
+    } else {
+      args.insert(args.end(), r.train_args.begin(), r.train_args.end());
+    }
+    args.insert(args.end(), {"--out", rd, "--quiet"});
+    if (primary) std::cout << fmt::format("[{}] {} {}\n", i, r.id, status == "checkpoint" ? "resuming" : "training");
+    if (const int rc = train_child(args); rc != 0)
+      throw std::runtime_error(fmt::format("arcal sweep: run {} ({}) failed with exit code {}; fix it and rerun the "
+                                           "sweep (finished runs are skipped, interrupted ones resume)", i, r.id, rc));
+    ++trained;
+  }
+  if (primary) std::cout << fmt::format("arcal sweep: {} trained, {} already trained\n", trained, skipped);
+  return 0;
+}
+
+arcal::cli::RunFn setup(CLI::App& app) {
+  auto o = std::make_shared<SweepOptions>();
+  app.add_option("--config", o->config, "Study TOML (arcal run's format); its datasets x presets x modes x seeds")->required();
+  app.add_option("--out", o->out, "Study directory (default: runs/NAME, as arcal run)");
+  app.add_flag("--list", o->list, "List the runs, their status and their arcal train command lines; train nothing");
+  app.add_flag("--dry-run", o->dry_run, "List the runs with parameters and MACs per image; train nothing");
+  app.add_option("--index", o->index, "Train only run I (0-based, as --list numbers them; e.g. $SLURM_ARRAY_TASK_ID)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--device", o->device, "cpu | cuda, passed to every training")->capture_default_str();
+  app.add_option("--precision", o->precision, "fp32 | bf16 | fp16, passed to every training (enters the run hash)")
+      ->capture_default_str();
+  app.add_option("--threads", o->threads, "Intra-op threads per training (0 = the study's threads_per_job)")
+      ->capture_default_str();
+  app.add_flag("--json", o->json, "With --list/--dry-run: print the runs as JSON");
+  return [o]() { return run_sweep(*o); };
+}
+
+}  // namespace
+
+ARCAL_COMMAND("sweep", "Train a study's grid of runs (all, or one by --index) without trace/audit; torchrun/Slurm-ready",
+              setup);

@@ -1,0 +1,69 @@
+#include "model/attnres.hpp"
+
+namespace arcal {
+
+torch::Tensor rms_normalise(const torch::Tensor& v, double eps) {
+  return v * torch::rsqrt(v.pow(2).mean(-1, /*keepdim=*/true) + eps);
+}
+
+torch::Tensor attnres_route(int point, const std::vector<torch::Tensor>& scores,
+                            const std::vector<torch::Tensor>& values, RoutingCapture* capture,
+                            const RoutingAblation* ablation) {
+  auto logits = torch::stack(scores, 0);  // (S,B,T)
+  if (logits.scalar_type() != torch::kDouble) logits = logits.to(torch::kFloat);  // at least fp32
+  auto alpha = torch::softmax(logits, 0);
+  if (ablation && !ablation->empty() && point < static_cast<int>(ablation->drop_sources.size()) &&
+      !ablation->drop_sources[point].empty()) {
+    auto keep = torch::ones({logits.size(0), 1, 1}, alpha.options());
+    for (int s : ablation->drop_sources[point])
+      if (s >= 0 && s < logits.size(0)) keep[s] = 0.0;
+    alpha = alpha * keep;
+    alpha = alpha / alpha.sum(0, true).clamp_min(1e-30);
+  }
+  if (capture) capture->alpha.push_back(alpha.detach());
+  auto V = torch::stack(values, 0);                             // (S,B,T,d)
+  return (alpha.to(V.scalar_type()).unsqueeze(-1) * V).sum(0);  // (B,T,d)
+}
+
+torch::Tensor attnres_stack(const torch::Tensor& v0, int layers, int block_size, const torch::Tensor& U,
+                            double eps, int first_point,
+                            const std::function<torch::Tensor(int, const torch::Tensor&)>& sublayer,
+                            RoutingCapture* capture, const RoutingAblation* ablation) {
+  const int S = block_size;
+  // Completed sources b_0..b_{n-1}: their values and their scores against every point, computed
+  // once when the source completes (the key is RMS-normalised once, not at every point).
+  std::vector<torch::Tensor> done_values, done_scores;  // (B,T,d), (B,T,P)
+  auto complete = [&](const torch::Tensor& v) {
+    done_values.push_back(v);
+    done_scores.push_back(torch::matmul(rms_normalise(v, eps), U.t()));
+  };
+  complete(v0);
+  torch::Tensor partial;  // b_n^partial, undefined at a block boundary
+  std::vector<torch::Tensor> scores, values;
+  auto gather = [&](int point) {
+    scores.clear();
+    values.clear();
+    for (std::size_t i = 0; i < done_values.size(); ++i) {
+      scores.push_back(done_scores[i].select(-1, point));
+      values.push_back(done_values[i]);
+    }
+    if (partial.defined()) {
+      scores.push_back(torch::matmul(rms_normalise(partial, eps), U[point]));
+      values.push_back(partial);
+    }
+  };
+  for (int l = 0; l < layers; ++l) {
+    if (l % S == 0 && partial.defined()) {
+      complete(partial);
+      partial = torch::Tensor();
+    }
+    gather(l);
+    auto h = attnres_route(first_point + l, scores, values, capture, ablation);
+    auto out = sublayer(l, h);
+    partial = partial.defined() ? partial + out : out;
+  }
+  gather(layers);
+  return attnres_route(first_point + layers, scores, values, capture, ablation);
+}
+
+}  // namespace arcal

@@ -1,0 +1,30 @@
+#include "model/layers.hpp"
+
+#include <cmath>
+
+namespace arcal {
+
+MultiHeadAttentionImpl::MultiHeadAttentionImpl(int dim, int heads) : heads_(heads) {
+  qkv_ = register_module("qkv", torch::nn::Linear(dim, 3 * dim));
+  proj_ = register_module("proj", torch::nn::Linear(dim, dim));
+}
+
+torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x) {
+  const auto B = x.size(0), T = x.size(1), D = x.size(2);
+  const auto hd = D / heads_;
+  // (B,T,3D) -> (3,B,H,T,hd)
+  auto qkv = qkv_(x).reshape({B, T, 3, heads_, hd}).permute({2, 0, 3, 1, 4});
+  auto q = qkv[0], k = qkv[1], v = qkv[2];
+  auto att = torch::softmax(torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(hd))), -1);
+  auto out = torch::matmul(att, v).transpose(1, 2).reshape({B, T, D});  // (B,T,D)
+  return proj_(out);
+}
+
+MlpImpl::MlpImpl(int dim, int hidden) {
+  fc1_ = register_module("fc1", torch::nn::Linear(dim, hidden));
+  fc2_ = register_module("fc2", torch::nn::Linear(hidden, dim));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return fc2_(torch::gelu(fc1_(x))); }
+
+}  // namespace arcal

@@ -1,0 +1,37 @@
+// Transformer layers shared by the presets: global multi-head self-attention (ViT/DeiT) and the
+// two-layer GELU MLP (every preset). Shapes in comments: B batch, T tokens, d width.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace arcal {
+
+/// LayerNorm in at least fp32. Under autocast a norm may receive bf16/fp16 activations while its
+/// weights stay fp32; LibTorch 1.13's CPU layer_norm rejects that mix, and AMP keeps norms in fp32.
+inline torch::Tensor layer_norm_fp32(torch::nn::LayerNorm& norm, const torch::Tensor& x) {
+  const auto t = x.scalar_type();
+  return norm->forward(t == torch::kBFloat16 || t == torch::kHalf ? x.to(torch::kFloat) : x);
+}
+
+class MultiHeadAttentionImpl : public torch::nn::Module {
+ public:
+  MultiHeadAttentionImpl(int dim, int heads);
+  torch::Tensor forward(const torch::Tensor& x);  // (B,T,d) -> (B,T,d)
+
+ private:
+  int heads_;
+  torch::nn::Linear qkv_{nullptr}, proj_{nullptr};
+};
+TORCH_MODULE(MultiHeadAttention);
+
+class MlpImpl : public torch::nn::Module {
+ public:
+  MlpImpl(int dim, int hidden);
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  torch::nn::Linear fc1_{nullptr}, fc2_{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+}  // namespace arcal
