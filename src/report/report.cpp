@@ -141,8 +141,10 @@ class Writer {
   Writer(const json& r, std::string fig_dir) : r_(r), fig_dir_(std::move(fig_dir)) {}
 
   std::vector<std::string> figures;
+  std::map<std::string, int> widths;  ///< pixel width per figure (the HTML shows it at most that wide)
 
   void render(const std::string& name, const std::string& data, const std::string& body, int w, int h) {
+    widths[name] = w;
     // Plain text labels: run and probe names hold underscores, which enhanced mode reads as subscripts.
     auto paths = render_gnuplot_figure(fig_dir_, name, data, "set termoption noenhanced\n" + body, w, h);
     figures.insert(figures.end(), paths.begin(), paths.end());
@@ -280,7 +282,9 @@ std::vector<std::string> report_verdict(const json& r) {
           c != "full_logit_routing_vs_full_logit")
         continue;
       line += (first ? "" : "; ") + c + " " + sgn(-num(t, "mean_delta")) + " [" + sgn(-t["ci"][1].get<double>()) + ", " +
-              sgn(-t["ci"][0].get<double>()) + "] (" + t.value("verdict", "") + ")";
+              sgn(-t["ci"][0].get<double>()) + "], significantly better in " + std::to_string(t.value("runs_better", 0)) + "/" +
+              std::to_string(t.value("runs", 0)) + " runs, worse in " + std::to_string(t.value("runs_worse", 0)) +
+              " (across-run Holm p " + pval(num(t, "p_holm")) + ")";
       first = false;
     }
     v.push_back(line + ".");
@@ -293,8 +297,11 @@ std::vector<std::string> report_verdict(const json& r) {
     const auto& s = r["sensitivity"];
     for (const auto& x : s["verdicts"])
       if (x["probe"] == "full_vector")
-        line += fmt::format("Sensitivity: at {} nats the full-vector probe recovers R = {:+.2f} {} -> {}", num(s, "threshold_effect"),
-                            num(x, "recovery"), ci(x["recovery_ci"], 2), x.value("verdict", ""));
+        line += fmt::format("Sensitivity: the full-vector probe recovers R = {:+.2f} {} of an injected {} nats ({} the {} "
+                            "threshold: a null result would read '{}')",
+                            num(x, "recovery"), ci(x["recovery_ci"], 2), num(s, "threshold_effect"),
+                            num(x, "recovery") >= num(s, "threshold") ? "meets" : "misses", num(s, "threshold"),
+                            x.value("verdict", ""));
   } else {
     line += "Sensitivity: not run";
   }
@@ -699,7 +706,7 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
     std::ostringstream b;
     b << "set title 'Probe log-loss gain over its control (positive: probe better)'\nset ytics (" << ytics
       << ") font ',9'\nset yrange [0.4:" << double(comps.size()) + 0.6 << "]\nset xlabel 'gain [nats]'\nset grid x\n"
-      << "set arrow from 0, graph 0 to 0, graph 1 nohead dt 2\nset key bottom right font ',9'\nset lmargin 38\n"
+      << "set arrow from 0, graph 0 to 0, graph 1 nohead dt 2\nset key outside top center horizontal font ',9'\nset lmargin 38\n"
       << "plot 'probe_gains.dat' index 0 using 2:1:3:4 with xerrorbars pt 7 ps 0.6 lc rgb '#1f77b4' title 'per run (95 % CI)', "
       << "'' index 1 using 2:1:3:4 with xerrorbars pt 5 ps 0.9 lc rgb '#d62728' title 'mean over runs (95 % CI)'\n";
     w.render("probe_gains", d0.str() + "\n\n" + d1.str(), b.str(), 1000, 120 + 60 * int(comps.size()));
@@ -855,7 +862,8 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
           md << "```toml\n" << bl.body << "```\n\n";
           break;
         case Block::figure:
-          html << "<figure><a href=\"figures/" << bl.body << ".png\"><img src=\"figures/" << bl.body << ".svg\" alt=\""
+          html << "<figure><a href=\"figures/" << bl.body << ".png\"><img style=\"width:" << w.widths[bl.body]
+               << "px\" src=\"figures/" << bl.body << ".svg\" alt=\""
                << html_escape(bl.caption) << "\"></a><figcaption>" << html_escape(bl.caption) << " (<a href=\"figures/" << bl.body
                << ".dat\">data</a>, <a href=\"figures/" << bl.body << ".gp\">gnuplot script</a>)</figcaption></figure>\n";
           md << "![" << bl.caption << "](figures/" << bl.body << ".svg)\n\n*" << bl.caption << "* (data: `figures/" << bl.body
