@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <set>
 #include <thread>
 
@@ -173,4 +174,50 @@ TEST(MlpProbe, ConcurrentFitsMatchSerialFits) {
   for (auto& th : pool) th.join();
   EXPECT_EQ(serial[0], parallel[0]);
   EXPECT_EQ(serial[1], parallel[1]);
+}
+
+TEST(MlpProbe, OffsetCorrectionStartsAtOffsetAndLearnsAnEffect) {
+  // y ~ Bern(sigmoid(b + 0.8 x)) with b a known offset: the correction on x must start at exactly
+  // sigmoid(b) (zero output layer) and learn most of the 0.8 x term.
+  Rng rng(11);
+  const std::size_t n = 4000, m = 2000;
+  auto make = [&](std::size_t k, std::vector<double>& x, std::vector<double>& b, std::vector<double>& y,
+                  std::vector<double>& p) {
+    x.resize(k);
+    b.resize(k);
+    y.resize(k);
+    p.resize(k);
+    for (std::size_t i = 0; i < k; ++i) {
+      x[i] = rng.normal();
+      b[i] = 2 * rng.normal();
+      p[i] = 1.0 / (1.0 + std::exp(-(b[i] + 0.8 * x[i])));
+      y[i] = rng.uniform() < p[i] ? 1.0 : 0.0;
+    }
+  };
+  std::vector<double> xtr, btr, ytr, ptr, xev, bev, yev, pev;
+  make(n, xtr, btr, ytr, ptr);
+  make(m, xev, bev, yev, pev);
+  MlpOffsets off{{btr}, {bev}};
+  MlpProbeOptions o;
+  o.restarts = 1;
+  o.max_epochs = 0;  // no training: the kept state is the starting point
+  const auto start = fit_predict_mlp_probe(xtr, n, 1, ytr, xev, m, o, nullptr, &off);
+  for (std::size_t i = 0; i < m; ++i)
+    ASSERT_NEAR(start[i], 1 / (1 + std::exp(-bev[i])), 1e-6) << i;  // float32 offsets
+  auto logloss = [&](const std::vector<double>& pr) {
+    double s = 0;
+    for (std::size_t i = 0; i < m; ++i) s -= yev[i] * std::log(pr[i]) + (1 - yev[i]) * std::log(1 - pr[i]);
+    return s / double(m);
+  };
+  o.max_epochs = 100;
+  o.restarts = 2;
+  const auto fitted = fit_predict_mlp_probe(xtr, n, 1, ytr, xev, m, o, nullptr, &off);
+  const double l0 = logloss(start), l1 = logloss(fitted), lb = logloss(pev);
+  std::printf("  offset only %.4f, correction %.4f, Bayes %.4f\n", l0, l1, lb);
+  EXPECT_GT((l0 - l1) / (l0 - lb), 0.7);  // recovers most of the effect the offset misses
+  // Shapes: offsets must have 1 or R rows of n (train) and m (eval) values.
+  MlpOffsets bad{{btr}, {std::vector<double>(m - 1, 0.0)}};
+  EXPECT_THROW(fit_predict_mlp_probe(xtr, n, 1, ytr, xev, m, o, nullptr, &bad), InputError);
+  bad = MlpOffsets{{btr, btr}, {bev}};
+  EXPECT_THROW(fit_predict_mlp_probe(xtr, n, 1, ytr, xev, m, o, nullptr, &bad), InputError);
 }

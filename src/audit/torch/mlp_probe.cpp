@@ -92,7 +92,8 @@ Params warm_params(const MlpWeights& w) {
 std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double>& x_train, std::size_t n, std::size_t f,
                                                         const std::vector<const std::vector<double>*>& ys,
                                                         const std::vector<double>& x_eval, std::size_t m,
-                                                        const MlpProbeOptions& o, std::vector<MlpProbeInfo>* infos) {
+                                                        const MlpProbeOptions& o, std::vector<MlpProbeInfo>* infos,
+                                                        const MlpOffsets* offsets) {
   const char* fn = "fit_predict_mlp_probes";
   if (f == 0) throw_input(fn, "no features (f = 0)");
   if (ys.empty()) throw_input(fn, "no label vectors (ys is empty)");
@@ -128,6 +129,20 @@ std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double
         throw_input(fn, "warm_start tensor " + std::to_string(i) + " has " + std::to_string(o.warm_start->tensors[i].size()) +
                             " values, but the network's has " + std::to_string(sizes[i]));
   }
+  if (offsets) {
+    for (const auto* part : {&offsets->train, &offsets->eval}) {
+      const bool is_train = part == &offsets->train;
+      const std::string name = is_train ? "offsets.train" : "offsets.eval";
+      if (part->size() != 1 && part->size() != ys.size())
+        throw_input(fn, name + " has " + std::to_string(part->size()) + " rows, but must have 1 or " +
+                            std::to_string(ys.size()) + " (one per label vector)");
+      for (std::size_t r = 0; r < part->size(); ++r) {
+        const std::string row = name + "[" + std::to_string(r) + "]";
+        check_same_size(fn, row.c_str(), (*part)[r].size(), is_train ? "n" : "m", is_train ? n : m);
+        for (std::size_t i = 0; i < (*part)[r].size(); ++i) check_finite(fn, row.c_str(), i, (*part)[r][i]);
+      }
+    }
+  }
   for (std::size_t i = 0; i < x_train.size(); ++i) check_finite(fn, "x_train", i, x_train[i]);
   for (std::size_t i = 0; i < x_eval.size(); ++i) check_finite(fn, "x_eval", i, x_eval[i]);
 
@@ -145,6 +160,18 @@ std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double
   for (std::int64_t r = 0; r < R; ++r)
     for (std::size_t i = 0; i < n; ++i) yflat[std::size_t(r) * n + i] = float((*ys[std::size_t(r)])[i]);
   auto Y = torch::from_blob(yflat.data(), {R, long(n)}, torch::kFloat).clone();
+  // Offsets [R, n] and [R, m] (zeros without offsets: adding them changes nothing).
+  auto offset_tensor = [&](const std::vector<std::vector<double>>* rows, std::size_t cols) {
+    if (!rows) return torch::zeros({R, long(cols)}, torch::kFloat);
+    std::vector<float> flat(std::size_t(R) * cols);
+    for (std::int64_t r = 0; r < R; ++r) {
+      const auto& src = (*rows)[rows->size() == 1 ? 0 : std::size_t(r)];
+      for (std::size_t i = 0; i < cols; ++i) flat[std::size_t(r) * cols + i] = float(src[i]);
+    }
+    return torch::from_blob(flat.data(), {R, long(cols)}, torch::kFloat).clone();
+  };
+  const auto Otr = offset_tensor(offsets ? &offsets->train : nullptr, n);
+  const auto Oev = offset_tensor(offsets ? &offsets->eval : nullptr, m);
 
   std::vector<std::vector<double>> avg(std::size_t(R), std::vector<double>(m, 0.0));
   std::vector<double> epochs_sum(std::size_t(R), 0.0);
@@ -163,10 +190,16 @@ std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double
     auto fit_idx = torch::tensor(fit_rows, torch::kLong);
     auto Xv = Xtr.index_select(0, val_idx), Xf = Xtr.index_select(0, fit_idx);
     auto Yv = Y.index_select(1, val_idx), Yf = Y.index_select(1, fit_idx);
+    auto Ov = Otr.index_select(1, val_idx), Of = Otr.index_select(1, fit_idx);
     const auto nf = static_cast<std::int64_t>(fit_rows.size());
 
     // Starting weights (shared by every replicate), their AdamW moments, and the best-epoch state.
     Params p = o.warm_start ? warm_params(*o.warm_start) : seeded_init(int(f), o.hidden1, o.hidden2, seed);
+    if (offsets && !o.warm_start) {
+      // A correction starts as "no change": the output layer at zero, so the start is the offset.
+      p[4].zero_();
+      p[5].zero_();
+    }
     for (auto& t : p) t = t.expand([&] {
                            auto s = t.sizes().vec();
                            s[0] = R;
@@ -181,9 +214,10 @@ std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double
     std::vector<double> best(std::size_t(R), std::numeric_limits<double>::infinity());
     std::vector<int> best_epoch(std::size_t(R), 0), since(std::size_t(R), 0);
     std::vector<bool> has_best(std::size_t(R), false);
-    if (o.warm_start) {
-      // The starting point competes with the trained epochs, so a refit can keep the warm weights.
-      auto vl = replicate_bce(stacked_forward(p, Xv), Yv).to(torch::kDouble).contiguous();
+    if (o.warm_start || offsets) {
+      // The starting point competes with the trained epochs, so a refit can keep the warm weights and
+      // a correction can keep "no change".
+      auto vl = replicate_bce(stacked_forward(p, Xv) + Ov, Yv).to(torch::kDouble).contiguous();
       for (std::int64_t r = 0; r < R; ++r) {
         best[std::size_t(r)] = vl.data_ptr<double>()[r];
         has_best[std::size_t(r)] = true;
@@ -193,7 +227,7 @@ std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double
     // of an epoch is proportional to the replicates still improving.
     std::vector<std::int64_t> active(static_cast<std::size_t>(R));
     std::iota(active.begin(), active.end(), 0);
-    auto Yf_a = Yf, Yv_a = Yv;
+    auto Yf_a = Yf, Yv_a = Yv, Of_a = Of, Ov_a = Ov;
     std::vector<std::int64_t> order(static_cast<std::size_t>(nf));
     std::int64_t step = 0;
     for (int epoch = 0; epoch < o.max_epochs && !active.empty(); ++epoch) {
@@ -207,7 +241,9 @@ std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double
         {
           torch::AutoGradMode enable(true);
           // The sum of the replicates' mean losses: replicate r's gradient is that of its own loss.
-          loss = replicate_bce(stacked_forward(p, Xf.index_select(0, idx)), Yf_a.index_select(1, idx)).sum();
+          loss = replicate_bce(stacked_forward(p, Xf.index_select(0, idx)) + Of_a.index_select(1, idx),
+                               Yf_a.index_select(1, idx))
+                     .sum();
           loss.backward();
         }
         // AdamW exactly as torch::optim::AdamW (decoupled decay, then the bias-corrected Adam step).
@@ -223,7 +259,7 @@ std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double
           p[k].mutable_grad().reset();
         }
       }
-      auto vl = replicate_bce(stacked_forward(p, Xv), Yv_a).to(torch::kDouble).contiguous();
+      auto vl = replicate_bce(stacked_forward(p, Xv) + Ov_a, Yv_a).to(torch::kDouble).contiguous();
       std::vector<std::int64_t> improved_pos, improved_id, keep_pos, keep_id;
       for (std::size_t a = 0; a < active.size(); ++a) {
         const auto r = std::size_t(active[a]);
@@ -257,6 +293,8 @@ std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double
         }
         Yf_a = Yf_a.index_select(0, pos);
         Yv_a = Yv_a.index_select(0, pos);
+        Of_a = Of_a.index_select(0, pos);
+        Ov_a = Ov_a.index_select(0, pos);
         active = std::move(keep_id);
       }
     }
@@ -283,7 +321,7 @@ std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double
       const auto len = std::min(chunk, R - r0);
       Params pc;
       for (const auto& t : best_p) pc.push_back(t.narrow(0, r0, len));
-      auto pred = torch::sigmoid(stacked_forward(pc, Xev)).to(torch::kDouble).contiguous();
+      auto pred = torch::sigmoid(stacked_forward(pc, Xev) + Oev.narrow(0, r0, len)).to(torch::kDouble).contiguous();
       const double* pp = pred.data_ptr<double>();
       for (std::int64_t r = 0; r < len; ++r)
         for (std::size_t i = 0; i < m; ++i) avg[std::size_t(r0 + r)][i] += pp[std::size_t(r) * m + i] / o.restarts;
@@ -301,10 +339,11 @@ std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double
 
 std::vector<double> fit_predict_mlp_probe(const std::vector<double>& x_train, std::size_t n, std::size_t f,
                                           const std::vector<double>& y_train, const std::vector<double>& x_eval,
-                                          std::size_t m, const MlpProbeOptions& o, MlpProbeInfo* info) {
+                                          std::size_t m, const MlpProbeOptions& o, MlpProbeInfo* info,
+                                          const MlpOffsets* offsets) {
   check_same_size("fit_predict_mlp_probe", "y_train", y_train.size(), "n", n);
   std::vector<MlpProbeInfo> infos;
-  auto out = fit_predict_mlp_probes(x_train, n, f, {&y_train}, x_eval, m, o, info ? &infos : nullptr);
+  auto out = fit_predict_mlp_probes(x_train, n, f, {&y_train}, x_eval, m, o, info ? &infos : nullptr, offsets);
   if (info) *info = std::move(infos[0]);
   return std::move(out[0]);
 }

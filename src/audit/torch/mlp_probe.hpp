@@ -40,6 +40,14 @@ struct MlpProbeOptions {
   int threads = 1;
 };
 
+/// Fixed logit offsets added to the network's output (method.md §6.7, correction probes): the model is
+/// P(correct) = σ(offset + MLP(x)), the offset is not trained, and a cold start sets the output layer to
+/// zero so the starting point is the offset itself (it competes with the trained epochs in early
+/// stopping). train [1 or R][n] and eval [1 or R][m]: one offset shared by every replicate, or one each.
+struct MlpOffsets {
+  std::vector<std::vector<double>> train, eval;
+};
+
 struct MlpProbeInfo {
   std::int64_t parameters = 0;
   double mean_epochs = 0;  ///< epochs to the best inner-validation loss, averaged over restarts
@@ -62,12 +70,15 @@ std::pair<int, int> capacity_matched_widths(int inputs, std::int64_t target);
 /// replicate), and a stopped replicate leaves the stack, so replicate r's result does not depend on R
 /// or on the other label vectors. The initialisation uses a generator of its own (never torch's
 /// global one), so concurrent fits on other threads cannot change it. infos, if given, gets R entries.
-/// Throws InputError as fit_predict_mlp_probe, naming ys[r] for a bad label.
+/// offsets, if given, turns every fit into a correction of fixed logits (MlpOffsets).
+/// Throws InputError as fit_predict_mlp_probe, naming ys[r] for a bad label, or on offsets of the
+/// wrong shape or non-finite.
 std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double>& x_train, std::size_t n, std::size_t f,
                                                         const std::vector<const std::vector<double>*>& ys,
                                                         const std::vector<double>& x_eval, std::size_t m,
                                                         const MlpProbeOptions& options,
-                                                        std::vector<MlpProbeInfo>* infos = nullptr);
+                                                        std::vector<MlpProbeInfo>* infos = nullptr,
+                                                        const MlpOffsets* offsets = nullptr);
 
 /// Fits on (x_train [n, f], y_train [n] in {0,1}) and returns P(correct) for x_eval [m, f]
 /// (fit_predict_mlp_probes with one label vector).
@@ -76,6 +87,7 @@ std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double
 /// (not in [0,1] with soft_labels), or a warm start whose shape does not match.
 std::vector<double> fit_predict_mlp_probe(const std::vector<double>& x_train, std::size_t n, std::size_t f,
                                           const std::vector<double>& y_train, const std::vector<double>& x_eval,
-                                          std::size_t m, const MlpProbeOptions& options, MlpProbeInfo* info = nullptr);
+                                          std::size_t m, const MlpProbeOptions& options, MlpProbeInfo* info = nullptr,
+                                          const MlpOffsets* offsets = nullptr);
 
 }  // namespace arcal

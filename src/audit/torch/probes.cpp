@@ -149,21 +149,40 @@ ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t r, const Pro
   const std::int64_t full_params = mlp_parameter_count(int(1 + P), o.mlp.hidden1, o.mlp.hidden2);
   const int h1 = o.mlp.hidden1, h2 = o.mlp.hidden2;
   const auto cm1 = capacity_matched_widths(1, full_params), cm2 = capacity_matched_widths(2, full_params);
+  // The routing-augmented probes and their shuffled twins are corrections of a fitted output-only
+  // probe (its logit a fixed offset, the correction's output layer starting at zero), so under the null
+  // "no change" competes with every trained epoch and the P extra inputs cost ~nothing.
+  // Every reported MLP is base + correction, and the probes and controls that are compared share the
+  // base, so a correction's refinement of the output-only function (it sees logit c or the sorted
+  // probabilities too) is available to the control as well and cannot pass for a routing gain.
   std::vector<ProbeDesign::Spec> specs{
-      {"full_vector", range({0}, prof, P), h1, h2},
-      {"capacity_matched", {0}, cm1.first, cm1.second},
-      {"shuffled_global", range({0}, glob, P), h1, h2},
-      {"shuffled_within_bins", range({0}, bins, P), h1, h2},
-      {"predictive_entropy", {0, 1}, cm2.first, cm2.second},
-      {"full_logit", range({}, sorted, K), h1, h2},
-      {"full_logit_routing", range(range({}, sorted, K), prof, P), h1, h2},
+      {"full_vector", range({0}, prof, P), h1, h2, "confidence_base"},
+      {"capacity_matched", {0}, cm1.first, cm1.second, "confidence_base"},
+      {"shuffled_global", range({0}, glob, P), h1, h2, "confidence_base"},
+      {"shuffled_within_bins", range({0}, bins, P), h1, h2, "confidence_base"},
+      {"predictive_entropy", {0, 1}, cm2.first, cm2.second, "confidence_base"},
+      {"full_logit", range({}, sorted, K), h1, h2, "full_logit_base"},
+      {"full_logit_routing", range(range({}, sorted, K), prof, P), h1, h2, "full_logit_base"},
   };
+  // The bases (fitted first, not reported by run_probes): the capacity-matched confidence-only MLP and
+  // the full-logit MLP as defined before the corrections.
+  const std::vector<ProbeDesign::Spec> bases{{"confidence_base", {0}, cm1.first, cm1.second, ""},
+                                             {"full_logit_base", range({}, sorted, K), h1, h2, ""}};
   auto wanted = [&](const std::string& name) {
     return o.only.empty() || std::find(o.only.begin(), o.only.end(), name) != o.only.end();
   };
   d.linear = wanted("linear");
+  if (!o.corrections)
+    for (auto& spec : specs) spec.base.clear();
+  std::vector<std::string> needed;
   for (auto& spec : specs)
-    if (wanted(spec.name)) d.mlps.push_back(std::move(spec));
+    if (wanted(spec.name)) {
+      if (!spec.base.empty() && std::find(needed.begin(), needed.end(), spec.base) == needed.end())
+        needed.push_back(spec.base);
+      d.mlps.push_back(std::move(spec));
+    }
+  for (const auto& b : bases)
+    if (std::find(needed.begin(), needed.end(), b.name) != needed.end()) d.mlps.push_back(b);
   return d;
 }
 
@@ -211,6 +230,26 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
   const std::size_t first_mlp = k, jobs = 2 * d.mlps.size();
   std::vector<std::exception_ptr> errors(jobs);
   std::vector<double> epochs(R * jobs, 0.0);  // [replicate][job] mean epochs, summed over folds below
+  // Correction probes read their base's fitted logits on the calibration rows (training offsets) and
+  // on the evaluation rows (prediction offsets): the base probes run first and keep them.
+  std::vector<int> base_of(d.mlps.size(), -1);
+  std::vector<bool> is_base(d.mlps.size(), false);
+  for (std::size_t a = 0; a < d.mlps.size(); ++a)
+    for (std::size_t b = 0; b < d.mlps.size(); ++b)
+      if (!d.mlps[a].base.empty() && d.mlps[b].name == d.mlps[a].base) {
+        base_of[a] = int(b);
+        is_base[b] = true;
+      }
+  // base_logit[job][j] = {calibration-row logits, evaluation-row logits} of replicate j (bases only).
+  std::vector<std::vector<std::array<std::vector<double>, 2>>> base_logit(jobs);
+  auto to_logit = [](const std::vector<double>& p, std::size_t from, std::size_t count) {
+    std::vector<double> out(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      const double c = std::min(std::max(p[from + i], 1e-7), 1.0 - 1e-7);
+      out[i] = std::log(c) - std::log1p(-c);
+    }
+    return out;
+  };
   auto run_job = [&](std::size_t job) {
     try {
       const auto& spec = d.mlps[job / 2];
@@ -223,7 +262,14 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
       mo.hidden2 = spec.hidden2;
       mo.seed = seeds[f];
       mo.warm_start = warm ? &(*warm)[kk][f] : nullptr;
-      const auto xc = gather(cols, s.calibration), xe = gather(cols, s.evaluation);
+      const auto xc = gather(cols, s.calibration);
+      const std::size_t nc = s.calibration.size(), ne = s.evaluation.size();
+      // A base also predicts its own calibration rows (in-sample), the training offsets of its corrections.
+      auto xe = gather(cols, s.evaluation);
+      if (is_base[job / 2]) xe.insert(xe.begin(), xc.begin(), xc.end());
+      const std::size_t me = is_base[job / 2] ? nc + ne : ne;
+      const int base = base_of[job / 2];
+      const std::size_t base_job = base >= 0 ? 2 * std::size_t(base) + f : 0;
       std::vector<std::vector<double>> yc(R);
       std::vector<const std::vector<double>*> yp(R);
       for (std::size_t j = 0; j < R; ++j) {
@@ -239,10 +285,23 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
         const std::vector<const std::vector<double>*> part(yp.begin() + long(j0),
                                                            yp.begin() + long(std::min(R, j0 + kStackReplicates)));
         std::vector<MlpProbeInfo> part_infos;
-        auto part_pred = fit_predict_mlp_probes(xc, s.calibration.size(), cols.size(), part, xe, s.evaluation.size(), mo,
-                                                &part_infos);
+        MlpOffsets offsets;
+        if (base >= 0)
+          for (std::size_t j = j0; j < j0 + part.size(); ++j) {
+            offsets.train.push_back(base_logit[base_job][j][0]);
+            offsets.eval.push_back(base_logit[base_job][j][1]);
+          }
+        auto part_pred = fit_predict_mlp_probes(xc, nc, cols.size(), part, xe, me, mo, &part_infos,
+                                                base >= 0 ? &offsets : nullptr);
         for (auto& p : part_pred) pred.push_back(std::move(p));
         for (auto& i : part_infos) infos.push_back(std::move(i));
+      }
+      if (is_base[job / 2]) {
+        base_logit[job].resize(R);
+        for (std::size_t j = 0; j < R; ++j) {
+          base_logit[job][j] = {to_logit(pred[j], 0, nc), to_logit(pred[j], nc, ne)};
+          pred[j].erase(pred[j].begin(), pred[j].begin() + long(nc));
+        }
       }
       for (std::size_t j = 0; j < R; ++j) {
         out[j].eval[kk][f] = std::move(pred[j]);
@@ -254,21 +313,27 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
       errors[job] = std::current_exception();
     }
   };
-  const std::size_t workers = std::min<std::size_t>(std::size_t(std::max(1, mlp.threads)), jobs);
-  if (workers <= 1) {
-    for (std::size_t job = 0; job < jobs; ++job) run_job(job);
-  } else {
-    std::atomic<std::size_t> next{0};
-    auto worker = [&] {
-      for (std::size_t job; (job = next.fetch_add(1)) < jobs;) run_job(job);
-    };
-    std::vector<std::thread> pool;
-    for (std::size_t t = 1; t < workers; ++t) pool.emplace_back(worker);
-    worker();
-    for (auto& t : pool) t.join();
+  // Phase 0: probes fitted on their own; phase 1: corrections (their bases are done).
+  for (int phase = 0; phase < 2; ++phase) {
+    std::vector<std::size_t> list;
+    for (std::size_t job = 0; job < jobs; ++job)
+      if ((base_of[job / 2] >= 0) == (phase == 1)) list.push_back(job);
+    const std::size_t workers = std::min<std::size_t>(std::size_t(std::max(1, mlp.threads)), list.size());
+    if (workers <= 1) {
+      for (auto job : list) run_job(job);
+    } else {
+      std::atomic<std::size_t> next{0};
+      auto worker = [&] {
+        for (std::size_t t; (t = next.fetch_add(1)) < list.size();) run_job(list[t]);
+      };
+      std::vector<std::thread> pool;
+      for (std::size_t t = 1; t < workers; ++t) pool.emplace_back(worker);
+      worker();
+      for (auto& t : pool) t.join();
+    }
+    for (const auto& e : errors)
+      if (e) std::rethrow_exception(e);  // the first failing job in (probe, fold) order
   }
-  for (const auto& e : errors)
-    if (e) std::rethrow_exception(e);  // the first failing job in (probe, fold) order
   for (std::size_t j = 0; j < R; ++j)
     for (std::size_t job = 0; job < jobs; ++job) out[j].mean_epochs[first_mlp + job / 2] += 0.5 * epochs[j * jobs + job];
   for (const auto& spec : d.mlps)
@@ -299,6 +364,9 @@ RunProbeResult run_probes(const AuditRunInput& run, std::size_t r, const ProbeAu
     fit.name = refit.names[k];
     fit.parameters = refit.parameters[k];
     fit.mean_epochs = refit.mean_epochs[k];
+    if (std::find_if(kProbeNames.begin(), kProbeNames.end(), [&](const char* p) { return fit.name == p; }) ==
+        kProbeNames.end())
+      continue;  // a base (confidence_base, full_logit_base): its corrections carry it
     if (fit.name == "linear") {
       fit.inputs = 1;
     } else {

@@ -31,6 +31,10 @@ struct ProbeAuditOptions {
   /// Probes to fit (kProbeNames order is kept); empty = all. Comparisons whose probe or control is
   /// not fitted are skipped (run_probe_family needs all of them).
   std::vector<std::string> only;
+  /// The routing-augmented probes and their shuffled twins as corrections of a fitted output-only
+  /// probe (docs/method.md §6.7). false restores the earlier definition (every MLP fitted on its own),
+  /// kept only to reproduce the before/after validation in docs/audit_validation.md.
+  bool corrections = true;
 
   /// The audit's training defaults (docs/method.md §6.7): 5 restarts, lr 3e-3, batch 512, at most
   /// 100 epochs, patience 5.
@@ -50,6 +54,9 @@ struct ProbeDesign {
     std::string name;
     std::vector<std::size_t> cols;  ///< indices into columns
     int hidden1 = 0, hidden2 = 0;
+    /// Correction probes (method.md §6.7): the name of the probe whose fitted logit is this probe's
+    /// fixed offset, P = σ(logit p_base + MLP(cols)); empty for a probe fitted on its own.
+    std::string base;
   };
   std::size_t n = 0;
   std::uint64_t run_seed = 0;                  ///< derive_seed(options.seed, run_index)
