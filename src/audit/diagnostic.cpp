@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/check.hpp"
+#include "core/parallel.hpp"
 #include "core/rng.hpp"
 #include "stats/multiplicity.hpp"
 #include "stats/permutation.hpp"
@@ -134,10 +135,11 @@ DiagnosticFamily run_diagnostic_family(const std::vector<DiagnosticTestSpec>& fa
   DiagnosticFamily out;
   out.options = options;
   out.family_size = family.size();
-  std::vector<double> p;
-  for (std::size_t t = 0; t < family.size(); ++t) {
+  // Tests are independent (test t uses seed derive_seed(seed, t)): run them on worker threads.
+  out.tests.resize(family.size());
+  parallel_for_index(family.size(), options.threads, [&](std::size_t t) {
     const auto& spec = family[t];
-    DiagnosticTest test;
+    DiagnosticTest& test = out.tests[t];
     test.run = spec.run;
     test.cell = spec.cell;
     test.statistic = spec.statistic;
@@ -148,9 +150,9 @@ DiagnosticFamily run_diagnostic_family(const std::vector<DiagnosticTestSpec>& fa
       throw InputError(std::string(fn) + ": test[" + std::to_string(t) + "] (run '" + spec.run + "', statistic '" +
                        spec.statistic + "'): " + e.what());
     }
-    p.push_back(test.result.p);
-    out.tests.push_back(std::move(test));
-  }
+  });
+  std::vector<double> p;
+  for (const auto& test : out.tests) p.push_back(test.result.p);
   const auto holm = holm_adjust(p);
   const auto bh = bh_adjust(p);
   for (std::size_t t = 0; t < out.tests.size(); ++t) {

@@ -22,6 +22,7 @@ struct DiagnosticOptions {
   int permutations = 10000;
   std::uint64_t seed = 0;
   double alpha = 0.05;
+  int threads = 0;  ///< worker threads over a family's tests (0 = the hardware's); results do not depend on it
 };
 
 struct BinGap {

@@ -113,8 +113,16 @@ TEST(Diagnostic, FamilyAdjustmentAndStability) {
   EXPECT_EQ(r.verdicts[0].rejections_positive, 3u);  // δ > 0: high-RE (high z) examples are more accurate
   EXPECT_TRUE(r.verdicts[0].stable);
   EXPECT_FALSE(r.verdicts[1].stable);
-  // Deterministic: the same family and seed give identical p-values.
-  EXPECT_EQ(run_diagnostic_family(fam, o).tests[3].result.exceed, r.tests[3].result.exceed);
+  // Deterministic: the same family and seed give identical p-values, on one worker thread or several.
+  for (int threads : {1, 3}) {
+    o.threads = threads;
+    const auto again = run_diagnostic_family(fam, o);
+    for (std::size_t t = 0; t < r.tests.size(); ++t) {
+      EXPECT_EQ(again.tests[t].result.exceed, r.tests[t].result.exceed) << threads;
+      EXPECT_EQ(again.tests[t].result.gap, r.tests[t].result.gap) << threads;
+      EXPECT_EQ(again.tests[t].run, r.tests[t].run) << threads;
+    }
+  }
 }
 
 // Must-show (a): exact-null type-I error. 300 simulated null data sets at N = 10,000, K = 10 with
