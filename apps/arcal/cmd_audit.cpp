@@ -17,6 +17,7 @@
 #include "command.hpp"
 #include "train/threads.hpp"
 #include "core/check.hpp"
+#include "core/progress.hpp"
 #include "io/trace.hpp"
 
 namespace {
@@ -213,7 +214,10 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
       if (progress)
         std::fprintf(stderr, "sensitivity: %zu runs x %zu effects x %d draws, every probe refitted\n", runs.size(),
                      effects.size(), cfg->sensitivity_draws);
+      arcal::ProgressBar bar("sensitivity (runs)", long(runs.size()), progress);
+      so.progress = [&](std::size_t done, std::size_t) { bar.update(long(done)); };
       res.sensitivity = arcal::run_sensitivity_audit(runs, so);
+      bar.finish();
       res.has_sensitivity = true;
     }
     if (cfg->exact_null) {
@@ -226,7 +230,10 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
       if (progress)
         std::fprintf(stderr, "exact null: %zu runs x %zu variants x %d replicates, every probe refitted\n", runs.size(),
                      xo.variants.size(), cfg->null_replicates);
+      arcal::ProgressBar bar("exact null (runs x variants)", long(runs.size() * xo.variants.size()), progress);
+      xo.progress = [&](std::size_t done, std::size_t) { bar.update(long(done)); };
       res.exact_null = arcal::run_exact_null_audit(runs, xo);
+      bar.finish();
       res.has_exact_null = true;
     }
     arcal::write_audit_results(res, cfg->out);

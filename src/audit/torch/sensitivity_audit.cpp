@@ -222,6 +222,7 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
         for (std::size_t k = 0; k < fit.mean_epochs.size(); ++k) epochs[e][k] += fit.mean_epochs[k];
       }
     }
+    if (o.progress) o.progress(r + 1, runs.size());
   }
   const double units_n = double(runs.size()) * o.draws;
   for (std::size_t e = 0; e < o.effects.size(); ++e) {
@@ -348,6 +349,7 @@ ExactNullResult run_exact_null_audit(const std::vector<AuditRunInput>& runs, con
         c.p = monte_carlo_p(c.real_gain, c.null_gain);
       }
       res.runs.push_back(std::move(out));
+      if (o.progress) o.progress(r * o.variants.size() + v + 1, runs.size() * o.variants.size());
     }
   }
   // Pooled over runs: replicate j's mean over runs is one draw of the null of the mean gain.

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
+
 #include <vector>
 
 #include "audit/audit.hpp"
@@ -33,6 +35,8 @@ struct SensitivityAuditOptions {
   double threshold_effect = 0.010;  ///< must be one of effects
   double correction_ridge = 1.0;
   int bootstrap_draws = 1000;
+  /// Called after each run with (runs done, runs); for a progress bar (may be empty).
+  std::function<void(std::size_t, std::size_t)> progress;
 };
 
 /// For every run: reference q per cross-fit fold, truths per effect, `draws` label draws, every probe
@@ -49,6 +53,8 @@ struct ExactNullAuditOptions {
   bool warm_start = true;
   int replicates = 200;
   std::vector<std::string> variants{"confidence", "full_logit"};
+  /// Called after each (run, variant) with (done, runs x variants); for a progress bar (may be empty).
+  std::function<void(std::size_t, std::size_t)> progress;
 };
 
 /// For every run and variant: reference g per fold ("confidence": the 1-D NW q(c) of the calibration
