@@ -9,6 +9,25 @@
 
 namespace arcal {
 
+namespace {
+
+/// Gaussian kernel weight exp(-|row - q|^2 / 2) of a row in bandwidth-scaled coordinates, or -1 when
+/// the row lies beyond the truncation radius t in some coordinate (t2 = t * t; the first coordinate
+/// is already within t by the caller's sorted search).
+inline double truncated_weight(const double* row, const double* q, std::size_t dims, double t, double t2) {
+  double u2 = 0.0;
+  for (std::size_t d = 0; d < dims; ++d) {
+    const double u = row[d] - q[d];
+    u2 += u * u;
+  }
+  if (u2 > t2 && dims > 1)
+    for (std::size_t d = 1; d < dims; ++d)
+      if (std::abs(row[d] - q[d]) > t) return -1.0;
+  return std::exp(-0.5 * u2);
+}
+
+}  // namespace
+
 double scott_bandwidth(const std::vector<double>& values, std::size_t dims, double multiple) {
   const char* fn = "scott_bandwidth";
   const std::size_t n = values.size();
@@ -95,19 +114,8 @@ std::vector<double> NadarayaWatson::predict(const std::vector<double>& x) const 
     }
     double num = 0.0, den = 0.0;
     for (std::size_t j = lo; j < hi; ++j) {
-      const double* row = &x_[j * dims_];
-      double u2 = 0.0;
-      for (std::size_t d = 0; d < dims_; ++d) {
-        const double u = row[d] - q[d];
-        u2 += u * u;
-      }
-      if (u2 > t2 && dims_ > 1) {
-        bool outside = false;
-        for (std::size_t d = 1; d < dims_; ++d)
-          if (std::abs(row[d] - q[d]) > t) outside = true;
-        if (outside) continue;
-      }
-      const double k = std::exp(-0.5 * u2);
+      const double k = truncated_weight(&x_[j * dims_], q.data(), dims_, t, t2);
+      if (k < 0) continue;
       num += k * y_[j];
       den += k;
     }
@@ -162,19 +170,8 @@ std::vector<std::vector<double>> NadarayaWatson::predict_many(const std::vector<
     std::fill(num.begin(), num.end(), 0.0);
     double den = 0.0;
     for (std::size_t j = lo; j < hi; ++j) {
-      const double* row = &x_[j * dims_];
-      double u2 = 0.0;
-      for (std::size_t d = 0; d < dims_; ++d) {
-        const double u = row[d] - q[d];
-        u2 += u * u;
-      }
-      if (u2 > t2 && dims_ > 1) {
-        bool outside = false;
-        for (std::size_t d = 1; d < dims_; ++d)
-          if (std::abs(row[d] - q[d]) > t_) outside = true;
-        if (outside) continue;
-      }
-      const double k = std::exp(-0.5 * u2);
+      const double k = truncated_weight(&x_[j * dims_], q.data(), dims_, t_, t2);
+      if (k < 0) continue;
       const double* yj = &Y[j * T];
       for (std::size_t t = 0; t < T; ++t) num[t] += k * yj[t];
       den += k;
