@@ -18,6 +18,18 @@ import sys
 # loads, for both sides (arcal pins it itself via openblas_set_num_threads).
 _t = sys.argv[sys.argv.index("--threads") + 1] if "--threads" in sys.argv else "1"
 os.environ["OPENBLAS_NUM_THREADS"] = _t
+# Same GEMM kernels on both sides: arcal re-executes itself with OpenBLAS's native kernels when
+# OpenBLAS falls back to the generic Prescott ones (train/threads.hpp); give Python's torch the same
+# choice (and arcal, through the inherited environment, the same value) unless the user set one.
+if "OPENBLAS_CORETYPE" not in os.environ:
+    try:
+        _flags = set(open("/proc/cpuinfo").read().split())
+    except OSError:
+        _flags = set()
+    if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= _flags:
+        os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
+    elif {"avx2", "fma"} <= _flags:
+        os.environ["OPENBLAS_CORETYPE"] = "Haswell"
 
 import gzip
 import json
@@ -133,7 +145,8 @@ def main():
     mode = {"standard": 0, "full": 1, "block": 2}[a.residual]
     cpp = arcal_throughput(a.arcal, a.residual, a.steps, a.batch, a.threads)
     py = python_throughput(mode, a.steps, a.batch, a.threads)
-    print(f"AR-ViT-tiny {a.residual}, batch {a.batch}, {a.threads} thread(s), {a.steps} steps")
+    print(f"AR-ViT-tiny {a.residual}, batch {a.batch}, {a.threads} thread(s), {a.steps} steps, "
+          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(OpenBLAS default)')} on both sides")
     print(f"  arcal (C++/LibTorch) : {cpp:8.1f} images/s")
     print(f"  PyTorch eager (ref)  : {py:8.1f} images/s")
     print(f"  ratio arcal/PyTorch  : {cpp / py:8.2f}x")
