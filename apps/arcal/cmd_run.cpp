@@ -49,16 +49,9 @@ std::string self_exe() {
   return "/proc/self/exe";
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 /// The last `lines` lines of a log, for error messages.
 std::string tail(const std::string& path, int lines) {
-  const std::string s = read_text(path);
+  const std::string s = arcal::read_file(path);
   std::size_t pos = s.size();
   for (int i = 0; i <= lines && pos > 0; ++i) {
     pos = s.rfind('\n', pos - 1);
@@ -246,7 +239,7 @@ int run_study(const RunOptions& o) {
     ro.draws = 1000;
     ro.seed = st.audit_seed;
     const auto rep = arcal::calibration_report(arcal::trace_probabilities(trace), trace.n, trace.classes, trace.labels, ro);
-    nlohmann::json summary = nlohmann::json::parse(read_text(rd + "/summary.json"), nullptr, false);
+    nlohmann::json summary = nlohmann::json::parse(arcal::read_file(rd + "/summary.json"), nullptr, false);
     nlohmann::json row = {{"id", r.id},       {"dir", "runs/" + r.dir_name()}, {"dataset", r.dataset},
                           {"model", r.model}, {"residual", r.residual},        {"seed", r.seed},
                           {"audited", r.audited}, {"trace", "runs/" + r.dir_name() + "/" + st.split + ".npz"},
@@ -278,10 +271,8 @@ int run_study(const RunOptions& o) {
     j.args.insert(j.args.end(), audit_args.begin(), audit_args.end());
     j.args.insert(j.args.end(), {"--out", audit_dir});
     if (!bars) j.args.push_back("--quiet");
-    std::vector<Job> one{j};
-    // The audit draws its own progress bars on the inherited terminal.
-    one[0].log = "";
-    const pid_t pid = spawn(exe, one[0]);
+    // No log: the audit draws its own progress bars on the inherited terminal.
+    const pid_t pid = spawn(exe, j);
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
@@ -291,7 +282,7 @@ int run_study(const RunOptions& o) {
   }
 
   // 5. DIR/results.json = the audit's results + the study section.
-  nlohmann::json results = nlohmann::json::parse(read_text(audit_dir + "/results.json"), nullptr, false);
+  nlohmann::json results = nlohmann::json::parse(arcal::read_file(audit_dir + "/results.json"), nullptr, false);
   if (results.is_discarded()) arcal::throw_input("arcal run", audit_dir + "/results.json is not valid JSON");
   results["study"] = {{"name", st.name},
                       {"config_hash", study_hash},

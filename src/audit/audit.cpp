@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/atomic_file.hpp"
+#include "io/csv.hpp"
 #include "core/check.hpp"
 #include "core/rng.hpp"
 
@@ -92,6 +93,10 @@ nlohmann::json band_json(const CondCalBand& b) {
   auto one = [](const SeedBand& s) { return nlohmann::json{{"mean", s.mean}, {"sd", s.sd}, {"runs", s.runs}}; };
   return {{"ece", one(b.ece)}, {"worst_tertile_ece", one(b.worst_tertile_ece)}, {"nll", one(b.nll)}, {"brier", one(b.brier)}};
 }
+nlohmann::json refit_json(const RefitSettings& r) {
+  return {{"restarts", r.restarts}, {"max_epochs", r.max_epochs}, {"patience", r.patience},
+          {"batch_size", r.batch_size}, {"lr", r.lr}, {"warm_start", r.warm_start}};
+}
 nlohmann::json interval_json(const Interval& ci) { return {ci.low, ci.high}; }
 
 nlohmann::json probe_family_json(const ProbeFamily& f) {
@@ -150,8 +155,7 @@ nlohmann::json sensitivity_json(const SensitivityResult& s) {
           {"correction_basis", "g(z) = b0 + b1 u + b2 u^2 + b3 u^3, u = clamp(z, -3, 3)/3, ridge on every b, Newton"},
           {"reference", "1-D Nadaraya-Watson on logit c, Scott bandwidth n^(-1/5), fitted per cross-fit fold on the calibration half"},
           {"recovery", "sum over (run, draw) of (l(q) - l(probe)) / sum of (l(q) - l(p*)); l = fold-mean log-loss on the evaluation halves"},
-          {"seed", s.seed}, {"refit", {{"restarts", s.restarts}, {"max_epochs", s.max_epochs}, {"patience", s.patience},
-                                       {"batch_size", s.batch_size}, {"lr", s.lr}, {"warm_start", s.warm_start}}},
+          {"seed", s.seed}, {"refit", refit_json(s.refit)},
           {"seconds", s.seconds}, {"by_effect", effects}, {"verdicts", verdicts}};
 }
 
@@ -174,17 +178,10 @@ nlohmann::json exact_null_json(const ExactNullResult& x) {
   return {{"gain", "l(control) - l(probe), fold-mean log-loss (positive: the probe is better)"},
           {"p", "(1 + #{null gain >= real gain}) / (replicates + 1)"},
           {"variants", x.variants}, {"replicates", x.replicates}, {"seed", x.seed},
-          {"refit", {{"restarts", x.restarts}, {"max_epochs", x.max_epochs}, {"patience", x.patience},
-                     {"batch_size", x.batch_size}, {"lr", x.lr}, {"warm_start", x.warm_start}}},
+          {"refit", refit_json(x.refit)},
           {"seconds", x.seconds}, {"runs", runs}, {"pooled", pooled}};
 }
 
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
-}
 }  // namespace
 
 nlohmann::json audit_results_json(const AuditResults& res) {

@@ -88,6 +88,13 @@ struct SensitivityVerdict {
   std::string verdict;  ///< "absent (the audit would have seen Δ)" or "not detected (underpowered)"
 };
 
+/// How the sensitivity and exact-null audits refit the probes (method.md §6.7), recorded in results.json.
+struct RefitSettings {
+  int restarts = 0, max_epochs = 0, patience = 0, batch_size = 0;
+  double lr = 0.0;
+  bool warm_start = false;
+};
+
 struct SensitivityResult {
   std::vector<std::string> runs;
   std::string statistic;  ///< the routing statistic z is standardised from
@@ -96,10 +103,7 @@ struct SensitivityResult {
   double threshold = 0.5, threshold_effect = 0.01;
   double correction_ridge = 1.0;
   std::uint64_t seed = 0;
-  // Refit settings (method.md §6.7).
-  int restarts = 0, max_epochs = 0, patience = 0, batch_size = 0;
-  double lr = 0.0;
-  bool warm_start = false;
+  RefitSettings refit;
   std::vector<SensitivityEffect> by_effect;
   std::vector<SensitivityVerdict> verdicts;  ///< at threshold_effect, one per probe
   double seconds = 0.0;
@@ -131,9 +135,7 @@ struct ExactNullResult {
   std::vector<std::string> variants;
   int replicates = 0;
   std::uint64_t seed = 0;
-  int restarts = 0, max_epochs = 0, patience = 0, batch_size = 0;
-  double lr = 0.0;
-  bool warm_start = false;
+  RefitSettings refit;
   std::vector<ExactNullRun> runs;
   std::vector<ExactNullPooled> pooled;
   double seconds = 0.0;

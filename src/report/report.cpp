@@ -6,11 +6,11 @@
 #include <cmath>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <sstream>
 
 #include "core/atomic_file.hpp"
+#include "io/csv.hpp"
 #include "core/check.hpp"
 #include "report/figures.hpp"
 
@@ -76,12 +76,6 @@ std::pair<int, int> grid(std::size_t n) {
   const int cols = n <= 2 ? int(std::max<std::size_t>(n, 1)) : n <= 6 ? 3 : 4;
   return {int((n + std::size_t(cols) - 1) / std::size_t(cols)), cols};
 }
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string o = "\"";
-  for (char c : s) o += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return o + "\"";
-}
 
 // ---------------------------------------------------------------- document model
 
@@ -134,11 +128,44 @@ std::vector<RelRow> rel_rows(const json& arr) {
   return out;
 }
 
+// ---------------------------------------------------------------- seed summaries
+
+/// Accuracy and ECE of a study's runs per (model, residual mode): mean and sample sd over seeds.
+struct SeedSummary {
+  std::size_t seeds = 0;
+  double accuracy = 0, accuracy_sd = NAN, ece = 0, ece_sd = NAN;
+};
+std::map<std::string, SeedSummary> seed_summaries(const json& study_runs) {
+  std::map<std::string, std::vector<std::pair<double, double>>> by;
+  for (const auto& run : study_runs)
+    by[str(run, "model") + " / " + str(run, "residual")].push_back({num(run["metrics"], "accuracy"), num(run["metrics"], "ece")});
+  std::map<std::string, SeedSummary> out;
+  for (const auto& [k, xs] : by) {
+    SeedSummary m;
+    m.seeds = xs.size();
+    for (auto [a, e] : xs) {
+      m.accuracy += a / double(xs.size());
+      m.ece += e / double(xs.size());
+    }
+    if (xs.size() > 1) {
+      double va = 0, ve = 0;
+      for (auto [a, e] : xs) {
+        va += (a - m.accuracy) * (a - m.accuracy);
+        ve += (e - m.ece) * (e - m.ece);
+      }
+      m.accuracy_sd = std::sqrt(va / double(xs.size() - 1));
+      m.ece_sd = std::sqrt(ve / double(xs.size() - 1));
+    }
+    out[k] = m;
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------- the writer
 
 class Writer {
  public:
-  Writer(const json& r, std::string fig_dir) : r_(r), fig_dir_(std::move(fig_dir)) {}
+  explicit Writer(std::string fig_dir) : fig_dir_(std::move(fig_dir)) {}
 
   std::vector<std::string> figures;
   std::map<std::string, int> widths;  ///< pixel width per figure (the HTML shows it at most that wide)
@@ -182,7 +209,6 @@ class Writer {
     render(name, d.str(), b.str(), 360 * cols, 320 * rows + 40);
   }
 
-  const json& r_;
   std::string fig_dir_;
 };
 
@@ -201,20 +227,10 @@ std::vector<std::string> report_verdict(const json& r) {
   std::vector<std::string> v;
   // 1. Accuracy and ECE by residual mode.
   if (r.contains("study") && r["study"].contains("runs")) {
-    std::map<std::string, std::vector<std::pair<double, double>>> by;
-    for (const auto& run : r["study"]["runs"]) {
-      const auto& m = run["metrics"];
-      by[run["model"].get<std::string>() + " " + run["residual"].get<std::string>()].push_back({num(m, "accuracy"), num(m, "ece")});
-    }
     std::string line = "Accuracy / ECE (mean over seeds): ";
     bool first = true;
-    for (const auto& [k, xs] : by) {
-      double a = 0, e = 0;
-      for (auto [x, y] : xs) {
-        a += x / double(xs.size());
-        e += y / double(xs.size());
-      }
-      line += (first ? "" : "; ") + k + " " + pct(a) + " / " + f4(e) + " (" + std::to_string(xs.size()) + " seeds)";
+    for (const auto& [k, m] : seed_summaries(r["study"]["runs"])) {
+      line += (first ? "" : "; ") + k + " " + pct(m.accuracy) + " / " + f4(m.ece) + " (" + std::to_string(m.seeds) + " seeds)";
       first = false;
     }
     v.push_back(line + ".");
@@ -321,11 +337,8 @@ std::vector<std::string> report_verdict(const json& r) {
 
 ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
   const std::string path = dir + "/results.json";
-  std::ifstream in(path);
-  if (!in) throw_input(kFn, path + " does not exist (run arcal audit --out DIR or arcal run first)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const json r = json::parse(ss.str(), nullptr, false);
+  if (!fs::exists(path)) throw_input(kFn, path + " does not exist (run arcal audit --out DIR or arcal run first)");
+  const json r = json::parse(read_file(path), nullptr, false);
   if (r.is_discarded()) throw_input(kFn, path + " is not valid JSON");
   if (!r.is_object() || str(r, "schema").rfind("arcal.audit/", 0) != 0 || !r.contains("diagnostic"))
     throw_input(kFn, path + " is not an arcal audit result (schema 'arcal.audit/1' with a diagnostic section)");
@@ -336,7 +349,7 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
   fs::create_directories(figdir, ec);
   fs::create_directories(tabdir, ec);
   if (ec) throw_input(kFn, "cannot create " + out_dir + ": " + ec.message());
-  Writer w(r, figdir);
+  Writer w(figdir);
   std::vector<Section> secs;
   const bool has_study = r.contains("study");
   const json empty = json::array();
@@ -383,24 +396,10 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
     s.tab(t, "Metrics of every trained run on its traced " + str(r["study"], "split", "test") +
                  " split (95 % percentile bootstrap over examples, 1000 resamples).");
     // Mean and sd over seeds per (model, residual mode): the AttnRes vs standard-twin comparison.
-    std::map<std::string, std::vector<std::pair<double, double>>> by;
-    for (const auto& run : r["study"]["runs"])
-      by[str(run, "model") + " / " + str(run, "residual")].push_back({num(run["metrics"], "accuracy"), num(run["metrics"], "ece")});
     Table m{{"model / residual", "seeds", "accuracy mean", "sd", "ECE-15 mean", "sd"}, {}};
-    for (const auto& [k, xs] : by) {
-      double ma = 0, me = 0, va = 0, ve = 0;
-      for (auto [a, e] : xs) {
-        ma += a / double(xs.size());
-        me += e / double(xs.size());
-      }
-      for (auto [a, e] : xs) {
-        va += (a - ma) * (a - ma);
-        ve += (e - me) * (e - me);
-      }
-      const double d = xs.size() > 1 ? double(xs.size() - 1) : 1.0;
-      m.rows.push_back({k, std::to_string(xs.size()), f4(ma), xs.size() > 1 ? f4(std::sqrt(va / d)) : "-", f4(me),
-                        xs.size() > 1 ? f4(std::sqrt(ve / d)) : "-"});
-    }
+    for (const auto& [k, x] : seed_summaries(r["study"]["runs"]))
+      m.rows.push_back({k, std::to_string(x.seeds), f4(x.accuracy), x.seeds > 1 ? f4(x.accuracy_sd) : "-", f4(x.ece),
+                        x.seeds > 1 ? f4(x.ece_sd) : "-"});
     s.tab(m, "Across seeds (sample sd).");
     write_csv(tabdir + "/training.csv", t);
     out.tables.push_back(tabdir + "/training.csv");

@@ -103,6 +103,10 @@ void check_runs(const char* fn, const std::vector<AuditRunInput>& runs, const Pr
   validate_probe_inputs(runs, po);
 }
 
+RefitSettings refit_settings(const MlpProbeOptions& m, bool warm_start) {
+  return {m.restarts, m.max_epochs, m.patience, m.batch_size, m.lr, warm_start};
+}
+
 double quantile_of(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   return quantile_sorted(v, q);
@@ -136,12 +140,7 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
   res.threshold_effect = o.threshold_effect;
   res.correction_ridge = o.correction_ridge;
   res.seed = o.probes.seed;
-  res.restarts = o.refit.restarts;
-  res.max_epochs = o.refit.max_epochs;
-  res.patience = o.refit.patience;
-  res.batch_size = o.refit.batch_size;
-  res.lr = o.refit.lr;
-  res.warm_start = o.warm_start;
+  res.refit = refit_settings(o.refit, o.warm_start);
 
   std::vector<std::string> names;
   std::vector<RecoveryUnits> units(o.effects.size());
@@ -260,12 +259,7 @@ ExactNullResult run_exact_null_audit(const std::vector<AuditRunInput>& runs, con
   res.variants = o.variants;
   res.replicates = o.replicates;
   res.seed = o.probes.seed;
-  res.restarts = o.refit.restarts;
-  res.max_epochs = o.refit.max_epochs;
-  res.patience = o.refit.patience;
-  res.batch_size = o.refit.batch_size;
-  res.lr = o.refit.lr;
-  res.warm_start = o.warm_start;
+  res.refit = refit_settings(o.refit, o.warm_start);
 
   for (std::size_t r = 0; r < runs.size(); ++r) {
     const auto& run = runs[r];
