@@ -1,6 +1,6 @@
 // Helpers shared by the test suites: a fresh scratch directory under the build tree and running a
 // command with its stdout and stderr captured to files in that directory (per test, so ctest -j can
-// run test processes side by side). Header-only, standard library only.
+// run test processes side by side), and the message of an expected InputError. Header-only.
 #pragma once
 
 #include <sys/wait.h>
@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+
+#include "core/error.hpp"
 
 namespace arcal::testing {
 
@@ -38,6 +40,18 @@ inline CmdResult run_command(const std::string& cmd, const std::string& dir, con
   const std::string o = dir + "/" + tag + ".stdout", e = dir + "/" + tag + ".stderr";
   const int status = std::system((cmd + " > " + o + " 2> " + e).c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(o), slurp(e)};
+}
+
+/// The message of the InputError that f() throws, or "(no InputError)" when it throws none (so a
+/// `find(expected)` on the result fails).
+template <class F>
+std::string input_error_message(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no InputError)";
 }
 
 }  // namespace arcal::testing

@@ -46,15 +46,6 @@ void write_idx(const std::string& dir, const std::string& prefix, std::uint32_t 
   write_gz(dir + "/" + prefix + "-labels-idx1-ubyte.gz", lab);
 }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no InputError)";
-}
-
 }  // namespace
 
 TEST(Idx, ReadsWhatWasWritten) {
@@ -84,17 +75,17 @@ TEST(Idx, ReadsDebianFashionMnistWhenInstalled) {
 
 TEST(Idx, ErrorsNameTheFileAndConstraint) {
   auto d = tmpdir("idx_bad");
-  EXPECT_NE(message_of([&] { load_fashion_mnist(d, true); }).find("train-images-idx3-ubyte.gz: cannot open"), std::string::npos);
+  EXPECT_NE(arcal::testing::input_error_message([&] { load_fashion_mnist(d, true); }).find("train-images-idx3-ubyte.gz: cannot open"), std::string::npos);
   write_idx(d, "train", 4, 3, 3, /*img_magic=*/2049);
-  EXPECT_NE(message_of([&] { load_fashion_mnist(d, true); }).find("magic number is 2049, but must be 2051"), std::string::npos);
+  EXPECT_NE(arcal::testing::input_error_message([&] { load_fashion_mnist(d, true); }).find("magic number is 2049, but must be 2051"), std::string::npos);
   write_idx(d, "train", 4, 3, 3, 2051, 2049, /*drop_pixels=*/5);
-  EXPECT_NE(message_of([&] { load_fashion_mnist(d, true); }).find("31 pixel bytes, but the header promises 36"), std::string::npos);
+  EXPECT_NE(arcal::testing::input_error_message([&] { load_fashion_mnist(d, true); }).find("31 pixel bytes, but the header promises 36"), std::string::npos);
   // A gzip stream cut in the middle.
   write_idx(d, "train", 40, 8, 8);
   auto path = d + "/train-images-idx3-ubyte.gz";
   auto size = fs::file_size(path);
   fs::resize_file(path, size / 2);
-  auto msg = message_of([&] { load_fashion_mnist(d, true); });
+  auto msg = arcal::testing::input_error_message([&] { load_fashion_mnist(d, true); });
   EXPECT_NE(msg.find("train-images-idx3-ubyte.gz"), std::string::npos) << msg;
 }
 
@@ -123,7 +114,7 @@ TEST(Cifar, ReadsBinaryRecordsOfBothVersions) {
   EXPECT_EQ(b.classes, 100);
   EXPECT_EQ(b.labels[1], 91);  // the fine label
   // A CIFAR-100 file read as CIFAR-10 has the wrong record size.
-  auto msg = message_of([&] { read_cifar_files({d + "/c100.bin"}, false); });
+  auto msg = arcal::testing::input_error_message([&] { read_cifar_files({d + "/c100.bin"}, false); });
   EXPECT_NE(msg.find("c100.bin: size 6148 bytes is not a positive multiple of the 3073-byte record"), std::string::npos) << msg;
   // Labels out of range for CIFAR-10.
   {
@@ -131,6 +122,6 @@ TEST(Cifar, ReadsBinaryRecordsOfBothVersions) {
     f.put(static_cast<char>(12));
     for (int p = 0; p < 3072; ++p) f.put(0);
   }
-  msg = message_of([&] { read_cifar_files({d + "/badlabel.bin"}, false); });
+  msg = arcal::testing::input_error_message([&] { read_cifar_files({d + "/badlabel.bin"}, false); });
   EXPECT_NE(msg.find("labels[0] is 12, but must be in [0, 9]"), std::string::npos) << msg;
 }

@@ -62,15 +62,6 @@ Trace small_trace() {
   return t;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
 }  // namespace
 
 TEST(Trace, RoundTripThroughNumpy) {
@@ -117,7 +108,7 @@ TEST(Trace, LoadsNumpyWrittenTraceWithInt32LabelsAndProbs) {
   EXPECT_FLOAT_EQ(static_cast<float>(t.probs[1]), 0.8f);
   EXPECT_EQ(t.labels, (std::vector<std::int64_t>{1, 0}));
   EXPECT_EQ(statistic_column(t, "x"), (std::vector<double>{1.0, 2.0}));
-  EXPECT_NE(error_of([&] { statistic_column(t, "re"); }).find("available: x"), std::string::npos);
+  EXPECT_NE(arcal::testing::input_error_message([&] { statistic_column(t, "re"); }).find("available: x"), std::string::npos);
 }
 
 TEST(Trace, InvalidTracesThrowNamingArrayAndIndex) {
@@ -147,7 +138,7 @@ TEST(Trace, InvalidTracesThrowNamingArrayAndIndex) {
     Trace t = small_trace();
     c.mutate(t);
     t.path = "run1.npz";
-    const std::string msg = error_of([&] { validate_trace(t); });
+    const std::string msg = arcal::testing::input_error_message([&] { validate_trace(t); });
     EXPECT_NE(msg.find(c.needle), std::string::npos) << msg;
     EXPECT_NE(msg.find("run1.npz"), std::string::npos) << msg;
   }
@@ -182,7 +173,7 @@ TEST(Trace, LoadRejectsFilesNamingArrays) {
     const std::string path = d + "/case.npz";
     std::string out;
     ASSERT_EQ(python("import numpy as np\nP = '" + path + "'\n" + c.code + "\n", &out), 0) << out;
-    const std::string msg = error_of([&] { load_trace(path); });
+    const std::string msg = arcal::testing::input_error_message([&] { load_trace(path); });
     EXPECT_NE(msg.find(c.needle), std::string::npos) << msg;
     EXPECT_NE(msg.find("load_trace: " + path), std::string::npos) << msg;
   }

@@ -18,6 +18,7 @@
 #include "core/error.hpp"
 #include "model/ar_vit.hpp"
 #include "model/cost.hpp"
+#include "test_util.hpp"
 
 using namespace arcal;
 
@@ -65,16 +66,6 @@ ModelConfig swin_t_224() {
 std::int64_t count(const ModelConfig& c) {
   ARViT m(c);
   return parameter_count(*m);
-}
-
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace
@@ -241,15 +232,15 @@ TEST(Presets, RoutingSoftmaxStaysFp32UnderBf16Autocast) {
 }
 
 TEST(Presets, BadInputNamesTheProblem) {
-  auto msg = message_of([] { make_model_config("ar-vit-huge", 32, 3, 10, ResidualMode::Full, 2); });
+  auto msg = arcal::testing::input_error_message([] { make_model_config("ar-vit-huge", 32, 3, 10, ResidualMode::Full, 2); });
   EXPECT_NE(msg.find("'ar-vit-huge' is not a known preset; available: ar-vit-tiny, ar-deit-small, ar-swin-tiny"), std::string::npos) << msg;
-  msg = message_of([] { make_model_config("ar-swin-tiny", 28, 1, 10, ResidualMode::Full, 2); });
+  msg = arcal::testing::input_error_message([] { make_model_config("ar-swin-tiny", 28, 1, 10, ResidualMode::Full, 2); });
   EXPECT_NE(msg.find("14x14 grid, which 3 patch mergings cannot halve evenly"), std::string::npos) << msg;
-  msg = message_of([] { make_model_config("ar-deit-small", 30, 3, 10, ResidualMode::Full, 2); });
+  msg = arcal::testing::input_error_message([] { make_model_config("ar-deit-small", 30, 3, 10, ResidualMode::Full, 2); });
   EXPECT_NE(msg.find("patch 4 must divide the image size 30"), std::string::npos) << msg;
-  msg = message_of([] { make_model_config("ar-swin-tiny", 32, 3, 10, ResidualMode::Block, 13); });
+  msg = arcal::testing::input_error_message([] { make_model_config("ar-swin-tiny", 32, 3, 10, ResidualMode::Block, 13); });
   EXPECT_NE(msg.find("--block-size: 13 must be in [1, 12]"), std::string::npos) << msg;
-  msg = message_of([] {
+  msg = arcal::testing::input_error_message([] {
     auto c = make_model_config("ar-swin-tiny", 32, 3, 10, ResidualMode::Full, 2);
     c.window = 3;
     validate_model_config(c);

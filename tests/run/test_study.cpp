@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "run/study.hpp"
+#include "test_util.hpp"
 
 namespace fs = std::filesystem;
 using namespace arcal;
@@ -23,12 +24,7 @@ std::string write_tmp(const std::string& name, const std::string& text) {
 }
 
 std::string error_of(const std::string& toml) {
-  try {
-    parse_study_toml(write_tmp("bad.toml", toml));
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
+  return arcal::testing::input_error_message([&] { parse_study_toml(write_tmp("bad.toml", toml)); });
 }
 
 }  // namespace
