@@ -47,7 +47,8 @@ ChunkLayout chunks_from_starts(const std::vector<std::int64_t>& starts, std::int
 /// Per-chunk statistics of one key/value set, computed once (summarize) and shared by every query.
 /// Radii are Euclidean: key_rms_j = sqrt(mean_i |k_i - kbar_j|^2), key_max_j = max_i |k_i - kbar_j|,
 /// the same for values. The error bound needs a ball around a reference point c that holds every
-/// value a query can see: non-causal, c_h is the mean value of head h over all N keys; causal, c is
+/// value a query can see: non-causal, c_h is the mean value of head h over all N keys (computed from
+/// the float32 chunk means; any reference point is valid); causal, c is
 /// chunk 0's mean value (visible to every query), so that no statistic of a later key enters a
 /// query's expansion choice.
 struct Summaries {
@@ -60,7 +61,7 @@ struct Summaries {
   std::vector<float> log_count;   ///< [M] log n_j
   std::vector<float> key_rms, key_max, value_rms, value_max;  ///< [H, M]
   std::vector<float> value_offset;  ///< [H, M] |vbar_j - c_h|
-  std::vector<float> value_radius;  ///< [H] max_i |v_i - c_h|: every output lies in this ball around c_h
+  std::vector<float> value_radius;  ///< [H] max_j (|vbar_j - c_h| + value_max_j) >= max_i |v_i - c_h|
   std::vector<float> causal_offset;  ///< [H, M] |vbar_j - vbar_0|
   std::vector<float> causal_radius;  ///< [H, M] max |v_i - vbar_0| over the keys of chunks 0..j
   std::vector<float> token_radius;   ///< [H, N] |v_i - vbar_0| (a causal query's own, partly visible chunk)

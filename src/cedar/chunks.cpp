@@ -79,96 +79,101 @@ Summaries summarize(const float* k, const float* v, const Shape& shape, const Ch
   s.causal_radius.assign(std::size_t(H * M), 0.0f);
   s.token_radius.assign(std::size_t(H * N), 0.0f);
 
-  // Two passes per chunk in float64 (mean, then deviations), so the variance has no cancellation.
+  // Chunk 0's mean value first: the causal reference point, visible to every query.
+  std::vector<double> ref0(std::size_t(H * d), 0.0);
+  for (std::int64_t h = 0; h < H; ++h)
+    for (std::int64_t i = 0; i < chunks.size(0); ++i)
+      for (std::int64_t c = 0; c < d; ++c) ref0[std::size_t(h * d + c)] += v[(h * N + i) * d + c] / double(chunks.size(0));
+  std::vector<float> chunk_token_max(std::size_t(H * M), 0.0f);  // max_i |v_i - vbar_0| per chunk
+
+  // Per chunk, two passes in float64 (mean, then deviations), so the variance has no cancellation.
   constexpr std::int64_t G = 16;  // chunks per job
   const std::int64_t groups = (M + G - 1) / G;
   parallel_for_index(std::size_t(H * groups), threads, [&](std::size_t job) {
     const std::int64_t h = std::int64_t(job) / groups, g = std::int64_t(job) % groups;
-    std::vector<double> mk(static_cast<std::size_t>(d)), mv(mk), var(mk);
+    std::vector<double> buf(static_cast<std::size_t>(3 * d));
+    double* __restrict mk = buf.data();
+    double* __restrict mv = mk + d;
+    double* __restrict var = mv + d;
+    const double* __restrict r0 = &ref0[std::size_t(h * d)];
     for (std::int64_t j = g * G; j < std::min(M, (g + 1) * G); ++j) {
-      const std::int64_t n = chunks.size(j);
-      const float* kb = k + (h * N + chunks.begin(j)) * d;
-      const float* vb = v + (h * N + chunks.begin(j)) * d;
-      std::fill(mk.begin(), mk.end(), 0.0);
-      std::fill(mv.begin(), mv.end(), 0.0);
-      std::fill(var.begin(), var.end(), 0.0);
-      for (std::int64_t i = 0; i < n; ++i)
-        for (std::int64_t c = 0; c < d; ++c) {
-          mk[std::size_t(c)] += kb[i * d + c];
-          mv[std::size_t(c)] += vb[i * d + c];
-        }
-      for (std::int64_t c = 0; c < d; ++c) {
-        mk[std::size_t(c)] /= double(n);
-        mv[std::size_t(c)] /= double(n);
-      }
-      double k2sum = 0, k2max = 0, v2sum = 0, v2max = 0;
+      const std::int64_t n = chunks.size(j), b0 = chunks.begin(j);
+      const float* __restrict kb = k + (h * N + b0) * d;
+      const float* __restrict vb = v + (h * N + b0) * d;
+      std::fill(buf.begin(), buf.end(), 0.0);
       for (std::int64_t i = 0; i < n; ++i) {
-        double dk = 0, dv = 0;
+#pragma omp simd
         for (std::int64_t c = 0; c < d; ++c) {
-          const double a = kb[i * d + c] - mk[std::size_t(c)], b = vb[i * d + c] - mv[std::size_t(c)];
-          var[std::size_t(c)] += a * a;
+          mk[c] += kb[i * d + c];
+          mv[c] += vb[i * d + c];
+        }
+      }
+      const double inv = 1.0 / double(n);
+      for (std::int64_t c = 0; c < d; ++c) {
+        mk[c] *= inv;
+        mv[c] *= inv;
+      }
+      double k2sum = 0, k2max = 0, v2sum = 0, v2max = 0, t0max = 0;
+      float* tok = &s.token_radius[std::size_t(h * N + b0)];
+      for (std::int64_t i = 0; i < n; ++i) {
+        double dk = 0, dv = 0, d0 = 0;
+#pragma omp simd reduction(+ : dk, dv, d0)
+        for (std::int64_t c = 0; c < d; ++c) {
+          const double a = kb[i * d + c] - mk[c], b = vb[i * d + c] - mv[c], e = vb[i * d + c] - r0[c];
+          var[c] += a * a;
           dk += a * a;
           dv += b * b;
+          d0 += e * e;
         }
         k2sum += dk;
         v2sum += dv;
         k2max = std::max(k2max, dk);
         v2max = std::max(v2max, dv);
+        tok[i] = float(std::sqrt(d0));
+        t0max = std::max(t0max, std::sqrt(d0));
       }
       float* row = &s.key_row[std::size_t((h * M + j) * 2 * d)];
       float* mvo = &s.mean_value[std::size_t((h * M + j) * d)];
       for (std::int64_t c = 0; c < d; ++c) {
-        row[c] = float(mk[std::size_t(c)]);
-        row[d + c] = float(var[std::size_t(c)] / double(n));
-        mvo[c] = float(mv[std::size_t(c)]);
+        row[c] = float(mk[c]);
+        row[d + c] = float(var[c] * inv);
+        mvo[c] = float(mv[c]);
       }
       const std::size_t a = s.at(h, j);
-      s.key_rms[a] = float(std::sqrt(k2sum / double(n)));
+      s.key_rms[a] = float(std::sqrt(k2sum * inv));
       s.key_max[a] = float(std::sqrt(k2max));
-      s.value_rms[a] = float(std::sqrt(v2sum / double(n)));
+      s.value_rms[a] = float(std::sqrt(v2sum * inv));
       s.value_max[a] = float(std::sqrt(v2max));
+      chunk_token_max[a] = float(t0max);
     }
   });
-  // The value centre c_h, every chunk mean's distance to it and the radius of the ball around c_h
-  // that holds every value (hence every output, a convex combination of values and chunk means).
-  parallel_for_index(std::size_t(H), threads, [&](std::size_t hh) {
-    const std::int64_t h = std::int64_t(hh);
-    std::vector<double> centre(std::size_t(d), 0.0);
-    const float* vh = v + h * N * d;
-    for (std::int64_t i = 0; i < N; ++i)
-      for (std::int64_t c = 0; c < d; ++c) centre[std::size_t(c)] += vh[i * d + c];
-    for (auto& x : centre) x /= double(N);
-    double r2 = 0;
-    for (std::int64_t i = 0; i < N; ++i) {
-      double e = 0;
-      for (std::int64_t c = 0; c < d; ++c) e += (vh[i * d + c] - centre[std::size_t(c)]) * (vh[i * d + c] - centre[std::size_t(c)]);
-      r2 = std::max(r2, e);
-    }
-    s.value_radius[std::size_t(h)] = float(std::sqrt(r2));
+  // Per head, O(M d): the value centre c_h (the count-weighted mean of the chunk means), each chunk
+  // mean's distance to c_h and to vbar_0, the radius R_h = max_j (|vbar_j - c_h| + r_v,max,j) of a
+  // ball around c_h that holds every value (hence every output, a convex combination of values and
+  // chunk means), and the causal radii (running maximum of |v_i - vbar_0| over chunks 0..j).
+  for (std::int64_t h = 0; h < H; ++h) {
+    std::vector<double> centre(static_cast<std::size_t>(d), 0.0);
     for (std::int64_t j = 0; j < M; ++j) {
       const float* mv = &s.mean_value[std::size_t((h * M + j) * d)];
-      double e = 0;
-      for (std::int64_t c = 0; c < d; ++c) e += (mv[c] - centre[std::size_t(c)]) * (mv[c] - centre[std::size_t(c)]);
-      s.value_offset[s.at(h, j)] = float(std::sqrt(e));
+      for (std::int64_t c = 0; c < d; ++c) centre[std::size_t(c)] += double(chunks.size(j)) * mv[c] / double(N);
     }
-    // Causal reference: chunk 0's mean value.
-    const float* v0 = &s.mean_value[std::size_t(h * M * d)];
-    double running = 0;
+    double radius = 0, running = 0;
     for (std::int64_t j = 0; j < M; ++j) {
       const float* mv = &s.mean_value[std::size_t((h * M + j) * d)];
-      double e = 0;
-      for (std::int64_t c = 0; c < d; ++c) e += double(mv[c] - v0[c]) * double(mv[c] - v0[c]);
-      s.causal_offset[s.at(h, j)] = float(std::sqrt(e));
-      for (std::int64_t i = chunks.begin(j); i < chunks.end(j); ++i) {
-        double t = 0;
-        for (std::int64_t c = 0; c < d; ++c) t += double(vh[i * d + c] - v0[c]) * double(vh[i * d + c] - v0[c]);
-        const double r = std::sqrt(t);
-        s.token_radius[std::size_t(h * N + i)] = float(r);
-        running = std::max(running, r);
+      double e = 0, e0 = 0;
+      for (std::int64_t c = 0; c < d; ++c) {
+        e += (mv[c] - centre[std::size_t(c)]) * (mv[c] - centre[std::size_t(c)]);
+        e0 += (mv[c] - ref0[std::size_t(h * d + c)]) * (mv[c] - ref0[std::size_t(h * d + c)]);
       }
-      s.causal_radius[s.at(h, j)] = float(running);
+      const std::size_t a = s.at(h, j);
+      s.value_offset[a] = float(std::sqrt(e));
+      s.causal_offset[a] = float(std::sqrt(e0));
+      radius = std::max(radius, std::sqrt(e) + double(s.value_max[a]));
+      running = std::max(running, double(chunk_token_max[a]));
+      s.causal_radius[a] = float(running);
     }
-  });
+    s.value_radius[std::size_t(h)] = float(radius);
+  }
   return s;
 }
 

@@ -39,8 +39,13 @@ def attend_query(q, K, V, bounds, method, budget, target, causal, pos, sink, sec
         centre = V[bounds[0]:bounds[1]].mean(0)
         radius = np.sqrt(np.max(np.sum((V[:pos + 1] - centre) ** 2, axis=1)))
     else:
+        # R = max_j (|vbar_j - c| + max_{i in j} |v_i - vbar_j|) >= max_i |v_i - c|.
         centre = V.mean(0)
-        radius = np.sqrt(np.max(np.sum((V - centre) ** 2, axis=1)))
+        radius = 0.0
+        for j in range(len(bounds) - 1):
+            Vj = V[bounds[j]:bounds[j + 1]]
+            vbar = Vj.mean(0)
+            radius = max(radius, np.linalg.norm(vbar - centre) + np.sqrt(np.max(np.sum((Vj - vbar) ** 2, axis=1))))
 
     # Summaries: mean key, per-coordinate variance, mean value, dispersion radii.
     summ = {}
