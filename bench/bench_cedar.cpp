@@ -63,27 +63,36 @@ int main(int argc, char** argv) {
   double dispersion = 0.1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--keys") keys = parse_list(v);
-    else if (a == "--dims") dims = parse_list(v);
-    else if (a == "--budgets") budgets = parse_list(v);
-    else if (a == "--queries") queries = std::stoll(v);
-    else if (a == "--chunk") chunk = std::stoll(v);
-    else if (a == "--threads") threads = std::stoi(v);
-    else if (a == "--repeats") repeats = std::stoi(v);
-    else if (a == "--dispersion") dispersion = std::stod(v);
+    if (a == "--keys")
+      keys = parse_list(v);
+    else if (a == "--dims")
+      dims = parse_list(v);
+    else if (a == "--budgets")
+      budgets = parse_list(v);
+    else if (a == "--queries")
+      queries = std::stoll(v);
+    else if (a == "--chunk")
+      chunk = std::stoll(v);
+    else if (a == "--threads")
+      threads = std::stoi(v);
+    else if (a == "--repeats")
+      repeats = std::stoi(v);
+    else if (a == "--dispersion")
+      dispersion = std::stod(v);
     else {
       std::fprintf(stderr, "bench_cedar: unknown option %s\n", a.c_str());
       return 2;
     }
   }
   arcal::set_compute_threads(threads);  // LibTorch's intra-op pool and OpenBLAS's own
-  std::printf("bench_cedar: %lld queries, chunks of %lld keys, %d threads (arcal and LibTorch), best of %d; "
-              "clustered keys/values, dispersion %g, temperature 1, 2 clusters per query\n",
-              queries, chunk, threads, repeats, dispersion);
+  std::printf(
+      "bench_cedar: %lld queries, chunks of %lld keys, %d threads (arcal and LibTorch), best of %d; "
+      "clustered keys/values, dispersion %g, temperature 1, 2 clusters per query\n",
+      queries, chunk, threads, repeats, dispersion);
   const char* core = std::getenv("OPENBLAS_CORETYPE");
   std::printf("OPENBLAS_CORETYPE=%s; load average at start: %.2f\n\n", core ? core : "(unset)", load_average());
-  std::printf("%7s %4s | %10s %10s %6s | %-6s %4s %10s %8s %10s %10s\n", "keys", "d", "dense s", "torch s",
-              "d/t", "method", "B", "time s", "dense/x", "rel err", "mean exp");
+  std::printf("%7s %4s | %10s %10s %6s | %-6s %4s %10s %8s %10s %10s\n", "keys", "d", "dense s", "torch s", "d/t",
+              "method", "B", "time s", "dense/x", "rel err", "mean exp");
   for (long long d : dims)
     for (long long n : keys) {
       ClusteredSpec spec;

@@ -105,6 +105,9 @@ arcal::cli::RunFn setup(CLI::App& app) {
                  "extracted cifar-10-batches-bin or cifar-100-binary folder)");
   app.add_option("--model", cfg->model, "Preset: ar-vit-tiny | ar-deit-small | ar-swin-tiny")->capture_default_str();
   app.add_option("--residual", cfg->residual, "full | block | standard")->capture_default_str();
+  app.add_option("--patch", cfg->patch,
+                 "Patch size of the ViT presets instead of the preset's (0 = the preset's; 2 on 28x28 gives 197 tokens)")
+      ->capture_default_str();
   app.add_option("--block-size", cfg->block_size, "Block AttnRes block size S in sublayers")->capture_default_str();
   app.add_option("--epochs", cfg->epochs, "Training epochs")->capture_default_str();
   app.add_option("--max-steps", cfg->max_steps, "Stop after this many optimizer steps (0 = no cap)")->capture_default_str();

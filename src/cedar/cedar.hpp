@@ -57,11 +57,11 @@ struct Summaries {
   /// [H, M, 2d]: the mean key, then the per-coordinate key variance Var_j(k_c) (population, 1/n_j),
   /// so that the summary score is one 2d-long dot product with [q/sqrt(d), q*q/(2d)] (method.md §8).
   std::vector<float> key_row;
-  std::vector<float> mean_value;  ///< [H, M, d]
-  std::vector<float> log_count;   ///< [M] log n_j
+  std::vector<float> mean_value;                              ///< [H, M, d]
+  std::vector<float> log_count;                               ///< [M] log n_j
   std::vector<float> key_rms, key_max, value_rms, value_max;  ///< [H, M]
-  std::vector<float> value_offset;  ///< [H, M] |vbar_j - c_h|
-  std::vector<float> value_radius;  ///< [H] max_j (|vbar_j - c_h| + value_max_j) >= max_i |v_i - c_h|
+  std::vector<float> value_offset;                            ///< [H, M] |vbar_j - c_h|
+  std::vector<float> value_radius;   ///< [H] max_j (|vbar_j - c_h| + value_max_j) >= max_i |v_i - c_h|
   std::vector<float> causal_offset;  ///< [H, M] |vbar_j - vbar_0|
   std::vector<float> causal_radius;  ///< [H, M] max |v_i - vbar_0| over the keys of chunks 0..j
   std::vector<float> token_radius;   ///< [H, N] |v_i - vbar_0| (a causal query's own, partly visible chunk)

@@ -12,10 +12,14 @@ namespace arcal::cedar {
 
 std::string to_string(Method method) {
   switch (method) {
-    case Method::cedar: return "cedar";
-    case Method::topk: return "topk";
-    case Method::summary: return "summary";
-    case Method::dense: return "dense";
+    case Method::cedar:
+      return "cedar";
+    case Method::topk:
+      return "topk";
+    case Method::summary:
+      return "summary";
+    case Method::dense:
+      return "dense";
   }
   return "?";
 }
@@ -34,17 +38,18 @@ std::int64_t ChunkLayout::chunk_of(std::int64_t p) const {
 
 ChunkLayout fixed_chunks(std::int64_t n_keys, std::int64_t chunk_size) {
   if (n_keys <= 0) throw_input("cedar", "the number of keys is " + std::to_string(n_keys) + ", but must be positive");
-  if (chunk_size <= 0)
-    throw_input("cedar", "chunk size is " + std::to_string(chunk_size) + ", but must be positive");
+  if (chunk_size <= 0) throw_input("cedar", "chunk size is " + std::to_string(chunk_size) + ", but must be positive");
   ChunkLayout c;
   for (std::int64_t b = 0; b < n_keys; b += chunk_size) c.bounds.push_back(b);
   c.bounds.push_back(n_keys);
   return c;
 }
 
-ChunkLayout chunks_from_starts(const std::vector<std::int64_t>& starts, std::int64_t n_keys, const std::string& context) {
+ChunkLayout chunks_from_starts(const std::vector<std::int64_t>& starts, std::int64_t n_keys,
+                               const std::string& context) {
   if (starts.empty()) throw_input(context, "chunk_starts is empty, but must hold at least the start 0");
-  if (starts[0] != 0) throw_index(context, "chunk_starts", 0, std::to_string(starts[0]), "0 (the first chunk starts at key 0)");
+  if (starts[0] != 0)
+    throw_index(context, "chunk_starts", 0, std::to_string(starts[0]), "0 (the first chunk starts at key 0)");
   for (std::size_t i = 1; i < starts.size(); ++i) {
     if (starts[i] <= starts[i - 1])
       throw_index(context, "chunk_starts", i, std::to_string(starts[i]),
@@ -63,8 +68,8 @@ ChunkLayout chunks_from_starts(const std::vector<std::int64_t>& starts, std::int
 Summaries summarize(const float* k, const float* v, const Shape& shape, const ChunkLayout& chunks, int threads) {
   const std::int64_t H = shape.heads, N = shape.n_keys, d = shape.dim, M = chunks.chunks();
   if (chunks.n_keys() != N || M <= 0)
-    throw_input("cedar::summarize", "the chunk layout covers " + std::to_string(chunks.n_keys()) + " keys, but k holds " +
-                                        std::to_string(N));
+    throw_input("cedar::summarize", "the chunk layout covers " + std::to_string(chunks.n_keys()) +
+                                        " keys, but k holds " + std::to_string(N));
   Summaries s;
   s.heads = H;
   s.dim = d;
@@ -73,7 +78,8 @@ Summaries summarize(const float* k, const float* v, const Shape& shape, const Ch
   s.mean_value.assign(std::size_t(H * M * d), 0.0f);
   s.log_count.resize(std::size_t(M));
   for (std::int64_t j = 0; j < M; ++j) s.log_count[std::size_t(j)] = float(std::log(double(chunks.size(j))));
-  for (auto* a : {&s.key_rms, &s.key_max, &s.value_rms, &s.value_max, &s.value_offset}) a->assign(std::size_t(H * M), 0.0f);
+  for (auto* a : {&s.key_rms, &s.key_max, &s.value_rms, &s.value_max, &s.value_offset})
+    a->assign(std::size_t(H * M), 0.0f);
   s.value_radius.assign(std::size_t(H), 0.0f);
   s.causal_offset.assign(std::size_t(H * M), 0.0f);
   s.causal_radius.assign(std::size_t(H * M), 0.0f);
@@ -83,7 +89,8 @@ Summaries summarize(const float* k, const float* v, const Shape& shape, const Ch
   std::vector<double> ref0(std::size_t(H * d), 0.0);
   for (std::int64_t h = 0; h < H; ++h)
     for (std::int64_t i = 0; i < chunks.size(0); ++i)
-      for (std::int64_t c = 0; c < d; ++c) ref0[std::size_t(h * d + c)] += v[(h * N + i) * d + c] / double(chunks.size(0));
+      for (std::int64_t c = 0; c < d; ++c)
+        ref0[std::size_t(h * d + c)] += v[(h * N + i) * d + c] / double(chunks.size(0));
   std::vector<float> chunk_token_max(std::size_t(H * M), 0.0f);  // max_i |v_i - vbar_0| per chunk
 
   // Per chunk, two passes in float64 (mean, then deviations), so the variance has no cancellation.

@@ -31,8 +31,8 @@ namespace {
 using impl::exp_nonpos;
 using impl::kNegInf;
 
-constexpr int kTile = 32;   // queries per job (lanes of the tile kernels)
-constexpr int kBlock = 64;  // keys (or summaries) per online-softmax block
+constexpr int kTile = 32;     // queries per job (lanes of the tile kernels)
+constexpr int kBlock = 64;    // keys (or summaries) per online-softmax block
 constexpr int kRowGroup = 6;  // a chunk chosen by at most this many of a tile's queries runs per query
 
 struct Context {
@@ -61,7 +61,11 @@ struct TileState {
 struct Scratch {
   std::vector<float> st, pt, acct, srow, prow, accrow, kt;
   explicit Scratch(std::int64_t d)
-      : st(kBlock * kTile), pt(kBlock * kTile), acct(std::size_t((kTile + 4) * d)), srow(kBlock), prow(kBlock),
+      : st(kBlock * kTile),
+        pt(kBlock * kTile),
+        acct(std::size_t((kTile + 4) * d)),
+        srow(kBlock),
+        prow(kBlock),
         accrow(std::size_t(d)) {}
 };
 
@@ -192,8 +196,8 @@ ARCAL_CEDAR_INLINE void exact_group(const float* Qt, const float* Qrows, const i
 }
 
 /// Merges the summary terms (scores shat, nc x 32; values vbar, nc rows) of the tile rows ids[0..r).
-ARCAL_CEDAR_INLINE void merge_summaries(const float* shat, const float* vbar, std::int64_t nc, int d, const int* ids, int r,
-                                        TileState& state, Scratch& sc) {
+ARCAL_CEDAR_INLINE void merge_summaries(const float* shat, const float* vbar, std::int64_t nc, int d, const int* ids,
+                                        int r, TileState& state, Scratch& sc) {
   for (std::int64_t b = 0; b < nc; b += kBlock) {
     const int n = int(std::min<std::int64_t>(kBlock, nc - b));
     merge_block<kTile>(shat + b * kTile, vbar + b * d, d, n, d, ids, r, state, sc);
@@ -202,9 +206,9 @@ ARCAL_CEDAR_INLINE void merge_summaries(const float* shat, const float* vbar, st
 
 /// What the phases of the non-dense methods hand each other (all heads).
 struct Work {
-  std::int64_t cap = 0;            // most chunks a query expands: min(B, M)
-  std::vector<float> m;            // [H*Nq] online-softmax state after phase A
-  std::vector<double> l, acc;      // [H*Nq], [H*Nq, d]
+  std::int64_t cap = 0;              // most chunks a query expands: min(B, M)
+  std::vector<float> m;              // [H*Nq] online-softmax state after phase A
+  std::vector<double> l, acc;        // [H*Nq], [H*Nq, d]
   std::vector<std::int64_t> chosen;  // [H*Nq, cap] expanded chunks, ascending
   std::vector<std::int32_t> count;   // [H*Nq]
   std::vector<std::int64_t> start;   // [H*(M+1)] pairs of (h, chunk j) at [start[h*(M+1)+j], start[h*(M+1)+j+1])
@@ -236,7 +240,8 @@ ARCAL_CEDAR_INLINE void load_queries(const Context& cx, std::int64_t h, const st
 /// ties by lower index. A sorted buffer of `keep` when keep is small against n (one comparison per
 /// element once it is full: most chunks' weights are exponentially small), a full sort otherwise.
 template <class T>
-void top_values(const T* v, std::int64_t n, std::int64_t keep, bool positive_only, std::vector<std::pair<T, std::int64_t>>& out) {
+void top_values(const T* v, std::int64_t n, std::int64_t keep, bool positive_only,
+                std::vector<std::pair<T, std::int64_t>>& out) {
   out.clear();
   if (keep <= 0) return;
   auto better = [](const std::pair<T, std::int64_t>& x, const std::pair<T, std::int64_t>& y) {
@@ -490,7 +495,8 @@ ARCAL_CEDAR_INLINE void prep_select(const Context& cx, std::int64_t h, Prep& P, 
 /// not expanded (hard top-k drops them), run block by block over all the job's tiles so the summary
 /// rows are read from memory once per job; step 3 (selection) per tile. Leaves each query's state
 /// and expanded chunks (ascending) in `w`.
-ARCAL_CEDAR_CLONES void run_prepare(const Context& cx, Work& w, std::int64_t h, std::int64_t tile0, std::int64_t tiles) {
+ARCAL_CEDAR_CLONES void run_prepare(const Context& cx, Work& w, std::int64_t h, std::int64_t tile0,
+                                    std::int64_t tiles) {
   const Options& opt = cx.options;
   const Summaries& sm = *cx.summaries;
   const int d = int(cx.shape.dim);
@@ -518,7 +524,8 @@ ARCAL_CEDAR_CLONES void run_prepare(const Context& cx, Work& w, std::int64_t h, 
       impl::tile_scores<kTile>(P.Qs.data(), rows + b * 2 * d, 2 * d, n, 2 * d, sb);
       for (int j = 0; j < n; ++j) {
         const float lc = sm.log_count[std::size_t(S + b + j)];
-        for (int t = 0; t < kTile; ++t) sb[j * kTile + t] = S + b + j < P.cand_end[t] ? sb[j * kTile + t] + lc : kNegInf;
+        for (int t = 0; t < kTile; ++t)
+          sb[j * kTile + t] = S + b + j < P.cand_end[t] ? sb[j * kTile + t] + lc : kNegInf;
       }
     }
   for (Prep& P : tl) prep_select(cx, h, P, sc, ids);
@@ -563,8 +570,8 @@ ARCAL_CEDAR_CLONES void run_expand(const Context& cx, Work& w, std::int64_t h, s
     for (int t = 0; t < r; ++t) idx[t] = w.query[std::size_t(g + t)];
     load_queries(cx, h, idx, r, Qt.data(), Qrows.data());
     TileState ts(d);
-    exact_group(Qt.data(), Qrows.data(), ids, r, *cx.summaries, j, cx.k + h * N * d, cx.v + h * N * d, d, nullptr, ts, sc,
-                qsub);
+    exact_group(Qt.data(), Qrows.data(), ids, r, *cx.summaries, j, cx.k + h * N * d, cx.v + h * N * d, d, nullptr, ts,
+                sc, qsub);
     for (int t = 0; t < r; ++t) {
       const std::size_t p = std::size_t(g + t);
       w.pm[p] = ts.m[t];
@@ -616,8 +623,8 @@ Stats attention(const float* q, const float* k, const float* v, const Shape& sha
     stats.summary_seconds = std::chrono::duration<double>(clock::now() - t0).count();
     summaries = &local;
   }
-  if (summaries && (summaries->heads != shape.heads || summaries->dim != shape.dim ||
-                    summaries->chunks.bounds != chunks.bounds))
+  if (summaries &&
+      (summaries->heads != shape.heads || summaries->dim != shape.dim || summaries->chunks.bounds != chunks.bounds))
     throw_input("cedar", "the chunk summaries were built for another key/value shape or chunk layout");
   std::vector<std::int32_t> own_expanded;
   if (!expanded) {

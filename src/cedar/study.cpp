@@ -43,15 +43,20 @@ bool same_setting(const StudySetting& s, const StudyCell& c) {
 Qkv clustered_qkv(const ClusteredSpec& s) {
   const std::string f = "clustered_qkv";
   const std::int64_t M = s.chunk_size > 0 && s.n_keys > 0 ? (s.n_keys + s.chunk_size - 1) / s.chunk_size : 0;
-  for (auto [name, v] : {std::pair<const char*, std::int64_t>{"heads", s.heads}, {"n_keys", s.n_keys},
-                         {"chunk_size", s.chunk_size}, {"n_queries", s.n_queries}, {"dim", s.dim}})
+  for (auto [name, v] : {std::pair<const char*, std::int64_t>{"heads", s.heads},
+                         {"n_keys", s.n_keys},
+                         {"chunk_size", s.chunk_size},
+                         {"n_queries", s.n_queries},
+                         {"dim", s.dim}})
     if (v <= 0) throw_input(f, std::string(name) + " is " + std::to_string(v) + ", but must be positive");
-  for (auto [name, v] : {std::pair<const char*, double>{"dispersion", s.dispersion}, {"temperature", s.temperature},
+  for (auto [name, v] : {std::pair<const char*, double>{"dispersion", s.dispersion},
+                         {"temperature", s.temperature},
                          {"query_noise", s.query_noise}})
-    if (!(v >= 0) || !std::isfinite(v)) throw_input(f, std::string(name) + " is " + num(v) + ", but must be finite and >= 0");
+    if (!(v >= 0) || !std::isfinite(v))
+      throw_input(f, std::string(name) + " is " + num(v) + ", but must be finite and >= 0");
   if (s.query_clusters < 1 || s.query_clusters > M)
-    throw_input(f, "query_clusters is " + std::to_string(s.query_clusters) + ", but must be in [1, " + std::to_string(M) +
-                       "] (the number of chunks)");
+    throw_input(f, "query_clusters is " + std::to_string(s.query_clusters) + ", but must be in [1, " +
+                       std::to_string(M) + "] (the number of chunks)");
   if (!(std::abs(s.key_value_correlation) <= 1))
     throw_input(f, "key_value_correlation is " + num(s.key_value_correlation) + ", but must be in [-1, 1]");
   const std::int64_t H = s.heads, N = s.n_keys, Nq = s.n_queries, d = s.dim;
@@ -71,7 +76,8 @@ Qkv clustered_qkv(const ClusteredSpec& s) {
       for (std::int64_t c = 0; c < d; ++c) {
         const double xi = rng.normal(), zeta = rng.normal();
         out.k[std::size_t((h * N + i) * d + c)] = float(mu[std::size_t(j * d + c)] + s.dispersion * xi);
-        out.v[std::size_t((h * N + i) * d + c)] = float(nu[std::size_t(j * d + c)] + s.dispersion * (rho * xi + rho2 * zeta));
+        out.v[std::size_t((h * N + i) * d + c)] =
+            float(nu[std::size_t(j * d + c)] + s.dispersion * (rho * xi + rho2 * zeta));
       }
     }
     std::vector<std::int64_t> order(static_cast<std::size_t>(M));
@@ -93,8 +99,11 @@ Qkv clustered_qkv(const ClusteredSpec& s) {
 
 void validate_study_config(const StudyConfig& c) {
   const std::string f = "cedar-study";
-  for (auto [name, v] : {std::pair<const char*, std::int64_t>{"heads", c.heads}, {"keys", c.n_keys},
-                         {"chunk size", c.chunk_size}, {"queries", c.n_queries}, {"dim", c.dim}})
+  for (auto [name, v] : {std::pair<const char*, std::int64_t>{"heads", c.heads},
+                         {"keys", c.n_keys},
+                         {"chunk size", c.chunk_size},
+                         {"queries", c.n_queries},
+                         {"dim", c.dim}})
     if (v <= 0) throw_input(f, std::string(name) + " is " + std::to_string(v) + ", but must be positive");
   if (c.dispersions.empty() || c.temperatures.empty() || c.budgets.empty() || c.query_clusters.empty())
     throw_input(f, "the dispersion, temperature, query-cluster and budget grids must each hold at least one value");
@@ -111,13 +120,15 @@ void validate_study_config(const StudyConfig& c) {
                   "in [1, " + std::to_string(M) + "] (the number of chunks)");
   for (std::size_t i = 0; i < c.budgets.size(); ++i)
     if (c.budgets[i] < 1 || c.budgets[i] > M)
-      throw_index(f, "budgets", i, std::to_string(c.budgets[i]), "in [1, " + std::to_string(M) + "] (the number of chunks)");
+      throw_index(f, "budgets", i, std::to_string(c.budgets[i]),
+                  "in [1, " + std::to_string(M) + "] (the number of chunks)");
   for (std::size_t i = 0; i < c.error_targets.size(); ++i)
     if (!(c.error_targets[i] > 0) || !std::isfinite(c.error_targets[i]))
       throw_index(f, "error_targets", i, num(c.error_targets[i]), "finite and > 0");
 }
 
-StudyResult run_clustered_study(const StudyConfig& config, const std::function<void(std::size_t, std::size_t)>& progress) {
+StudyResult run_clustered_study(const StudyConfig& config,
+                                const std::function<void(std::size_t, std::size_t)>& progress) {
   validate_study_config(config);
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
@@ -131,74 +142,75 @@ StudyResult run_clustered_study(const StudyConfig& config, const std::function<v
   for (std::size_t di = 0; di < config.dispersions.size(); ++di)
     for (std::size_t ti = 0; ti < config.temperatures.size(); ++ti)
       for (std::size_t ai = 0; ai < config.query_clusters.size(); ++ai) {
-      ClusteredSpec spec;
-      spec.heads = config.heads;
-      spec.n_keys = config.n_keys;
-      spec.chunk_size = config.chunk_size;
-      spec.n_queries = config.n_queries;
-      spec.dim = config.dim;
-      spec.dispersion = config.dispersions[di];
-      spec.temperature = config.temperatures[ti];
-      spec.key_value_correlation = config.key_value_correlation;
-      spec.query_noise = config.query_noise;
-      spec.query_clusters = config.query_clusters[ai];
-      spec.seed = mix_seed(config.seed, 2, (di * 1000 + ti) * 1000 + ai);
-      const Qkv data = clustered_qkv(spec);
-      const ChunkLayout chunks = fixed_chunks(config.n_keys, config.chunk_size);
-      const Summaries sm = summarize(data.k.data(), data.v.data(), data.shape, chunks, config.threads);
-      const std::size_t n_out = data.q.size();
-      std::vector<float> dense(n_out), out(n_out);
-      std::vector<std::int32_t> expanded(std::size_t(data.shape.heads * data.shape.n_queries));
-      auto run = [&](Method method, std::int64_t budget, bool second_order, double target, std::vector<float>& o) {
-        Options opt;
-        opt.method = method;
-        opt.budget = budget;
-        opt.second_order = second_order;
-        opt.error_target = target;
-        opt.threads = config.threads;
-        return attention(data.q.data(), data.k.data(), data.v.data(), data.shape, chunks, opt, o.data(), expanded.data(),
-                         method == Method::dense ? nullptr : &sm);
-      };
-      StudySetting setting;
-      setting.dispersion = spec.dispersion;
-      setting.temperature = spec.temperature;
-      setting.query_clusters = spec.query_clusters;
-      setting.dense_seconds = run(Method::dense, 0, true, 0, dense).kernel_seconds;
-      auto err = [&] { return relative_error(out.data(), dense.data(), n_out); };
-      run(Method::summary, 0, true, 0, out);
-      setting.err_summary = err();
-      run(Method::cedar, 0, false, 0, out);
-      setting.err_first_order_b0 = err();
-      double prev = setting.err_summary, prev_fo = setting.err_first_order_b0;
-      for (std::int64_t b : budgets) {
-        StudyCell cell;
-        cell.dispersion = spec.dispersion;
-        cell.temperature = spec.temperature;
-        cell.query_clusters = spec.query_clusters;
-        cell.budget = b;
-        const Stats st = run(Method::cedar, b, true, 0, out);
-        cell.err_cedar = err();
-        cell.mean_expanded = st.mean_expanded;
-        setting.cedar_seconds_max_budget = st.kernel_seconds;
-        run(Method::topk, b, true, 0, out);
-        cell.err_topk = err();
-        run(Method::cedar, b, false, 0, out);
-        cell.err_first_order = err();
-        cell.reduction = cell.err_topk > 0 ? 1.0 - cell.err_cedar / cell.err_topk : 0.0;
-        // Non-increasing up to float32 rounding of the outputs.
-        setting.cedar_monotone = setting.cedar_monotone && cell.err_cedar <= prev * (1 + 1e-6) + 1e-7;
-        setting.first_order_monotone = setting.first_order_monotone && cell.err_first_order <= prev_fo * (1 + 1e-6) + 1e-7;
-        prev = cell.err_cedar;
-        prev_fo = cell.err_first_order;
-        res.cells.push_back(cell);
+        ClusteredSpec spec;
+        spec.heads = config.heads;
+        spec.n_keys = config.n_keys;
+        spec.chunk_size = config.chunk_size;
+        spec.n_queries = config.n_queries;
+        spec.dim = config.dim;
+        spec.dispersion = config.dispersions[di];
+        spec.temperature = config.temperatures[ti];
+        spec.key_value_correlation = config.key_value_correlation;
+        spec.query_noise = config.query_noise;
+        spec.query_clusters = config.query_clusters[ai];
+        spec.seed = mix_seed(config.seed, 2, (di * 1000 + ti) * 1000 + ai);
+        const Qkv data = clustered_qkv(spec);
+        const ChunkLayout chunks = fixed_chunks(config.n_keys, config.chunk_size);
+        const Summaries sm = summarize(data.k.data(), data.v.data(), data.shape, chunks, config.threads);
+        const std::size_t n_out = data.q.size();
+        std::vector<float> dense(n_out), out(n_out);
+        std::vector<std::int32_t> expanded(std::size_t(data.shape.heads * data.shape.n_queries));
+        auto run = [&](Method method, std::int64_t budget, bool second_order, double target, std::vector<float>& o) {
+          Options opt;
+          opt.method = method;
+          opt.budget = budget;
+          opt.second_order = second_order;
+          opt.error_target = target;
+          opt.threads = config.threads;
+          return attention(data.q.data(), data.k.data(), data.v.data(), data.shape, chunks, opt, o.data(),
+                           expanded.data(), method == Method::dense ? nullptr : &sm);
+        };
+        StudySetting setting;
+        setting.dispersion = spec.dispersion;
+        setting.temperature = spec.temperature;
+        setting.query_clusters = spec.query_clusters;
+        setting.dense_seconds = run(Method::dense, 0, true, 0, dense).kernel_seconds;
+        auto err = [&] { return relative_error(out.data(), dense.data(), n_out); };
+        run(Method::summary, 0, true, 0, out);
+        setting.err_summary = err();
+        run(Method::cedar, 0, false, 0, out);
+        setting.err_first_order_b0 = err();
+        double prev = setting.err_summary, prev_fo = setting.err_first_order_b0;
+        for (std::int64_t b : budgets) {
+          StudyCell cell;
+          cell.dispersion = spec.dispersion;
+          cell.temperature = spec.temperature;
+          cell.query_clusters = spec.query_clusters;
+          cell.budget = b;
+          const Stats st = run(Method::cedar, b, true, 0, out);
+          cell.err_cedar = err();
+          cell.mean_expanded = st.mean_expanded;
+          setting.cedar_seconds_max_budget = st.kernel_seconds;
+          run(Method::topk, b, true, 0, out);
+          cell.err_topk = err();
+          run(Method::cedar, b, false, 0, out);
+          cell.err_first_order = err();
+          cell.reduction = cell.err_topk > 0 ? 1.0 - cell.err_cedar / cell.err_topk : 0.0;
+          // Non-increasing up to float32 rounding of the outputs.
+          setting.cedar_monotone = setting.cedar_monotone && cell.err_cedar <= prev * (1 + 1e-6) + 1e-7;
+          setting.first_order_monotone =
+              setting.first_order_monotone && cell.err_first_order <= prev_fo * (1 + 1e-6) + 1e-7;
+          prev = cell.err_cedar;
+          prev_fo = cell.err_first_order;
+          res.cells.push_back(cell);
+        }
+        for (double target : config.error_targets) {
+          const Stats st = run(Method::cedar, budgets.back(), true, target, out);
+          setting.variable.push_back({target, st.mean_expanded, err(), st.max_expanded});
+        }
+        res.settings.push_back(setting);
+        if (progress) progress(++done, total);
       }
-      for (double target : config.error_targets) {
-        const Stats st = run(Method::cedar, budgets.back(), true, target, out);
-        setting.variable.push_back({target, st.mean_expanded, err(), st.max_expanded});
-      }
-      res.settings.push_back(setting);
-      if (progress) progress(++done, total);
-    }
   // Per dispersion: min and median reduction over temperatures and budgets.
   std::vector<double> ds = config.dispersions;
   std::sort(ds.begin(), ds.end());
@@ -265,7 +277,9 @@ nlohmann::json study_json(const StudyResult& r) {
   for (const auto& s : r.settings) {
     nlohmann::json var = nlohmann::json::array();
     for (const auto& v : s.variable)
-      var.push_back({{"error_target", v.error_target}, {"mean_expanded", v.mean_expanded}, {"max_expanded", v.max_expanded},
+      var.push_back({{"error_target", v.error_target},
+                     {"mean_expanded", v.mean_expanded},
+                     {"max_expanded", v.max_expanded},
                      {"err_cedar", v.err}});
     settings.push_back({{"dispersion", s.dispersion},
                         {"temperature", s.temperature},
@@ -340,7 +354,8 @@ std::string study_markdown(const StudyResult& r, const std::string& figure_path)
         if (same_setting(s, x) && x.budget == b) o << fmt::format(" {:.2f} |", 100 * x.reduction);
     o << " " << num(s.err_summary) << " |\n";
   }
-  o << "\nPer dispersion (over temperatures, query clusters and budgets):\n\n| dispersion | min reduction | median reduction | >= "
+  o << "\nPer dispersion (over temperatures, query clusters and budgets):\n\n| dispersion | min reduction | median "
+       "reduction | >= "
     << num(100 * c.target_reduction) << " % everywhere |\n|---|---|---|---|\n";
   for (const auto& s : r.by_dispersion)
     o << fmt::format("| {} | {:.2f} % | {:.2f} % | {} |\n", num(s.dispersion), 100 * s.min_reduction,
@@ -351,9 +366,10 @@ std::string study_markdown(const StudyResult& r, const std::string& figure_path)
   else
     o << "The target holds at every budget and temperature up to dispersion " << num(r.holds_up_to) << ".";
   if (r.has_failure)
-    o << fmt::format(" It first fails at dispersion {} (worst cell: temperature {}, A = {}, B = {}, reduction {:.2f} %).",
-                     num(r.first_failure.dispersion), num(r.first_failure.temperature), r.first_failure.query_clusters,
-                     r.first_failure.budget, 100 * r.first_failure.reduction);
+    o << fmt::format(
+        " It first fails at dispersion {} (worst cell: temperature {}, A = {}, B = {}, reduction {:.2f} %).",
+        num(r.first_failure.dispersion), num(r.first_failure.temperature), r.first_failure.query_clusters,
+        r.first_failure.budget, 100 * r.first_failure.reduction);
   o << "\n\n";
   // The second-order ablation.
   std::size_t mono = 0, mono_fo = 0;
@@ -365,14 +381,16 @@ std::string study_markdown(const StudyResult& r, const std::string& figure_path)
       "Error non-increasing in B (from B = 0): CEDAR in {} of {} settings; without the second-order term of the "
       "summary score in {} of {}.\n\n",
       mono, r.settings.size(), mono_fo, r.settings.size());
-  o << "Errors (B = 0 is summary-only):\n\n| dispersion | temperature | A | B | CEDAR | without 2nd-order term | hard top-k |\n"
+  o << "Errors (B = 0 is summary-only):\n\n| dispersion | temperature | A | B | CEDAR | without 2nd-order term | hard "
+       "top-k |\n"
        "|---|---|---|---|---|---|---|\n";
   for (const auto& s : r.settings) {
     o << fmt::format("| {} | {} | {} | 0 | {} | {} | - |\n", num(s.dispersion), num(s.temperature), s.query_clusters,
                      num(s.err_summary), num(s.err_first_order_b0));
     for (const auto& x : r.cells)
       if (same_setting(s, x))
-        o << fmt::format("| | | | {} | {} | {} | {} |\n", x.budget, num(x.err_cedar), num(x.err_first_order), num(x.err_topk));
+        o << fmt::format("| | | | {} | {} | {} | {} |\n", x.budget, num(x.err_cedar), num(x.err_first_order),
+                         num(x.err_topk));
   }
   if (!c.error_targets.empty()) {
     o << fmt::format("\nVariable budget (cap B = {}): mean expanded chunks and error per error target ε.\n\n",
@@ -410,7 +428,8 @@ std::string write_study_figure(const StudyResult& r, const std::string& figdir) 
       }
   std::ostringstream gp;
   gp << "set multiplot layout " << as.size() << "," << ts.size() << "\n";
-  gp << "set logscale y\nset logscale x 2\nset format y '10^{%L}'\nset grid\nset key bottom left font ',7' spacing 0.8\n";
+  gp << "set logscale y\nset logscale x 2\nset format y '10^{%L}'\nset grid\nset key bottom left font ',7' spacing "
+        "0.8\n";
   for (std::size_t ai = 0; ai < as.size(); ++ai)
     for (std::size_t ti = 0; ti < ts.size(); ++ti) {
       gp << "set title 'temperature " << num(ts[ti]) << ", " << as[ai] << (as[ai] == 1 ? " cluster" : " clusters")
@@ -422,7 +441,8 @@ std::string write_study_figure(const StudyResult& r, const std::string& figdir) 
       for (std::size_t di = 0; di < ds.size(); ++di) {
         const std::size_t idx = (ai * ts.size() + ti) * ds.size() + di;
         gp << (di ? ", \\\n     " : "") << "'cedar_error_vs_budget.dat' index " << idx
-           << " using 1:2 with linespoints lt " << di + 1 << " pt 7 ps 0.5 title 'CEDAR, dispersion " << num(ds[di]) << "'"
+           << " using 1:2 with linespoints lt " << di + 1 << " pt 7 ps 0.5 title 'CEDAR, dispersion " << num(ds[di])
+           << "'"
            << ", '' index " << idx << " using 1:3 with linespoints lt " << di + 1 << " dt 2 pt 6 ps 0.5 "
            << (di == 0 ? "title 'hard top-k (dashed)'" : "notitle");
       }

@@ -73,9 +73,9 @@ struct StudyCell {
 struct StudySetting {
   double dispersion = 0, temperature = 0;
   std::int64_t query_clusters = 1;
-  double err_summary = 0;          ///< B = 0
-  double err_first_order_b0 = 0;   ///< B = 0 without the second-order term
-  bool cedar_monotone = true;      ///< err_cedar non-increasing over 0, budgets... (1e-9 slack)
+  double err_summary = 0;         ///< B = 0
+  double err_first_order_b0 = 0;  ///< B = 0 without the second-order term
+  bool cedar_monotone = true;     ///< err_cedar non-increasing over 0, budgets... (1e-9 slack)
   bool first_order_monotone = true;
   double dense_seconds = 0, cedar_seconds_max_budget = 0;
   struct Variable {

@@ -47,7 +47,8 @@ void to_json(nlohmann::json& j, const TrainConfig& c) {
                      {"precision", c.precision},
                      {"world_size", c.world_size},
                      {"checkpoint_every", c.checkpoint_every},
-                     {"norm_eps", c.norm_eps}};
+                     {"norm_eps", c.norm_eps},
+                     {"patch", c.patch}};
 }
 
 void from_json(const nlohmann::json& j, TrainConfig& c) {
@@ -79,6 +80,7 @@ void from_json(const nlohmann::json& j, TrainConfig& c) {
   get("world_size", c.world_size);
   get("checkpoint_every", c.checkpoint_every);
   get("norm_eps", c.norm_eps);
+  get("patch", c.patch);  // absent in runs written before --patch: the preset's
 }
 
 void validate_train_config(const TrainConfig& c) {
@@ -86,6 +88,7 @@ void validate_train_config(const TrainConfig& c) {
     throw_input("--dataset", "'" + c.dataset + "' is not a known dataset; expected fashion-mnist, cifar10 or cifar100");
   parse_residual_mode(c.residual);
   if (c.epochs < 1) throw_input("--epochs", std::to_string(c.epochs) + " must be >= 1");
+  if (c.patch < 0) throw_input("--patch", std::to_string(c.patch) + " must be >= 0 (0 = the preset's)");
   if (c.max_steps < 0) throw_input("--max-steps", "must be >= 0 (0 = no cap)");
   if (c.batch_size < 1) throw_input("--batch-size", std::to_string(c.batch_size) + " must be >= 1");
   if (!(c.lr > 0)) throw_input("--lr", "must be > 0");
@@ -113,6 +116,11 @@ void validate_train_config(const TrainConfig& c) {
 ModelConfig model_config_for(const TrainConfig& c, int image_size, int channels, int classes) {
   auto mc = make_model_config(c.model, image_size, channels, classes, parse_residual_mode(c.residual), c.block_size);
   mc.norm_eps = c.norm_eps;
+  if (c.patch > 0) {
+    if (mc.arch != "vit") throw_input("--patch", "applies to the ViT presets (ar-vit-tiny, ar-deit-small), not " + c.model);
+    mc.patch = c.patch;
+    validate_model_config(mc);  // the patch must divide the image
+  }
   return mc;
 }
 

@@ -18,7 +18,8 @@ namespace {
 using namespace arcal::cedar;
 
 /// Gaussian q, k, v with per-chunk offsets on the keys (so attention is uneven across chunks).
-Qkv random_qkv(std::int64_t H, std::int64_t Nq, std::int64_t N, std::int64_t d, std::uint64_t seed, double q_scale = 1.0) {
+Qkv random_qkv(std::int64_t H, std::int64_t Nq, std::int64_t N, std::int64_t d, std::uint64_t seed,
+               double q_scale = 1.0) {
   arcal::Rng rng(seed);
   Qkv x;
   x.shape = {H, Nq, N, d};
@@ -87,7 +88,8 @@ std::vector<double> naive_summary(const Qkv& x, const ChunkLayout& ch) {
         double a = std::log(double(ch.size(j)));
         for (std::int64_t c = 0; c < d; ++c) {
           const double qc = x.q[std::size_t((h * Nq + i) * d + c)];
-          a += qc * kbar[std::size_t(j * d + c)] / std::sqrt(double(d)) + 0.5 * qc * qc * var[std::size_t(j * d + c)] / double(d);
+          a += qc * kbar[std::size_t(j * d + c)] / std::sqrt(double(d)) +
+               0.5 * qc * qc * var[std::size_t(j * d + c)] / double(d);
         }
         s[std::size_t(j)] = a;
         mx = std::max(mx, a);
@@ -138,22 +140,23 @@ constexpr double kTol = 1e-5;
 
 TEST(CedarKernel, DenseMatchesFloat64Reference) {
   // Odd widths, partial query tiles, short last chunks, multi-head.
-  for (auto [H, Nq, N, d] : {std::array<std::int64_t, 4>{1, 1, 1, 1}, {2, 37, 300, 16}, {3, 70, 129, 7}, {1, 33, 1000, 64}}) {
+  for (auto [H, Nq, N, d] :
+       {std::array<std::int64_t, 4>{1, 1, 1, 1}, {2, 37, 300, 16}, {3, 70, 129, 7}, {1, 33, 1000, 64}}) {
     const Qkv x = random_qkv(H, Nq, N, d, std::uint64_t(N * 7 + d));
     const ChunkLayout ch = fixed_chunks(N, 16);
     for (bool causal : {false, true}) {
       if (causal && Nq > N) continue;
       const Result r = run(x, ch, with(Method::dense, 0, causal));
-      EXPECT_LT(rel_err(r.out, naive_dense(x, causal)), kTol) << "H=" << H << " Nq=" << Nq << " N=" << N << " d=" << d
-                                                              << " causal=" << causal;
+      EXPECT_LT(rel_err(r.out, naive_dense(x, causal)), kTol)
+          << "H=" << H << " Nq=" << Nq << " N=" << N << " d=" << d << " causal=" << causal;
     }
   }
 }
 
 TEST(CedarKernel, FullBudgetEqualsDense) {
   const Qkv x = random_qkv(2, 50, 700, 32, 11, 2.0);
-  for (const ChunkLayout& ch : {fixed_chunks(700, 64), fixed_chunks(700, 5),
-                                chunks_from_starts({0, 1, 2, 50, 51, 300, 699}, 700)}) {
+  for (const ChunkLayout& ch :
+       {fixed_chunks(700, 64), fixed_chunks(700, 5), chunks_from_starts({0, 1, 2, 50, 51, 300, 699}, 700)}) {
     for (bool causal : {false, true}) {
       const auto ref = naive_dense(x, causal);
       const Result c = run(x, ch, with(Method::cedar, ch.chunks(), causal));
@@ -170,7 +173,7 @@ TEST(CedarKernel, ZeroBudgetEqualsSummaryOnly) {
   const ChunkLayout ch = fixed_chunks(512, 32);
   const Result c = run(x, ch, with(Method::cedar, 0));
   const Result s = run(x, ch, with(Method::summary, 8));  // the budget does not apply to summary-only
-  EXPECT_EQ(c.out, s.out);  // the same code path: bit-identical
+  EXPECT_EQ(c.out, s.out);                                // the same code path: bit-identical
   EXPECT_EQ(c.stats.mean_expanded, 0.0);
   EXPECT_LT(rel_err(s.out, naive_summary(x, ch)), kTol);
 }
@@ -220,16 +223,16 @@ TEST(CedarKernel, CausalMaskingIsExact) {
       n += refy[i] * refy[i];
     }
     EXPECT_LT(std::sqrt(e / n), kTol) << to_string(m);
-    // A future key never leaks in: changing keys after the last query's position changes nothing.
   }
+  // No later key reaches a query, not even through the expansion choice: queries sit at positions
+  // 70..99 of N = 100; changing keys and values 95..99 (rows 25..29 see them) leaves rows 0..24
+  // bit-identical, although it moves the value centre and radius of the whole set.
   Qkv z = random_qkv(1, 30, 100, 8, 12);
   const ChunkLayout cz = fixed_chunks(100, 10);
   const Result before = run(z, cz, with(Method::cedar, 3, true));
-  // Queries sit at positions 70..99, so nothing is after them; shift the view: use Nq = 30 of N = 100
-  // and perturb keys 95..99, which only queries 95..99 (rows 25..29) may see.
   for (std::size_t i = 95 * 8; i < 100 * 8; ++i) {
     z.k[i] += 3.0f;
-    z.v[i] *= 10.0f;  // also moves the value centre and radius: the expansion choice must not see them
+    z.v[i] *= 10.0f;
   }
   const Result after = run(z, cz, with(Method::cedar, 3, true));
   for (std::size_t i = 0; i < 25 * 8; ++i) EXPECT_EQ(before.out[i], after.out[i]) << i;
@@ -261,7 +264,8 @@ TEST(CedarKernel, SecondOrderTermKeepsExpansionFromRaisingTheError) {
     return relative_error(r.out.data(), dense.out.data(), r.out.size());
   };
   const double fo0 = err(0, false), fo1 = err(1, false), so0 = err(0, true), so1 = err(1, true), so2 = err(2, true);
-  std::printf("  without the term: B=0 %.3g, B=1 %.3g; with it: B=0 %.3g, B=1 %.3g, B=2 %.3g\n", fo0, fo1, so0, so1, so2);
+  std::printf("  without the term: B=0 %.3g, B=1 %.3g; with it: B=0 %.3g, B=1 %.3g, B=2 %.3g\n", fo0, fo1, so0, so1,
+              so2);
   EXPECT_GT(fo1, 1.3 * fo0);  // without the term, expanding one chunk raises the error
   EXPECT_LT(so1, 0.6 * so0);  // with it, expansion lowers the error
   EXPECT_LE(so2, so1);
@@ -349,17 +353,24 @@ TEST(CedarKernel, ExpandedCounts) {
 
 TEST(CedarKernel, InvalidInputsAreNamed) {
   using arcal::testing::input_error_message;
-  EXPECT_NE(input_error_message([] { chunks_from_starts({1, 5}, 10, "F.npz"); }).find("chunk_starts[0] is 1"),
+  EXPECT_NE(input_error_message([] {
+              chunks_from_starts({1, 5}, 10, "F.npz");
+            }).find("chunk_starts[0] is 1"),
             std::string::npos);
-  EXPECT_NE(input_error_message([] { chunks_from_starts({0, 5, 5}, 10, "F.npz"); }).find("strictly increasing"),
+  EXPECT_NE(input_error_message([] {
+              chunks_from_starts({0, 5, 5}, 10, "F.npz");
+            }).find("strictly increasing"),
             std::string::npos);
-  EXPECT_NE(input_error_message([] { chunks_from_starts({0, 12}, 10, "F.npz"); }).find("chunk_starts[1] is 12"),
+  EXPECT_NE(input_error_message([] {
+              chunks_from_starts({0, 12}, 10, "F.npz");
+            }).find("chunk_starts[1] is 12"),
             std::string::npos);
   EXPECT_NE(input_error_message([] { fixed_chunks(10, 0); }).find("chunk size"), std::string::npos);
   EXPECT_NE(input_error_message([] { parse_method("sparse"); }).find("'sparse'"), std::string::npos);
   Qkv x = random_qkv(2, 4, 10, 3, 1);
   x.k[std::size_t((1 * 10 + 7) * 3 + 2)] = std::nanf("");
-  const std::string m = input_error_message([&] { check_inputs(x.q.data(), x.k.data(), x.v.data(), x.shape, "F.npz"); });
+  const std::string m =
+      input_error_message([&] { check_inputs(x.q.data(), x.k.data(), x.v.data(), x.shape, "F.npz"); });
   EXPECT_NE(m.find("F.npz"), std::string::npos) << m;
   EXPECT_NE(m.find("k[1, 7, 2] is nan, but must be finite"), std::string::npos) << m;
   const ChunkLayout ch = fixed_chunks(10, 4);
@@ -409,15 +420,16 @@ TEST(CedarKernel, MatchesNumpyReference) {
     const std::string in = dir + "/in" + std::to_string(k) + ".npz", out = dir + "/out" + std::to_string(k) + ".npz";
     ++k;
     using arcal::NpyArray;
-    arcal::write_npz(in,
-                     {NpyArray::from_float("q", x.q, {2, 40, 16}), NpyArray::from_float("k", x.k, {2, 240, 16}),
-                      NpyArray::from_float("v", x.v, {2, 240, 16}), NpyArray::from_int64("chunk_starts", starts, {starts.size()}),
-                      NpyArray::scalar_string("method", to_string(c.method)), NpyArray::from_int64("budget", {c.budget}, {}),
-                      NpyArray::from_double("error_target", {c.target}, {}),
-                      NpyArray::from_int64("causal", {c.causal}, {}), NpyArray::from_int64("sink_chunks", {c.sink}, {}),
-                      NpyArray::from_int64("second_order", {c.second_order}, {})},
-                     false);
-    const std::string cmd = std::string(ARCAL_TEST_PYTHON) + " " + ARCAL_SOURCE_DIR + "/tests/reference/cedar_ref.py " + in + " " + out;
+    arcal::write_npz(
+        in,
+        {NpyArray::from_float("q", x.q, {2, 40, 16}), NpyArray::from_float("k", x.k, {2, 240, 16}),
+         NpyArray::from_float("v", x.v, {2, 240, 16}), NpyArray::from_int64("chunk_starts", starts, {starts.size()}),
+         NpyArray::scalar_string("method", to_string(c.method)), NpyArray::from_int64("budget", {c.budget}, {}),
+         NpyArray::from_double("error_target", {c.target}, {}), NpyArray::from_int64("causal", {c.causal}, {}),
+         NpyArray::from_int64("sink_chunks", {c.sink}, {}), NpyArray::from_int64("second_order", {c.second_order}, {})},
+        false);
+    const std::string cmd =
+        std::string(ARCAL_TEST_PYTHON) + " " + ARCAL_SOURCE_DIR + "/tests/reference/cedar_ref.py " + in + " " + out;
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     std::vector<double> ref;
     std::vector<std::int64_t> ref_exp;

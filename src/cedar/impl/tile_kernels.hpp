@@ -137,8 +137,8 @@ ARCAL_CEDAR_INLINE void row_scores(const float* __restrict q, const float* __res
 
 /// acc[c0 + c] += sum_j p[j] * V[j*ldv + c0 + c] for c < CB: one query, CB accumulators in registers.
 template <int CB>
-ARCAL_CEDAR_INLINE void row_accumulate_block(const float* __restrict p, const float* __restrict V, std::int64_t ldv, int n,
-                                             int c0, float* __restrict acc) {
+ARCAL_CEDAR_INLINE void row_accumulate_block(const float* __restrict p, const float* __restrict V, std::int64_t ldv,
+                                             int n, int c0, float* __restrict acc) {
   float a[CB];
   for (int c = 0; c < CB; ++c) a[c] = acc[c0 + c];
   for (int j = 0; j < n; ++j) {
