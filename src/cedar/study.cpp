@@ -428,8 +428,8 @@ std::string write_study_figure(const StudyResult& r, const std::string& figdir) 
       }
   std::ostringstream gp;
   gp << "set multiplot layout " << as.size() << "," << ts.size() << "\n";
-  gp << "set logscale y\nset logscale x 2\nset format y '10^{%L}'\nset grid\nset key bottom left font ',7' spacing "
-        "0.8\n";
+  gp << "set logscale y\nset logscale x 2\nset format y '10^{%L}'\nset grid\n"
+        "set key bottom left opaque box font ',7' spacing 1.1\n";
   for (std::size_t ai = 0; ai < as.size(); ++ai)
     for (std::size_t ti = 0; ti < ts.size(); ++ti) {
       gp << "set title 'temperature " << num(ts[ti]) << ", " << as[ai] << (as[ai] == 1 ? " cluster" : " clusters")
