@@ -16,6 +16,11 @@ struct SimulateConfig {
   double effect_nats = 0.0;
   std::uint64_t seed = 0;
   std::size_t points = 6;
+  double confound = 0.0;
+  std::string confound_source = "confidence";
+  double miscalibration = 1.0;
+  double wiggle = 0.0, wiggle_frequency = 3.0, output_effect = 0.0;
+  double margin_mean = 4.0, margin_sd = 2.0;
   bool json = false;
 };
 
@@ -28,6 +33,30 @@ arcal::cli::RunFn setup_simulate(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--seed", cfg->seed, "Seed of every random draw");
   app.add_option("--points", cfg->points, "Routing points (point p has p + 2 sources)")->check(CLI::PositiveNumber);
+  app.add_option("--confound", cfg->confound,
+                 "Correlation rho of the routing signal with the outputs (s = h(outputs) + noise); the effect "
+                 "is planted in the independent part only. 0 = routing independent of the outputs")
+      ->check(CLI::Range(0.0, 0.999));
+  app.add_option("--confound-source", cfg->confound_source,
+                 "What the routing signal tracks: confidence (h = logit c) or outputs (a nonlinear function of the "
+                 "sorted probabilities)")
+      ->check(CLI::IsMember({"confidence", "outputs"}));
+  app.add_option("--miscalibration", cfg->miscalibration,
+                 "Temperature-type miscalibration T of the true accuracy curve: q(c) = sigmoid(logit(c) / T); "
+                 "T > 1 is overconfident, 1 calibrated")
+      ->check(CLI::Range(0.05, 20.0));
+  app.add_option("--wiggle", cfg->wiggle,
+                 "Amplitude A of a non-smooth calibration curve: logit q += A sin(F logit c) (a reference that a "
+                 "smooth fit of c misses)");
+  app.add_option("--wiggle-frequency", cfg->wiggle_frequency, "Frequency F of --wiggle")->check(CLI::PositiveNumber);
+  app.add_option("--output-effect", cfg->output_effect,
+                 "Dependence of correctness on the outputs beyond confidence: logit q += B sin(2 u2), u2 the "
+                 "standardised log(p_(2)/p_(3))");
+  app.add_option("--margin-mean", cfg->margin_mean,
+                 "Mean of the predicted class's logit margin |N(mean, sd)|: larger means more confident (8 with "
+                 "sd 3 puts most examples above 0.93 confidence, as trained classifiers)")
+      ->check(CLI::Range(0.0, 50.0));
+  app.add_option("--margin-sd", cfg->margin_sd, "Sd of the logit margin")->check(CLI::Range(0.0, 50.0));
   app.add_flag("--json", cfg->json, "Print a JSON summary");
   return [cfg]() {
     arcal::SimulationOptions o;
@@ -36,6 +65,14 @@ arcal::cli::RunFn setup_simulate(CLI::App& app) {
     o.effect_nats = cfg->effect_nats;
     o.seed = cfg->seed;
     o.points = cfg->points;
+    o.confound = cfg->confound;
+    o.confound_source = cfg->confound_source;
+    o.reference_slope = 1.0 / cfg->miscalibration;
+    o.wiggle = cfg->wiggle;
+    o.wiggle_frequency = cfg->wiggle_frequency;
+    o.output_effect = cfg->output_effect;
+    o.margin_mean = cfg->margin_mean;
+    o.margin_sd = cfg->margin_sd;
     const auto sim = arcal::simulate_trace(o);
     arcal::save_trace(sim.trace, cfg->out);
     double acc = 0.0, conf = 0.0;
@@ -47,7 +84,10 @@ arcal::cli::RunFn setup_simulate(CLI::App& app) {
     conf /= static_cast<double>(o.n);
     if (cfg->json) {
       nlohmann::json j = {{"out", cfg->out}, {"n", o.n}, {"classes", o.classes}, {"effect_nats", o.effect_nats},
-                          {"delta", sim.delta}, {"seed", o.seed}, {"accuracy", acc}, {"mean_confidence", conf}};
+                          {"delta", sim.delta}, {"seed", o.seed},
+                          {"confound", o.confound}, {"confound_source", o.confound_source},
+                          {"miscalibration", cfg->miscalibration}, {"wiggle", o.wiggle},
+                          {"output_effect", o.output_effect}, {"accuracy", acc}, {"mean_confidence", conf}};
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       std::printf("wrote %s: n %zu, classes %zu, effect %.6g nats (delta %.6g), accuracy %.4f, mean confidence %.4f\n",
