@@ -40,8 +40,10 @@ struct AuditConfig {
   int sensitivity_draws = 20;
   double sensitivity_threshold = 0.5;
   double sensitivity_threshold_effect = 0.010;
-  double correction_ridge = 1.0;
+  double correction_ridge = -1.0;
   bool exact_null = false;
+  std::size_t null_group_size = 5;
+  bool null_model_based = true;
   int null_replicates = 200;
   std::string null_variants = "confidence,full_logit";
   int refit_restarts = 1;
@@ -103,12 +105,31 @@ std::string sensitivity_summary(const arcal::SensitivityResult& s) {
 /// Pooled exact-null p per variant and comparison.
 std::string exact_null_summary(const arcal::ExactNullResult& x) {
   std::string out = "exact null (" + std::to_string(x.replicates) + " replicates, " + std::to_string(x.seconds).substr(0, 6) +
-                    " s): mean real gain over runs vs its null, Monte-Carlo p\n";
+                    " s): mean real gain over runs vs the conditional permutation null (the decision), Monte-Carlo p\n";
   char buf[512];
   for (const auto& p : x.pooled) {
     std::snprintf(buf, sizeof buf, "  %-11s %-40s real %+.5f  null mean %+.5f q95 %+.5f  p %.3f\n", p.variant.c_str(),
                   p.comparison.c_str(), p.real_mean_gain, p.null_mean, p.null_q95, p.p);
     out += buf;
+  }
+  for (const auto& r : x.runs) {
+    std::snprintf(buf, sizeof buf, "  matching %s (%s): %zu groups, mean within-group distance %.3g (random pairs %.3g)\n",
+                  r.run.c_str(), r.variant.c_str(), r.matching.groups, r.matching.mean_distance,
+                  r.matching.random_pair_distance);
+    out += buf;
+  }
+  if (x.has_model_based) {
+    out += "  model-based null (labels from a fitted reference; valid only if it is right):\n";
+    for (const auto& p : x.model_pooled) {
+      std::snprintf(buf, sizeof buf, "    %-11s %-40s real %+.5f  p %.3f\n", p.variant.c_str(), p.comparison.c_str(),
+                    p.real_mean_gain, p.p);
+      out += buf;
+    }
+    for (const auto& r : x.model_runs) {
+      std::snprintf(buf, sizeof buf, "    reference fit %s (%s): Hosmer-Lemeshow %.1f on %.0f df, p %.3g\n", r.run.c_str(),
+                    r.variant.c_str(), r.reference_fit.statistic, r.reference_fit.df, r.reference_fit.p);
+      out += buf;
+    }
   }
   return out;
 }
@@ -138,9 +159,15 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
   app.add_option("--sensitivity-threshold", cfg->sensitivity_threshold, "Recovery R needed for the verdict \"absent\"");
   app.add_option("--sensitivity-threshold-effect", cfg->sensitivity_threshold_effect,
                  "Effect (nats, one of --sensitivity-effects) at which the threshold applies");
-  app.add_option("--correction-ridge", cfg->correction_ridge, "L2 penalty of the correction probe's cubic g(z)")
-      ->check(CLI::Range(0.0, 1e12));
+  app.add_option("--correction-ridge", cfg->correction_ridge,
+                 "L2 penalty of the correction probe's cubic g(z); negative: chosen per fit by 5-fold inner CV")
+      ->check(CLI::Range(-1.0, 1e9));
   app.add_flag("--exact-null", cfg->exact_null, "Exact-null audit, method.md §6.6 (refits every probe)");
+  app.add_option("--null-group-size", cfg->null_group_size,
+                 "Matched-group size of the conditional permutation null (examples with nearly identical outputs)")
+      ->check(CLI::Range(std::size_t{2}, std::size_t{10}));
+  app.add_flag("--null-model-based,!--no-null-model-based", cfg->null_model_based,
+               "Also run the model-based null (labels from a fitted reference; not the decision)");
   app.add_option("--null-replicates", cfg->null_replicates, "Null label replicates per run and variant")
       ->check(CLI::Range(1, 1000000));
   app.add_option("--null-variants", cfg->null_variants, "Exact-null references: confidence, full_logit (comma-separated)");
@@ -234,10 +261,13 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
       xo.warm_start = !cfg->refit_cold;
       xo.replicates = cfg->null_replicates;
       xo.variants = split_names(cfg->null_variants);
+      xo.group_size = cfg->null_group_size;
+      xo.model_based = cfg->null_model_based;
       if (progress)
         std::fprintf(stderr, "exact null: %zu runs x %zu variants x %d replicates, every probe refitted\n", runs.size(),
                      xo.variants.size(), cfg->null_replicates);
-      arcal::ProgressBar bar("exact null (runs x variants)", long(runs.size() * xo.variants.size()), progress);
+      arcal::ProgressBar bar("exact null (runs x variants x nulls)",
+                             long(runs.size() * xo.variants.size() * (xo.model_based ? 2 : 1)), progress);
       xo.progress = [&](std::size_t done, std::size_t) { bar.update(long(done)); };
       res.exact_null = arcal::run_exact_null_audit(runs, xo);
       bar.finish();
