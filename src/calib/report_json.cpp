@@ -35,11 +35,11 @@ nlohmann::json calibration_report_json(const CalibrationReport& r) {
   j["ci"] = ci;
   j["bias_corrected"] = corrected;
   j["intervals"] =
-      "accuracy, nll, brier, auroc: percentile bootstrap; ece, rmsce, ada_ece, classwise_ece, smece: basic "
-      "(bias-corrected) bootstrap for the population value, clipped at 0 and starting at 0 when the consistency "
-      "test does not reject calibration (the plug-in value is biased upward and may lie above its interval); "
-      "debiased_ece: percentile interval of the debiased squared error, square-rooted, same zero rule; mce and "
-      "smece_sigma: none";
+      "accuracy, nll, brier, auroc: percentile bootstrap; ece, rmsce, ada_ece, classwise_ece, debiased_ece: "
+      "inversion of the consistency test along the scaled-gap family (labels ~ Bern(p + lambda d), lower end "
+      "from the noise-shrunk gaps and 0 when the consistency test does not reject at 2.5 %, upper end from the "
+      "raw gaps; the interval is for the population value and may lie below the upward-biased plug-in value; "
+      "bias_corrected is the median-unbiased member); mce, smece and smece_sigma: none (method.md section 4)";
   j["consistency"] = {{"draws", r.consistency_draws},
                       {"p_top_label", value_json(r.consistency_p)},
                       {"p_classwise", value_json(r.classwise_consistency_p)},

@@ -400,7 +400,56 @@ std::vector<double> matching_space(const AuditRunInput& run, const ProbeDesign& 
     for (std::size_t j = 0; j < P; ++j)
       for (std::size_t i = 0; i < pred_rows.size(); ++i) fitted[pred_rows[i] * P + j] = pred[j][i];
   }
-  return principal_scores(fitted, P, 3, 0.9, dims);
+  std::size_t pcs = 0;
+  const auto scores = principal_scores(fitted, P, 3, 0.9, pcs);
+  // Second coordinate family: what the outputs say about correctness, logit ĝ(O) of the full-logit
+  // probe (cross-fitted: each half predicted by the fit on the other). Within a group that agrees on
+  // ĝ, routing differences cannot line up with differences in P(correct | O), so the permutation
+  // stays close to valid where the routing regression above is off (and vice versa). Scaled to the
+  // first component's spread so that both count.
+  const auto it = std::find_if(d.mlps.begin(), d.mlps.end(), [](const ProbeDesign::Spec& sp) { return sp.name == "full_logit"; });
+  if (it == d.mlps.end()) {
+    dims = pcs;
+    return scores;
+  }
+  std::vector<double> g(n, 0.5);
+  for (std::size_t f = 0; f < 2; ++f) {
+    const auto& cal = d.folds[f].calibration;
+    const auto& ev = d.folds[f].evaluation;
+    const std::size_t m = it->cols.size();
+    std::vector<double> xc(cal.size() * m), xe(ev.size() * m);
+    for (std::size_t i = 0; i < cal.size(); ++i)
+      for (std::size_t k = 0; k < m; ++k) xc[i * m + k] = d.columns[it->cols[k]][cal[i]];
+    for (std::size_t i = 0; i < ev.size(); ++i)
+      for (std::size_t k = 0; k < m; ++k) xe[i * m + k] = d.columns[it->cols[k]][ev[i]];
+    MlpProbeOptions go = mlp;
+    go.hidden1 = it->hidden1;
+    go.hidden2 = it->hidden2;
+    go.warm_start = nullptr;
+    go.seed = derive_seed(seed, 200 + f);
+    const auto pred = fit_predict_mlp_probe(xc, cal.size(), m, pick(run.correct, cal), xe, ev.size(), go);
+    for (std::size_t i = 0; i < ev.size(); ++i) g[ev[i]] = std::min(std::max(pred[i], 1e-6), 1.0 - 1e-6);
+  }
+  std::vector<double> lg(n);
+  double mean_g = 0, mean_p = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    lg[i] = std::log(g[i] / (1.0 - g[i]));
+    mean_g += lg[i] / double(n);
+    mean_p += scores[i * pcs] / double(n);
+  }
+  double var_g = 0, var_p = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    var_g += (lg[i] - mean_g) * (lg[i] - mean_g);
+    var_p += (scores[i * pcs] - mean_p) * (scores[i * pcs] - mean_p);
+  }
+  const double scale = var_g > 0 ? std::sqrt(var_p / var_g) : 0.0;
+  dims = pcs + 1;
+  std::vector<double> x(n * dims);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t c = 0; c < pcs; ++c) x[i * dims + c] = scores[i * pcs + c];
+    x[i * dims + pcs] = (lg[i] - mean_g) * scale;
+  }
+  return x;
 }
 
 ExactNullRun conditional_null_run(const AuditRunInput& run, const ProbeDesign& d, const std::string& variant,
@@ -422,8 +471,9 @@ ExactNullRun conditional_null_run(const AuditRunInput& run, const ProbeDesign& d
     for (auto& g : m.groups) groups.push_back(std::move(g));
   }
   out.matching = {variant == "confidence" ? "logit c"
-                                          : "principal components (" + std::to_string(dims) +
-                                                ") of the routing profile predicted from the sorted probabilities",
+                                          : "principal components (" + std::to_string(dims - 1) +
+                                                ") of the routing profile predicted from the sorted probabilities, "
+                                                "and logit P(correct) predicted from the logits",
                   o.group_size, groups.size(), dist, scale};
   std::vector<std::vector<std::size_t>> perms(std::size_t(o.replicates));
   std::vector<ReplicateSpec> specs(std::size_t(o.replicates) + 1);
