@@ -19,8 +19,7 @@ namespace {
 constexpr double kProbFloor = 1e-15;
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-void check_shape(const char* fn, const std::vector<double>& probs, std::size_t n, std::size_t k,
-                 const std::vector<std::int64_t>& labels) {
+void check_shape(const char* fn, Span<double> probs, std::size_t n, std::size_t k, Span<std::int64_t> labels) {
   if (n == 0) throw_input(fn, "no examples (N = 0)");
   if (k < 2) throw_input(fn, "K is " + std::to_string(k) + ", but must be >= 2");
   check_same_size(fn, "probs", probs.size(), "N*K", n * k);
@@ -43,8 +42,7 @@ inline bool row_valid(const double* row, std::size_t k) {
   return bad == 0;
 }
 
-void check_probs(const char* fn, const std::vector<double>& probs, std::size_t n, std::size_t k,
-                 const std::vector<std::int64_t>& labels) {
+void check_probs(const char* fn, Span<double> probs, std::size_t n, std::size_t k, Span<std::int64_t> labels) {
   check_shape(fn, probs, n, k, labels);
   for (std::size_t i = 0; i < n; ++i)
     if (!row_valid(&probs[i * k], k)) throw_bad_row(fn, &probs[i * k], i, k);
@@ -246,8 +244,8 @@ std::size_t scan_threads(std::size_t n, std::size_t k) {
   return std::max<std::size_t>(1, std::min<std::size_t>(std::thread::hardware_concurrency(), chunks));
 }
 
-void scan_rows(const char* fn, const std::vector<double>& probs, std::size_t n, std::size_t k,
-               const std::vector<std::int64_t>& labels, RowScan& out, ClasswiseCells* cw, bool want_prediction) {
+void scan_rows(const char* fn, Span<double> probs, std::size_t n, std::size_t k, Span<std::int64_t> labels,
+               RowScan& out, ClasswiseCells* cw, bool want_prediction) {
   check_shape(fn, probs, n, k, labels);
   out.conf.resize(n);
   out.correct.resize(n);
@@ -702,8 +700,8 @@ double binary_brier(const std::vector<double>& q, const std::vector<double>& a) 
   return s / static_cast<double>(q.size());
 }
 
-CalibrationReport calibration_report(const std::vector<double>& probs, std::size_t n, std::size_t k,
-                                     const std::vector<std::int64_t>& labels, const ReportOptions& opt) {
+CalibrationReport calibration_report(Span<double> probs, std::size_t n, std::size_t k, Span<std::int64_t> labels,
+                                     const ReportOptions& opt) {
   const char* fn = "calibration_report";
   check_bins(fn, opt.bins);
   if (opt.bins > 65535) throw_input(fn, "bins is " + std::to_string(opt.bins) + ", but must be <= 65535");

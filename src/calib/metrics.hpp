@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "calib/binning.hpp"
+#include "core/span.hpp"
 #include "stats/bootstrap.hpp"
 
 namespace arcal {
@@ -111,7 +112,9 @@ struct CalibrationReport {
 /// O(N K) each. The matrix scan runs on std::thread::hardware_concurrency() threads when N x K >= 2^22
 /// (fixed chunks of 2^15 rows whose classwise sums are added in chunk order, so the result is the same
 /// for any thread count); the rest is single-threaded. Throws InputError on invalid input or options.
-CalibrationReport calibration_report(const std::vector<double>& probs, std::size_t n, std::size_t k,
-                                     const std::vector<std::int64_t>& labels, const ReportOptions& options = {});
+/// probs and labels are views (std::vector converts), read in place: the Python module passes numpy
+/// buffers without copying them.
+CalibrationReport calibration_report(Span<double> probs, std::size_t n, std::size_t k, Span<std::int64_t> labels,
+                                     const ReportOptions& options = {});
 
 }  // namespace arcal
