@@ -29,6 +29,7 @@ py::dict metrics(py::handle labels, py::handle logits, py::handle probs, int bin
   opt.bins = bins;
   opt.draws = ci ? bootstrap : 0;
   opt.seed = seed;
+  opt.row_sum_tolerance = 1e-4;  // the trace files' rule (io/trace.hpp), checked in the metrics' one scan
   if (bootstrap < 0) value_error(fn, "bootstrap is " + std::to_string(bootstrap) + ", but must be >= 0");
   nlohmann::json j;
   if (!probs.is_none()) {

@@ -89,6 +89,9 @@ struct ReportOptions {
   /// Resamples for classwise ECE, whose every resample costs N*K: -1 = automatic,
   /// min(draws, max(100, 2e9 / (N*K))). The number used is reported.
   int classwise_draws = -1;
+  /// > 0: every probs row must sum to 1 within this (InputError naming the row otherwise), checked in
+  /// the one matrix scan; 0: rows are taken as given (trace files are checked when loaded).
+  double row_sum_tolerance = 0.0;
 };
 
 struct CalibrationReport {
