@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
   const arcal::Trace t = arcal::load_trace(data);
   arcal::ReportOptions opt;
   opt.bins = bins;
-  opt.draws = 0;  // point values: the same work the NumPy side does
+  opt.draws = 0;  // point values: the same work the NumPy side does (no bootstrap,
+  opt.consistency_draws = 0;  // no consistency-test intervals)
   arcal::CalibrationReport r;
   double ours = 1e300;
   for (int rep = 0; rep < repeats; ++rep) {

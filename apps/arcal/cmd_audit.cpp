@@ -32,7 +32,8 @@ struct AuditConfig {
   double alpha = 0.05;
   bool no_condcal = false;
   bool probes = true;
-  int probe_restarts = 5;
+  int probe_restarts = 1;
+  int probe_repeats = 5;
   bool sensitivity = false;
   std::string sensitivity_effects = "0.002,0.005,0.010,0.020";
   int sensitivity_draws = 20;
@@ -62,15 +63,16 @@ arcal::AuditRunInput load_run(const std::string& path, const std::vector<std::st
   return arcal::make_audit_run_input(arcal::load_trace(path), path, stats);
 }
 
-/// One line per comparison: the log-loss gain (control − probe, positive = the probe is better) as
-/// the mean over runs with its bootstrap interval, runs whose own interval excludes 0, and the verdict.
+/// One line per comparison: the log-loss gain (control − probe, positive = the probe is better) pooled
+/// over runs (random effects) with its interval and Holm p, the count of runs whose own interval lies
+/// above 0 (a count, not a test), and the verdict.
 std::string probe_summary(const arcal::ProbeFamily& f) {
   std::string out = "probes (" + std::to_string(f.runs.size()) + " runs, " + std::to_string(f.seconds).substr(0, 5) +
-                    " s): log-loss gain over each control, mean over runs [95 % CI], Holm p\n";
+                    " s): log-loss gain over each control, pooled over runs [95 % CI], Holm p\n";
   char buf[512];
   for (const auto& t : f.tests) {
     if (t.metric != "log_loss") continue;
-    std::snprintf(buf, sizeof buf, "  %-40s %+.5f [%+.5f, %+.5f]  p_holm %.3g  better in %zu/%zu runs, worse in %zu: %s\n",
+    std::snprintf(buf, sizeof buf, "  %-40s %+.5f [%+.5f, %+.5f]  p_holm %.3g  own interval above 0 in %zu/%zu runs, below in %zu: %s\n",
                   t.comparison.c_str(), -t.mean_delta, -t.ci.high, -t.ci.low, t.p_holm, t.runs_better, t.deltas.size(),
                   t.runs_worse, t.verdict.c_str());
     out += buf;
@@ -123,7 +125,10 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
   app.add_option("--alpha", cfg->alpha, "Test level")->check(CLI::Range(1e-9, 0.999));
   app.add_flag("--no-condcal", cfg->no_condcal, "Skip AR-CondCal (diagnostic only)");
   app.add_flag("--probes,!--no-probes", cfg->probes, "MLP correctness probes and their controls (default on)");
-  app.add_option("--probe-restarts", cfg->probe_restarts, "Seeded restarts averaged per MLP probe")
+  app.add_option("--probe-restarts", cfg->probe_restarts, "Seeded restarts averaged per MLP probe and split")
+      ->check(CLI::Range(1, 100));
+  app.add_option("--probe-repeats", cfg->probe_repeats,
+                 "Repeated 2-fold cross-fits per run (the per-run test's variance includes the refits')")
       ->check(CLI::Range(1, 100));
   app.add_flag("--sensitivity", cfg->sensitivity, "Sensitivity (injection) audit, method.md §6.5 (refits every probe)");
   app.add_option("--sensitivity-effects", cfg->sensitivity_effects, "Injected oracle gains in nats, comma-separated");
@@ -159,6 +164,7 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
     opt.condcal = !cfg->no_condcal;
     opt.probes = cfg->probes;
     opt.probe_restarts = cfg->probe_restarts;
+    opt.probe_repeats = cfg->probe_repeats;
     opt.sensitivity = cfg->sensitivity;
     opt.sensitivity_effects.clear();
     for (const auto& e : split_names(cfg->sensitivity_effects)) {

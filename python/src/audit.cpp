@@ -57,6 +57,7 @@ void check_ranges(const arcal::FullAuditOptions& o) {
   need(o.bins >= 1 && o.bins <= 1000, "bins is " + std::to_string(o.bins) + ", but must be in [1, 1000]");
   need(o.alpha > 0 && o.alpha < 1, "alpha must be in (0, 1)");
   need(o.probe_restarts >= 1 && o.probe_restarts <= 100, "probe_restarts must be in [1, 100]");
+  need(o.probe_repeats >= 1 && o.probe_repeats <= 100, "probe_repeats must be in [1, 100]");
   need(o.sensitivity_draws >= 1, "sensitivity_draws must be >= 1");
   for (double e : o.sensitivity_effects) need(e >= 0 && std::isfinite(e), "sensitivity_effects must be finite and >= 0");
   need(o.null_replicates >= 1, "null_replicates must be >= 1");
@@ -67,7 +68,7 @@ void check_ranges(const arcal::FullAuditOptions& o) {
 
 py::dict audit(py::handle traces, py::handle stats, int permutations, std::uint64_t seed, bool sensitivity,
                bool exact_null, std::size_t bins, bool equal_mass, double alpha, bool condcal, bool probes,
-               int probe_restarts, int threads, py::handle names, py::handle out, py::kwargs kwargs) {
+               int probe_restarts, int probe_repeats, int threads, py::handle names, py::handle out, py::kwargs kwargs) {
   const std::string fn = "arcal.audit";
   arcal::FullAuditOptions o;
   o.permutations = permutations;
@@ -80,6 +81,7 @@ py::dict audit(py::handle traces, py::handle stats, int permutations, std::uint6
   o.condcal = condcal;
   o.probes = probes;
   o.probe_restarts = probe_restarts;
+  o.probe_repeats = probe_repeats;
   o.threads = threads;
   for (auto item : kwargs) set_extra_option(o, item.first.cast<std::string>(), item.second);
   check_ranges(o);
@@ -155,7 +157,7 @@ void bind_audit(py::module_& m) {
   using namespace pybind11::literals;
   m.def("audit", &audit, "traces"_a, py::kw_only(), "stats"_a = py::none(), "permutations"_a = 10000, "seed"_a = 0,
         "sensitivity"_a = false, "exact_null"_a = false, "bins"_a = 15, "equal_mass"_a = false, "alpha"_a = 0.05,
-        "condcal"_a = true, "probes"_a = true, "probe_restarts"_a = 5, "threads"_a = 0, "names"_a = py::none(),
+        "condcal"_a = true, "probes"_a = true, "probe_restarts"_a = 1, "probe_repeats"_a = 5, "threads"_a = 0, "names"_a = py::none(),
         "out"_a = py::none(),
         R"doc(The routing-conditional calibration audit of `arcal audit` (docs/method.md §6); returns results.json.
 
@@ -170,8 +172,8 @@ stats : statistics to audit: a list or "re,rdv,NAME" string of re, rdv (routing 
 permutations : within-bin permutations R of the diagnostic (10000). seed : every seed of the audit.
 sensitivity : the injection audit (§6.5; refits every probe, minutes). exact_null : the exact-null
     audit (§6.6; minutes).
-bins, equal_mass, alpha, condcal, probes, probe_restarts, threads : as the CLI's --bins, --equal-mass,
-    --alpha, --no-condcal, --no-probes, --probe-restarts, --threads.
+bins, equal_mass, alpha, condcal, probes, probe_restarts, probe_repeats, threads : as the CLI's --bins,
+    --equal-mass, --alpha, --no-condcal, --no-probes, --probe-restarts, --probe-repeats, --threads.
 names : run ids, one per trace (default: the path, or "traces[i]" for arrays).
 out : a directory to also write results.json and the CSV tables to, as `arcal audit --out`.
 **options : sensitivity_effects, sensitivity_draws, sensitivity_threshold, sensitivity_threshold_effect,

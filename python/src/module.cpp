@@ -28,6 +28,7 @@ py::dict metrics(py::handle labels, py::handle logits, py::handle probs, int bin
   arcal::ReportOptions opt;
   opt.bins = bins;
   opt.draws = ci ? bootstrap : 0;
+  if (!ci) opt.consistency_draws = 0;  // point values only: no bootstrap, no consistency-test intervals
   opt.seed = seed;
   opt.row_sum_tolerance = 1e-4;  // the trace files' rule (io/trace.hpp), checked in the metrics' one scan
   if (bootstrap < 0) value_error(fn, "bootstrap is " + std::to_string(bootstrap) + ", but must be >= 0");
@@ -109,16 +110,18 @@ logits : array [N, K] of float16/float32/float64, or
 probs : array [N, K] of floats in [0, 1] (float64 C-contiguous is read in place, without a copy).
     Give exactly one of logits= and probs=.
 bins : equal-width confidence bins (15).
-ci : percentile-bootstrap intervals (and the classwise ECE's) over examples; False computes point
-    values only (much faster on large N).
-seed : bootstrap seed. bootstrap : resamples when ci (1000).
+ci : the intervals of `arcal metrics` (bootstrap for accuracy, NLL, Brier, AUROC; consistency-test
+    inversion for the calibration errors, docs/method.md §4) and the consistency test's p; False
+    computes point values only (much faster on large N).
+seed : seed of the bootstrap and the label redraws. bootstrap : resamples when ci (1000).
 
 Returns
 -------
 dict with the keys of `arcal metrics --json` (docs/interface.md): n, classes, bins, bootstrap,
 classwise_bootstrap, seed, level, accuracy, ece, mce, rmsce, ada_ece, classwise_ece, debiased_ece,
 smece, smece_sigma, nll, brier, auroc (None where undefined), ci {metric: [low, high] or None},
-reliability [{n, conf, acc}], ...; the same values the CLI computes from the same data.
+bias_corrected, consistency, reliability [{n, conf, acc}], ...; the same values the CLI computes from
+the same data.
 
 Raises ValueError for bad input, with the CLI's message (e.g. "calibration_report: labels[5] is 4, but
 must be in [0, 3]"). The computation runs without the GIL.

@@ -110,7 +110,10 @@ nlohmann::json probe_family_json(const ProbeFamily& f) {
                         {"mean_epochs", p.mean_epochs}};
     json comps = json::array();
     for (const auto& c : r.comparisons) {
-      auto one = [](const MetricDelta& d) { return json{{"delta", d.delta}, {"ci", interval_json(d.ci)}}; };
+      auto one = [](const MetricDelta& d) {
+        return json{{"delta", d.delta}, {"ci", interval_json(d.ci)}, {"se", d.se}, {"p", d.p},
+                    {"split_deltas", d.split_deltas}};
+      };
       comps.push_back({{"name", c.name}, {"probe", c.probe}, {"control", c.control}, {"log_loss", one(c.log_loss)},
                        {"brier", one(c.brier)}, {"ece", one(c.ece)}});
     }
@@ -120,13 +123,22 @@ nlohmann::json probe_family_json(const ProbeFamily& f) {
   json tests = json::array();
   for (const auto& t : f.tests)
     tests.push_back({{"comparison", t.comparison}, {"metric", t.metric}, {"runs", t.deltas.size()},
-                     {"deltas", t.deltas}, {"mean_delta", t.mean_delta}, {"ci", interval_json(t.ci)},
-                     {"p_wilcoxon", t.p_wilcoxon}, {"p_sign", t.p_sign}, {"p_holm", t.p_holm},
-                     {"runs_better", t.runs_better}, {"runs_worse", t.runs_worse}, {"verdict", t.verdict}});
+                     {"deltas", t.deltas}, {"variances", t.variances}, {"mean_delta", t.mean_delta},
+                     {"plain_mean", t.plain_mean}, {"ci", interval_json(t.ci)}, {"p", t.p}, {"tau2", t.tau2},
+                     {"p_wilcoxon", t.p_wilcoxon}, {"p_sign", t.p_sign}, {"p_rank_min", t.p_rank_min},
+                     {"p_holm", t.p_holm}, {"detectable_delta", t.detectable}, {"runs_better", t.runs_better},
+                     {"runs_worse", t.runs_worse}, {"verdict", t.verdict}, {"power_note", t.power_note}});
   return {{"delta", "probe - control (negative: the probe is better)"},
+          {"per_run_test",
+           "mean over 2 x repeats cross-fit splits of the split-level delta; Nadeau-Bengio corrected variance "
+           "(1/(2J) + n_eval/n_fit) S^2; t interval and p on 2J - 1 df"},
+          {"across_run_test",
+           "random effects (Paule-Mandel tau^2, Hartung-Knapp t interval on runs - 1 df); Holm over the "
+           "comparison x metric family on p; Wilcoxon and sign tests shown with their smallest attainable p"},
+          {"repeats", f.repeats},
           {"restarts", f.restarts}, {"max_epochs", f.max_epochs}, {"patience", f.patience},
           {"batch_size", f.batch_size}, {"lr", f.lr}, {"weight_decay", f.weight_decay}, {"inner_val", f.inner_val},
-          {"bootstrap_draws", f.bootstrap_draws}, {"shuffle_bins", f.shuffle_bins}, {"ece_bins", f.ece_bins},
+          {"shuffle_bins", f.shuffle_bins}, {"ece_bins", f.ece_bins},
           {"alpha", f.alpha}, {"seed", f.seed}, {"seconds", f.seconds}, {"family_size", f.tests.size()},
           {"runs", runs}, {"tests", tests}};
 }
@@ -341,7 +353,7 @@ void write_audit_results(const AuditResults& res, const std::string& dir) {
     pc.precision(10);
     cmp.precision(10);
     pc << "run,cell,probe,inputs,parameters,hidden1,hidden2,log_loss,brier,ece,mean_epochs\n";
-    cmp << "run,cell,comparison,probe,control,metric,delta,ci_low,ci_high,p_wilcoxon,p_sign,p_holm,verdict\n";
+    cmp << "run,cell,comparison,probe,control,metric,delta,ci_low,ci_high,p,p_wilcoxon,p_sign,p_holm,verdict\n";
     for (const auto& r : res.probes.runs) {
       const std::string head = csv_field(r.run) + ',' + csv_field(r.cell) + ',';
       for (const auto& p : r.probes)
@@ -351,12 +363,13 @@ void write_audit_results(const AuditResults& res, const std::string& dir) {
         for (std::size_t m = 0; m < kProbeMetrics.size(); ++m) {
           const MetricDelta& d = m == 0 ? c.log_loss : m == 1 ? c.brier : c.ece;
           cmp << head << c.name << ',' << c.probe << ',' << c.control << ',' << kProbeMetrics[m] << ',' << d.delta
-              << ',' << d.ci.low << ',' << d.ci.high << ",,,,\n";
+              << ',' << d.ci.low << ',' << d.ci.high << ',' << d.p << ",,,,\n";
         }
     }
     for (const auto& t : res.probes.tests)
       cmp << "ALL,ALL," << t.comparison << ",,," << t.metric << ',' << t.mean_delta << ',' << t.ci.low << ','
-          << t.ci.high << ',' << t.p_wilcoxon << ',' << t.p_sign << ',' << t.p_holm << ',' << csv_field(t.verdict) << '\n';
+          << t.ci.high << ',' << t.p << ',' << t.p_wilcoxon << ',' << t.p_sign << ',' << t.p_holm << ','
+          << csv_field(t.verdict) << '\n';
     write_file_atomic(dir + "/probes.csv", pc.str());
     write_file_atomic(dir + "/probe_comparisons.csv", cmp.str());
   }

@@ -289,7 +289,7 @@ std::vector<std::string> report_verdict(const json& r) {
   }
   // 4. Probes.
   if (r.contains("probes") && r["probes"].contains("tests")) {
-    std::string line = "Probes (log-loss gain over control, mean over runs [95 % CI]): ";
+    std::string line = "Probes (log-loss gain over control, random-effects mean over runs [95 % CI]): ";
     bool first = true;
     for (const auto& t : r["probes"]["tests"]) {
       if (t.value("metric", "") != "log_loss") continue;
@@ -298,9 +298,9 @@ std::vector<std::string> report_verdict(const json& r) {
           c != "full_logit_routing_vs_full_logit")
         continue;
       line += (first ? "" : "; ") + c + " " + sgn(-num(t, "mean_delta")) + " [" + sgn(-t["ci"][1].get<double>()) + ", " +
-              sgn(-t["ci"][0].get<double>()) + "], significantly better in " + std::to_string(t.value("runs_better", 0)) + "/" +
-              std::to_string(t.value("runs", 0)) + " runs, worse in " + std::to_string(t.value("runs_worse", 0)) +
-              " (across-run Holm p " + pval(num(t, "p_holm")) + ")";
+              sgn(-t["ci"][0].get<double>()) + "], " + str(t, "verdict") + " (Holm p " + pval(num(t, "p_holm")) +
+              "; runs whose own interval lies above 0: " + std::to_string(t.value("runs_better", 0)) + "/" +
+              std::to_string(t.value("runs", 0)) + ", a count, not a test)";
       first = false;
     }
     v.push_back(line + ".");
@@ -491,10 +491,14 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
     const auto& d = r["diagnostic"];
     Section s{"Matched-confidence diagnostic", {}};
     s.p(fmt::format("Family of {} declared tests (run x statistic); {} {} confidence bins (bins with fewer than {} examples "
-                    "dropped); within-bin permutation null with R = {}; alpha = {}.",
+                    "dropped); R = {} permutations; alpha = {}. Decision: residuals a - q(c) against a cross-fitted "
+                    "isotonic q, routing permuted within ~{}-example strata of confidence (a conditional permutation "
+                    "test that holds its level when routing tracks confidence). The paper's protocol (a - c, "
+                    "within-bin permutation) is shown beside it, never the decision: it rejects falsely when routing "
+                    "tracks confidence inside a bin and the model is miscalibrated.",
                     d.value("family_size", 0), d.value("bins", 0), str(d, "binning"), d.value("min_bin_count", 0),
-                    d.value("permutations", 0), num(d, "alpha")));
-    Table t{{"#", "run", "statistic", "n used", "gap G", "p", "p Holm", "p BH"}, {}};
+                    d.value("permutations", 0), num(d, "alpha"), d.value("strata_size", 20)));
+    Table t{{"#", "run", "statistic", "n used", "gap G_r", "p", "p Holm", "p BH", "paper G", "paper p", "paper p Holm"}, {}};
     std::ostringstream hist, pv;
     pv << "# index label p p_holm p_bh\n";
     std::size_t i = 0;
@@ -502,8 +506,11 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
     std::vector<double> gaps;
     for (const auto& te : d["tests"]) {
       ++i;
+      const bool has_paper = te.contains("paper");
       t.rows.push_back({std::to_string(i), short_run(te["run"]), str(te, "statistic"), std::to_string(te.value("n_used", 0)),
-                        fmt::format("{:+.5f}", num(te, "gap")), pval(num(te, "p")), pval(num(te, "p_holm")), pval(num(te, "p_bh"))});
+                        fmt::format("{:+.5f}", num(te, "gap")), pval(num(te, "p")), pval(num(te, "p_holm")), pval(num(te, "p_bh")),
+                        has_paper ? fmt::format("{:+.5f}", num(te["paper"], "gap")) : "-",
+                        has_paper ? pval(num(te["paper"], "p")) : "-", has_paper ? pval(num(te["paper"], "p_holm")) : "-"});
       pv << i << " \"" << i << ":" << str(te, "statistic") << "\" " << g(num(te, "p")) << " "
          << g(num(te, "p_holm")) << " " << g(num(te, "p_bh")) << "\n";
       hist << "# test " << i << ": bin centre, count\n";
@@ -519,7 +526,8 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
       titles.push_back(fmt::format("#{} {} {}: p = {}", i, short_run(te["run"]), str(te, "statistic"), pval(num(te, "p"))));
       gaps.push_back(num(te, "gap"));
     }
-    s.tab(t, "p: within-bin permutation p; Holm and Benjamini-Hochberg adjustments over the whole family.");
+    s.tab(t, "p: the decision test's conditional permutation p; Holm and Benjamini-Hochberg adjustments over the whole "
+             "family. paper: the seed paper's protocol (reported, not the decision).");
     write_csv(tabdir + "/diagnostic.csv", t);
     out.tables.push_back(tabdir + "/diagnostic.csv");
     if (i > 0) {
@@ -546,11 +554,11 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
       s.fig("diagnostic_pvalues", "p-values of the family (bars above the dashed line reject at alpha).");
     }
     if (d.contains("stability")) {
-      Table st{{"cell", "statistic", "seeds", "rejections (Holm)", "positive", "negative", "stable"}, {}};
+      Table st{{"cell", "statistic", "seeds", "rejections (raw p)", "positive", "negative", "verdict"}, {}};
       for (const auto& v : d["stability"])
         st.rows.push_back({str(v, "cell"), str(v, "statistic"), std::to_string(v.value("seeds", 0)), std::to_string(v.value("rejections", 0)),
                            std::to_string(v.value("rejections_positive", 0)), std::to_string(v.value("rejections_negative", 0)),
-                           v.value("stable", false) ? "yes" : "no"});
+                           v.contains("verdict") ? str(v, "verdict") : (v.value("stable", false) ? "stable" : "not stable")});
       s.tab(st, "Cross-seed stability: " + str(d, "stability_rule"));
     }
     secs.push_back(s);
@@ -658,14 +666,20 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
   if (r.contains("probes") && r["probes"].contains("runs")) {
     const auto& p = r["probes"];
     Section s{"MLP probes and controls", {}};
-    Table tt{{"comparison", "metric", "gain (mean over runs)", "95 % CI", "p Wilcoxon", "p sign", "p Holm", "runs better/worse", "verdict"}, {}};
+    Table tt{{"comparison", "metric", "gain (random-effects mean)", "95 % CI", "p", "p Holm", "p Wilcoxon (min)", "p sign",
+              "runs with interval above/below 0", "verdict"}, {}};
     for (const auto& t : p["tests"])
       tt.rows.push_back({str(t, "comparison"), str(t, "metric"), sgn(-num(t, "mean_delta")),
                          fmt::format("[{}, {}]", sgn(-t["ci"][1].get<double>()), sgn(-t["ci"][0].get<double>())),
-                         pval(num(t, "p_wilcoxon")), pval(num(t, "p_sign")), pval(num(t, "p_holm")),
-                         fmt::format("{}/{}", t.value("runs_better", 0), t.value("runs_worse", 0)), str(t, "verdict")});
-    s.p("Gain = control's loss minus the probe's (positive: the probe is better). Across-run tests over the runs' paired "
-        "differences; Holm over the whole probe family.");
+                         pval(t.value("p", 1.0)), pval(num(t, "p_holm")),
+                         fmt::format("{} ({})", pval(num(t, "p_wilcoxon")), pval(t.value("p_rank_min", 1.0))),
+                         pval(num(t, "p_sign")), fmt::format("{}/{}", t.value("runs_better", 0), t.value("runs_worse", 0)),
+                         str(t, "verdict")});
+    s.p("Gain = control's loss minus the probe's (positive: the probe is better). Per run: the mean over repeated "
+        "cross-fit splits with the Nadeau-Bengio corrected interval. Across runs: random-effects (Hartung-Knapp) "
+        "mean, interval and p; Holm over the whole probe family decides the verdict. Wilcoxon and sign tests are shown "
+        "with the smallest p they can reach with this many runs. Run counts are counts, not tests.");
+    if (!p["tests"].empty() && p["tests"][0].contains("power_note")) s.p("Power: " + str(p["tests"][0], "power_note") + ".");
     s.tab(tt);
     write_csv(tabdir + "/probe_tests.csv", tt);
     out.tables.push_back(tabdir + "/probe_tests.csv");

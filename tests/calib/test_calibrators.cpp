@@ -114,10 +114,17 @@ TEST(NadarayaWatson, PriorPseudoCountAndClip) {
   const auto q = nadaraya_watson({0.0, 1.0}, {0.0, 1.0}, 1, {0.01}, {100.0, 0.0});
   EXPECT_NEAR(q[0], 0.5, 1e-12);
   EXPECT_NEAR(q[1], (0.0 + 0.5) / (1.0 + 1.0), 1e-12);  // one kernel weight 1 on target 0, plus prior
-  const auto c = nadaraya_watson({0.0}, {1.0}, 1, {1.0}, {0.0}, {0.0, 1e-4, 1 - 1e-4});
+  auto options = [](double pseudo, double lo, double hi) {
+    NadarayaWatsonOptions o;
+    o.pseudo_count = pseudo;
+    o.clip_low = lo;
+    o.clip_high = hi;
+    return o;
+  };
+  const auto c = nadaraya_watson({0.0}, {1.0}, 1, {1.0}, {0.0}, options(0.0, 1e-4, 1 - 1e-4));
   EXPECT_EQ(c[0], 1 - 1e-4);
   // 2-D product kernel: the second dimension separates the points.
-  const auto d2 = nadaraya_watson({0, 0, 0, 10}, {0, 1}, 2, {1, 1}, {0, 10}, {0.0, 0.0, 1.0});
+  const auto d2 = nadaraya_watson({0, 0, 0, 10}, {0, 1}, 2, {1, 1}, {0, 10}, options(0.0, 0.0, 1.0));
   EXPECT_NEAR(d2[0], 1.0, 1e-12);
 }
 

@@ -32,9 +32,10 @@ def traces(tmp_path_factory):
 
 def test_same_results_as_cli(cli, traces):
     d, paths = traces
-    r = cli("audit", *paths, "--out", d / "cli", "--permutations", 500, "--probe-restarts", 1, "--seed", 3, "--json")
+    r = cli("audit", *paths, "--out", d / "cli", "--permutations", 500, "--probe-restarts", 1, "--probe-repeats", 2,
+            "--seed", 3, "--json")
     want = r.json()
-    got = arcal.audit(paths, permutations=500, probe_restarts=1, seed=3, out=str(d / "py"))
+    got = arcal.audit(paths, permutations=500, probe_restarts=1, probe_repeats=2, seed=3, out=str(d / "py"))
     assert got["schema"] == "arcal.audit/1"
     assert strip_times(got) == strip_times(want)
     # out= writes what `arcal audit --out` writes
@@ -65,7 +66,7 @@ def test_feature_only_traces_default_to_their_features():
     z, y = make_predictions(2000, 4, seed=7)
     rng = np.random.default_rng(7)
     t = {"logits": z, "labels": y, "features": rng.normal(size=(2000, 2)), "feature_names": np.array(["s1", "s2"])}
-    r = arcal.audit([t], permutations=200, probe_restarts=1)
+    r = arcal.audit([t], permutations=200, probe_repeats=2)
     assert sorted({x["statistic"] for x in r["diagnostic"]["tests"]}) == ["s1", "s2"]
     assert r["probes"]["tests"]
 
@@ -74,9 +75,9 @@ def test_sensitivity_and_exact_null_match_cli(cli, traces):
     d, paths = traces
     opts = dict(sensitivity_effects=[0.0, 0.02], sensitivity_draws=2, sensitivity_threshold_effect=0.02,
                 null_replicates=2, refit_patience=1)
-    got = arcal.audit(paths[:1], permutations=200, probe_restarts=1, sensitivity=True, exact_null=True, seed=2,
+    got = arcal.audit(paths[:1], permutations=200, probe_repeats=2, sensitivity=True, exact_null=True, seed=2,
                       condcal=False, **opts)
-    want = cli("audit", paths[0], "--out", d / "cli2", "--permutations", 200, "--probe-restarts", 1, "--sensitivity",
+    want = cli("audit", paths[0], "--out", d / "cli2", "--permutations", 200, "--probe-repeats", 2, "--sensitivity",
                "--exact-null", "--seed", 2, "--no-condcal", "--sensitivity-effects", "0,0.02", "--sensitivity-draws", 2,
                "--sensitivity-threshold-effect", 0.02, "--null-replicates", 2, "--refit-patience", 1, "--json").json()
     assert "sensitivity" in got and "exact_null" in got
@@ -86,7 +87,7 @@ def test_sensitivity_and_exact_null_match_cli(cli, traces):
 def test_torch_threads_restored():
     torch = pytest.importorskip("torch")
     before = torch.get_num_threads()
-    arcal.audit([simulated_trace(1000, 4, seed=8)], permutations=100, probe_restarts=1)
+    arcal.audit([simulated_trace(1000, 4, seed=8)], permutations=100, probe_repeats=2)
     assert torch.get_num_threads() == before
 
 

@@ -36,6 +36,7 @@ ProbeAuditOptions probe_options(const FullAuditOptions& o) {
   popt.seed = o.seed;
   popt.alpha = o.alpha;
   popt.mlp.restarts = o.probe_restarts;
+  popt.repeats = o.probe_repeats;
   popt.mlp.threads = workers(o);
   return popt;
 }
@@ -77,7 +78,8 @@ AuditResults run_full_audit(const std::vector<AuditRunInput>& runs, const FullAu
     // and one intra-op thread keeps results independent of the thread count.
     set_compute_threads(1);
     if (o.progress)
-      std::fprintf(stderr, "probes: %zu runs x 7 MLPs x 2 folds x %d restarts\n", runs.size(), o.probe_restarts);
+      std::fprintf(stderr, "probes: %zu runs x 9 MLPs x %d repeated 2-fold cross-fits x %d restarts\n", runs.size(),
+                   o.probe_repeats, o.probe_restarts);
     res.probes = run_probe_family(runs, popt);
     res.has_probes = true;
   }

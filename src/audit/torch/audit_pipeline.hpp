@@ -20,7 +20,8 @@ struct FullAuditOptions {
   double alpha = 0.05;
   bool condcal = true;
   bool probes = true;
-  int probe_restarts = 5;
+  int probe_restarts = 1;     ///< seeded restarts averaged per MLP probe and split
+  int probe_repeats = 5;      ///< repeated 2-fold cross-fits per run
   bool sensitivity = false;
   std::vector<double> sensitivity_effects{0.002, 0.005, 0.010, 0.020};
   int sensitivity_draws = 20;
