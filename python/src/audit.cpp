@@ -66,9 +66,9 @@ void check_ranges(const arcal::FullAuditOptions& o) {
   need(o.threads >= 0, "threads must be >= 0 (0 = all cores)");
 }
 
-py::dict audit(py::handle traces, py::handle stats, int permutations, std::uint64_t seed, bool sensitivity,
+py::dict audit(py::object traces, py::object stats, int permutations, std::uint64_t seed, bool sensitivity,
                bool exact_null, std::size_t bins, bool equal_mass, double alpha, bool condcal, bool probes,
-               int probe_restarts, int probe_repeats, int threads, py::handle names, py::handle out, py::kwargs kwargs) {
+               int probe_restarts, int probe_repeats, int threads, py::object names, py::object out, py::kwargs kwargs) {
   const std::string fn = "arcal.audit";
   arcal::FullAuditOptions o;
   o.permutations = permutations;

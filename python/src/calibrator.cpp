@@ -81,7 +81,7 @@ const arcal::FittedCalibrator& fitted(const Calibrator& c, const std::string& fn
 
 py::object to_dict(const Calibrator& c) { return json_to_py(arcal::calibrator_json(fitted(c, "Calibrator.to_dict"))); }
 
-Calibrator from_dict(py::handle d) {
+Calibrator from_dict(py::object d) {
   Calibrator c;
   c.fit = arcal::calibrator_from_json(py_to_json(d, "Calibrator.from_dict"), "Calibrator.from_dict");
   c.method = c.fit.method;
@@ -110,7 +110,7 @@ identically in the other.)doc")
       .def(py::init([](const std::string& method, py::kwargs kwargs) { return make(method, kwargs); }), "method"_a)
       .def(
           "fit",
-          [](py::object self, py::handle labels, py::handle logits, py::handle probs) {
+          [](py::object self, py::object labels, py::object logits, py::object probs) {
             Calibrator& c = self.cast<Calibrator&>();
             const std::string fn = "Calibrator.fit";
             const Labels y = labels_array(labels, fn);
@@ -130,7 +130,7 @@ identically in the other.)doc")
           "Fits on labels [N] and logits= or probs= [N, K]; returns self.")
       .def(
           "predict_proba",
-          [](const Calibrator& c, py::handle logits, py::handle probs) {
+          [](const Calibrator& c, py::object logits, py::object probs) {
             const std::string fn = "Calibrator.predict_proba";
             const arcal::FittedCalibrator& f = fitted(c, fn);
             const arcal::Predictions p = predictions(logits, probs, fn);

@@ -18,9 +18,9 @@ std::string shape_string(const py::array& a) {
   return r + "]";
 }
 
-py::tuple cedar_attention(py::handle q_in, py::handle k_in, py::handle v_in, const std::string& method,
-                          std::int64_t chunk_size, std::int64_t budget, py::handle error_target, bool causal,
-                          py::handle chunk_starts, std::int64_t sink_chunks, int threads) {
+py::tuple cedar_attention(py::object q_in, py::object k_in, py::object v_in, const std::string& method,
+                          std::int64_t chunk_size, std::int64_t budget, py::object error_target, bool causal,
+                          py::object chunk_starts, std::int64_t sink_chunks, int threads) {
   using namespace arcal::cedar;
   const std::string ctx = "arcal.cedar_attention";
   const char* names[3] = {"q", "k", "v"};

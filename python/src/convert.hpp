@@ -54,10 +54,9 @@ struct LogitMatrix {
 LogitMatrix logit_matrix(py::handle obj, const std::string& fn, const std::string& name);
 
 /// Labels [n] as int64: a view of an int64 C-contiguous native buffer, otherwise converted from any
-/// integer or bool dtype (uint8, int32, ...) into `owned`. Float labels are refused.
+/// integer or bool dtype (uint8, int32, ...) by numpy. Float labels are refused.
 struct Labels {
   py::array keep;
-  std::vector<std::int64_t> owned;
   arcal::Span<std::int64_t> view;
 };
 Labels labels_array(py::handle obj, const std::string& fn);

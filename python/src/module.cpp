@@ -20,7 +20,7 @@ namespace arcalpy {
 
 namespace {
 
-py::dict metrics(py::handle labels, py::handle logits, py::handle probs, int bins, bool ci, std::uint64_t seed,
+py::dict metrics(py::object labels, py::object logits, py::object probs, int bins, bool ci, std::uint64_t seed,
                  int bootstrap) {
   const std::string fn = "arcal.metrics";
   if (logits.is_none() == probs.is_none()) value_error(fn, "give exactly one of logits= and probs=");
@@ -117,8 +117,8 @@ seed : seed of the bootstrap and the label redraws. bootstrap : resamples when c
 
 Returns
 -------
-dict with the keys of `arcal metrics --json` (docs/interface.md): n, classes, bins, bootstrap,
-classwise_bootstrap, seed, level, accuracy, ece, mce, rmsce, ada_ece, classwise_ece, debiased_ece,
+dict with the keys of `arcal metrics --json` (docs/interface.md): n, classes, bins, bootstrap, seed,
+level, accuracy, ece, mce, rmsce, ada_ece, classwise_ece, debiased_ece,
 smece, smece_sigma, nll, brier, auroc (None where undefined), ci {metric: [low, high] or None},
 bias_corrected, consistency, reliability [{n, conf, acc}], ...; the same values the CLI computes from
 the same data.
