@@ -39,8 +39,10 @@ struct AuditConfig {
   int sensitivity_draws = 20;
   double sensitivity_threshold = 0.5;
   double sensitivity_threshold_effect = 0.010;
-  double correction_ridge = 1.0;
+  double correction_ridge = -1.0;
   bool exact_null = false;
+  std::size_t null_group_size = 5;
+  bool null_model_based = true;
   int null_replicates = 200;
   std::string null_variants = "confidence,full_logit";
   int refit_restarts = 1;
@@ -102,12 +104,31 @@ std::string sensitivity_summary(const arcal::SensitivityResult& s) {
 /// Pooled exact-null p per variant and comparison.
 std::string exact_null_summary(const arcal::ExactNullResult& x) {
   std::string out = "exact null (" + std::to_string(x.replicates) + " replicates, " + std::to_string(x.seconds).substr(0, 6) +
-                    " s): mean real gain over runs vs its null, Monte-Carlo p\n";
+                    " s): mean real gain over runs vs the conditional permutation null (the decision), Monte-Carlo p\n";
   char buf[512];
   for (const auto& p : x.pooled) {
     std::snprintf(buf, sizeof buf, "  %-11s %-40s real %+.5f  null mean %+.5f q95 %+.5f  p %.3f\n", p.variant.c_str(),
                   p.comparison.c_str(), p.real_mean_gain, p.null_mean, p.null_q95, p.p);
     out += buf;
+  }
+  for (const auto& r : x.runs) {
+    std::snprintf(buf, sizeof buf, "  matching %s (%s): %zu groups, mean within-group distance %.3g (random pairs %.3g)\n",
+                  r.run.c_str(), r.variant.c_str(), r.matching.groups, r.matching.mean_distance,
+                  r.matching.random_pair_distance);
+    out += buf;
+  }
+  if (x.has_model_based) {
+    out += "  model-based null (labels from a fitted reference; valid only if it is right):\n";
+    for (const auto& p : x.model_pooled) {
+      std::snprintf(buf, sizeof buf, "    %-11s %-40s real %+.5f  p %.3f\n", p.variant.c_str(), p.comparison.c_str(),
+                    p.real_mean_gain, p.p);
+      out += buf;
+    }
+    for (const auto& r : x.model_runs) {
+      std::snprintf(buf, sizeof buf, "    reference fit %s (%s): Hosmer-Lemeshow %.1f on %.0f df, p %.3g\n", r.run.c_str(),
+                    r.variant.c_str(), r.reference_fit.statistic, r.reference_fit.df, r.reference_fit.p);
+      out += buf;
+    }
   }
   return out;
 }
@@ -137,9 +158,15 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
   app.add_option("--sensitivity-threshold", cfg->sensitivity_threshold, "Recovery R needed for the verdict \"absent\"");
   app.add_option("--sensitivity-threshold-effect", cfg->sensitivity_threshold_effect,
                  "Effect (nats, one of --sensitivity-effects) at which the threshold applies");
-  app.add_option("--correction-ridge", cfg->correction_ridge, "L2 penalty of the correction probe's cubic g(z)")
-      ->check(CLI::Range(0.0, 1e12));
+  app.add_option("--correction-ridge", cfg->correction_ridge,
+                 "L2 penalty of the correction probe's cubic g(z); negative: chosen per fit by 5-fold inner CV")
+      ->check(CLI::Range(-1.0, 1e9));
   app.add_flag("--exact-null", cfg->exact_null, "Exact-null audit, method.md §6.6 (refits every probe)");
+  app.add_option("--null-group-size", cfg->null_group_size,
+                 "Matched-group size of the conditional permutation null (examples with nearly identical outputs)")
+      ->check(CLI::Range(std::size_t{2}, std::size_t{10}));
+  app.add_flag("--null-model-based,!--no-null-model-based", cfg->null_model_based,
+               "Also run the model-based null (labels from a fitted reference; not the decision)");
   app.add_option("--null-replicates", cfg->null_replicates, "Null label replicates per run and variant")
       ->check(CLI::Range(1, 1000000));
   app.add_option("--null-variants", cfg->null_variants, "Exact-null references: confidence, full_logit (comma-separated)");
@@ -186,6 +213,8 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
     opt.exact_null = cfg->exact_null;
     opt.null_replicates = cfg->null_replicates;
     opt.null_variants = split_names(cfg->null_variants);
+    opt.null_group_size = cfg->null_group_size;
+    opt.null_model_based = cfg->null_model_based;
     opt.refit_restarts = cfg->refit_restarts;
     opt.refit_patience = cfg->refit_patience;
     opt.refit_cold = cfg->refit_cold;

@@ -35,13 +35,15 @@ void set_extra_option(arcal::FullAuditOptions& o, const std::string& key, py::ha
     else if (key == "correction_ridge") o.correction_ridge = v.cast<double>();
     else if (key == "null_replicates") o.null_replicates = v.cast<int>();
     else if (key == "null_variants") o.null_variants = v.cast<std::vector<std::string>>();
+    else if (key == "null_group_size") o.null_group_size = v.cast<std::size_t>();
+    else if (key == "null_model_based") o.null_model_based = v.cast<bool>();
     else if (key == "refit_restarts") o.refit_restarts = v.cast<int>();
     else if (key == "refit_patience") o.refit_patience = v.cast<int>();
     else if (key == "refit_cold") o.refit_cold = v.cast<bool>();
     else
       value_error(fn, "unknown option '" + key +
                           "' (sensitivity_effects, sensitivity_draws, sensitivity_threshold, sensitivity_threshold_effect, "
-                          "correction_ridge, null_replicates, null_variants, refit_restarts, refit_patience, refit_cold)");
+                          "correction_ridge, null_replicates, null_variants, null_group_size, null_model_based, refit_restarts, refit_patience, refit_cold)");
   } catch (const py::cast_error&) {
     value_error(fn, "option '" + key + "' has the wrong type");
   }
@@ -61,6 +63,9 @@ void check_ranges(const arcal::FullAuditOptions& o) {
   need(o.sensitivity_draws >= 1, "sensitivity_draws must be >= 1");
   for (double e : o.sensitivity_effects) need(e >= 0 && std::isfinite(e), "sensitivity_effects must be finite and >= 0");
   need(o.null_replicates >= 1, "null_replicates must be >= 1");
+  need(o.null_group_size >= 2 && o.null_group_size <= 10, "null_group_size must be in [2, 10]");
+  need(o.correction_ridge == -1 || (o.correction_ridge >= 0 && std::isfinite(o.correction_ridge)),
+       "correction_ridge must be -1 (chosen by inner CV) or finite and >= 0");
   need(o.refit_restarts >= 1 && o.refit_restarts <= 100, "refit_restarts must be in [1, 100]");
   need(o.refit_patience >= 1, "refit_patience must be >= 1");
   need(o.threads >= 0, "threads must be >= 0 (0 = all cores)");

@@ -97,7 +97,7 @@ void bind_calibrator(py::module_& m) {
   py::class_<Calibrator>(m, "Calibrator", R"doc(Calibrator(method, **options): a post-hoc calibrator (docs/method.md §5).
 
 method: "temperature", "platt", "isotonic", "histogram", "nw", "qats", "vector" or "matrix".
-options: bins (histogram, 15), knots (qats, 5), l2 (vector/matrix ridge, 1e-4), pseudo_count (nw, 1.0).
+options: bins (histogram, 15), knots (qats, 8), l2 (vector/matrix ridge, 1e-4), pseudo_count (nw, 1.0).
 
     cal = arcal.Calibrator("temperature").fit(val_labels, logits=val_logits)
     p = cal.predict_proba(logits=test_logits)          # [N, K] float64

@@ -244,7 +244,8 @@ nlohmann::json calibrator_json(const FittedCalibrator& f) {
     j.update({{"feature", "logit_confidence"}, {"bandwidth", f.kernel_bandwidth}, {"pseudo_count", f.options.pseudo_count},
               {"x", f.kernel_x}, {"correct", f.kernel_correct}});
   } else if (m == "qats") {
-    j.update({{"log_temperature_knots", f.qats.theta}, {"calibration_confidence", f.qats.calib_confidence},
+    j.update({{"temperature_knots", f.qats.temperature}, {"direction", f.qats.direction},
+              {"calibration_confidence", f.qats.calib_confidence},
               {"converged", f.qats.converged}, {"iterations", f.qats.iterations}});
   } else {
     j.update({{"w", f.linear.w}, {"b", f.linear.b}, {"converged", f.linear.converged},
@@ -300,9 +301,17 @@ FittedCalibrator calibrator_from_json(const nlohmann::json& j, const std::string
     f.kernel_correct = r.numbers("correct", f.kernel_x.size());
     if (f.kernel_x.empty()) r.bad("x", "is empty");
   } else if (m == "qats") {
-    f.qats.theta = r.numbers("log_temperature_knots");
-    if (f.qats.theta.size() < 2) r.bad("log_temperature_knots", "needs at least 2 knots");
-    f.options.knots = static_cast<int>(f.qats.theta.size());
+    f.qats.temperature = r.numbers("temperature_knots");
+    if (f.qats.temperature.size() < 2) r.bad("temperature_knots", "needs at least 2 knots");
+    for (double t : f.qats.temperature)
+      if (!(t > 0) || !std::isfinite(t)) r.bad("temperature_knots", "must all be finite and > 0");
+    f.options.knots = static_cast<int>(f.qats.temperature.size());
+    const double dir = r.number("direction");
+    if (dir != 1 && dir != -1) r.bad("direction", "must be 1 or -1");
+    f.qats.direction = static_cast<int>(dir);
+    for (std::size_t i = 1; i < f.qats.temperature.size(); ++i)
+      if (f.qats.direction * (f.qats.temperature[i] - f.qats.temperature[i - 1]) < -1e-12)
+        r.bad("temperature_knots", "must be monotone in the given direction");
     f.qats.calib_confidence = r.numbers("calibration_confidence");
     if (f.qats.calib_confidence.empty()) r.bad("calibration_confidence", "is empty");
     if (!std::is_sorted(f.qats.calib_confidence.begin(), f.qats.calib_confidence.end()))

@@ -21,7 +21,7 @@ inline constexpr const char* kCalibratorSchema = "arcal.calibrator/1";
 /// The calibrators' settings (method.md §5); each method reads only its own.
 struct CalibratorOptions {
   int bins = 15;              ///< histogram: equal-width bins (>= 1)
-  int knots = 5;              ///< qats: knots of the log-temperature curve (>= 2)
+  int knots = 8;              ///< qats: knots of the temperature curve T(u) (>= 2)
   double l2 = 1e-4;           ///< vector, matrix: the ridge towards W = I, b = 0 (>= 0)
   double pseudo_count = 1.0;  ///< nw: weight of the prior, the mean correctness (>= 0)
 };

@@ -75,7 +75,9 @@ void null_coverage(std::size_t runs, std::size_t n, int repeats, std::uint64_t s
   const auto covers = arcal::test_util::binomial_band_99(runs, 0.95);
   for (std::size_t k = 0; k < names.size(); ++k) {
     EXPECT_LE(false_gain[k], gains.second) << names[k];
-    if (k < 3) EXPECT_GE(cover[k], covers.first) << names[k];
+    if (k < 3) {
+      EXPECT_GE(cover[k], covers.first) << names[k];
+    }
   }
 }
 

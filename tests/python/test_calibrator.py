@@ -85,7 +85,7 @@ def test_same_json_and_outputs_as_cli_fit_apply(cli, tmp_path, method):
 def test_options_reach_the_method():
     z, y = make_predictions(2000, 4, seed=5)
     assert len(arcal.Calibrator("histogram", bins=7).fit(y, logits=z).to_dict()["value"]) == 7
-    assert len(arcal.Calibrator("qats", knots=3).fit(y, logits=z).to_dict()["log_temperature_knots"]) == 3
+    assert len(arcal.Calibrator("qats", knots=3).fit(y, logits=z).to_dict()["temperature_knots"]) == 3
     assert arcal.Calibrator("matrix", l2=0.1).fit(y, logits=z).to_dict()["l2"] == 0.1
     assert arcal.Calibrator("histogram", bins=7).options["bins"] == 7
 

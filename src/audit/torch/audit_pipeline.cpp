@@ -110,11 +110,14 @@ AuditResults run_full_audit(const std::vector<AuditRunInput>& runs, const FullAu
     xo.warm_start = !o.refit_cold;
     xo.replicates = o.null_replicates;
     xo.variants = o.null_variants;
+    xo.group_size = o.null_group_size;
+    xo.model_based = o.null_model_based;
     if (o.progress)
       std::fprintf(stderr, "exact null: %zu runs x %zu variants x %d replicates, every probe refitted\n", runs.size(),
                    xo.variants.size(), o.null_replicates);
-    ProgressBar bar("exact null (runs x variants)", static_cast<long long>(runs.size() * xo.variants.size()),
-                    o.progress, stderr);
+    ProgressBar bar("exact null (runs x variants x nulls)",
+                    static_cast<long long>(runs.size() * xo.variants.size() * (xo.model_based ? 2 : 1)), o.progress,
+                    stderr);
     xo.progress = [&](std::size_t done, std::size_t) { bar.update(static_cast<long long>(done)); };
     res.exact_null = run_exact_null_audit(runs, xo);
     bar.finish();

@@ -27,10 +27,12 @@ struct FullAuditOptions {
   int sensitivity_draws = 20;
   double sensitivity_threshold = 0.5;
   double sensitivity_threshold_effect = 0.010;
-  double correction_ridge = 1.0;
+  double correction_ridge = -1.0;  ///< the correction probe's ridge; -1: chosen by inner CV (method.md §6.5)
   bool exact_null = false;
   int null_replicates = 200;
   std::vector<std::string> null_variants{"confidence", "full_logit"};
+  std::size_t null_group_size = 5;  ///< matched-group size of the conditional permutation null (2-10)
+  bool null_model_based = true;     ///< also run the model-based null (§6.6 b), labelled as such
   int refit_restarts = 1;
   int refit_patience = 3;
   bool refit_cold = false;

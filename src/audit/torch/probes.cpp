@@ -32,14 +32,6 @@ constexpr std::size_t kStackReplicates = 64;  // replicates per stacked fit
 
 using Columns = std::vector<const std::vector<double>*>;  // feature columns, each [n]
 
-std::vector<double> gather(const Columns& cols, const std::vector<std::size_t>& idx) {
-  const std::size_t d = cols.size();
-  std::vector<double> x(idx.size() * d);
-  for (std::size_t r = 0; r < idx.size(); ++r)
-    for (std::size_t k = 0; k < d; ++k) x[r * d + k] = (*cols[k])[idx[r]];
-  return x;
-}
-
 std::vector<double> pick(const std::vector<double>& v, const std::vector<std::size_t>& idx) {
   std::vector<double> out(idx.size());
   for (std::size_t r = 0; r < idx.size(); ++r) out[r] = v[idx[r]];
