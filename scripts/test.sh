@@ -4,10 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# Test-only package: headless Chromium renders report.html for the report test's screenshot.
+# Test-only packages: headless Chromium renders report.html for the report test's screenshot; pytest,
+# SciPy (the independent temperature fit) and jsonschema run the Python module's suite (tests/python).
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+  chromium python3-pytest python3-scipy python3-jsonschema >/dev/null
 cd build
 ctest --output-on-failure -j2 -LE long
 if [ "${ARCAL_LONG_TESTS:-0}" = 1 ]; then

@@ -1,7 +1,8 @@
 // arcal audit: the routing-conditional audit over one or many runs' traces. Loads each trace,
 // derives confidence, correctness, predictive entropy and the requested statistics, then calls the
-// library (audit/audit.hpp), which validates the whole input before computing and writes
-// DIR/results.json (schema "arcal.audit/1") and CSV tables atomically.
+// library (audit/torch/audit_pipeline.hpp, also behind the Python module's arcal.audit), which
+// validates the whole input before computing, and writes DIR/results.json (schema "arcal.audit/1")
+// and CSV tables atomically.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -11,13 +12,11 @@
 
 #include "audit/audit.hpp"
 #include "audit/run_input.hpp"
+#include "audit/torch/audit_pipeline.hpp"
 #include "audit/torch/probes.hpp"
 #include "audit/torch/sensitivity_audit.hpp"
-#include <torch/torch.h>
 #include "command.hpp"
-#include "train/threads.hpp"
 #include "core/check.hpp"
-#include "core/progress.hpp"
 #include "io/trace.hpp"
 
 namespace {
@@ -183,31 +182,18 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
   return [cfg]() {
     const auto stats = split_names(cfg->stats);
     if (stats.empty()) arcal::throw_input("arcal audit", "--stat names no statistic, so the test family would be empty");
-    arcal::AuditOptions opt;
-    opt.diagnostic.permutations = cfg->permutations;
-    opt.diagnostic.seed = cfg->seed;
-    opt.diagnostic.bins = cfg->bins;
-    opt.diagnostic.scheme = cfg->equal_mass ? arcal::BinScheme::equal_mass : arcal::BinScheme::equal_width;
-    opt.diagnostic.alpha = cfg->alpha;
-    opt.condcal.seed = cfg->seed;
-    opt.run_condcal = !cfg->no_condcal;
-    const bool progress = arcal::cli::progress_enabled();
-    std::vector<arcal::AuditRunInput> runs;
-    for (const auto& path : cfg->traces) {
-      if (progress) std::fprintf(stderr, "loading %s\n", path.c_str());
-      runs.push_back(load_run(path, stats));
-    }
-    if (progress)
-      std::fprintf(stderr, "auditing %zu runs x %zu statistics (R = %d)\n", runs.size(), stats.size(), cfg->permutations);
-    arcal::ProbeAuditOptions popt;
-    popt.seed = cfg->seed;
-    popt.alpha = cfg->alpha;
-    popt.mlp.restarts = cfg->probe_restarts;
-    popt.repeats = cfg->probe_repeats;
-    const int workers = cfg->threads > 0 ? cfg->threads : std::max(1, int(std::thread::hardware_concurrency()));
-    popt.mlp.threads = workers;
-    if (cfg->probes || cfg->sensitivity || cfg->exact_null) arcal::validate_probe_inputs(runs, popt);
-    std::vector<double> effects;
+    arcal::FullAuditOptions opt;
+    opt.permutations = cfg->permutations;
+    opt.seed = cfg->seed;
+    opt.bins = cfg->bins;
+    opt.equal_mass = cfg->equal_mass;
+    opt.alpha = cfg->alpha;
+    opt.condcal = !cfg->no_condcal;
+    opt.probes = cfg->probes;
+    opt.probe_restarts = cfg->probe_restarts;
+    opt.probe_repeats = cfg->probe_repeats;
+    opt.sensitivity = cfg->sensitivity;
+    opt.sensitivity_effects.clear();
     for (const auto& e : split_names(cfg->sensitivity_effects)) {
       std::size_t used = 0;
       double v = -1;
@@ -218,61 +204,28 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
       }
       if (used != e.size() || !(v >= 0) || !std::isfinite(v))
         arcal::throw_input("arcal audit", "--sensitivity-effects entry '" + e + "' is not a finite number >= 0");
-      effects.push_back(v);
+      opt.sensitivity_effects.push_back(v);
     }
-    arcal::MlpProbeOptions refit = arcal::default_refit_mlp_options();
-    refit.restarts = cfg->refit_restarts;
-    refit.patience = cfg->refit_patience;
-    refit.threads = workers;
-    auto res = arcal::run_audit(runs, opt);  // validates everything before computing
-    if (cfg->probes) {
-      // Small MLPs gain little from intra-op threads; the parallelism is one fit per worker thread
-      // (--threads), and one intra-op thread keeps results independent of the thread count.
-      arcal::set_compute_threads(1);
-      if (progress) std::fprintf(stderr, "probes: %zu runs x 9 MLPs x %d repeated 2-fold cross-fits x %d restarts\n", runs.size(),
-                                cfg->probe_repeats, cfg->probe_restarts);
-      res.probes = arcal::run_probe_family(runs, popt);
-      res.has_probes = true;
+    opt.sensitivity_draws = cfg->sensitivity_draws;
+    opt.sensitivity_threshold = cfg->sensitivity_threshold;
+    opt.sensitivity_threshold_effect = cfg->sensitivity_threshold_effect;
+    opt.correction_ridge = cfg->correction_ridge;
+    opt.exact_null = cfg->exact_null;
+    opt.null_replicates = cfg->null_replicates;
+    opt.null_variants = split_names(cfg->null_variants);
+    opt.null_group_size = cfg->null_group_size;
+    opt.null_model_based = cfg->null_model_based;
+    opt.refit_restarts = cfg->refit_restarts;
+    opt.refit_patience = cfg->refit_patience;
+    opt.refit_cold = cfg->refit_cold;
+    opt.threads = cfg->threads;
+    opt.progress = arcal::cli::progress_enabled();
+    std::vector<arcal::AuditRunInput> runs;
+    for (const auto& path : cfg->traces) {
+      if (opt.progress) std::fprintf(stderr, "loading %s\n", path.c_str());
+      runs.push_back(load_run(path, stats));
     }
-    if (cfg->sensitivity || cfg->exact_null) arcal::set_compute_threads(1);
-    if (cfg->sensitivity) {
-      arcal::SensitivityAuditOptions so;
-      so.probes = popt;
-      so.refit = refit;
-      so.warm_start = !cfg->refit_cold;
-      so.effects = effects;
-      so.draws = cfg->sensitivity_draws;
-      so.threshold = cfg->sensitivity_threshold;
-      so.threshold_effect = cfg->sensitivity_threshold_effect;
-      so.correction_ridge = cfg->correction_ridge;
-      if (progress)
-        std::fprintf(stderr, "sensitivity: %zu runs x %zu effects x %d draws, every probe refitted\n", runs.size(),
-                     effects.size(), cfg->sensitivity_draws);
-      arcal::ProgressBar bar("sensitivity (runs)", long(runs.size()), progress);
-      so.progress = [&](std::size_t done, std::size_t) { bar.update(long(done)); };
-      res.sensitivity = arcal::run_sensitivity_audit(runs, so);
-      bar.finish();
-      res.has_sensitivity = true;
-    }
-    if (cfg->exact_null) {
-      arcal::ExactNullAuditOptions xo;
-      xo.probes = popt;
-      xo.refit = refit;
-      xo.warm_start = !cfg->refit_cold;
-      xo.replicates = cfg->null_replicates;
-      xo.variants = split_names(cfg->null_variants);
-      xo.group_size = cfg->null_group_size;
-      xo.model_based = cfg->null_model_based;
-      if (progress)
-        std::fprintf(stderr, "exact null: %zu runs x %zu variants x %d replicates, every probe refitted\n", runs.size(),
-                     xo.variants.size(), cfg->null_replicates);
-      arcal::ProgressBar bar("exact null (runs x variants x nulls)",
-                             long(runs.size() * xo.variants.size() * (xo.model_based ? 2 : 1)), progress);
-      xo.progress = [&](std::size_t done, std::size_t) { bar.update(long(done)); };
-      res.exact_null = arcal::run_exact_null_audit(runs, xo);
-      bar.finish();
-      res.has_exact_null = true;
-    }
+    const auto res = arcal::run_full_audit(runs, opt);  // validates everything before computing
     arcal::write_audit_results(res, cfg->out);
     if (cfg->json) {
       std::printf("%s\n", arcal::audit_results_json(res).dump(2).c_str());

@@ -1,15 +1,25 @@
-// `arcal calibrate F.npz --method M --out G.npz`: seeded class-stratified 50/50 split, fit a post-hoc
-// calibrator (method.md §5) on the calibration half, write the evaluation half's calibrated probs,
-// labels and the fitted parameters (a `calibrator` JSON string), and print before/after ECE and NLL.
+// `arcal calibrate`: post-hoc calibration (method.md §5) in three modes, all through
+// calib/fitted_calibrator.hpp (the Python module's Calibrator uses the same code):
+//   F.npz --method M --out G.npz             seeded class-stratified 50/50 split of one file: fit on the
+//                                            calibration half, write the evaluation half (a quick look);
+//   --fit VAL.npz --apply TEST.npz --method M --out G.npz
+//                                            fit on one file, apply to another (sklearn's fit/transform);
+//   --params P.json --apply TEST.npz --out G.npz
+//                                            apply a calibrator saved with --save.
+// Applied files keep every array (features, ids, routing, meta, ...) beside the calibrated `probs`.
 #include <fmt/format.h>
 
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "calib/calibrators.hpp"
+#include "calib/fitted_calibrator.hpp"
 #include "calib/metrics.hpp"
+#include "calib/report_json.hpp"
 #include "command.hpp"
+#include "core/atomic_file.hpp"
+#include "core/check.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "io/npz.hpp"
@@ -17,33 +27,73 @@
 
 namespace {
 
+namespace fs = std::filesystem;
+
+inline constexpr const char* kCalibrateSchema = "arcal.calibrate/1";
+
 struct CalibrateConfig {
-  std::string input, method, out;
+  std::string input, fit, apply, params, save, method, out;
   std::uint64_t seed = 0;
+  int bins = 15;
+  int bootstrap = 1000;
+  bool json = false;
 };
 
-std::vector<double> rows(const std::vector<double>& m, std::size_t k, const std::vector<std::size_t>& idx) {
-  std::vector<double> out;
-  out.reserve(idx.size() * k);
-  for (auto i : idx) out.insert(out.end(), m.begin() + static_cast<std::ptrdiff_t>(i * k), m.begin() + static_cast<std::ptrdiff_t>((i + 1) * k));
-  return out;
+enum class Mode { split, fit_apply, params_apply };
+
+/// True when a and b name the same file: the same canonical path, or (both existing) the same inode.
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  if (fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec)) return true;
+  const auto ca = fs::weakly_canonical(a, ec);
+  if (ec) return false;
+  const auto cb = fs::weakly_canonical(b, ec);
+  return !ec && ca == cb;
 }
 
-int run_calibrate(const CalibrateConfig& cfg) {
-  const arcal::Trace t = arcal::load_trace(cfg.input);
-  const std::size_t K = t.classes;
-  // Logits; for a probs-only trace log p serves (softmax(log p) = p), floored at 1e-300.
-  std::vector<double> z = t.logits;
-  if (z.empty()) {
-    z.resize(t.probs.size());
-    for (std::size_t i = 0; i < z.size(); ++i) z[i] = std::log(std::max(t.probs[i], 1e-300));
+Mode check_mode(const CalibrateConfig& c) {
+  const auto fail = [](const std::string& flag, const std::string& msg) { arcal::throw_input(flag, msg); };
+  Mode mode;
+  if (!c.params.empty()) {
+    if (!c.input.empty() || !c.fit.empty())
+      fail("--params", "takes no trace to fit on (give P.json and --apply TEST.npz, without FILE or --fit)");
+    if (c.apply.empty()) fail("--params", "needs --apply TEST.npz, the file to calibrate");
+    if (!c.method.empty()) fail("--method", "is not taken with --params (P.json names the method)");
+    if (!c.save.empty()) fail("--save", "is not taken with --params (the calibrator is already saved)");
+    mode = Mode::params_apply;
+  } else if (!c.fit.empty() || !c.apply.empty()) {
+    if (!c.input.empty()) fail("FILE", "is not taken with --fit/--apply (FILE alone splits one file in halves)");
+    if (c.fit.empty()) fail("--apply", "needs --fit VAL.npz (or --params P.json) to say what to apply");
+    if (c.apply.empty()) fail("--fit", "needs --apply TEST.npz, the file to calibrate");
+    mode = Mode::fit_apply;
+  } else {
+    if (c.input.empty()) fail("arcal calibrate", "give FILE, or --fit VAL.npz --apply TEST.npz, or --params P.json --apply TEST.npz");
+    mode = Mode::split;
   }
-  const auto probs = arcal::trace_probabilities(t);
-  // Class-stratified split: within each class shuffle (seeded) and send the first half to calibration.
-  std::vector<std::vector<std::size_t>> by_class(K);
+  if (mode != Mode::params_apply && c.method.empty()) fail("--method", "is required to fit a calibrator");
+  // Outputs never overwrite inputs (nor each other).
+  for (const std::string* in : {&c.input, &c.fit, &c.apply, &c.params}) {
+    if (in->empty()) continue;
+    if (same_file(c.out, *in)) fail("--out", c.out + " is the input file " + *in + "; write the result elsewhere");
+    if (!c.save.empty() && same_file(c.save, *in))
+      fail("--save", c.save + " is the input file " + *in + "; save the calibrator elsewhere");
+  }
+  if (!c.save.empty() && same_file(c.save, c.out)) fail("--save", c.save + " is also --out; give two different files");
+  return mode;
+}
+
+arcal::Predictions trace_predictions(const arcal::Trace& t) {
+  const std::string ctx = "calibrate: " + t.path;
+  return t.logits.empty() ? arcal::predictions_from_probs(t.probs, t.n, t.classes, ctx)
+                          : arcal::predictions_from_logits(t.logits, t.n, t.classes, ctx);
+}
+
+/// Class-stratified split: within each class shuffle (seeded) and send the first half to calibration.
+void stratified_halves(const arcal::Trace& t, std::uint64_t seed, std::vector<std::size_t>& cal,
+                       std::vector<std::size_t>& ev) {
+  std::vector<std::vector<std::size_t>> by_class(t.classes);
   for (std::size_t i = 0; i < t.n; ++i) by_class[static_cast<std::size_t>(t.labels[i])].push_back(i);
-  arcal::Rng rng(cfg.seed);
-  std::vector<std::size_t> cal, ev;
+  arcal::Rng rng(seed);
   for (auto& v : by_class) {
     rng.shuffle(v);
     const std::size_t half = v.size() / 2;
@@ -52,90 +102,175 @@ int run_calibrate(const CalibrateConfig& cfg) {
   }
   std::sort(cal.begin(), cal.end());
   std::sort(ev.begin(), ev.end());
-  if (cal.empty() || ev.empty()) throw arcal::InputError("calibrate: " + cfg.input + ": too few examples to split");
-  auto pick_labels = [&](const std::vector<std::size_t>& idx) {
-    std::vector<std::int64_t> y;
-    for (auto i : idx) y.push_back(t.labels[i]);
-    return y;
-  };
-  const auto zc = rows(z, K, cal), ze = rows(z, K, ev), pc = rows(probs, K, cal), pe = rows(probs, K, ev);
-  const auto yc = pick_labels(cal), ye = pick_labels(ev);
-  const auto tc = arcal::top_label(pc, cal.size(), K, yc), te = arcal::top_label(pe, ev.size(), K, ye);
-  nlohmann::json params = {{"method", cfg.method}, {"seed", cfg.seed}, {"n_calibration", cal.size()}};
-  std::vector<double> out;
-  const std::string& m = cfg.method;
-  if (m == "temperature") {
-    const auto f = arcal::fit_temperature(zc, cal.size(), K, yc);
-    params.update({{"temperature", f.temperature}, {"beta", f.beta}, {"converged", f.converged}, {"iterations", f.iterations}});
-    if (!f.ok())
-      throw std::runtime_error(fmt::format("calibrate: temperature scaling failed (beta = {}, converged = {})", f.beta, f.converged));
-    out = arcal::softmax_scaled(ze, ev.size(), K, f.beta);
-  } else if (m == "platt") {
-    const auto f = arcal::fit_platt(tc.confidence, tc.correct);
-    params.update({{"a", f.a}, {"b", f.b}, {"converged", f.converged}, {"iterations", f.iterations}});
-    out = arcal::set_top_probability(pe, ev.size(), K, arcal::apply_platt(f, te.confidence));
-  } else if (m == "isotonic") {
-    const auto f = arcal::fit_isotonic(tc.confidence, tc.correct);
-    params.update({{"x", f.x}, {"y", f.y}});
-    out = arcal::set_top_probability(pe, ev.size(), K, arcal::apply_isotonic(f, te.confidence));
-  } else if (m == "histogram") {
-    const auto f = arcal::fit_histogram(tc.confidence, tc.correct, 15);
-    params.update({{"bins", f.bins}, {"value", f.value}});
-    out = arcal::set_top_probability(pe, ev.size(), K, arcal::apply_histogram(f, te.confidence));
-  } else if (m == "nw") {
-    // 1-D NW on logit c standardised by the calibration half, Scott bandwidth.
-    auto lg = [](const std::vector<double>& c) {
-      std::vector<double> x(c.size());
-      for (std::size_t i = 0; i < c.size(); ++i) {
-        const double p = std::min(std::max(c[i], 1e-12), 1 - 1e-12);
-        x[i] = std::log(p / (1 - p));
+  if (cal.empty() || ev.empty()) throw arcal::InputError("calibrate: " + t.path + ": too few examples to split");
+}
+
+std::vector<std::int64_t> pick(const std::vector<std::int64_t>& y, const std::vector<std::size_t>& idx) {
+  std::vector<std::int64_t> out;
+  out.reserve(idx.size());
+  for (auto i : idx) out.push_back(y[i]);
+  return out;
+}
+
+/// Every array of the applied file, with the scores replaced by the calibrated `probs`: the original
+/// `logits` (or `probs`) are kept as `logits_uncalibrated` (`probs_uncalibrated`) unless the file
+/// already holds such an array (it was calibrated before: the first uncalibrated scores are kept), and
+/// `calibrator` (the JSON, as a [1] string array) replaces any earlier one.
+std::vector<arcal::NpyArray> carry_arrays(const std::string& path, const std::vector<double>& probs, std::size_t n,
+                                          std::size_t k, const std::string& calibrator) {
+  std::vector<arcal::NpyArray> in = arcal::read_npz(path), out;
+  bool has_uncalibrated = false;
+  for (const auto& a : in) has_uncalibrated |= a.name == "logits_uncalibrated" || a.name == "probs_uncalibrated";
+  for (auto& a : in) {
+    if (a.name == "calibrator") continue;
+    if (a.name == "logits" || a.name == "probs") {
+      out.push_back(arcal::NpyArray::from_double("probs", probs, {n, k}));
+      if (!has_uncalibrated) {
+        a.name += "_uncalibrated";
+        out.push_back(std::move(a));
       }
-      return x;
-    };
-    const auto xc = lg(tc.confidence), xe = lg(te.confidence);
-    const auto h = arcal::scott_bandwidths(xc, 1);
-    params.update({{"feature", "logit_confidence"}, {"bandwidth", h[0]}, {"pseudo_count", 1.0}});
-    out = arcal::set_top_probability(pe, ev.size(), K, arcal::nadaraya_watson(xc, tc.correct, 1, h, xe));
-  } else if (m == "qats") {
-    const auto f = arcal::fit_qats(zc, cal.size(), K, yc);
-    params.update({{"temperature_knots", f.temperature}, {"direction", f.direction}, {"converged", f.converged},
-                   {"iterations", f.iterations}, {"objective", f.objective}});
-    out = arcal::apply_qats(f, ze, ev.size(), K);
-  } else if (m == "vector" || m == "matrix") {
-    const auto f = arcal::fit_linear_scaling(zc, cal.size(), K, yc, m == "vector");
-    params.update({{"w", f.w}, {"b", f.b}, {"converged", f.converged}, {"iterations", f.iterations}, {"l2", 1e-4}});
-    out = arcal::apply_linear_scaling(f, ze, ev.size());
-  } else {
-    throw arcal::InputError("calibrate: unknown method '" + m + "'");
+      continue;
+    }
+    out.push_back(std::move(a));
   }
-  const double ece0 = arcal::expected_calibration_error(te.confidence, te.correct);
-  const double nll0 = arcal::negative_log_likelihood(pe, ev.size(), K, ye);
-  const auto ta = arcal::top_label(out, ev.size(), K, ye);
-  const double ece1 = arcal::expected_calibration_error(ta.confidence, ta.correct);
-  const double nll1 = arcal::negative_log_likelihood(out, ev.size(), K, ye);
-  std::vector<arcal::NpyArray> arrays = {
-      arcal::NpyArray::from_double("probs", out, {ev.size(), K}),
-      arcal::NpyArray::from_int64("labels", ye, {ev.size()}),
-      arcal::NpyArray::from_strings("calibrator", {params.dump()}, {1}),
-      arcal::NpyArray::scalar_string("meta", nlohmann::json({{"source", cfg.input}, {"calibrator", m}, {"split", "evaluation"}}).dump())};
-  arcal::write_npz(cfg.out, arrays, true);
-  std::cout << fmt::format("arcal calibrate: {} --method {} (seed {})\n  calibration n = {}, evaluation n = {}\n", cfg.input, m,
-                           cfg.seed, cal.size(), ev.size());
-  std::cout << fmt::format("  ECE (15 bins)  before {:.4f}  after {:.4f}\n  NLL            before {:.4f}  after {:.4f}\n", ece0,
-                           ece1, nll0, nll1);
-  std::cout << "  wrote " << cfg.out << "\n";
+  out.push_back(arcal::NpyArray::from_strings("calibrator", {calibrator}, {1}));
+  return out;
+}
+
+nlohmann::json report(const std::vector<double>& probs, std::size_t n, std::size_t k, const std::vector<std::int64_t>& y,
+                      const CalibrateConfig& cfg) {
+  arcal::ReportOptions opt;
+  opt.bins = cfg.bins;
+  opt.draws = cfg.bootstrap;
+  opt.seed = cfg.seed;
+  return arcal::calibration_report_json(arcal::calibration_report(probs, n, k, y, opt));
+}
+
+int run_calibrate(const CalibrateConfig& cfg) {
+  const Mode mode = check_mode(cfg);
+  arcal::FittedCalibrator cal;
+  nlohmann::json cal_json;
+  // What the calibrator is applied to: predictions, labels, and (apply modes) the file they came from.
+  arcal::Predictions target;
+  std::vector<std::int64_t> target_labels;
+  std::string target_file;
+  std::size_t n_fit = 0;
+  if (mode == Mode::split) {
+    const arcal::Trace t = arcal::load_trace(cfg.input);
+    const auto all = trace_predictions(t);
+    std::vector<std::size_t> cal_rows, ev_rows;
+    stratified_halves(t, cfg.seed, cal_rows, ev_rows);
+    cal = arcal::fit_calibrator(cfg.method, arcal::select_rows(all, cal_rows), pick(t.labels, cal_rows));
+    cal_json = arcal::calibrator_json(cal);
+    cal_json["seed"] = cfg.seed;
+    cal_json["split"] = "class-stratified half of " + cfg.input;
+    target = arcal::select_rows(all, ev_rows);
+    target_labels = pick(t.labels, ev_rows);
+    target_file = cfg.input;
+    n_fit = cal_rows.size();
+  } else {
+    if (mode == Mode::fit_apply) {
+      const arcal::Trace v = arcal::load_trace(cfg.fit);
+      cal = arcal::fit_calibrator(cfg.method, trace_predictions(v), v.labels);
+      cal_json = arcal::calibrator_json(cal);
+      n_fit = v.n;
+    } else {
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(arcal::read_file(cfg.params));
+      } catch (const nlohmann::json::exception& e) {
+        arcal::throw_input("--params", cfg.params + " is not valid JSON: " + e.what());
+      }
+      cal = arcal::calibrator_from_json(j, "--params " + cfg.params);
+      cal_json = j;
+      n_fit = cal.n_fit;
+    }
+    const arcal::Trace t = arcal::load_trace(cfg.apply);
+    if (t.classes != cal.classes)
+      arcal::throw_input("--apply", cfg.apply + " has K = " + std::to_string(t.classes) +
+                                        " classes, but the calibrator was fitted on K = " + std::to_string(cal.classes));
+    target = trace_predictions(t);
+    target_labels = t.labels;
+    target_file = cfg.apply;
+  }
+  const std::size_t n = target.n, K = target.k;
+  const std::vector<double> out = arcal::apply_calibrator(cal, target);
+  const std::string cal_text = cal_json.dump();
+  if (mode == Mode::split) {
+    arcal::write_npz(cfg.out,
+                     {arcal::NpyArray::from_double("probs", out, {n, K}), arcal::NpyArray::from_int64("labels", target_labels, {n}),
+                      arcal::NpyArray::from_strings("calibrator", {cal_text}, {1}),
+                      arcal::NpyArray::scalar_string(
+                          "meta", nlohmann::json({{"source", cfg.input}, {"calibrator", cal.method}, {"split", "evaluation"}}).dump())},
+                     true);
+  } else {
+    arcal::write_npz(cfg.out, carry_arrays(cfg.apply, out, n, K, cal_text), true);
+  }
+  if (!cfg.save.empty()) arcal::write_file_atomic(cfg.save, cal_json.dump(2) + "\n");
+  if (cfg.json) {
+    const char* mode_name = mode == Mode::split ? "split" : mode == Mode::fit_apply ? "fit" : "params";
+    auto or_null = [](const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); };
+    nlohmann::json j = {{"schema", kCalibrateSchema},
+                        {"mode", mode_name},
+                        {"method", cal.method},
+                        {"fit_file", mode == Mode::split ? or_null(cfg.input) : or_null(cfg.fit)},
+                        {"params_file", or_null(cfg.params)},
+                        {"apply_file", target_file},
+                        {"out", cfg.out},
+                        {"save", or_null(cfg.save)},
+                        {"n_fit", n_fit},
+                        {"n_apply", n},
+                        {"calibrator", cal_json},
+                        {"before", report(target.probs, n, K, target_labels, cfg)},
+                        {"after", report(out, n, K, target_labels, cfg)}};
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  const auto t0 = arcal::top_label(target.probs, n, K, target_labels), t1 = arcal::top_label(out, n, K, target_labels);
+  const double ece0 = arcal::expected_calibration_error(t0.confidence, t0.correct, cfg.bins);
+  const double ece1 = arcal::expected_calibration_error(t1.confidence, t1.correct, cfg.bins);
+  const double nll0 = arcal::negative_log_likelihood(target.probs, n, K, target_labels);
+  const double nll1 = arcal::negative_log_likelihood(out, n, K, target_labels);
+  if (mode == Mode::split)
+    std::cout << fmt::format("arcal calibrate: {} --method {} (seed {})\n  calibration n = {}, evaluation n = {}\n", cfg.input,
+                             cal.method, cfg.seed, n_fit, n);
+  else
+    std::cout << fmt::format("arcal calibrate: {} {} --apply {} --method {}\n  fitted on n = {}, applied to n = {}\n",
+                             mode == Mode::fit_apply ? "--fit" : "--params",
+                             mode == Mode::fit_apply ? cfg.fit : cfg.params, cfg.apply, cal.method, n_fit, n);
+  std::cout << fmt::format("  ECE ({} bins)  before {:.4f}  after {:.4f}\n  NLL            before {:.4f}  after {:.4f}\n",
+                           cfg.bins, ece0, ece1, nll0, nll1);
+  std::cout << "  wrote " << cfg.out << (cfg.save.empty() ? "" : " and " + cfg.save) << "\n";
   return 0;
 }
 
-ARCAL_COMMAND("calibrate", "Fit a post-hoc calibrator on a calibration half and apply it to the evaluation half",
+ARCAL_COMMAND("calibrate",
+              "Fit a post-hoc calibrator and apply it: to one file's other half, or fitted on one file and applied "
+              "to another",
               [](CLI::App& app) -> arcal::cli::RunFn {
                 auto cfg = std::make_shared<CalibrateConfig>();
-                app.add_option("file", cfg->input, "Trace file (.npz)")->required()->check(CLI::ExistingFile);
-                app.add_option("--method", cfg->method, "Calibrator")
-                    ->required()
+                app.add_option("file", cfg->input, "Trace file (.npz) to split in halves: fit on one, apply to the other")
+                    ->check(CLI::ExistingFile);
+                app.add_option("--fit", cfg->fit, "Trace file (.npz) to fit the calibrator on (with --apply)")
+                    ->check(CLI::ExistingFile);
+                app.add_option("--apply", cfg->apply, "Trace file (.npz) to calibrate (with --fit or --params)")
+                    ->check(CLI::ExistingFile);
+                app.add_option("--params", cfg->params, "A calibrator saved with --save (JSON), applied to --apply")
+                    ->check(CLI::ExistingFile);
+                app.add_option("--method", cfg->method, "Calibrator (not with --params)")
                     ->check(CLI::IsMember({"temperature", "platt", "isotonic", "histogram", "nw", "qats", "vector", "matrix"}));
-                app.add_option("--out", cfg->out, "Output .npz (evaluation half)")->required();
-                app.add_option("--seed", cfg->seed, "Split seed")->capture_default_str();
+                app.add_option("--out", cfg->out,
+                               "Output .npz: the calibrated probs (split: the evaluation half; apply: every array of the file)")
+                    ->required();
+                app.add_option("--save", cfg->save, "Also write the fitted calibrator (JSON, schema arcal.calibrator/1)");
+                app.add_option("--seed", cfg->seed, "Split seed (and bootstrap seed of --json)")->capture_default_str();
+                app.add_option("--bins", cfg->bins, "Confidence bins of the reported ECE")
+                    ->capture_default_str()
+                    ->check(CLI::Range(1, 100000));
+                app.add_option("--bootstrap", cfg->bootstrap, "Bootstrap resamples of the --json metrics (0: none)")
+                    ->capture_default_str()
+                    ->check(CLI::Range(0, 1000000));
+                app.add_flag("--json", cfg->json, "Print one JSON object: the calibrator and metrics before/after");
                 return [cfg] { return run_calibrate(*cfg); };
               });
 

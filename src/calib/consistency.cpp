@@ -165,8 +165,7 @@ ErrorCells top_label_cells(const std::vector<double>& confidence, const std::vec
   return out;
 }
 
-ErrorCells classwise_cells(const std::vector<double>& probs, std::size_t n, std::size_t k,
-                           const std::vector<std::int64_t>& labels, int bins) {
+ErrorCells classwise_cells(Span<double> probs, std::size_t n, std::size_t k, Span<std::int64_t> labels, int bins) {
   const char* fn = "classwise_cells";
   if (bins < 1) throw_input(fn, "bins is " + std::to_string(bins) + ", but must be >= 1");
   if (n == 0 || k == 0) throw_input(fn, "no examples or classes (N x K = 0)");

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/span.hpp"
 #include "stats/fast_rng.hpp"
 
 namespace arcal {
@@ -82,8 +83,7 @@ ErrorCells top_label_cells(const std::vector<double>& confidence, const std::vec
                            bool equal_mass);
 
 /// Classwise cells (class, equal-width bin of p_ik) of probs [N, K] and labels [N].
-ErrorCells classwise_cells(const std::vector<double>& probs, std::size_t n, std::size_t k,
-                           const std::vector<std::int64_t>& labels, int bins);
+ErrorCells classwise_cells(Span<double> probs, std::size_t n, std::size_t k, Span<std::int64_t> labels, int bins);
 
 struct FamilyInterval {
   double low = 0.0, high = 0.0;  ///< interval for the population error (for debiased_l2: of its square root)

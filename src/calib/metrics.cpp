@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <sstream>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -21,8 +22,7 @@ namespace {
 constexpr double kProbFloor = 1e-15;
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-void check_shape(const char* fn, const std::vector<double>& probs, std::size_t n, std::size_t k,
-                 const std::vector<std::int64_t>& labels) {
+void check_shape(const char* fn, Span<double> probs, std::size_t n, std::size_t k, Span<std::int64_t> labels) {
   if (n == 0) throw_input(fn, "no examples (N = 0)");
   if (k < 2) throw_input(fn, "K is " + std::to_string(k) + ", but must be >= 2");
   check_same_size(fn, "probs", probs.size(), "N*K", n * k);
@@ -32,8 +32,22 @@ void check_shape(const char* fn, const std::vector<double>& probs, std::size_t n
 
 // A row with a value outside [0, 1] or NaN: find it and throw with its flat index (the slow path of the
 // fused scans, which only accumulate a flag).
-[[noreturn]] void throw_bad_row(const char* fn, const double* row, std::size_t i, std::size_t k) {
-  for (std::size_t kk = 0; kk < k; ++kk) check_probability(fn, "probs", i * k + kk, row[kk]);
+// With row_sum_tolerance > 0 a row whose values are all in [0, 1] fails when its sum is off by more.
+[[noreturn]] void throw_bad_row(const char* fn, const double* row, std::size_t i, std::size_t k,
+                                double row_sum_tolerance = 0.0) {
+  double sum = 0.0;
+  for (std::size_t kk = 0; kk < k; ++kk) {
+    check_probability(fn, "probs", i * k + kk, row[kk]);
+    sum += row[kk];
+  }
+  // The scan flagged this row; its vectorised sum may differ from this one in the last bits, so a row
+  // at the tolerance's edge is still reported (never an internal error).
+  if (row_sum_tolerance > 0) {
+    std::ostringstream msg;
+    msg.precision(9);
+    msg << "probs row " << i << " sums to " << sum << ", but must sum to 1 (within " << row_sum_tolerance << ")";
+    throw_input(fn, msg.str());
+  }
   ARCAL_ASSERT(false, "throw_bad_row called on a valid row");
   std::abort();
 }
@@ -45,8 +59,7 @@ inline bool row_valid(const double* row, std::size_t k) {
   return bad == 0;
 }
 
-void check_probs(const char* fn, const std::vector<double>& probs, std::size_t n, std::size_t k,
-                 const std::vector<std::int64_t>& labels) {
+void check_probs(const char* fn, Span<double> probs, std::size_t n, std::size_t k, Span<std::int64_t> labels) {
   check_shape(fn, probs, n, k, labels);
   for (std::size_t i = 0; i < n; ++i)
     if (!row_valid(&probs[i * k], k)) throw_bad_row(fn, &probs[i * k], i, k);
@@ -181,38 +194,41 @@ struct RowScan {
 __attribute__((target_clones("avx2", "default")))
 #endif
 std::size_t scan_range(const double* probs, std::size_t k, const std::int64_t* labels, std::size_t begin,
-                       std::size_t end, RowScan& out, ClasswiseCells* cw, bool want_prediction) {
+                       std::size_t end, RowScan& out, ClasswiseCells* cw, bool want_prediction,
+                       double row_sum_tolerance) {
   for (std::size_t i = begin; i < end; ++i) {
     const double* row = &probs[i * k];
     const std::size_t y = static_cast<std::size_t>(labels[i]);
     // One vectorised pass over the row: validity flag, maximum, sum of squares and (with classwise
     // cells) the bin-0 sums; then the first index of the maximum (ties: lowest index, as argmax).
     unsigned bad = 0;
-    double mx = 0.0, q = 0.0;
+    double mx = 0.0, q = 0.0, sum = 0.0;
     if (cw) {
       const double e1 = cw->bin0_limit;
       double* c0p = cw->c0.data();
       double* s0p = cw->s0.data();
-#pragma omp simd reduction(| : bad) reduction(max : mx) reduction(+ : q)
+#pragma omp simd reduction(| : bad) reduction(max : mx) reduction(+ : q, sum)
       for (std::size_t kk = 0; kk < k; ++kk) {
         const double x = row[kk];
         bad |= static_cast<unsigned>(!((x >= 0.0) & (x <= 1.0)));
         mx = x > mx ? x : mx;
         q += x * x;
+        sum += x;
         const double m = x < e1 ? 1.0 : 0.0;  // adding 0 * p (p finite) leaves the sums unchanged
         c0p[kk] += m;
         s0p[kk] += m * x;
       }
     } else {
-#pragma omp simd reduction(| : bad) reduction(max : mx) reduction(+ : q)
+#pragma omp simd reduction(| : bad) reduction(max : mx) reduction(+ : q, sum)
       for (std::size_t kk = 0; kk < k; ++kk) {
         const double x = row[kk];
         bad |= static_cast<unsigned>(!((x >= 0.0) & (x <= 1.0)));
         mx = x > mx ? x : mx;
         q += x * x;
+        sum += x;
       }
     }
-    if (bad) return i;
+    if (bad || (row_sum_tolerance > 0 && !(std::fabs(sum - 1.0) <= row_sum_tolerance))) return i;
     // The prediction is the first index holding the maximum; it is correct only if p_y is the maximum,
     // so the index is searched for only then (or when the caller wants predictions).
     const double py = row[y];
@@ -248,8 +264,8 @@ std::size_t scan_threads(std::size_t n, std::size_t k) {
   return std::max<std::size_t>(1, std::min<std::size_t>(std::thread::hardware_concurrency(), chunks));
 }
 
-void scan_rows(const char* fn, const std::vector<double>& probs, std::size_t n, std::size_t k,
-               const std::vector<std::int64_t>& labels, RowScan& out, ClasswiseCells* cw, bool want_prediction) {
+void scan_rows(const char* fn, Span<double> probs, std::size_t n, std::size_t k, Span<std::int64_t> labels,
+               RowScan& out, ClasswiseCells* cw, bool want_prediction, double row_sum_tolerance = 0.0) {
   check_shape(fn, probs, n, k, labels);
   out.conf.resize(n);
   out.correct.resize(n);
@@ -263,7 +279,7 @@ void scan_rows(const char* fn, const std::vector<double>& probs, std::size_t n, 
   auto run_chunk = [&](std::size_t c) {
     const std::size_t begin = c * kScanChunkRows, end = std::min(n, begin + kScanChunkRows);
     const std::size_t b = scan_range(probs.data(), k, labels.data(), begin, end, out, cw ? &parts[c] : nullptr,
-                                     want_prediction);
+                                     want_prediction, row_sum_tolerance);
     first_bad[c] = b < end ? b : n;
   };
   const std::size_t threads = scan_threads(n, k);
@@ -280,7 +296,7 @@ void scan_rows(const char* fn, const std::vector<double>& probs, std::size_t n, 
     for (auto& t : pool) t.join();
   }
   for (std::size_t c = 0; c < chunks; ++c)
-    if (first_bad[c] < n) throw_bad_row(fn, &probs[first_bad[c] * k], first_bad[c], k);
+    if (first_bad[c] < n) throw_bad_row(fn, &probs[first_bad[c] * k], first_bad[c], k, row_sum_tolerance);
   if (cw)
     for (const auto& part : parts) cw->merge(part);
 }
@@ -706,18 +722,20 @@ double binary_brier(const std::vector<double>& q, const std::vector<double>& a) 
   return s / static_cast<double>(q.size());
 }
 
-CalibrationReport calibration_report(const std::vector<double>& probs, std::size_t n, std::size_t k,
-                                     const std::vector<std::int64_t>& labels, const ReportOptions& opt) {
+CalibrationReport calibration_report(Span<double> probs, std::size_t n, std::size_t k, Span<std::int64_t> labels,
+                                     const ReportOptions& opt) {
   const char* fn = "calibration_report";
   check_bins(fn, opt.bins);
   if (opt.bins > 65535) throw_input(fn, "bins is " + std::to_string(opt.bins) + ", but must be <= 65535");
   if (opt.draws < 0) throw_input(fn, "draws is " + std::to_string(opt.draws) + ", but must be >= 0");
   if (!(opt.level > 0 && opt.level < 1))
     throw_input(fn, "level is " + std::to_string(opt.level) + ", but must be in (0, 1)");
+  if (!(opt.row_sum_tolerance >= 0))
+    throw_input(fn, "row_sum_tolerance is " + std::to_string(opt.row_sum_tolerance) + ", but must be >= 0");
   // The one scan of the [N, K] matrix; everything after it is O(N) or O(N log N) (one sort).
   RowScan scan;
   ClasswiseCells cells(k < 2 ? 2 : k, opt.bins);
-  scan_rows(fn, probs, n, k, labels, scan, &cells, false);
+  scan_rows(fn, probs, n, k, labels, scan, &cells, false, opt.row_sum_tolerance);
   const double cw_point = cells.finish();
   const Sorted p = sort_by_confidence(scan, opt.bins);
   scan = RowScan{};

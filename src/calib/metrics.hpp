@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "calib/binning.hpp"
+#include "core/span.hpp"
 #include "stats/bootstrap.hpp"
 
 namespace arcal {
@@ -97,6 +98,9 @@ struct ReportOptions {
   /// Label redraws per family member of the calibration errors' test-inversion intervals
   /// (calib/consistency.hpp); 0: no intervals for them.
   int consistency_draws = 1000;
+  /// > 0: every probs row must sum to 1 within this (InputError naming the row otherwise), checked in
+  /// the one matrix scan; 0: rows are taken as given (trace files are checked when loaded).
+  double row_sum_tolerance = 0.0;
 };
 
 struct CalibrationReport {
@@ -127,7 +131,9 @@ struct CalibrationReport {
 /// errors' intervals cost O(cells) per label redraw (calib/consistency.hpp). The matrix scan runs on std::thread::hardware_concurrency() threads when N x K >= 2^22
 /// (fixed chunks of 2^15 rows whose classwise sums are added in chunk order, so the result is the same
 /// for any thread count); the rest is single-threaded. Throws InputError on invalid input or options.
-CalibrationReport calibration_report(const std::vector<double>& probs, std::size_t n, std::size_t k,
-                                     const std::vector<std::int64_t>& labels, const ReportOptions& options = {});
+/// probs and labels are views (std::vector converts), read in place: the Python module passes numpy
+/// buffers without copying them.
+CalibrationReport calibration_report(Span<double> probs, std::size_t n, std::size_t k, Span<std::int64_t> labels,
+                                     const ReportOptions& options = {});
 
 }  // namespace arcal

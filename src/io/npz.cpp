@@ -2,6 +2,8 @@
 
 #include <zip.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -233,6 +235,125 @@ static_assert(host_little_endian(), "arcal's npz code assumes a little-endian ho
 
 std::string zip_message(zip_error_t* err) { return zip_error_strerror(err); }
 
+// ---- What numpy also writes, converted once on read to the dtypes above: big-endian byte order,
+// Fortran order, float16 (widened to float32 exactly), int8/int16/uint8/uint16 (to int32) and
+// uint32/uint64 (to int64; a uint64 value above INT64_MAX is refused). `payload` holds the data bytes
+// after the header; the header's descr and fortran_order are rewritten to what the data now is.
+float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
+  std::uint32_t exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu, bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (mant << 13);  // inf / NaN
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);  // normal: rebias 15 -> 127
+  } else if (mant == 0) {
+    bits = sign;  // +-0
+  } else {  // subnormal half: normalise into a float32 normal
+    exp = 113;
+    while (!(mant & 0x400u)) {
+      mant <<= 1;
+      --exp;
+    }
+    bits = sign | (exp << 23) | ((mant & 0x3FFu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+void normalise_npy(Header& h, std::string& payload, const std::string& file, const std::string& name) {
+  if (h.descr.size() < 3) return;  // decode_descr names what is wrong
+  const char order = h.descr[0], kind = h.descr[1];
+  if (order != '<' && order != '>' && order != '|' && order != '=') return;
+  const std::string digits = h.descr.substr(2);
+  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 6) return;
+  const std::size_t width = std::stoul(digits);
+  if (std::string("fiubU").find(kind) == std::string::npos || width == 0) return;
+  const std::size_t unit = kind == 'U' ? 4 : width;  // bytes per byte-swapped unit
+  const std::size_t itemsize = kind == 'U' ? 4 * width : width;
+  const bool swap = order == '>' && unit > 1;
+  const bool transpose = h.fortran && h.shape.size() > 1;
+  std::string target;  // the descr the data is converted to ("" = keep)
+  if (kind == 'f' && width == 2) target = "<f4";
+  else if ((kind == 'i' && (width == 1 || width == 2)) || (kind == 'u' && (width == 1 || width == 2))) target = "<i4";
+  else if (kind == 'u' && (width == 4 || width == 8)) target = "<i8";
+  if (!swap && !transpose && target.empty()) {
+    if (order == '>' && unit == 1) h.descr[0] = '|';
+    return;
+  }
+  std::size_t n = 1;
+  for (auto d : h.shape) {
+    if (d != 0 && n > SIZE_MAX / d) fail(file, name, "shape is too large");
+    n *= d;
+  }
+  if (n > SIZE_MAX / itemsize || payload.size() != n * itemsize)
+    fail(file, name, "data is " + std::to_string(payload.size()) + " bytes, but the header's shape needs " +
+                         (n > SIZE_MAX / itemsize ? std::string("more") : std::to_string(n * itemsize)));
+  if (swap)
+    for (std::size_t off = 0; off + unit <= payload.size(); off += unit) std::reverse(&payload[off], &payload[off + unit]);
+  if (transpose) {
+    // Element at C index (i_0, ..., i_{D-1}) sits at sum_j i_j * stride_j with Fortran strides.
+    const std::size_t D = h.shape.size();
+    std::vector<std::size_t> stride(D), idx(D, 0);
+    std::size_t s = 1;
+    for (std::size_t j = 0; j < D; ++j) {
+      stride[j] = s;
+      s *= h.shape[j];
+    }
+    std::string c_order(payload.size(), '\0');
+    std::size_t src = 0;
+    for (std::size_t e = 0; e < n; ++e) {
+      std::memcpy(&c_order[e * itemsize], &payload[src * itemsize], itemsize);
+      for (std::size_t j = D; j-- > 0;) {  // odometer over the C index, last axis fastest
+        if (++idx[j] < h.shape[j]) {
+          src += stride[j];
+          break;
+        }
+        src -= stride[j] * (idx[j] - 1);
+        idx[j] = 0;
+      }
+    }
+    payload.swap(c_order);
+    h.fortran = false;
+  }
+  h.descr[0] = unit == 1 ? '|' : '<';
+  if (target.empty()) return;
+  const char* p = payload.data();
+  std::string out;
+  if (target == "<f4") {
+    out.resize(4 * n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const float f = half_to_float(load_le<std::uint16_t>(p + 2 * i));
+      std::memcpy(&out[4 * i], &f, 4);
+    }
+  } else if (target == "<i4") {
+    out.resize(4 * n);
+    for (std::size_t i = 0; i < n; ++i) {
+      std::int32_t v = 0;
+      if (kind == 'i') v = width == 1 ? std::int32_t(load_le<std::int8_t>(p + i)) : load_le<std::int16_t>(p + 2 * i);
+      else v = width == 1 ? std::int32_t(load_le<std::uint8_t>(p + i)) : load_le<std::uint16_t>(p + 2 * i);
+      std::memcpy(&out[4 * i], &v, 4);
+    }
+  } else {
+    out.resize(8 * n);
+    for (std::size_t i = 0; i < n; ++i) {
+      std::int64_t v = 0;
+      if (width == 4) {
+        v = load_le<std::uint32_t>(p + 4 * i);
+      } else {
+        const std::uint64_t u = load_le<std::uint64_t>(p + 8 * i);
+        if (u > std::uint64_t(INT64_MAX))
+          fail(file, name, "uint64 element " + std::to_string(i) + " is " + std::to_string(u) +
+                               ", but must be <= " + std::to_string(INT64_MAX) + " (read as int64)");
+        v = std::int64_t(u);
+      }
+      std::memcpy(&out[8 * i], &v, 8);
+    }
+  }
+  payload.swap(out);
+  h.descr = target;
+}
+
 }  // namespace
 
 std::string dtype_descr(DType dtype, std::size_t unicode_chars) {
@@ -374,8 +495,10 @@ NpyArray parse_npy(const std::string& bytes, const std::string& file, const std:
   }
   if (bytes.size() < offset + header_len) fail(file, name, "truncated .npy header");
   const std::string header_text = bytes.substr(offset, header_len);
-  const Header h = HeaderParser(header_text, file, name).parse();
-  if (h.fortran) fail(file, name, "Fortran-order arrays are not supported; save with np.ascontiguousarray");
+  Header h = HeaderParser(header_text, file, name).parse();
+  std::string payload = bytes.substr(offset + header_len);
+  normalise_npy(h, payload, file, name);
+  if (h.fortran) fail(file, name, "Fortran-order arrays of this dtype are not supported; save with np.ascontiguousarray");
   NpyArray a;
   a.name = name;
   decode_descr(h.descr, file, name, a.dtype, a.itemsize);
@@ -383,14 +506,14 @@ NpyArray parse_npy(const std::string& bytes, const std::string& file, const std:
   const std::size_t n = product(a.shape);
   if (a.itemsize != 0 && n > (SIZE_MAX / a.itemsize)) fail(file, name, "shape is too large");
   const std::size_t need = n * a.itemsize;
-  const std::size_t have = bytes.size() - offset - header_len;
+  const std::size_t have = payload.size();
   if (have < need)
     fail(file, name, "data is " + std::to_string(have) + " bytes, but the header's shape needs " +
                          std::to_string(need));
   if (have > need)
     fail(file, name, "data is " + std::to_string(have) + " bytes, more than the header's shape needs (" +
                          std::to_string(need) + ")");
-  a.data = bytes.substr(offset + header_len);
+  a.data = std::move(payload);
   return a;
 }
 

@@ -1,7 +1,8 @@
 // NumPy .npy / .npz files: the exchange format of arcal's traces. Reads what np.savez and
 // np.savez_compressed write (zip via libzip, deflate via zlib) and writes files numpy reads back.
-// Only little-endian, C-order arrays of a few plain dtypes are supported; everything else is refused
-// with an InputError that names the file, the array and the constraint.
+// Arrays are held little-endian, C-order, in a few plain dtypes; what else numpy writes for numbers
+// (big-endian, Fortran order, float16, 8/16-bit and unsigned integers) is converted on read, and
+// everything else is refused with an InputError that names the file, the array and the constraint.
 #pragma once
 
 #include <cstddef>
@@ -47,9 +48,12 @@ struct NpyArray {
   static NpyArray scalar_string(std::string name, const std::string& s);
 };
 
-/// Parses one .npy file image. `file` and `name` only label error messages.
-/// Throws InputError on a bad magic, unsupported version, Fortran order, big-endian or object dtype,
-/// or data shorter/longer than the header's shape implies.
+/// Parses one .npy file image. `file` and `name` only label error messages. Big-endian data is
+/// byte-swapped, Fortran-order data transposed to C order, float16 widened to float32 (exactly),
+/// int8/int16/uint8/uint16 widened to int32 and uint32/uint64 to int64 (a uint64 above INT64_MAX is
+/// refused), so the result always has one of the DType dtypes.
+/// Throws InputError on a bad magic, unsupported version, object or other unsupported dtype, or data
+/// shorter/longer than the header's shape implies.
 NpyArray parse_npy(const std::string& bytes, const std::string& file, const std::string& name);
 
 /// Serialises an array as .npy version 1.0 (header padded so data starts on a 64-byte boundary).

@@ -138,14 +138,17 @@ void validate(const Trace& t, const Ctx& c) {
 
 void validate_trace(const Trace& trace) { validate(trace, {"validate_trace", trace.path}); }
 
-Trace load_trace(const std::string& path) {
-  const Ctx c{"load_trace", path};
-  std::map<std::string, NpyArray> arrays;
-  for (auto& a : read_npz(path)) arrays.emplace(a.name, std::move(a));
-  const std::string ctx = "load_trace: " + path;
+Trace load_trace(const std::string& path) { return trace_from_arrays(read_npz(path), path); }
+
+Trace trace_from_arrays(const std::vector<NpyArray>& list, const std::string& path, const std::string& fn) {
+  const Ctx c{fn, path};
+  std::map<std::string, const NpyArray*> arrays;
+  for (const auto& a : list)
+    if (!arrays.emplace(a.name, &a).second) c.fail("array '" + a.name + "' appears twice");
+  const std::string ctx = fn + ": " + path;
   auto get = [&](const std::string& name) -> const NpyArray* {
     auto it = arrays.find(name);
-    return it == arrays.end() ? nullptr : &it->second;
+    return it == arrays.end() ? nullptr : it->second;
   };
   auto need_ndim = [&](const NpyArray& a, std::size_t ndim, const std::string& what) {
     if (a.ndim() != ndim)

@@ -9,6 +9,8 @@
 
 namespace arcal {
 
+struct NpyArray;
+
 struct Trace {
   std::size_t n = 0;        ///< examples
   std::size_t classes = 0;  ///< K
@@ -36,6 +38,12 @@ struct Trace {
 
 /// Reads and validates a trace file. Throws InputError naming the file, array, index and constraint.
 Trace load_trace(const std::string& path);
+
+/// The trace held by arrays already in memory (what read_npz returns; the Python module builds them
+/// from numpy arrays): the checks and messages of load_trace, with `path` naming the source and `fn`
+/// opening every message ("fn: path: ..."). Arrays that are not trace arrays are ignored.
+Trace trace_from_arrays(const std::vector<NpyArray>& arrays, const std::string& path,
+                        const std::string& fn = "load_trace");
 
 /// Writes a trace file atomically (np.savez-compatible, uncompressed unless compress is true).
 void save_trace(const Trace& trace, const std::string& path, bool compress = true);

@@ -1,6 +1,8 @@
 """Independent numpy client for arcal's .npz tests.
 
-usage: npz_reference.py write DIR   -> writes savez.npz, savez_compressed.npz and the bad_*.npz cases
+usage: npz_reference.py write DIR   -> writes savez.npz, savez_compressed.npz, converted.npz (what numpy also
+                                       writes: big-endian, Fortran order, float16, small/unsigned ints) and
+                                       the bad_*.npz cases
        npz_reference.py check FILE  -> np.load()s a file arcal wrote and checks names, dtypes, shapes, values
 The expected arrays are defined once here (expected()); the C++ test hard-codes the same values.
 """
@@ -26,8 +28,17 @@ def write(d):
     e = expected()
     np.savez(f"{d}/savez.npz", **e)
     np.savez_compressed(f"{d}/savez_compressed.npz", **e)
-    np.savez(f"{d}/bad_fortran.npz", good=np.zeros(2), fort=np.asfortranarray(np.arange(6.0).reshape(2, 3)))
-    np.savez(f"{d}/bad_bigendian.npz", big=np.arange(3, dtype=">f8"))
+    half = np.array([0.0, -2.5, 65504.0, 2.0 ** -14, 2.0 ** -24, np.inf, -np.inf], dtype=np.float16)
+    np.savez(f"{d}/converted.npz",
+             fort=np.asfortranarray(np.arange(6.0).reshape(2, 3)),
+             fort3=np.asfortranarray(np.arange(24, dtype=">f4").reshape(2, 3, 4)),
+             big=np.arange(3, dtype=">f8"), big_i4=np.array([-5, 7], dtype=">i4"),
+             big_u=np.array(["ab", "\u03b2"], dtype=">U2"),
+             half=half, half_big=half.astype(">f2"),
+             i1=np.array([-128, 127], np.int8), u1=np.array([0, 255], np.uint8), i2=np.array([-32768, 5], np.int16),
+             u2=np.array([65535], np.uint16), u4=np.array([4294967295], np.uint32),
+             u8=np.array([2 ** 63 - 1], np.uint64), b1_big=np.array([True, False], dtype=">?"))
+    np.savez(f"{d}/bad_uint64.npz", huge=np.array([1, 2 ** 63], np.uint64))
     np.savez(f"{d}/bad_object.npz", obj=np.array([{"a": 1}, None], dtype=object))
     np.savez(f"{d}/bad_complex.npz", cplx=np.zeros(2, dtype=np.complex128))
 

@@ -1,0 +1,194 @@
+// arcal.audit: the routing-conditional audit of `arcal audit` (audit/torch/audit_pipeline.hpp, the
+// same call the CLI makes) on traces given as paths or as dicts of arrays; returns results.json.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "audit/run_input.hpp"
+#include "audit/torch/audit_pipeline.hpp"
+#include "bindings.hpp"
+#include "convert.hpp"
+#include "io/trace.hpp"
+
+namespace arcalpy {
+
+namespace {
+
+std::vector<std::string> split_names(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+void set_extra_option(arcal::FullAuditOptions& o, const std::string& key, py::handle v) {
+  const std::string fn = "arcal.audit";
+  try {
+    if (key == "sensitivity_effects") o.sensitivity_effects = v.cast<std::vector<double>>();
+    else if (key == "sensitivity_draws") o.sensitivity_draws = v.cast<int>();
+    else if (key == "sensitivity_threshold") o.sensitivity_threshold = v.cast<double>();
+    else if (key == "sensitivity_threshold_effect") o.sensitivity_threshold_effect = v.cast<double>();
+    else if (key == "correction_ridge") o.correction_ridge = v.cast<double>();
+    else if (key == "null_replicates") o.null_replicates = v.cast<int>();
+    else if (key == "null_variants") o.null_variants = v.cast<std::vector<std::string>>();
+    else if (key == "null_group_size") o.null_group_size = v.cast<std::size_t>();
+    else if (key == "null_model_based") o.null_model_based = v.cast<bool>();
+    else if (key == "refit_restarts") o.refit_restarts = v.cast<int>();
+    else if (key == "refit_patience") o.refit_patience = v.cast<int>();
+    else if (key == "refit_cold") o.refit_cold = v.cast<bool>();
+    else
+      value_error(fn, "unknown option '" + key +
+                          "' (sensitivity_effects, sensitivity_draws, sensitivity_threshold, sensitivity_threshold_effect, "
+                          "correction_ridge, null_replicates, null_variants, null_group_size, null_model_based, refit_restarts, refit_patience, refit_cold)");
+  } catch (const py::cast_error&) {
+    value_error(fn, "option '" + key + "' has the wrong type");
+  }
+}
+
+// Ranges the CLI's option table checks before the library sees them.
+void check_ranges(const arcal::FullAuditOptions& o) {
+  const std::string fn = "arcal.audit";
+  auto need = [&](bool ok, const std::string& what) {
+    if (!ok) value_error(fn, what);
+  };
+  need(o.permutations >= 1, "permutations is " + std::to_string(o.permutations) + ", but must be >= 1");
+  need(o.bins >= 1 && o.bins <= 1000, "bins is " + std::to_string(o.bins) + ", but must be in [1, 1000]");
+  need(o.alpha > 0 && o.alpha < 1, "alpha must be in (0, 1)");
+  need(o.probe_restarts >= 1 && o.probe_restarts <= 100, "probe_restarts must be in [1, 100]");
+  need(o.probe_repeats >= 1 && o.probe_repeats <= 100, "probe_repeats must be in [1, 100]");
+  need(o.sensitivity_draws >= 1, "sensitivity_draws must be >= 1");
+  for (double e : o.sensitivity_effects) need(e >= 0 && std::isfinite(e), "sensitivity_effects must be finite and >= 0");
+  need(o.null_replicates >= 1, "null_replicates must be >= 1");
+  need(o.null_group_size >= 2 && o.null_group_size <= 10, "null_group_size must be in [2, 10]");
+  need(o.correction_ridge == -1 || (o.correction_ridge >= 0 && std::isfinite(o.correction_ridge)),
+       "correction_ridge must be -1 (chosen by inner CV) or finite and >= 0");
+  need(o.refit_restarts >= 1 && o.refit_restarts <= 100, "refit_restarts must be in [1, 100]");
+  need(o.refit_patience >= 1, "refit_patience must be >= 1");
+  need(o.threads >= 0, "threads must be >= 0 (0 = all cores)");
+}
+
+py::dict audit(py::object traces, py::object stats, int permutations, std::uint64_t seed, bool sensitivity,
+               bool exact_null, std::size_t bins, bool equal_mass, double alpha, bool condcal, bool probes,
+               int probe_restarts, int probe_repeats, int threads, py::object names, py::object out, py::kwargs kwargs) {
+  const std::string fn = "arcal.audit";
+  arcal::FullAuditOptions o;
+  o.permutations = permutations;
+  o.seed = seed;
+  o.sensitivity = sensitivity;
+  o.exact_null = exact_null;
+  o.bins = bins;
+  o.equal_mass = equal_mass;
+  o.alpha = alpha;
+  o.condcal = condcal;
+  o.probes = probes;
+  o.probe_restarts = probe_restarts;
+  o.probe_repeats = probe_repeats;
+  o.threads = threads;
+  for (auto item : kwargs) set_extra_option(o, item.first.cast<std::string>(), item.second);
+  check_ranges(o);
+
+  if (py::isinstance<py::str>(traces) || py::isinstance<py::dict>(traces) || !py::hasattr(traces, "__iter__"))
+    value_error(fn, "traces must be a list of trace file paths or dicts of arrays");
+  const py::list items = py::module_::import("builtins").attr("list")(traces);
+  if (items.size() == 0) value_error(fn, "traces is empty (give at least one trace)");
+  std::vector<std::string> run_names;
+  if (!names.is_none()) {
+    run_names = names.cast<std::vector<std::string>>();
+    if (run_names.size() != items.size())
+      value_error(fn, "names has " + std::to_string(run_names.size()) + " entries, but traces has " +
+                          std::to_string(items.size()));
+  }
+  // Each trace: a path (read as `arcal audit` reads it) or arrays (checked by the same code).
+  const py::object fspath = py::module_::import("os").attr("fspath");
+  const py::object pathlike = py::module_::import("os").attr("PathLike");
+  std::vector<std::string> paths(items.size());
+  std::vector<std::vector<arcal::NpyArray>> arrays(items.size());
+  std::vector<std::string> run_ids(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const py::handle t = items[i];
+    const std::string label = "traces[" + std::to_string(i) + "]";
+    if (py::isinstance<py::str>(t) || py::isinstance(t, pathlike)) {
+      paths[i] = fspath(t).cast<std::string>();
+      run_ids[i] = paths[i];
+    } else if (py::isinstance<py::dict>(t)) {
+      for (auto item : t.cast<py::dict>()) {
+        if (!py::isinstance<py::str>(item.first)) value_error(fn, label + ": array names must be str");
+        arrays[i].push_back(to_npy_array(item.second, item.first.cast<std::string>(), label));
+      }
+      run_ids[i] = label;
+    } else {
+      value_error(fn, label + " is a " + py::str(py::type::handle_of(t).attr("__name__")).cast<std::string>() +
+                          ", but must be a path or a dict of arrays");
+    }
+    if (!run_names.empty()) run_ids[i] = run_names[i];
+  }
+  std::vector<std::string> stat_names;
+  if (py::isinstance<py::str>(stats)) stat_names = split_names(stats.cast<std::string>());
+  else if (!stats.is_none()) stat_names = stats.cast<std::vector<std::string>>();
+  if (!stats.is_none() && stat_names.empty()) value_error(fn, "stats names no statistic, so the test family would be empty");
+  const std::string out_dir = out.is_none() ? "" : py::str(fspath(out)).cast<std::string>();
+
+  nlohmann::json j;
+  {
+    py::gil_scoped_release release;
+    std::vector<arcal::Trace> loaded(items.size());
+    for (std::size_t i = 0; i < items.size(); ++i)
+      loaded[i] = paths[i].empty() ? arcal::trace_from_arrays(arrays[i], "traces[" + std::to_string(i) + "]", fn)
+                                   : arcal::load_trace(paths[i]);
+    // stats=None: "re,rdv" (as the CLI) when the first trace has routing, else its features by name.
+    if (stat_names.empty()) {
+      if (!loaded[0].routing.empty() || loaded[0].feature_names.empty()) stat_names = {"re", "rdv"};
+      else stat_names = loaded[0].feature_names;
+    }
+    std::vector<arcal::AuditRunInput> runs;
+    for (std::size_t i = 0; i < loaded.size(); ++i) {
+      runs.push_back(arcal::make_audit_run_input(loaded[i], run_ids[i], stat_names));
+      loaded[i] = arcal::Trace{};
+    }
+    const arcal::AuditResults res = arcal::run_full_audit(runs, o);
+    if (!out_dir.empty()) arcal::write_audit_results(res, out_dir);
+    j = arcal::audit_results_json(res);
+  }
+  return json_to_py(j);
+}
+
+}  // namespace
+
+void bind_audit(py::module_& m) {
+  using namespace pybind11::literals;
+  m.def("audit", &audit, "traces"_a, py::kw_only(), "stats"_a = py::none(), "permutations"_a = 10000, "seed"_a = 0,
+        "sensitivity"_a = false, "exact_null"_a = false, "bins"_a = 15, "equal_mass"_a = false, "alpha"_a = 0.05,
+        "condcal"_a = true, "probes"_a = true, "probe_restarts"_a = 1, "probe_repeats"_a = 5, "threads"_a = 0, "names"_a = py::none(),
+        "out"_a = py::none(),
+        R"doc(The routing-conditional calibration audit of `arcal audit` (docs/method.md §6); returns results.json.
+
+Parameters
+----------
+traces : list of trace file paths (str or os.PathLike) and/or dicts of arrays with the trace-file keys
+    (logits or probs [N, K], labels [N], routing/routing_sources, features [N, F] with feature_names,
+    meta; docs/interface.md), one per run. Arrays are checked exactly as files are.
+stats : statistics to audit: a list or "re,rdv,NAME" string of re, rdv (routing entropy and depth
+    variance) and feature names. None: ["re", "rdv"] when the first trace has routing, else all its
+    features (`arcal audit` defaults to re,rdv).
+permutations : within-bin permutations R of the diagnostic (10000). seed : every seed of the audit.
+sensitivity : the injection audit (§6.5; refits every probe, minutes). exact_null : the exact-null
+    audit (§6.6; minutes).
+bins, equal_mass, alpha, condcal, probes, probe_restarts, probe_repeats, threads : as the CLI's --bins,
+    --equal-mass, --alpha, --no-condcal, --no-probes, --probe-restarts, --probe-repeats, --threads.
+names : run ids, one per trace (default: the path, or "traces[i]" for arrays).
+out : a directory to also write results.json and the CSV tables to, as `arcal audit --out`.
+**options : sensitivity_effects, sensitivity_draws, sensitivity_threshold, sensitivity_threshold_effect,
+    correction_ridge, null_replicates, null_variants, refit_restarts, refit_patience, refit_cold.
+
+Returns
+-------
+dict: the results.json object (schema "arcal.audit/1"): diagnostic (tests with p, p_holm, p_bh, gap),
+condcal, probes (per run and the across-run comparisons with their verdicts), and sensitivity /
+exact_null when asked. Runs without the GIL; LibTorch's thread count is restored afterwards.)doc");
+}
+
+}  // namespace arcalpy

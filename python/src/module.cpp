@@ -1,0 +1,149 @@
+// The extension module arcal._arcal: the arcal core from Python (docs/python.md). One file per part
+// (metrics and trace files here; calibrators, audit, CEDAR beside it); every dict it returns is the
+// library's own JSON (calibration_report_json, calibrator_json, audit_results_json) converted once
+// by json_to_py, so `arcal.metrics` and `arcal metrics --json` cannot drift. Long computations run
+// without the GIL; arcal::InputError becomes ValueError with the library's message.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <vector>
+
+#include "bindings.hpp"
+#include "calib/metrics.hpp"
+#include "calib/report_json.hpp"
+#include "convert.hpp"
+#include "core/error.hpp"
+#include "io/npz.hpp"
+#include "io/trace.hpp"
+
+namespace arcalpy {
+
+namespace {
+
+py::dict metrics(py::object labels, py::object logits, py::object probs, int bins, bool ci, std::uint64_t seed,
+                 int bootstrap) {
+  const std::string fn = "arcal.metrics";
+  if (logits.is_none() == probs.is_none()) value_error(fn, "give exactly one of logits= and probs=");
+  const Labels y = labels_array(labels, fn);
+  arcal::ReportOptions opt;
+  opt.bins = bins;
+  opt.draws = ci ? bootstrap : 0;
+  if (!ci) opt.consistency_draws = 0;  // point values only: no bootstrap, no consistency-test intervals
+  opt.seed = seed;
+  opt.row_sum_tolerance = 1e-4;  // the trace files' rule (io/trace.hpp), checked in the metrics' one scan
+  if (bootstrap < 0) value_error(fn, "bootstrap is " + std::to_string(bootstrap) + ", but must be >= 0");
+  nlohmann::json j;
+  if (!probs.is_none()) {
+    const DoubleMatrix p = double_matrix(probs, fn, "probs");
+    if (p.n != y.view.size())
+      value_error(fn, "labels has " + std::to_string(y.view.size()) + " entries, but probs has N = " + std::to_string(p.n) +
+                          " rows");
+    py::gil_scoped_release release;
+    const arcal::CalibrationReport r =
+        arcal::calibration_report(arcal::Span<double>(p.data, p.n * p.k), p.n, p.k, y.view, opt);
+    j = arcal::calibration_report_json(r);
+  } else {
+    const LogitMatrix z = logit_matrix(logits, fn, "logits");
+    if (z.n != y.view.size())
+      value_error(fn, "labels has " + std::to_string(y.view.size()) + " entries, but logits has N = " +
+                          std::to_string(z.n) + " rows");
+    py::gil_scoped_release release;
+    std::vector<double> p(z.n * z.k);
+    softmax_rows(z, p.data(), fn);
+    j = arcal::calibration_report_json(arcal::calibration_report(p, z.n, z.k, y.view, opt));
+  }
+  return json_to_py(j);
+}
+
+py::dict read_trace(const std::string& path) {
+  std::vector<arcal::NpyArray> arrays;
+  {
+    py::gil_scoped_release release;
+    arrays = arcal::read_npz(path);
+    arcal::trace_from_arrays(arrays, path, "read_trace");  // validates; the arrays are returned as read
+  }
+  py::dict d;
+  for (auto& a : arrays) {
+    const std::string name = a.name;
+    d[py::str(name)] = from_npy_array(std::move(a));
+  }
+  return d;
+}
+
+void write_trace(const std::string& path, py::kwargs arrays) {
+  std::vector<arcal::NpyArray> list;
+  for (auto item : arrays) {
+    const auto name = item.first.cast<std::string>();
+    list.push_back(to_npy_array(item.second, name, path));
+  }
+  py::gil_scoped_release release;
+  arcal::trace_from_arrays(list, path, "write_trace");
+  arcal::write_npz(path, list, true);
+}
+
+}  // namespace
+
+}  // namespace arcalpy
+
+PYBIND11_MODULE(_arcal, m) {
+  namespace py = pybind11;
+  using namespace pybind11::literals;
+  m.doc() = "The arcal C++ core (calibration metrics, calibrators, the routing-conditional audit, CEDAR attention).";
+  m.attr("__version__") = ARCAL_VERSION;
+  // arcal::InputError (bad data, files or options; exit code 2 in the CLI) -> ValueError, same message.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const arcal::InputError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  m.def("metrics", &arcalpy::metrics, "labels"_a, py::kw_only(), "logits"_a = py::none(), "probs"_a = py::none(),
+        "bins"_a = 15, "ci"_a = true, "seed"_a = 0, "bootstrap"_a = 1000,
+        R"doc(Calibration metrics of predictions, as `arcal metrics --json` prints them.
+
+Parameters
+----------
+labels : array [N] of int (int64 read in place; uint8, int32, ... converted), true class in [0, K).
+logits : array [N, K] of float16/float32/float64, or
+probs : array [N, K] of floats in [0, 1] (float64 C-contiguous is read in place, without a copy).
+    Give exactly one of logits= and probs=.
+bins : equal-width confidence bins (15).
+ci : the intervals of `arcal metrics` (bootstrap for accuracy, NLL, Brier, AUROC; consistency-test
+    inversion for the calibration errors, docs/method.md §4) and the consistency test's p; False
+    computes point values only (much faster on large N).
+seed : seed of the bootstrap and the label redraws. bootstrap : resamples when ci (1000).
+
+Returns
+-------
+dict with the keys of `arcal metrics --json` (docs/interface.md): n, classes, bins, bootstrap, seed,
+level, accuracy, ece, mce, rmsce, ada_ece, classwise_ece, debiased_ece,
+smece, smece_sigma, nll, brier, auroc (None where undefined), ci {metric: [low, high] or None},
+bias_corrected, consistency, reliability [{n, conf, acc}], ...; the same values the CLI computes from
+the same data.
+
+Raises ValueError for bad input, with the CLI's message (e.g. "calibration_report: labels[5] is 4, but
+must be in [0, 3]"). The computation runs without the GIL.
+
+Example: ``arcal.metrics(y, logits=model_logits)["ece"]``)doc");
+
+  m.def("read_trace", &arcalpy::read_trace, "path"_a,
+        R"doc(Reads a trace file (.npz) and returns {name: array} for every array it holds.
+
+The file is checked as `arcal audit` checks it (logits or probs [N, K], labels [N], routing, features,
+...; docs/interface.md) and ValueError names the file, array, index and constraint otherwise. Arrays
+come back in the dtypes arcal holds them (float16 widened to float32, small integers to int32, big-endian
+and Fortran-order data converted); `meta` comes back as a str (JSON).)doc");
+
+  m.def("write_trace", &arcalpy::write_trace, "path"_a,
+        R"doc(write_trace(path, **arrays): writes a trace file (.npz, compressed, readable by np.load).
+
+Keyword arguments are the arrays (logits or probs, labels, routing, routing_sources, features,
+feature_names, meta as a str of JSON, and any others, which are kept). The arrays are checked as a
+trace before anything is written (ValueError otherwise); the file is written atomically.)doc");
+
+  arcalpy::bind_calibrator(m);
+  arcalpy::bind_audit(m);
+  arcalpy::bind_cedar(m);
+}

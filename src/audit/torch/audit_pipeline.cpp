@@ -1,0 +1,129 @@
+#include "audit/torch/audit_pipeline.hpp"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+
+#include "audit/torch/probes.hpp"
+#include "audit/torch/sensitivity_audit.hpp"
+#include "core/progress.hpp"
+#include "train/threads.hpp"
+
+namespace arcal {
+
+namespace {
+
+AuditOptions audit_options(const FullAuditOptions& o) {
+  AuditOptions opt;
+  opt.diagnostic.permutations = o.permutations;
+  opt.diagnostic.seed = o.seed;
+  opt.diagnostic.bins = o.bins;
+  opt.diagnostic.scheme = o.equal_mass ? BinScheme::equal_mass : BinScheme::equal_width;
+  opt.diagnostic.alpha = o.alpha;
+  opt.condcal.seed = o.seed;
+  opt.run_condcal = o.condcal;
+  return opt;
+}
+
+int workers(const FullAuditOptions& o) {
+  return o.threads > 0 ? o.threads : std::max(1, int(std::thread::hardware_concurrency()));
+}
+
+ProbeAuditOptions probe_options(const FullAuditOptions& o) {
+  ProbeAuditOptions popt;
+  popt.seed = o.seed;
+  popt.alpha = o.alpha;
+  popt.mlp.restarts = o.probe_restarts;
+  popt.repeats = o.probe_repeats;
+  popt.mlp.threads = workers(o);
+  return popt;
+}
+
+// Restores LibTorch's (and OpenBLAS's) thread count on the way out: the Python module runs inside
+// a user's process, whose torch settings the audit must not change.
+class ComputeThreadsGuard {
+ public:
+  ComputeThreadsGuard() : saved_(torch::get_num_threads()) {}
+  ~ComputeThreadsGuard() { set_compute_threads(saved_); }
+  ComputeThreadsGuard(const ComputeThreadsGuard&) = delete;
+  ComputeThreadsGuard& operator=(const ComputeThreadsGuard&) = delete;
+
+ private:
+  int saved_;
+};
+
+}  // namespace
+
+void validate_full_audit(const std::vector<AuditRunInput>& runs, const FullAuditOptions& o) {
+  validate_audit_inputs(runs, audit_options(o));
+  if (o.probes || o.sensitivity || o.exact_null) validate_probe_inputs(runs, probe_options(o));
+}
+
+AuditResults run_full_audit(const std::vector<AuditRunInput>& runs, const FullAuditOptions& o) {
+  validate_full_audit(runs, o);
+  const ProbeAuditOptions popt = probe_options(o);
+  MlpProbeOptions refit = default_refit_mlp_options();
+  refit.restarts = o.refit_restarts;
+  refit.patience = o.refit_patience;
+  refit.threads = workers(o);
+  if (o.progress)
+    std::fprintf(stderr, "auditing %zu runs x %zu statistics (R = %d)\n", runs.size(),
+                 runs.empty() ? std::size_t{0} : runs[0].statistics.size(), o.permutations);
+  AuditResults res = run_audit(runs, audit_options(o));
+  ComputeThreadsGuard threads_guard;
+  if (o.probes) {
+    // Small MLPs gain little from intra-op threads; the parallelism is one fit per worker thread,
+    // and one intra-op thread keeps results independent of the thread count.
+    set_compute_threads(1);
+    if (o.progress)
+      std::fprintf(stderr, "probes: %zu runs x 9 MLPs x %d repeated 2-fold cross-fits x %d restarts\n", runs.size(),
+                   o.probe_repeats, o.probe_restarts);
+    res.probes = run_probe_family(runs, popt);
+    res.has_probes = true;
+  }
+  if (o.sensitivity || o.exact_null) set_compute_threads(1);
+  if (o.sensitivity) {
+    SensitivityAuditOptions so;
+    so.probes = popt;
+    so.refit = refit;
+    so.warm_start = !o.refit_cold;
+    so.effects = o.sensitivity_effects;
+    so.draws = o.sensitivity_draws;
+    so.threshold = o.sensitivity_threshold;
+    so.threshold_effect = o.sensitivity_threshold_effect;
+    so.correction_ridge = o.correction_ridge;
+    if (o.progress)
+      std::fprintf(stderr, "sensitivity: %zu runs x %zu effects x %d draws, every probe refitted\n", runs.size(),
+                   o.sensitivity_effects.size(), o.sensitivity_draws);
+    ProgressBar bar("sensitivity (runs)", static_cast<long long>(runs.size()), o.progress, stderr);
+    so.progress = [&](std::size_t done, std::size_t) { bar.update(static_cast<long long>(done)); };
+    res.sensitivity = run_sensitivity_audit(runs, so);
+    bar.finish();
+    res.has_sensitivity = true;
+  }
+  if (o.exact_null) {
+    ExactNullAuditOptions xo;
+    xo.probes = popt;
+    xo.refit = refit;
+    xo.warm_start = !o.refit_cold;
+    xo.replicates = o.null_replicates;
+    xo.variants = o.null_variants;
+    xo.group_size = o.null_group_size;
+    xo.model_based = o.null_model_based;
+    if (o.progress)
+      std::fprintf(stderr, "exact null: %zu runs x %zu variants x %d replicates, every probe refitted\n", runs.size(),
+                   xo.variants.size(), o.null_replicates);
+    ProgressBar bar("exact null (runs x variants x nulls)",
+                    static_cast<long long>(runs.size() * xo.variants.size() * (xo.model_based ? 2 : 1)), o.progress,
+                    stderr);
+    xo.progress = [&](std::size_t done, std::size_t) { bar.update(static_cast<long long>(done)); };
+    res.exact_null = run_exact_null_audit(runs, xo);
+    bar.finish();
+    res.has_exact_null = true;
+  }
+  return res;
+}
+
+}  // namespace arcal
