@@ -15,8 +15,16 @@ class Span {
   Span() = default;
   Span(const T* data, std::size_t size) : data_(data), size_(size) {}
   Span(const std::vector<T>& v) : data_(v.data()), size_(v.size()) {}  // NOLINT: implicit on purpose
-  /// A braced list as an argument (it lives until the call returns; never keep such a span).
+  /// A braced list as an argument (it lives until the call returns; never keep such a span). GCC's
+  /// -Winit-list-lifetime warns because a stored span would dangle; as a parameter it cannot.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winit-list-lifetime"
+#endif
   Span(std::initializer_list<T> l) : data_(l.begin()), size_(l.size()) {}  // NOLINT
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
   const T* data() const { return data_; }
   std::size_t size() const { return size_; }
