@@ -788,7 +788,7 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
                     "probe that reads the profile refitted ({} replicates per run and variant). Monte-Carlo p = (1 + #{{null >= real}}) "
                     "/ (R + 1). It holds whatever P(correct | outputs) looks like, up to the matching resolution below. The "
                     "full_logit variant held its level on the validated families except one: routing that tracks a nonlinear "
-                    "function of the outputs which correctness also depends on, where it rejected 6 of 20 null runs at 0.05 "
+                    "function of the outputs which correctness also depends on, where it rejected 6 of 40 null runs at 0.05 "
                     "(docs/audit_validation.md); read a small full_logit p with that in mind.",
                     x.value("group_size", 5), x.value("replicates", 0)));
     {
