@@ -11,7 +11,9 @@
 #include "calib/metrics.hpp"
 #include "command.hpp"
 #include "core/error.hpp"
+#include "core/paths.hpp"
 #include "core/rng.hpp"
+#include "flag_checks.hpp"
 #include "io/npz.hpp"
 #include "io/trace.hpp"
 
@@ -20,6 +22,7 @@ namespace {
 struct CalibrateConfig {
   std::string input, method, out;
   std::uint64_t seed = 0;
+  bool force = false;
 };
 
 std::vector<double> rows(const std::vector<double>& m, std::size_t k, const std::vector<std::size_t>& idx) {
@@ -30,6 +33,10 @@ std::vector<double> rows(const std::vector<double>& m, std::size_t k, const std:
 }
 
 int run_calibrate(const CalibrateConfig& cfg) {
+  // Before reading anything: the output must not be the input (same device and inode, so ./F, a
+  // symlink or a hard link to F count too), and an existing output is replaced only with --force.
+  arcal::check_output_not_input("--out", cfg.out, {cfg.input});
+  arcal::check_output_file("--out", cfg.out, cfg.force);
   const arcal::Trace t = arcal::load_trace(cfg.input);
   const std::size_t K = t.classes;
   // Logits; for a probs-only trace log p serves (softmax(log p) = p), floored at 1e-300.
@@ -134,7 +141,8 @@ ARCAL_COMMAND("calibrate", "Fit a post-hoc calibrator on a calibration half and 
                     ->required()
                     ->check(CLI::IsMember({"temperature", "platt", "isotonic", "histogram", "nw", "qats", "vector", "matrix"}));
                 app.add_option("--out", cfg->out, "Output .npz (evaluation half)")->required();
-                app.add_option("--seed", cfg->seed, "Split seed")->capture_default_str();
+                app.add_option("--seed", cfg->seed, "Split seed")->capture_default_str()->check(arcal::cli::seed_check());
+                app.add_flag("--force", cfg->force, "Replace an existing --out file (never an input)");
                 return [cfg] { return run_calibrate(*cfg); };
               });
 

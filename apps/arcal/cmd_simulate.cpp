@@ -5,6 +5,9 @@
 
 #include "audit/simulate.hpp"
 #include "command.hpp"
+#include "core/limits.hpp"
+#include "core/paths.hpp"
+#include "flag_checks.hpp"
 #include "io/trace.hpp"
 
 namespace {
@@ -17,6 +20,7 @@ struct SimulateConfig {
   std::uint64_t seed = 0;
   std::size_t points = 6;
   bool json = false;
+  bool force = false;
 };
 
 arcal::cli::RunFn setup_simulate(CLI::App& app) {
@@ -26,10 +30,22 @@ arcal::cli::RunFn setup_simulate(CLI::App& app) {
   app.add_option("--classes", cfg->classes, "Classes K")->check(CLI::Range(std::size_t{2}, std::size_t{100000}));
   app.add_option("--effect-nats", cfg->effect_nats, "Oracle gain E[KL(p*||q)] of the injected effect; 0 = exact null")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--seed", cfg->seed, "Seed of every random draw");
-  app.add_option("--points", cfg->points, "Routing points (point p has p + 2 sources)")->check(CLI::PositiveNumber);
+  app.add_option("--seed", cfg->seed, "Seed of every random draw")->check(arcal::cli::seed_check());
+  app.add_flag("--force", cfg->force, "Replace an existing --out file (atomically)");
+  app.add_option("--points", cfg->points, "Routing points (point p has p + 2 sources)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1000}));
   app.add_flag("--json", cfg->json, "Print a JSON summary");
   return [cfg]() {
+    arcal::check_output_file("--out", cfg->out, cfg->force);
+    // The trace in memory: logits N x K doubles, routing and CLS routing N x P x S floats (S = P + 1).
+    std::uint64_t logits = 0, routing = 0;
+    if (!arcal::checked_mul(cfg->n, cfg->classes * 8, logits) ||
+        !arcal::checked_mul(cfg->n, cfg->points * (cfg->points + 1) * 8, routing) ||
+        !arcal::checked_add(logits, routing, logits))
+      logits = UINT64_MAX;
+    arcal::check_array_bytes(logits, "arcal simulate", "--n " + std::to_string(cfg->n) + " x --classes " +
+                                                           std::to_string(cfg->classes) + " x --points " +
+                                                           std::to_string(cfg->points));
     arcal::SimulationOptions o;
     o.n = cfg->n;
     o.classes = cfg->classes;

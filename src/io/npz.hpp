@@ -49,15 +49,21 @@ struct NpyArray {
 
 /// Parses one .npy file image. `file` and `name` only label error messages.
 /// Throws InputError on a bad magic, unsupported version, Fortran order, big-endian or object dtype,
-/// or data shorter/longer than the header's shape implies.
+/// a shape whose byte size overflows or exceeds the array limit (core/limits.hpp), or data
+/// shorter/longer than the header's shape implies.
 NpyArray parse_npy(const std::string& bytes, const std::string& file, const std::string& name);
 
 /// Serialises an array as .npy version 1.0 (header padded so data starts on a 64-byte boundary).
 std::string format_npy(const NpyArray& array);
 
 /// Reads every array of an .npz file, in archive order; member "x.npy" becomes array "x".
-/// Throws InputError naming the file (and the member) for unreadable, truncated or corrupt archives.
+/// Throws InputError naming the file (and the member) for unreadable, truncated or corrupt archives,
+/// and before allocating for a member or shape beyond the limits of core/limits.hpp (one array,
+/// all arrays of the file, the memory available) or beyond what its compressed size can inflate to.
 std::vector<NpyArray> read_npz(const std::string& path);
+
+/// read_npz on an archive in memory; `label` stands for the file name in messages.
+std::vector<NpyArray> read_npz_bytes(const std::string& bytes, const std::string& label);
 
 /// Writes arrays as an .npz numpy can np.load, atomically (temp file + rename); deflate-compressed
 /// when `compress` is true (like np.savez_compressed), stored otherwise (like np.savez).

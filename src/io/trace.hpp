@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "io/npz.hpp"
+
 namespace arcal {
 
 struct Trace {
@@ -36,6 +38,10 @@ struct Trace {
 
 /// Reads and validates a trace file. Throws InputError naming the file, array, index and constraint.
 Trace load_trace(const std::string& path);
+
+/// The trace held by already-read arrays (what load_trace does after read_npz); `path` names the
+/// file in messages. Same checks as load_trace.
+Trace trace_from_arrays(std::vector<NpyArray> arrays, const std::string& path);
 
 /// Writes a trace file atomically (np.savez-compatible, uncompressed unless compress is true).
 void save_trace(const Trace& trace, const std::string& path, bool compress = true);

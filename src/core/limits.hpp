@@ -1,0 +1,100 @@
+// Every limit on hostile input in one place: how large an array arcal allocates for a file, how large
+// and how deeply nested a text file (TOML study, JSON config or results) may be, and the valid range
+// of every numeric flag (used by the CLI11 option tables and by the study file, so the two cannot
+// drift). Size arithmetic on untrusted numbers goes through checked_mul/checked_add, and every
+// refusal is an InputError naming the file, the member, the value and the limit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace arcal {
+
+struct InputLimits {
+  /// Bytes of any one array read from a file (an npz member, IDX images, a CIFAR file). Also capped
+  /// by the memory available when the file is read. Environment: ARCAL_MAX_ARRAY_BYTES.
+  std::uint64_t max_array_bytes = std::uint64_t(8) << 30;
+  /// Bytes of all arrays of one file together.
+  std::uint64_t max_total_bytes = std::uint64_t(16) << 30;
+  /// Dimensions of an .npy array (numpy's own limit is 64).
+  std::uint64_t max_ndim = 32;
+  /// Bytes of a TOML study file or a JSON file that arcal parses as a whole (config.json,
+  /// results.json, calibrator parameters). Environment: ARCAL_MAX_TEXT_BYTES.
+  std::uint64_t max_text_bytes = std::uint64_t(64) << 20;
+  /// Bytes of a TOML study file (a resolved study is about 2 KB).
+  std::uint64_t max_study_bytes = std::uint64_t(1) << 20;
+  /// Arrays and tables (TOML) or arrays and objects (JSON) nested inside each other.
+  int max_nesting = 64;
+  /// Elements of one TOML array (a study lists seeds, presets and effects: a handful each).
+  std::uint64_t max_toml_array_elements = 10000;
+  /// Components of one dotted TOML key or table header (a.b.c).
+  int max_toml_key_depth = 16;
+  /// Whether to compare sizes with the memory available (MemAvailable) when reading; fuzzers and
+  /// tests turn this off to stay deterministic.
+  bool check_available_memory = true;
+};
+
+/// The limits in force: the defaults above, with the environment overrides applied once.
+const InputLimits& input_limits();
+/// Replaces the limits in force (tests and fuzzers).
+void set_input_limits(const InputLimits& limits);
+
+/// MemAvailable of /proc/meminfo in bytes (0 when unknown).
+std::uint64_t available_memory_bytes();
+
+/// a * b and a + b; false (out untouched) when the result does not fit in 64 bits.
+bool checked_mul(std::uint64_t a, std::uint64_t b, std::uint64_t& out);
+bool checked_add(std::uint64_t a, std::uint64_t b, std::uint64_t& out);
+
+/// Throws InputError "CONTEXT: WHAT needs BYTES bytes, more than LIMIT" when `bytes` exceeds the
+/// array limit or the available memory (the message says which and how to raise the limit).
+void check_array_bytes(std::uint64_t bytes, const std::string& context, const std::string& what);
+
+/// Human size ("1.5 GiB (1610612736 bytes)") for messages.
+std::string byte_size(std::uint64_t bytes);
+
+// ---- numeric flag ranges (inclusive). CLI11 option tables and the study file both use these.
+
+struct IntRange {
+  long long lo, hi;
+};
+struct RealRange {
+  double lo, hi;
+  bool lo_open;  ///< (lo, hi] instead of [lo, hi]
+};
+
+namespace ranges {
+inline constexpr IntRange epochs{1, 100000};
+inline constexpr IntRange max_steps{0, 1000000000000LL};  ///< 0 = no cap
+inline constexpr IntRange train_subset{0, 1000000000};    ///< 0 = all
+inline constexpr IntRange batch_size{1, 65536};
+inline constexpr IntRange block_size{1, 64};  ///< the preset narrows it further
+inline constexpr IntRange threads{1, 1024};
+inline constexpr IntRange checkpoint_every{1, 1000000000000LL};
+inline constexpr IntRange sbece_bins{1, 1000};
+inline constexpr IntRange subset{0, 1000000000};  ///< intervene --subset, 0 = all
+inline constexpr IntRange bootstrap{0, 1000000};        ///< metrics: 0 = no intervals
+inline constexpr IntRange bootstrap_draws{1, 1000000};  ///< intervene
+inline constexpr IntRange parallel{1, 256};
+inline constexpr IntRange permutations{1, 100000000};
+inline constexpr IntRange bins{1, 1000};
+inline constexpr IntRange probe_restarts{1, 100};
+inline constexpr IntRange sensitivity_draws{1, 100000};
+inline constexpr IntRange null_replicates{1, 1000000};
+inline constexpr IntRange audit_threads{0, 1024};  ///< 0 = all cores
+inline constexpr RealRange lr{0.0, 10.0, true};
+inline constexpr RealRange weight_decay{0.0, 100.0, false};
+inline constexpr RealRange warmup_fraction{0.0, 0.999, false};
+inline constexpr RealRange sbece_weight{0.0, 1000.0, false};
+inline constexpr RealRange sbece_temperature{0.0, 100.0, true};
+inline constexpr RealRange norm_eps{0.0, 1.0, false};
+inline constexpr RealRange sensitivity_threshold{-1000.0, 1000.0, false};
+}  // namespace ranges
+
+/// "[lo, hi]" or "(lo, hi]".
+std::string range_text(const IntRange& r);
+std::string range_text(const RealRange& r);
+bool in_range(const IntRange& r, long long v);
+bool in_range(const RealRange& r, double v);  ///< false for NaN and infinities
+
+}  // namespace arcal
