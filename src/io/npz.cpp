@@ -260,7 +260,7 @@ NpyArray from_plain(std::string name, DType dtype, const std::vector<T>& v, std:
   if (product(a.shape) != v.size())
     throw InputError("npz: array '" + a.name + "': " + std::to_string(v.size()) +
                      " values do not fill the shape given (" + std::to_string(product(a.shape)) + " elements)");
-  a.data.assign(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+  if (!v.empty()) a.data.assign(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
   return a;
 }
 
@@ -306,7 +306,9 @@ std::vector<double> NpyArray::as_double(const std::string& context) const {
   const char* p = data.data();
   switch (dtype) {
     case DType::f4: for (std::size_t i = 0; i < n; ++i) out[i] = load_le<float>(p + 4 * i); break;
-    case DType::f8: std::memcpy(out.data(), p, 8 * n); break;
+    case DType::f8:
+      if (n > 0) std::memcpy(out.data(), p, 8 * n);  // memcpy's pointers must not be null, even for 0 bytes
+      break;
     case DType::i4: for (std::size_t i = 0; i < n; ++i) out[i] = load_le<std::int32_t>(p + 4 * i); break;
     case DType::i8:
       for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<double>(load_le<std::int64_t>(p + 8 * i));
@@ -322,7 +324,7 @@ std::vector<double> NpyArray::as_double(const std::string& context) const {
 std::vector<float> NpyArray::as_float(const std::string& context) const {
   if (dtype == DType::f4) {
     std::vector<float> out(checked_size(*this, context));
-    std::memcpy(out.data(), data.data(), 4 * out.size());
+    if (!out.empty()) std::memcpy(out.data(), data.data(), 4 * out.size());
     return out;
   }
   const auto d = as_double(context);
@@ -335,7 +337,9 @@ std::vector<std::int64_t> NpyArray::as_int64(const std::string& context) const {
   const char* p = data.data();
   switch (dtype) {
     case DType::i4: for (std::size_t i = 0; i < n; ++i) out[i] = load_le<std::int32_t>(p + 4 * i); break;
-    case DType::i8: std::memcpy(out.data(), p, 8 * n); break;
+    case DType::i8:
+      if (n > 0) std::memcpy(out.data(), p, 8 * n);
+      break;
     case DType::b1: for (std::size_t i = 0; i < n; ++i) out[i] = p[i] != 0; break;
     default:
       throw InputError(context + ": array '" + name + "' has dtype " + dtype_descr(dtype, itemsize / 4) +
@@ -402,7 +406,7 @@ NpyArray NpyArray::from_strings(std::string name, const std::vector<std::string>
   a.itemsize = 4 * chars;
   a.data.assign(v.size() * a.itemsize, '\0');
   for (std::size_t i = 0; i < v.size(); ++i)
-    std::memcpy(&a.data[i * a.itemsize], cps[i].data(), 4 * cps[i].size());
+    if (!cps[i].empty()) std::memcpy(&a.data[i * a.itemsize], cps[i].data(), 4 * cps[i].size());
   return a;
 }
 NpyArray NpyArray::scalar_string(std::string name, const std::string& s) {

@@ -168,6 +168,33 @@ void check_toml_shape(const std::string& text, const std::string& path) {
     std::uint64_t elements = 0;
     bool expect_value = true;  // arrays: the next non-blank starts an element
   };
+  // TOML is UTF-8 without control characters other than tab, CR and LF. toml11 3.7 reads past the
+  // end of its buffer on some invalid UTF-8 inside strings (found by tests/fuzz/fuzz_study_toml;
+  // reproducer tests/fuzz/corpus/study_toml/crash-invalid-utf8), so such text never reaches it.
+  {
+    std::size_t ln = 1;
+    for (std::size_t k = 0; k < text.size();) {
+      const unsigned char ch = static_cast<unsigned char>(text[k]);
+      if (ch == '\n') ++ln;
+      if ((ch < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') || ch == 0x7f)
+        throw_input(kFn, path + ": line " + std::to_string(ln) + ": control character " + std::to_string(int(ch)) +
+                             " (TOML allows only tab, CR and LF)");
+      const int len = ch < 0x80 ? 1 : (ch >> 5) == 6 ? 2 : (ch >> 4) == 14 ? 3 : (ch >> 3) == 30 ? 4 : 0;
+      bool ok = len > 0 && k + std::size_t(len) <= text.size();
+      for (int m = 1; ok && m < len; ++m) ok = (static_cast<unsigned char>(text[k + std::size_t(m)]) >> 6) == 2;
+      if (ok && len == 2) ok = ch >= 0xC2;  // no overlong encodings
+      if (ok && len == 3) {
+        const unsigned char c1 = static_cast<unsigned char>(text[k + 1]);
+        ok = !(ch == 0xE0 && c1 < 0xA0) && !(ch == 0xED && c1 >= 0xA0);  // overlong, surrogates
+      }
+      if (ok && len == 4) {
+        const unsigned char c1 = static_cast<unsigned char>(text[k + 1]);
+        ok = ch <= 0xF4 && !(ch == 0xF0 && c1 < 0x90) && !(ch == 0xF4 && c1 >= 0x90);
+      }
+      if (!ok) throw_input(kFn, path + ": line " + std::to_string(ln) + ": the file is not valid UTF-8 (TOML must be)");
+      k += std::size_t(len);
+    }
+  }
   std::vector<Frame> stack;
   std::size_t i = 0, line = 1;
   const std::size_t n = text.size();
