@@ -292,9 +292,10 @@ int run_study(const RunOptions& o) {
                           {"model", r.model}, {"residual", r.residual},        {"seed", r.seed},
                           {"audited", r.audited}, {"trace", "runs/" + r.dir_name() + "/" + st.split + ".npz"},
                           {"config_hash", r.hash}, {"metrics", arcal::calibration_report_json(rep)}};
-    if (!summary.is_discarded()) {
-      row["train_seconds"] = summary.value("wall_seconds", 0.0);
-      row["images_per_second"] = summary.value("images_per_second", 0.0);
+    if (summary.is_object()) {  // a damaged summary.json only loses these two numbers
+      for (const char* k : {"wall_seconds", "images_per_second"})
+        if (summary.contains(k) && summary[k].is_number())
+          row[std::string(k) == "wall_seconds" ? "train_seconds" : k] = summary[k].get<double>();
     }
     run_rows.push_back(row);
     if (r.audited) audit_traces.push_back(tf);
@@ -336,7 +337,9 @@ int run_study(const RunOptions& o) {
 
   // 5. DIR/results.json = the audit's results + the study section.
   nlohmann::json results = nlohmann::json::parse(arcal::read_file(audit_dir + "/results.json"), nullptr, false);
-  if (results.is_discarded()) arcal::throw_input("arcal run", audit_dir + "/results.json is not valid JSON");
+  if (!results.is_object())
+    arcal::throw_input("arcal run", audit_dir + "/results.json is not a JSON object (damaged? remove " + audit_dir +
+                                        " to rerun the audit)");
   results["study"] = {{"name", st.name},
                       {"config_hash", study_hash},
                       {"config_toml", toml},

@@ -230,7 +230,8 @@ void truncate_log(const std::string& path, std::int64_t step) {
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.value("step", std::int64_t(0)) <= step) kept += line + "\n";
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<std::int64_t>() <= step)
+      kept += line + "\n";
   }
   write_file_atomic(path, kept);
 }

@@ -3,6 +3,11 @@
 
 Usage: make_seeds.py CORPUS_DIR [RESULTS_JSON ...]
 
+The committed corpus was made with two results.json: `arcal audit` over two simulated traces
+(n 400, 3 classes, 2 points; --permutations 50 --probe-restarts 1 --sensitivity --sensitivity-draws 1
+--sensitivity-effects 0.01,0.02 --exact-null --null-replicates 2) and the results.json of the tiny
+`arcal run` study of tests/cli (ctest CliRun.TinyStudyEndToEndThenSkipsAndResumes).
+
 Valid inputs of every kind (numpy's own .npy/.npz, gzip'd IDX, CIFAR records, study TOML, run
 config.json, results.json written by `arcal audit`) plus the hostile cases of issue 13 (overflowing
 shapes, decompression bombs, deep nesting, long arrays, wrong types), so each target starts from both
@@ -83,7 +88,7 @@ def zip_with_sizes(members, declared):
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
         for name, data in members:
-            z.writestr(name, data)
+            z.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data)  # no clock: same bytes every run
     b = bytearray(buf.getvalue())
     # Patch every local (PK\3\4, size at +22) and central (PK\1\2, size at +24) header.
     i = 0
@@ -108,7 +113,8 @@ def deflate_bomb(n_bytes):
     buf = io.BytesIO()
     header = npy_bytes(np.zeros(8, dtype="<f8"))
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        z.writestr("logits.npy", header + b"\0" * n_bytes)
+        z.writestr(zipfile.ZipInfo("logits.npy", date_time=(1980, 1, 1, 0, 0, 0)), header + b"\0" * n_bytes,
+                   compress_type=zipfile.ZIP_DEFLATED)
     b = bytearray(buf.getvalue())
     i = b.find(b"PK\x03\x04")
     struct.pack_into("<I", b, i + 22, len(header))
@@ -317,7 +323,7 @@ def config_seeds(c):
 def results_seeds(c, paths):
     for i, p in enumerate(paths):
         with open(p, "rb") as f:
-            data = f.read()
+            data = json.dumps(json.load(f), separators=(",", ":"))  # compact: shorter inputs fuzz faster
         put(c, "results_json", "audit%d" % i, data)
         doc = json.loads(data)
         # Wrong types in the places the issue named: p-values and run names.
