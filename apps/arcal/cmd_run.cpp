@@ -133,6 +133,7 @@ void run_jobs(const std::string& exe, std::vector<Job>& jobs, int parallel, cons
   arcal::ProgressBar bar(label, 1000, bar_on);
   std::size_t next = 0, running = 0, finished = 0;
   std::string failure;
+  int failure_code = 0;  // the failed child's exit code: 2 (its input) stays 2, anything else is 1
   bool child_interrupted = false;
   while (finished < jobs.size()) {
     while (failure.empty() && !child_interrupted && !arcal::interrupt_requested() && running < std::size_t(parallel) &&
@@ -157,6 +158,7 @@ void run_jobs(const std::string& exe, std::vector<Job>& jobs, int parallel, cons
             child_interrupted = true;
             continue;
           }
+          if (!ok && failure.empty()) failure_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
           if (!ok && failure.empty())
             failure = j.label + " failed (" +
                       (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
@@ -185,7 +187,10 @@ void run_jobs(const std::string& exe, std::vector<Job>& jobs, int parallel, cons
   bar.update(1000, fmt::format("{}/{} done", finished, jobs.size()));
   bar.finish();
   if (arcal::interrupt_requested()) interrupted("during " + label);
-  if (!failure.empty()) arcal::throw_input("arcal run", failure);
+  if (!failure.empty()) {
+    if (failure_code == 2) arcal::throw_input("arcal run", failure);
+    throw std::runtime_error("arcal run: " + failure);
+  }
   if (child_interrupted)
     throw arcal::Interrupted("run stopped: a " + label + " child was interrupted (exit 3) by a signal sent to it; finished "
                              "runs and checkpoints are kept. Resume with: " + g_resume_command);
@@ -331,8 +336,11 @@ int run_study(const RunOptions& o) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     if (arcal::interrupt_requested()) interrupted("during the audit (it restarts on resume)");
-    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-      arcal::throw_input("arcal run", "the audit failed (see the messages above); its traces are kept");
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 2)
+        arcal::throw_input("arcal run", "the audit refused its input (see the message above); the traces are kept");
+      throw std::runtime_error("arcal run: the audit failed (see the messages above); the traces are kept");
+    }
   }
 
   // 5. DIR/results.json = the audit's results + the study section.

@@ -193,9 +193,12 @@ int run_sweep(const SweepOptions& o) {
     if (rc == 3 || arcal::interrupt_requested())
       throw arcal::Interrupted(std::string("sweep stopped: run ") + std::to_string(i) + " (" + r.id +
                                ") was interrupted and keeps its checkpoint. Resume with: " + resume);
-    if (rc != 0)
-      throw std::runtime_error(fmt::format("arcal sweep: run {} ({}) failed with exit code {}; fix it and rerun the "
-                                           "sweep (finished runs are skipped, interrupted ones resume)", i, r.id, rc));
+    if (rc != 0) {
+      const std::string what = fmt::format("run {} ({}) failed with exit code {}; fix it and rerun the sweep (finished "
+                                           "runs are skipped, interrupted ones resume)", i, r.id, rc);
+      if (rc == 2) arcal::throw_input("arcal sweep", what);  // its input: exit 2 here too
+      throw std::runtime_error("arcal sweep: " + what);
+    }
     ++trained;
   }
   if (primary) std::cout << fmt::format("arcal sweep: {} trained, {} already trained\n", trained, skipped);
