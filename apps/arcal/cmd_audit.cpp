@@ -143,7 +143,7 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
   app.add_option("--bins", cfg->bins, "Confidence bins (15; sensitivity: 10 with --equal-mass)")
       ->check(in_range(R::bins));
   app.add_flag("--equal-mass", cfg->equal_mass, "Equal-mass confidence bins (sensitivity analysis)");
-  app.add_option("--alpha", cfg->alpha, "Test level")->check(CLI::Range(1e-9, 0.999));
+  app.add_option("--alpha", cfg->alpha, "Test level")->check(in_range(arcal::RealRange{1e-9, 0.999, false}));
   app.add_flag("--no-condcal", cfg->no_condcal, "Skip AR-CondCal (diagnostic only)");
   app.add_flag("--probes,!--no-probes", cfg->probes, "MLP correctness probes and their controls (default on)");
   app.add_option("--probe-restarts", cfg->probe_restarts, "Seeded restarts averaged per MLP probe")
@@ -157,7 +157,7 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
   app.add_option("--sensitivity-threshold-effect", cfg->sensitivity_threshold_effect,
                  "Effect (nats, one of --sensitivity-effects) at which the threshold applies");
   app.add_option("--correction-ridge", cfg->correction_ridge, "L2 penalty of the correction probe's cubic g(z)")
-      ->check(CLI::Range(0.0, 1e12));
+      ->check(in_range(arcal::RealRange{0.0, 1e12, false}));
   app.add_flag("--exact-null", cfg->exact_null, "Exact-null audit, method.md §6.6 (refits every probe)");
   app.add_option("--null-replicates", cfg->null_replicates, "Null label replicates per run and variant")
       ->check(in_range(R::null_replicates));

@@ -19,6 +19,11 @@ struct SimulateConfig {
   double effect_nats = 0.0;
   std::uint64_t seed = 0;
   std::size_t points = 6;
+  double confound = 0.0;
+  std::string confound_source = "confidence";
+  double miscalibration = 1.0;
+  double wiggle = 0.0, wiggle_frequency = 3.0, output_effect = 0.0;
+  double margin_mean = 4.0, margin_sd = 2.0;
   bool json = false;
   bool force = false;
 };
@@ -29,11 +34,41 @@ arcal::cli::RunFn setup_simulate(CLI::App& app) {
   app.add_option("--n", cfg->n, "Examples")->check(CLI::Range(std::size_t{2}, std::size_t{100000000}));
   app.add_option("--classes", cfg->classes, "Classes K")->check(CLI::Range(std::size_t{2}, std::size_t{100000}));
   app.add_option("--effect-nats", cfg->effect_nats, "Oracle gain E[KL(p*||q)] of the injected effect; 0 = exact null")
-      ->check(CLI::NonNegativeNumber);
+      ->check(arcal::cli::in_range(arcal::RealRange{0.0, 10.0, false}));
+  // Real-valued options through core/limits.hpp's ranges: CLI11's Range lets NaN through.
+  using arcal::cli::in_range;
+  using arcal::RealRange;
   app.add_option("--seed", cfg->seed, "Seed of every random draw")->check(arcal::cli::seed_check());
   app.add_flag("--force", cfg->force, "Replace an existing --out file (atomically)");
   app.add_option("--points", cfg->points, "Routing points (point p has p + 2 sources)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1000}));
+  app.add_option("--confound", cfg->confound,
+                 "Correlation rho of the routing signal with the outputs (s = h(outputs) + noise); the effect "
+                 "is planted in the independent part only. 0 = routing independent of the outputs")
+      ->check(in_range(RealRange{0.0, 0.999, false}));
+  app.add_option("--confound-source", cfg->confound_source,
+                 "What the routing signal tracks: confidence (h = logit c) or outputs (a nonlinear function of the "
+                 "sorted probabilities)")
+      ->check(CLI::IsMember({"confidence", "outputs"}));
+  app.add_option("--miscalibration", cfg->miscalibration,
+                 "Temperature-type miscalibration T of the true accuracy curve: q(c) = sigmoid(logit(c) / T); "
+                 "T > 1 is overconfident, 1 calibrated")
+      ->check(in_range(RealRange{0.05, 20.0, false}));
+  app.add_option("--wiggle", cfg->wiggle,
+                 "Amplitude A of a non-smooth calibration curve: logit q += A sin(F logit c) (a reference that a "
+                 "smooth fit of c misses)")
+      ->check(in_range(RealRange{-100.0, 100.0, false}));
+  app.add_option("--wiggle-frequency", cfg->wiggle_frequency, "Frequency F of --wiggle")
+      ->check(in_range(RealRange{0.0, 1000.0, true}));
+  app.add_option("--output-effect", cfg->output_effect,
+                 "Dependence of correctness on the outputs beyond confidence: logit q += B sin(2 u2), u2 the "
+                 "standardised log(p_(2)/p_(3))")
+      ->check(in_range(RealRange{-100.0, 100.0, false}));
+  app.add_option("--margin-mean", cfg->margin_mean,
+                 "Mean of the predicted class's logit margin |N(mean, sd)|: larger means more confident (8 with "
+                 "sd 3 puts most examples above 0.93 confidence, as trained classifiers)")
+      ->check(in_range(RealRange{0.0, 50.0, false}));
+  app.add_option("--margin-sd", cfg->margin_sd, "Sd of the logit margin")->check(in_range(RealRange{0.0, 50.0, false}));
   app.add_flag("--json", cfg->json, "Print a JSON summary");
   return [cfg]() {
     arcal::check_output_file("--out", cfg->out, cfg->force);
@@ -52,6 +87,14 @@ arcal::cli::RunFn setup_simulate(CLI::App& app) {
     o.effect_nats = cfg->effect_nats;
     o.seed = cfg->seed;
     o.points = cfg->points;
+    o.confound = cfg->confound;
+    o.confound_source = cfg->confound_source;
+    o.reference_slope = 1.0 / cfg->miscalibration;
+    o.wiggle = cfg->wiggle;
+    o.wiggle_frequency = cfg->wiggle_frequency;
+    o.output_effect = cfg->output_effect;
+    o.margin_mean = cfg->margin_mean;
+    o.margin_sd = cfg->margin_sd;
     const auto sim = arcal::simulate_trace(o);
     arcal::save_trace(sim.trace, cfg->out);
     double acc = 0.0, conf = 0.0;
@@ -63,7 +106,10 @@ arcal::cli::RunFn setup_simulate(CLI::App& app) {
     conf /= static_cast<double>(o.n);
     if (cfg->json) {
       nlohmann::json j = {{"out", cfg->out}, {"n", o.n}, {"classes", o.classes}, {"effect_nats", o.effect_nats},
-                          {"delta", sim.delta}, {"seed", o.seed}, {"accuracy", acc}, {"mean_confidence", conf}};
+                          {"delta", sim.delta}, {"seed", o.seed},
+                          {"confound", o.confound}, {"confound_source", o.confound_source},
+                          {"miscalibration", cfg->miscalibration}, {"wiggle", o.wiggle},
+                          {"output_effect", o.output_effect}, {"accuracy", acc}, {"mean_confidence", conf}};
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       std::printf("wrote %s: n %zu, classes %zu, effect %.6g nats (delta %.6g), accuracy %.4f, mean confidence %.4f\n",

@@ -187,19 +187,34 @@ nlohmann::json exact_null_json(const ExactNullResult& x) {
 nlohmann::json audit_results_json(const AuditResults& res) {
   using nlohmann::json;
   const auto& d = res.diagnostic;
+  auto bins_json = [](const GapTestResult& r, bool residuals) {
+    json bins = json::array();
+    for (const auto& b : r.bins) {
+      json one = {{"bin", b.bin}, {"n", b.n}, {"n_top", b.n_top}, {"n_bottom", b.n_bottom}, {"acc_top", b.acc_top},
+                  {"conf_top", b.conf_top}, {"acc_bottom", b.acc_bottom}, {"conf_bottom", b.conf_bottom},
+                  {"gap", b.gap}, {"weight", b.weight}};
+      if (residuals) {
+        one["resid_top"] = b.resid_top;
+        one["resid_bottom"] = b.resid_bottom;
+      }
+      bins.push_back(one);
+    }
+    return bins;
+  };
   json tests = json::array();
   for (const auto& t : d.tests) {
-    json bins = json::array();
-    for (const auto& b : t.result.bins)
-      bins.push_back({{"bin", b.bin}, {"n", b.n}, {"n_top", b.n_top}, {"n_bottom", b.n_bottom}, {"acc_top", b.acc_top},
-                      {"conf_top", b.conf_top}, {"acc_bottom", b.acc_bottom}, {"conf_bottom", b.conf_bottom},
-                      {"gap", b.gap}, {"weight", b.weight}});
+    const auto& pr = t.paper;
     tests.push_back({{"run", t.run}, {"cell", t.cell}, {"statistic", t.statistic}, {"gap", t.result.gap},
                      {"p", t.result.p}, {"p_holm", t.p_holm}, {"p_bh", t.p_bh}, {"n", t.result.n},
                      {"n_used", t.result.n_used}, {"bins_used", t.result.bins.size()},
                      {"bins_dropped", t.result.bins_dropped}, {"exceed", t.result.exceed},
-                     {"permutations", t.result.permutations}, {"seed", t.seed}, {"bins", bins},
-                     {"null_histogram", {{"edges", t.result.null_edges}, {"counts", t.result.null_counts}}}});
+                     {"permutations", t.result.permutations}, {"strata", t.result.strata}, {"seed", t.seed},
+                     {"bins", bins_json(t.result, true)},
+                     {"null_histogram", {{"edges", t.result.null_edges}, {"counts", t.result.null_counts}}},
+                     {"paper",
+                      {{"gap", pr.gap}, {"p", pr.p}, {"p_holm", t.paper_p_holm}, {"p_bh", t.paper_p_bh},
+                       {"exceed", pr.exceed}, {"permutations", pr.permutations}, {"bins", bins_json(pr, false)},
+                       {"null_histogram", {{"edges", pr.null_edges}, {"counts", pr.null_counts}}}}}});
   }
   auto rel_json = [](const std::vector<ReliabilityRow>& rows) {
     json a = json::array();
@@ -230,7 +245,8 @@ nlohmann::json audit_results_json(const AuditResults& res) {
   for (const auto& v : d.verdicts)
     stability.push_back({{"cell", v.cell}, {"statistic", v.statistic}, {"seeds", v.seeds}, {"rejections", v.rejections},
                          {"rejections_positive", v.rejections_positive},
-                         {"rejections_negative", v.rejections_negative}, {"stable", v.stable}});
+                         {"rejections_negative", v.rejections_negative}, {"assessable", v.assessable},
+                         {"stable", v.stable}, {"verdict", v.verdict}});
   const auto& o = d.options;
   json out = {{"schema", kAuditSchema},
               {"runs", summaries},
@@ -242,8 +258,18 @@ nlohmann::json audit_results_json(const AuditResults& res) {
                 {"min_bin_count", o.min_bin_count},
                 {"permutations", o.permutations},
                 {"seed", o.seed},
+                {"strata_size", o.strata_size},
+                {"decision",
+                 "residual test: r = a - q(c), q a 2-fold cross-fitted isotonic fit of correctness on logit c; "
+                 "G = sum_b w_b (mean r_top - mean r_bottom); null: s permuted within equal-mass strata of c "
+                 "(about strata_size examples) nested in each bin (conditional permutation)"},
+                {"paper_protocol",
+                 "reported, never the decision: G = sum_b w_b ((acc - conf)_top - (acc - conf)_bottom), s permuted "
+                 "within each bin; invalid when s tracks c inside a bin and calibration varies with c"},
                 {"tie_rule", "tertiles by sorted statistic; a tied run joins the lower tertile"},
-                {"stability_rule", "stable when >= 2/3 of a cell's seeds reject (raw p <= alpha) with the same sign of G"},
+                {"stability_rule",
+                 "on the decision test: not assessable with fewer than 2 seeds; otherwise stable when >= 2/3 of a "
+                 "cell's seeds reject (raw p <= alpha) with the same sign of G"},
                 {"tests", tests},
                 {"stability", stability}}}};
   if (res.has_probes) out["probes"] = probe_family_json(res.probes);
@@ -283,11 +309,12 @@ void write_audit_results(const AuditResults& res, const std::string& dir) {
   if (ec) throw_input("write_audit_results", "cannot create directory '" + dir + "': " + ec.message());
   std::ostringstream diag;
   diag.precision(10);
-  diag << "run,cell,statistic,n,n_used,bins_used,gap,p,p_holm,p_bh\n";
+  diag << "run,cell,statistic,n,n_used,bins_used,gap,p,p_holm,p_bh,paper_gap,paper_p,paper_p_holm,paper_p_bh\n";
   for (const auto& t : res.diagnostic.tests)
     diag << csv_field(t.run) << ',' << csv_field(t.cell) << ',' << csv_field(t.statistic) << ',' << t.result.n << ','
          << t.result.n_used << ',' << t.result.bins.size() << ',' << t.result.gap << ',' << t.result.p << ',' << t.p_holm
-         << ',' << t.p_bh << '\n';
+         << ',' << t.p_bh << ',' << t.paper.gap << ',' << t.paper.p << ',' << t.paper_p_holm << ',' << t.paper_p_bh
+         << '\n';
   write_file_atomic(dir + "/diagnostic.csv", diag.str());
   if (res.options.run_condcal) {
     std::ostringstream cc;

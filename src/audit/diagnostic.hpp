@@ -1,7 +1,10 @@
-// Matched-confidence diagnostic (method.md §6.1): within confidence bins, compare the calibration
-// residual (accuracy - confidence) of the top and bottom tertiles of a routing statistic, weight the
-// per-bin gaps into G, and test G against a within-bin permutation null; run a declared family of
-// (run x statistic) tests with raw, Holm and BH p-values and a cross-seed stability verdict per cell.
+// Matched-confidence diagnostic (method.md §6.1): within confidence bins, compare the top and bottom
+// tertiles of a routing statistic s. Two protocols per test: the seed paper's (reported as `paper`,
+// never the decision): calibration residuals a - c, within-bin permutation of s; and the decision
+// test: residuals a - q̂(c) against a cross-fitted monotone estimate of P(a = 1 | c), with s permuted
+// within fine strata of c nested in the bins (a conditional permutation test that keeps the s-c
+// dependence, so s cannot reject through c alone). A declared family of (run x statistic) tests gets
+// raw, Holm and BH p-values for both protocols and a cross-seed stability verdict per cell.
 #pragma once
 
 #include <cstddef>
@@ -9,11 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "calib/binning.hpp"
 #include "stats/permutation.hpp"
 
 namespace arcal {
-
-enum class BinScheme { equal_width, equal_mass };
 
 struct DiagnosticOptions {
   std::size_t bins = 15;
@@ -23,14 +25,18 @@ struct DiagnosticOptions {
   std::uint64_t seed = 0;
   double alpha = 0.05;
   int threads = 0;  ///< worker threads over a family's tests (0 = the hardware's); results do not depend on it
+  /// Decision test: examples per conditional-permutation stratum of c (equal-mass groups of the
+  /// confidence-sorted examples of each kept bin, round(n_b / strata_size) of them, at least one).
+  std::size_t strata_size = 20;
 };
 
 struct BinGap {
   std::size_t bin = 0;
   std::size_t n = 0, n_top = 0, n_bottom = 0;
   double acc_top = 0, conf_top = 0, acc_bottom = 0, conf_bottom = 0;
-  double gap = 0;     ///< (acc - conf)_top - (acc - conf)_bottom
+  double gap = 0;     ///< paper: (acc - conf)_top - (acc - conf)_bottom; decision: mean r_top - mean r_bottom
   double weight = 0;  ///< n / (examples in kept bins)
+  double resid_top = 0, resid_bottom = 0;  ///< decision test: mean of a - q̂(c) in the tertile (0 for paper)
 };
 
 struct GapTestResult {
@@ -46,6 +52,7 @@ struct GapTestResult {
   /// bins over [-m, m], m = 1.05 max(|G*|, |G|); null_edges has one more entry than null_counts.
   std::vector<double> null_edges;
   std::vector<std::size_t> null_counts;
+  std::size_t strata = 0;  ///< decision test: conditional-permutation strata (0 for the paper protocol)
 };
 
 inline constexpr std::size_t kNullHistogramBins = 40;
@@ -74,6 +81,23 @@ GapTestResult matched_confidence_gap_test(const std::vector<double>& confidence,
                                           const std::vector<double>& statistic, const DiagnosticOptions& options,
                                           std::uint64_t seed);
 
+/// P(a = 1 | c) cross-fitted: the examples are split into two seeded random halves; each half's
+/// estimate is an isotonic (PAV) regression of a on logit c fitted on the other half, linearly
+/// interpolated in logit c and clipped to the end values (c clipped to [1e-12, 1 - 1e-12]). Returns
+/// q̂(c_i) [n]. Throws InputError when n < 4 or sizes differ.
+std::vector<double> cross_fitted_accuracy(const std::vector<double>& confidence, const std::vector<double>& correct,
+                                          std::uint64_t seed);
+
+/// The decision test of method.md §6.1 (same bins, bin dropping and tertile rule as the paper
+/// protocol): residuals r = a - q̂(c) (cross_fitted_accuracy with seed derive_seed(seed, 1)), gap
+/// G_r = Σ_b w_b (mean r_top - mean r_bottom), null: s permuted within equal-mass strata of c of about
+/// strata_size examples nested in each kept bin, so each bin's multiset of s and tertile cut points
+/// are unchanged and only which examples carry which tertile moves (R = options.permutations,
+/// two-sided p as the paper test). Throws as matched_confidence_gap_test.
+GapTestResult residual_gap_test(const std::vector<double>& confidence, const std::vector<double>& correct,
+                                const std::vector<double>& statistic, const DiagnosticOptions& options,
+                                std::uint64_t seed);
+
 /// One declared test: a run, the cell it belongs to (runs of one cell differ only by seed) and a
 /// statistic name, with its arrays ([n] each).
 struct DiagnosticTestSpec {
@@ -87,17 +111,24 @@ struct DiagnosticTestSpec {
 
 struct DiagnosticTest {
   std::string run, cell, statistic;
-  GapTestResult result;
+  GapTestResult result;  ///< the decision test (residual_gap_test)
   double p_holm = 1.0, p_bh = 1.0;
-  std::uint64_t seed = 0;  ///< permutation seed of this test: derive_seed(options.seed, index)
+  GapTestResult paper;   ///< the paper protocol (matched_confidence_gap_test), reported, never the decision
+  double paper_p_holm = 1.0, paper_p_bh = 1.0;
+  /// Permutation seed: the paper test uses derive_seed(options.seed, index) (as before the decision
+  /// test existed, so its numbers are unchanged); the decision test derive_seed(that, 0xD1A6).
+  std::uint64_t seed = 0;
 };
 
-/// Cross-seed stability of one (cell, statistic): positive only when >= 2/3 of its seeds reject at
-/// alpha (raw p) with the same sign of G.
+/// Cross-seed stability of one (cell, statistic), on the decision test: assessable only with >= 2
+/// seeds; then positive ("stable") only when >= 2/3 of its seeds reject at alpha (raw p) with the same
+/// sign of G.
 struct StabilityVerdict {
   std::string cell, statistic;
   std::size_t seeds = 0, rejections = 0, rejections_positive = 0, rejections_negative = 0;
+  bool assessable = false;
   bool stable = false;
+  std::string verdict;  ///< "stable positive", "stable negative", "not stable", "not assessable (1 seed)"
 };
 
 struct DiagnosticFamily {
@@ -107,7 +138,7 @@ struct DiagnosticFamily {
   DiagnosticOptions options;
 };
 
-/// Runs the whole declared family. Throws InputError when the family is empty or any test's inputs
+/// Runs the whole declared family (both protocols for every test). Throws InputError when the family is empty or any test's inputs
 /// are invalid (the message names the test index, run and statistic).
 DiagnosticFamily run_diagnostic_family(const std::vector<DiagnosticTestSpec>& family, const DiagnosticOptions& options);
 

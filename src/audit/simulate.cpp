@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "audit/injection.hpp"
@@ -16,6 +17,15 @@ SimulatedTrace simulate_trace(const SimulationOptions& o) {
   if (o.classes < 2) throw_input(fn, "classes is " + std::to_string(o.classes) + ", but must be >= 2");
   if (o.points < 1) throw_input(fn, "points is 0, but must be >= 1");
   if (!(o.effect_nats >= 0.0)) throw_input(fn, "effect_nats is " + std::to_string(o.effect_nats) + ", but must be >= 0");
+  if (!(o.confound >= 0.0 && o.confound < 1.0))
+    throw_input(fn, "confound is " + std::to_string(o.confound) + ", but must be in [0, 1)");
+  if (o.confound_source != "confidence" && o.confound_source != "outputs")
+    throw_input(fn, "confound_source is '" + o.confound_source + "', but must be \"confidence\" or \"outputs\"");
+  const bool needs_u2 = (o.confound > 0.0 && o.confound_source == "outputs") || o.output_effect != 0.0;
+  if (needs_u2 && o.classes < 3)
+    throw_input(fn, "classes is " + std::to_string(o.classes) + ", but confound_source \"outputs\" or an output_effect needs >= 3");
+  for (double v : {o.wiggle, o.wiggle_frequency, o.output_effect, o.reference_slope})
+    if (!std::isfinite(v)) throw_input(fn, "wiggle, wiggle_frequency, output_effect and reference_slope must be finite");
   const std::size_t n = o.n, K = o.classes, P = o.points, S = P + 1;
   Rng rng(o.seed);
   SimulatedTrace sim;
@@ -53,12 +63,50 @@ SimulatedTrace simulate_trace(const SimulationOptions& o) {
     sim.confidence[i] = c;
     sim.predictive_entropy[i] = h;
     const double cc = std::clamp(c, 1e-6, 1.0 - 1e-6);
-    const double l = o.reference_slope * std::log(cc / (1.0 - cc));
+    double l = o.reference_slope * std::log(cc / (1.0 - cc));
+    if (o.wiggle != 0.0) l += o.wiggle * std::sin(o.wiggle_frequency * std::log(cc / (1.0 - cc)));
     sim.reference[i] = std::clamp(1.0 / (1.0 + std::exp(-l)), 1e-9, 1.0 - 1e-9);
   }
   for (std::size_t i = 0; i < n; ++i) sim.z[i] = rng.normal();
+  sim.z_independent = sim.z;
+  if (needs_u2 || o.confound > 0.0) {
+    // Output coordinates: u1 = standardised logit c, u2 = standardised log(p_(2) / p_(3)).
+    std::vector<double> u1(n), u2(n, 0.0), top3(3);
+    for (std::size_t i = 0; i < n; ++i) {
+      const double cc = std::clamp(sim.confidence[i], 1e-6, 1.0 - 1e-6);
+      u1[i] = std::log(cc / (1.0 - cc));
+      if (K >= 3) {
+        std::partial_sort_copy(prob.begin() + long(i * K), prob.begin() + long((i + 1) * K), top3.begin(), top3.end(),
+                               std::greater<double>());
+        u2[i] = std::log(std::max(top3[1], 1e-300)) - std::log(std::max(top3[2], 1e-300));
+      }
+    }
+    auto standardise_in_place = [](std::vector<double>& v) {
+      double m = 0, ss = 0;
+      for (double x : v) m += x;
+      m /= double(v.size());
+      for (double x : v) ss += (x - m) * (x - m);
+      const double sd = std::sqrt(ss / double(v.size()));
+      for (double& x : v) x = sd > 0 ? (x - m) / sd : 0.0;
+    };
+    standardise_in_place(u1);
+    standardise_in_place(u2);
+    if (o.output_effect != 0.0)
+      for (std::size_t i = 0; i < n; ++i) {
+        const double r = sim.reference[i], l = std::log(r / (1.0 - r)) + o.output_effect * std::sin(2.0 * u2[i]);
+        sim.reference[i] = std::clamp(1.0 / (1.0 + std::exp(-l)), 1e-9, 1.0 - 1e-9);
+      }
+    if (o.confound > 0.0) {
+      std::vector<double> h(n);
+      for (std::size_t i = 0; i < n; ++i)
+        h[i] = o.confound_source == "confidence" ? u1[i] : std::sin(2.0 * u2[i]) + u1[i];
+      standardise_in_place(h);
+      const double rho = o.confound, rest = std::sqrt(1.0 - rho * rho);
+      for (std::size_t i = 0; i < n; ++i) sim.z[i] = rho * h[i] + rest * sim.z_independent[i];
+    }
+  }
   std::vector<double> t(n);
-  for (std::size_t i = 0; i < n; ++i) t[i] = std::tanh(sim.z[i]);
+  for (std::size_t i = 0; i < n; ++i) t[i] = std::tanh(sim.z_independent[i]);  // the effect lives in ε
   sim.delta = solve_injection_delta(sim.reference, t, o.effect_nats);
   sim.truth = injected_probability(sim.reference, t, sim.delta);
   // Correctness, then a label consistent with it: the prediction when correct, otherwise another class
@@ -121,6 +169,12 @@ SimulatedTrace simulate_trace(const SimulationOptions& o) {
                          {"n", n},
                          {"classes", K},
                          {"effect_nats", o.effect_nats},
+                         {"confound", o.confound},
+                         {"confound_source", o.confound_source},
+                         {"reference_slope", o.reference_slope},
+                         {"wiggle", o.wiggle},
+                         {"wiggle_frequency", o.wiggle_frequency},
+                         {"output_effect", o.output_effect},
                          {"delta", sim.delta},
                          {"seed", o.seed},
                          {"version", ARCAL_VERSION}};

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "io/trace.hpp"
@@ -22,13 +23,29 @@ struct SimulationOptions {
   double margin_sd = 2.0;
   double logit_noise = 1.0;    ///< sd of the other logits
   double reference_slope = 1.0;  ///< q(c) = σ(slope · logit c): 1 is a calibrated model, < 1 overconfident
+  // ---- null families that trip naive tests (method.md §6.1, §6.6); all 0 reproduce the plain simulator.
+  /// Correlation of the routing signal with the outputs: z = ρ·h + sqrt(1 − ρ²)·ε, h a standardised
+  /// function of the outputs (confound_source), ε the independent part. The effect is planted in ε
+  /// only, so with ρ > 0 and δ = 0 routing carries nothing beyond the outputs but still tracks them.
+  double confound = 0.0;
+  /// "confidence": h = standardised logit c (s = h(c) + noise); "outputs": h = standardised
+  /// sin(2·u2) + u1, a nonlinear function of the sorted probabilities (u1 = standardised logit c,
+  /// u2 = standardised log(p_(2) / p_(3))).
+  std::string confound_source = "confidence";
+  /// Reference outside simple families: logit q += wiggle · sin(wiggle_frequency · logit c) (a
+  /// calibration curve that a smooth or monotone fit of c misses) + output_effect · sin(2·u2) (a
+  /// dependence on the outputs beyond c).
+  double wiggle = 0.0;
+  double wiggle_frequency = 3.0;
+  double output_effect = 0.0;
 };
 
 struct SimulatedTrace {
   Trace trace;  ///< logits [N,K], labels, routing [N,P,S], routing_sources, features [N,1] "routing_z", meta
   std::vector<double> confidence;          ///< [N] c
   std::vector<double> correct;             ///< [N] a in {0,1}, consistent with labels
-  std::vector<double> z;                   ///< [N] standard-normal routing signal
+  std::vector<double> z;                   ///< [N] routing signal (standard normal; = ε when confound is 0)
+  std::vector<double> z_independent;       ///< [N] ε, the part of z independent of the outputs (carries the effect)
   std::vector<double> routing_entropy;     ///< [N] RE (mean normalised entropy over points), increasing in z
   std::vector<double> predictive_entropy;  ///< [N] -Σ p log p
   std::vector<double> reference;           ///< [N] q(c)
@@ -37,7 +54,8 @@ struct SimulatedTrace {
 };
 
 /// Builds a synthetic trace. Every random draw comes from Rng(seed). Throws InputError when n < 2,
-/// classes < 2, points < 1, or effect_nats is negative or unreachable.
+/// classes < 2 (3 with confound_source "outputs" or an output_effect), points < 1, effect_nats is
+/// negative or unreachable, confound is outside [0, 1), or confound_source is unknown.
 SimulatedTrace simulate_trace(const SimulationOptions& options);
 
 }  // namespace arcal

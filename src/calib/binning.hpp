@@ -9,6 +9,9 @@
 
 namespace arcal {
 
+/// How confidences are binned: equal-width edges k/B, or equal-mass groups of sorted ranks.
+enum class BinScheme { equal_width, equal_mass };
+
 /// Equal-width bin of c in [0, 1]: bin k holds k/B <= c < (k+1)/B (edges k/B as doubles); c = 1 goes
 /// to bin B-1. Values outside [0, 1] are clamped to the end bins (callers validate first).
 inline int equal_width_bin(double c, int bins) {

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "stats/kernels.hpp"
+
 namespace arcal {
 
 // ---- temperature scaling
@@ -61,12 +63,10 @@ HistogramFit fit_histogram(const std::vector<double>& conf, const std::vector<do
 std::vector<double> apply_histogram(const HistogramFit& fit, const std::vector<double>& conf);
 
 // ---- Nadaraya-Watson with a Gaussian product kernel
-struct NadarayaWatsonOptions {
-  double pseudo_count = 1.0;  ///< weight of the prior (global mean target) added to the kernel sums
-  double clip_low = 1e-4, clip_high = 1.0 - 1e-4;
-};
 /// q(x) = (sum_j K_h(x - x_j) t_j + pseudo * tbar) / (sum_j K_h(x - x_j) + pseudo), clipped, where
-/// K_h = prod_d exp(-(x_d - x_jd)^2 / (2 h_d^2)) and tbar the mean training target.
+/// K_h = prod_d exp(-(x_d - x_jd)^2 / (2 h_d^2)) and tbar the mean training target. Options are the
+/// kernel estimator's (stats/kernels.hpp); this direct O(M Q D) form reads pseudo_count and the clip
+/// only (no truncation, the prior is always the mean target).
 /// train [M, D] row-major, targets [M], bandwidths [D] (> 0), query [Q, D] -> [Q]. Features are used as
 /// given (standardise before calling). Cost O(M Q D). Throws InputError on bad shapes or bandwidths.
 std::vector<double> nadaraya_watson(const std::vector<double>& train, const std::vector<double>& targets, std::size_t dims,

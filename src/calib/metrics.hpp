@@ -23,8 +23,6 @@ struct TopLabel {
 /// Throws InputError when probs is not N*K, a probability is outside [0, 1] or NaN, or a label is out of range.
 TopLabel top_label(const std::vector<double>& probs, std::size_t n, std::size_t k, const std::vector<std::int64_t>& labels);
 
-enum class BinScheme { equal_width, equal_mass };
-
 struct BinnedCalibration {
   double ece = 0.0;    ///< sum_b (n_b/N) |acc_b - conf_b|
   double mce = 0.0;    ///< max over non-empty bins

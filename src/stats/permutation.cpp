@@ -47,20 +47,53 @@ double weighted_contrast(const std::vector<ContrastStratum>& strata) {
   return g;
 }
 
-std::vector<double> within_stratum_permutation_null(const std::vector<ContrastStratum>& strata,
-                                                    int permutations, std::uint64_t seed) {
-  const char* fn = "within_stratum_permutation_null";
+namespace {
+
+void check_grouped(const char* function, const GroupedStratum& s, std::size_t index) {
+  if (s.n_top + s.n_bottom > s.values.size())
+    throw_index(function, "strata", index,
+                "{n=" + std::to_string(s.values.size()) + ", n_top=" + std::to_string(s.n_top) +
+                    ", n_bottom=" + std::to_string(s.n_bottom) + "}",
+                "top and bottom groups that fit in its values");
+  if (s.values.size() >= std::numeric_limits<std::uint32_t>::max())
+    throw_index(function, "strata", index, std::to_string(s.values.size()) + " values", "< 2^32 values");
+  if (!std::isfinite(s.coef_top) || !std::isfinite(s.coef_bottom))
+    throw_index(function, "strata.coef", index, std::to_string(s.coef_top) + ", " + std::to_string(s.coef_bottom),
+                "finite");
+  for (std::size_t i = 0; i < s.values.size(); ++i)
+    if (!std::isfinite(s.values[i]))
+      throw_index(function, ("strata[" + std::to_string(index) + "].values").c_str(), i, std::to_string(s.values[i]),
+                  "finite");
+}
+
+}  // namespace
+
+double grouped_contrast(const std::vector<GroupedStratum>& strata) {
+  double g = 0.0;
+  for (std::size_t b = 0; b < strata.size(); ++b) {
+    const auto& s = strata[b];
+    check_grouped("grouped_contrast", s, b);
+    double top = 0.0, bottom = 0.0;
+    for (std::size_t i = 0; i < s.n_top; ++i) top += s.values[i];
+    for (std::size_t i = s.n_top; i < s.n_top + s.n_bottom; ++i) bottom += s.values[i];
+    g += s.coef_top * top + s.coef_bottom * bottom;
+  }
+  return g;
+}
+
+std::vector<double> grouped_permutation_null(const std::vector<GroupedStratum>& strata, int permutations,
+                                             std::uint64_t seed) {
+  const char* fn = "grouped_permutation_null";
   if (permutations < 1) throw_input(fn, "permutations is " + std::to_string(permutations) + ", but must be >= 1");
-  for (std::size_t b = 0; b < strata.size(); ++b) check_stratum(fn, strata[b], b);
+  for (std::size_t b = 0; b < strata.size(); ++b) check_grouped(fn, strata[b], b);
   std::vector<double> null(static_cast<std::size_t>(permutations), 0.0);
   FastRng rng(seed);
   std::vector<double> lane_a, lane_b;
   for (const auto& s : strata) {
     const std::size_t n = s.values.size();
-    // Group sizes and their coefficients in the contrast: +w/n_top, -w/n_bottom, 0 for the middle.
+    // Group sizes and their coefficients in the contrast; the middle group counts 0.
     std::array<std::size_t, 3> size = {s.n_top, s.n_bottom, n - s.n_top - s.n_bottom};
-    std::array<double, 3> coef = {s.weight / static_cast<double>(s.n_top),
-                                  -s.weight / static_cast<double>(s.n_bottom), 0.0};
+    std::array<double, 3> coef = {s.coef_top, s.coef_bottom, 0.0};
     // Draw the two smallest groups; the third group's sum is the total minus theirs.
     std::array<int, 3> order = {0, 1, 2};
     std::sort(order.begin(), order.end(), [&](int a, int b) { return size[a] < size[b]; });
@@ -69,6 +102,10 @@ std::vector<double> within_stratum_permutation_null(const std::vector<ContrastSt
     const double c1 = coef[order[0]], c2 = coef[order[1]], c3 = coef[order[2]];
     double total = 0.0;
     for (double v : s.values) total += v;
+    if (k2 == 0) {  // one non-empty group: every permutation gives the same value
+      for (auto& v : null) v += c3 * total;
+      continue;
+    }
     // Two permutations run side by side on two copies of the stratum (independent swap chains
     // overlap in the pipeline, ~1.4x faster than one); each 64-bit output serves both lanes.
     // Partial Fisher-Yates: positions [0, k2) become a uniformly random ordered draw without
@@ -112,6 +149,20 @@ std::vector<double> within_stratum_permutation_null(const std::vector<ContrastSt
     }
   }
   return null;
+}
+
+std::vector<double> within_stratum_permutation_null(const std::vector<ContrastStratum>& strata,
+                                                    int permutations, std::uint64_t seed) {
+  const char* fn = "within_stratum_permutation_null";
+  if (permutations < 1) throw_input(fn, "permutations is " + std::to_string(permutations) + ", but must be >= 1");
+  std::vector<GroupedStratum> grouped(strata.size());
+  for (std::size_t b = 0; b < strata.size(); ++b) {
+    const auto& s = strata[b];
+    check_stratum(fn, s, b);
+    grouped[b] = {s.values, s.n_top, s.n_bottom, s.weight / static_cast<double>(s.n_top),
+                  -s.weight / static_cast<double>(s.n_bottom)};
+  }
+  return grouped_permutation_null(grouped, permutations, seed);
 }
 
 double permutation_p_value(double observed, const std::vector<double>& null, int* exceed) {

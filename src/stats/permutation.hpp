@@ -27,6 +27,32 @@ struct PermutationTestResult {
   int exceed = 0;          ///< #{|G*| >= |G|} (with a 1e-9 relative tolerance for rounding)
 };
 
+/// A stratum of a permutation test whose groups carry their own coefficients: the contrast adds
+/// coef_top * sum(top values) + coef_bottom * sum(bottom values); the rest (middle) count 0. values is
+/// [n], top group first, then bottom, then the rest; any group may be empty. Permuting the grouping
+/// statistic within the stratum shuffles which values fall in which group (sizes fixed). The
+/// conditional permutation test of method.md §6.1 uses many small strata nested inside confidence
+/// bins, whose group coefficients are the bin's weight over the bin's (not the stratum's) group size.
+struct GroupedStratum {
+  std::vector<double> values;
+  std::size_t n_top = 0;
+  std::size_t n_bottom = 0;
+  double coef_top = 0.0;
+  double coef_bottom = 0.0;
+};
+
+/// Sum over strata of coef_top * sum(top) + coef_bottom * sum(bottom). Throws InputError when the
+/// groups do not fit in a stratum's values or a value or coefficient is not finite.
+double grouped_contrast(const std::vector<GroupedStratum>& strata);
+
+/// Null distribution [permutations] of grouped_contrast with the group labels shuffled independently
+/// within every stratum (the same kernel and stream layout as within_stratum_permutation_null, which
+/// is this function on strata with coef_top = weight / n_top, coef_bottom = -weight / n_bottom).
+/// Strata whose values cannot change under permutation (one non-empty group) consume no draws.
+/// Throws InputError when permutations < 1 or a stratum is malformed.
+std::vector<double> grouped_permutation_null(const std::vector<GroupedStratum>& strata, int permutations,
+                                             std::uint64_t seed);
+
 /// mean(top) - mean(bottom) of one stratum. Throws InputError when a group is empty or the
 /// group sizes exceed values.size().
 double stratum_contrast(const ContrastStratum& stratum);

@@ -7,8 +7,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <numeric>
 
 #include "audit/diagnostic.hpp"
+#include "calib/calibrators.hpp"
 #include "audit/simulate.hpp"
 #include "audit_test_util.hpp"
 #include "core/error.hpp"
@@ -26,6 +29,23 @@ SimulatedTrace sim(std::size_t n, double nats, std::uint64_t seed) {
   o.classes = 10;
   o.effect_nats = nats;
   o.seed = seed;
+  return simulate_trace(o);
+}
+
+/// The confounded family of method.md §6.1: a high-confidence model (top-logit margin |N(8, 3)|, most
+/// examples in the top bins, as trained classifiers), routing that tracks confidence (z = rho h(c) +
+/// noise) and a true accuracy curve with a temperature-T miscalibration, q(c) = σ(logit c / T); an
+/// effect, if any, is planted in the part of z independent of c.
+SimulatedTrace confounded(std::size_t n, double temperature, double rho, double nats, std::uint64_t seed) {
+  SimulationOptions o;
+  o.n = n;
+  o.classes = 10;
+  o.effect_nats = nats;
+  o.seed = seed;
+  o.reference_slope = 1.0 / temperature;
+  o.confound = rho;
+  o.margin_mean = 8.0;
+  o.margin_sd = 3.0;
   return simulate_trace(o);
 }
 }  // namespace
@@ -227,4 +247,159 @@ TEST(LongDiagnostic, FullSizeTypeIAndPowerTable) {
       EXPECT_GE(rej, 90u);
     }
   }
+}
+
+// The paper column reproduces the numbers of the release before the decision test existed (commit
+// c07fb7a, `matched_confidence_gap_test` through `run_diagnostic_family`, captured by a program linked
+// against that release's library): same seeds, same gaps to the last bit, same permutation counts.
+TEST(Diagnostic, PaperColumnReproducesThePreviousRelease) {
+  struct Row { const char* run; double gap, p; int exceed; };
+  const Row width[] = {{"r0", 0.097959251867841629, 0.001, 0},
+                       {"r1", 0.011061600222027835, 0.47999999999999998, 479},
+                       {"r2", -0.039104215088757485, 0.023, 22},
+                       {"r3", -0.0087726327243787695, 0.63100000000000001, 630}};
+  const Row mass[] = {{"r0", 0.094381204335810015, 0.001, 0},
+                      {"r1", 0.021600097992357799, 0.192, 191},
+                      {"r2", -0.036362343742633314, 0.028000000000000001, 27},
+                      {"r3", -0.0031562799759202753, 0.86799999999999999, 867}};
+  DiagnosticOptions o;
+  o.permutations = 999;
+  o.seed = 2024;
+  std::vector<DiagnosticTestSpec> fam;
+  for (int k = 0; k < 4; ++k) {
+    SimulationOptions so;
+    so.n = 3000;
+    so.effect_nats = k == 0 ? 0.002 : 0.0;
+    so.seed = 40 + k;
+    if (k == 3) so.reference_slope = 0.7;
+    auto s = simulate_trace(so);
+    fam.push_back({"r" + std::to_string(k), "c", "re", s.confidence, s.correct, s.routing_entropy});
+  }
+  for (int scheme = 0; scheme < 2; ++scheme) {
+    if (scheme == 1) {
+      o.scheme = BinScheme::equal_mass;
+      o.bins = 10;
+    }
+    const auto r = run_diagnostic_family(fam, o);
+    for (std::size_t t = 0; t < 4; ++t) {
+      const Row& want = scheme == 0 ? width[t] : mass[t];
+      EXPECT_EQ(r.tests[t].paper.gap, want.gap) << t;
+      EXPECT_EQ(r.tests[t].paper.exceed, want.exceed) << t;
+      EXPECT_DOUBLE_EQ(r.tests[t].paper.p, want.p) << t;
+    }
+  }
+}
+
+TEST(Diagnostic, CrossFittedAccuracyIsTheOtherHalfsIsotonicFit) {
+  // Every example's q̂ comes from the half it is not in: refitting on the other half by hand
+  // (fit_isotonic on logit c) reproduces it, and q̂ is non-decreasing in c within each half.
+  const auto s = confounded(2001, 1.3, 0.0, 0.0, 5);
+  const auto q = cross_fitted_accuracy(s.confidence, s.correct, 99);
+  ASSERT_EQ(q.size(), s.confidence.size());
+  std::vector<std::size_t> order(s.confidence.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  Rng(99).shuffle(order);
+  std::array<std::vector<std::size_t>, 2> half;
+  for (std::size_t k = 0; k < order.size(); ++k) half[k % 2].push_back(order[k]);
+  auto logit = [](double c) {
+    c = std::min(std::max(c, 1e-12), 1 - 1e-12);
+    return std::log(c / (1 - c));
+  };
+  for (int h = 0; h < 2; ++h) {
+    std::vector<double> x, y, xq;
+    for (auto i : half[1 - h]) {
+      x.push_back(logit(s.confidence[i]));
+      y.push_back(s.correct[i]);
+    }
+    for (auto i : half[h]) xq.push_back(logit(s.confidence[i]));
+    const auto want = apply_isotonic(fit_isotonic(x, y), xq);
+    // 1e-12: the test's logit is log(c / (1 - c)), the library's log(c) - log1p(-c).
+    for (std::size_t k = 0; k < half[h].size(); ++k) EXPECT_NEAR(q[half[h][k]], want[k], 1e-12);
+    std::vector<std::pair<double, double>> cq;
+    for (auto i : half[h]) cq.push_back({s.confidence[i], q[i]});
+    std::sort(cq.begin(), cq.end());
+    for (std::size_t k = 1; k < cq.size(); ++k) EXPECT_LE(cq[k - 1].second, cq[k].second + 1e-15);
+  }
+}
+
+TEST(Diagnostic, ResidualGapByHandAndStrataNestedInBins) {
+  // One bin (all c = 0.5), statistic 0..59 -> tertiles of 20; top tertile correct, bottom wrong, the
+  // middle alternating. q̂ is each half's estimate from the other half, so G_r = mean(a - q̂)_top -
+  // mean(a - q̂)_bottom computed by hand from cross_fitted_accuracy (same seed stream as the test).
+  std::vector<double> c(60, 0.5), a(60), s(60);
+  for (int i = 0; i < 60; ++i) {
+    s[i] = i;
+    a[i] = i >= 40 ? 1.0 : (i < 20 ? 0.0 : (i % 2));
+  }
+  DiagnosticOptions o;
+  o.permutations = 999;
+  const auto r = residual_gap_test(c, a, s, o, 3);
+  const auto q = cross_fitted_accuracy(c, a, derive_seed(3, 1));
+  double top = 0, bottom = 0;
+  for (int i = 0; i < 20; ++i) {
+    bottom += (a[i] - q[i]) / 20;
+    top += (a[40 + i] - q[40 + i]) / 20;
+  }
+  ASSERT_EQ(r.bins.size(), 1u);
+  EXPECT_NEAR(r.gap, top - bottom, 1e-12);
+  EXPECT_NEAR(r.bins[0].gap, top - bottom, 1e-12);
+  EXPECT_NEAR(r.bins[0].resid_top, top, 1e-12);
+  EXPECT_NEAR(r.gap, 1.0, 0.05);  // q̂ is near 1/2 on both halves
+  EXPECT_EQ(r.strata, 1u);  // 60 tied confidences: one stratum (ties never straddle)
+  EXPECT_LT(r.p, 0.01);
+  // Distinct confidences inside one bin: 60 examples -> round(60 / 20) = 3 strata.
+  for (int i = 0; i < 60; ++i) c[i] = 0.5 + 0.0005 * i;
+  EXPECT_EQ(residual_gap_test(c, a, s, o, 3).strata, 3u);
+}
+
+namespace {
+/// Rejections at 0.05 of the paper protocol and the decision test over `datasets` simulated data sets.
+std::pair<std::size_t, std::size_t> rejections(std::size_t datasets, const std::function<SimulatedTrace(std::size_t)>& make,
+                                               int permutations, std::uint64_t seed) {
+  DiagnosticOptions o;
+  o.permutations = permutations;
+  std::size_t paper = 0, decision = 0;
+  for (std::size_t d = 0; d < datasets; ++d) {
+    const auto s = make(d);
+    paper += matched_confidence_gap_test(s.confidence, s.correct, s.routing_entropy, o, derive_seed(seed, d)).p <= 0.05;
+    decision += residual_gap_test(s.confidence, s.correct, s.routing_entropy, o, derive_seed(seed + 1, d)).p <= 0.05;
+  }
+  return {paper, decision};
+}
+}  // namespace
+
+// The failing case of the paper protocol (method.md §6.1): routing tracks confidence inside the bins
+// and the model is miscalibrated by a temperature (no routing effect at all). The paper protocol
+// rejects far above its level; the decision test's rejections sit inside the 99 % binomial band.
+TEST(DiagnosticTypeI, ConfoundedNullsHoldTheLevelWherePaperProtocolFails) {
+  const std::size_t datasets = 100;
+  const auto band = test_util::binomial_band_99(datasets, 0.05);
+  for (double temperature : {1.3, 1.15}) {
+    const auto r = rejections(
+        datasets, [&](std::size_t d) { return confounded(10000, temperature, 0.9, 0.0, 20000 + d); }, 999,
+        derive_seed(31, std::uint64_t(temperature * 100)));
+    std::printf("[ confounded T=%.2f ] paper %zu / %zu, decision %zu / %zu rejections at 0.05 (band [%zu, %zu])\n",
+                temperature, r.first, datasets, r.second, datasets, band.first, band.second);
+    EXPECT_GT(r.first, band.second) << "the paper protocol should fail on this family (T = " << temperature << ")";
+    EXPECT_GE(r.second, band.first) << temperature;
+    EXPECT_LE(r.second, band.second) << temperature;
+  }
+}
+
+TEST(DiagnosticTypeI, CleanNullsHoldTheLevel) {
+  const std::size_t datasets = 200;
+  const auto band = test_util::binomial_band_99(datasets, 0.05);
+  const auto r = rejections(datasets, [&](std::size_t d) { return sim(10000, 0.0, 40000 + d); }, 999, 41);
+  std::printf("[ clean ] paper %zu / %zu, decision %zu / %zu (band [%zu, %zu])\n", r.first, datasets, r.second,
+              datasets, band.first, band.second);
+  EXPECT_GE(r.second, band.first);
+  EXPECT_LE(r.second, band.second);
+}
+
+// Power: an effect planted in the part of the routing signal independent of c (confounded, T = 1.3).
+TEST(DiagnosticPower, EffectIndependentOfConfidenceIsFound) {
+  const std::size_t datasets = 30;
+  const auto r = rejections(datasets, [&](std::size_t d) { return confounded(10000, 1.3, 0.6, 0.002, 50000 + d); }, 199, 51);
+  std::printf("[ power confounded 0.002 nats ] decision %zu / %zu\n", r.second, datasets);
+  EXPECT_GE(double(r.second) / datasets, 0.9) << r.second;
 }

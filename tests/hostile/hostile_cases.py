@@ -285,6 +285,9 @@ def flag_cases(r):
     r.run("intervene --subset -1 (was: all data)", ["intervene", "--run", W("nowhere"), "--subset", "-1", "--out", W("x.json")], 2,
           "--subset: -1 is outside")
     r.run("audit --permutations 0", ["audit", good, "--permutations", "0", "--out", W("a0")], 2, "--permutations: 0 is outside")
+    r.run("audit --alpha nan (CLI11's Range lets NaN through)", ["audit", good, "--alpha", "nan", "--out", W("a1")], 2,
+          "--alpha: nan is outside")
+    r.run("simulate --effect-nats inf", ["simulate", "--effect-nats", "inf", "--out", W("s.npz")], 2, "--effect-nats: inf is outside")
     r.run("simulate --n 1", ["simulate", "--n", "1", "--out", W("s.npz")], 2, "--n")
     r.run("simulate beyond the memory limit", ["simulate", "--n", "100000000", "--classes", "100000", "--out", W("s.npz")], 2,
           "more than the limit")

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include "core/error.hpp"
@@ -108,4 +109,50 @@ TEST(FastRng, BoundedDrawsAreUniformAndSeeded) {
   double m = 0;
   for (int i = 0; i < 100000; ++i) m += rng.uniform();
   EXPECT_NEAR(m / 100000, 0.5, 0.004);
+}
+
+// Grouped strata (the conditional permutation of method.md §6.1): strata with their own group
+// coefficients, empty groups allowed.
+TEST(GroupedPermutation, ExactDistributionWithUnequalCoefficientsAndEmptyGroups) {
+  // Stratum A: values {1, 0, 0}, one top (coef 2) and no bottom: contributes 2 w.p. 1/3, else 0.
+  // Stratum B: values {1, 0}, no top, one bottom (coef -1): contributes -1 w.p. 1/2, else 0.
+  // Stratum C: values {5, 5}, both top: a constant 0.1 * 10 = 1 (no draws).
+  // Observed (top first, then bottom): A 2 * 1, B -1 * 1, C 1.
+  GroupedStratum a{{1, 0, 0}, 1, 0, 2.0, -7.0}, b{{1, 0}, 0, 1, 3.0, -1.0}, c{{5, 5}, 2, 0, 0.1, 0.0};
+  EXPECT_DOUBLE_EQ(grouped_contrast({a, b, c}), 2.0 - 1.0 + 1.0);
+  const int R = 60000;
+  const auto null = grouped_permutation_null({a, b, c}, R, 4);
+  // G* - 1 takes 2 - 1 = 1 (1/6), 2 (1/3), -1 (1/6), 0 (1/3) for the (A, B) combinations.
+  std::map<long, int> count;
+  for (double g : null) ++count[std::lround(g - 1.0)];
+  ASSERT_EQ(count.size(), 4u);
+  EXPECT_NEAR(count[1] / double(R), 1.0 / 6, 0.01);
+  EXPECT_NEAR(count[2] / double(R), 1.0 / 6, 0.01);
+  EXPECT_NEAR(count[-1] / double(R), 1.0 / 3, 0.012);
+  EXPECT_NEAR(count[0] / double(R), 1.0 / 3, 0.012);
+}
+
+TEST(GroupedPermutation, WithinStratumNullIsTheGroupedNullWithMeanCoefficients) {
+  // The paper protocol's null is the grouped kernel with coef = ±weight / group size: bit for bit.
+  Rng rng(9);
+  std::vector<ContrastStratum> cs;
+  std::vector<GroupedStratum> gs;
+  for (int b = 0; b < 5; ++b) {
+    ContrastStratum s;
+    for (int i = 0; i < 31 + 7 * b; ++i) s.values.push_back(rng.uniform() < 0.6 ? 0.4 : -0.6);
+    s.n_top = 10 + b;
+    s.n_bottom = 9 + 2 * b;
+    s.weight = 0.1 + 0.05 * b;
+    gs.push_back({s.values, s.n_top, s.n_bottom, s.weight / s.n_top, -s.weight / s.n_bottom});
+    cs.push_back(s);
+  }
+  EXPECT_EQ(within_stratum_permutation_null(cs, 1001, 77), grouped_permutation_null(gs, 1001, 77));
+  EXPECT_NEAR(weighted_contrast(cs), grouped_contrast(gs), 1e-15);
+}
+
+TEST(GroupedPermutation, RejectsMalformedStrata) {
+  EXPECT_THROW(grouped_permutation_null({GroupedStratum{{1, 2}, 2, 1, 1, -1}}, 10, 1), InputError);
+  EXPECT_THROW(grouped_permutation_null({GroupedStratum{{1, NAN}, 1, 1, 1, -1}}, 10, 1), InputError);
+  EXPECT_THROW(grouped_permutation_null({GroupedStratum{{1, 2}, 1, 1, NAN, -1}}, 10, 1), InputError);
+  EXPECT_THROW(grouped_permutation_null({GroupedStratum{{1, 2}, 1, 1, 1, -1}}, 0, 1), InputError);
 }
