@@ -129,6 +129,10 @@ arcal::cli::RunFn setup(CLI::App& app) {
   given->push_back({"data_dir", data_dir});
   given->push_back({"model", model});
   given->push_back({"residual", residual});
+  opt("patch", app.add_option("--patch", cfg->patch,
+                              "Patch size of the ViT presets instead of the preset's (0 = the preset's; 2 on 28x28 "
+                              "gives 197 tokens)"))
+      ->capture_default_str()->check(in_range(R::patch));
   opt("block_size", app.add_option("--block-size", cfg->block_size, "Block AttnRes block size S in sublayers"))
       ->capture_default_str()->check(in_range(R::block_size));
   opt("epochs", app.add_option("--epochs", cfg->epochs, "Training epochs"))->capture_default_str()->check(in_range(R::epochs));

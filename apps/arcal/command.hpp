@@ -29,6 +29,8 @@ struct Registrar {
 
 /// True when progress bars should be drawn (stdout is a terminal and --quiet was not given).
 bool progress_enabled();
+/// The same for a bar drawn on file descriptor fd (STDERR_FILENO for commands whose stdout carries JSON).
+bool progress_enabled_on(int fd);
 void set_quiet(bool quiet);
 
 }  // namespace arcal::cli

@@ -27,6 +27,7 @@ bool g_quiet = false;
 }
 void set_quiet(bool quiet) { g_quiet = quiet; }
 bool progress_enabled() { return !g_quiet && ::isatty(STDOUT_FILENO); }
+bool progress_enabled_on(int fd) { return !g_quiet && ::isatty(fd); }
 
 }  // namespace arcal::cli
 

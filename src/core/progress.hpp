@@ -1,6 +1,7 @@
 // A terminal progress bar for long work: "label [#####.....] 45% 123/270 key=value ... ETA 1m02s".
-// Draws only when enabled (the CLI enables it when stdout is a terminal and --quiet is absent);
-// the library never decides that itself.
+// Draws only when enabled (the CLI enables it when the stream is a terminal and --quiet is absent);
+// the library never decides that itself. Draws on stdout unless given another stream (stderr for
+// commands whose stdout carries --json).
 #pragma once
 
 #include <chrono>
@@ -11,8 +12,12 @@ namespace arcal {
 
 class ProgressBar {
  public:
-  ProgressBar(std::string label, long long total, bool enabled)
-      : label_(std::move(label)), total_(total), enabled_(enabled), start_(std::chrono::steady_clock::now()) {}
+  ProgressBar(std::string label, long long total, bool enabled, std::FILE* stream = stdout)
+      : label_(std::move(label)), total_(total), enabled_(enabled), stream_(stream),
+        start_(std::chrono::steady_clock::now()) {}
+
+  /// Changes the total (work whose size is known only once it starts).
+  void set_total(long long total) { total_ = total; }
   ~ProgressBar() { finish(); }
 
   /// Sets the position and the trailing "key=value" text; redraws at most 10 times a second.
@@ -30,8 +35,8 @@ class ProgressBar {
     if (!enabled_ || finished_) return;
     finished_ = true;
     draw(std::chrono::steady_clock::now());
-    std::fputc('\n', stdout);
-    std::fflush(stdout);
+    std::fputc('\n', stream_);
+    std::fflush(stream_);
   }
 
   double elapsed_seconds() const {
@@ -47,14 +52,15 @@ class ProgressBar {
     bar += std::string(width - filled, '.');
     const double el = std::chrono::duration<double>(now - start_).count();
     const double eta = frac > 0 ? el * (1.0 - frac) / frac : 0.0;
-    std::printf("\r%s [%s] %3d%% %lld/%lld %s ETA %dm%02ds\x1b[K", label_.c_str(), bar.c_str(),
-                static_cast<int>(frac * 100), done_, total_, fields_.c_str(), int(eta) / 60, int(eta) % 60);
-    std::fflush(stdout);
+    std::fprintf(stream_, "\r%s [%s] %3d%% %lld/%lld %s ETA %dm%02ds\x1b[K", label_.c_str(), bar.c_str(),
+                 static_cast<int>(frac * 100), done_, total_, fields_.c_str(), int(eta) / 60, int(eta) % 60);
+    std::fflush(stream_);
   }
 
   std::string label_;
   long long total_;
   bool enabled_;
+  std::FILE* stream_;
   long long done_ = 0;
   std::string fields_;
   bool finished_ = false;

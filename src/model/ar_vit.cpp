@@ -75,6 +75,11 @@ torch::Tensor ARViTImpl::forward(const torch::Tensor& images, RoutingCapture* ca
   return head_(cls);
 }
 
+void ARViTImpl::set_attention_backend(const AttentionBackend& backend) {
+  if (swin_) throw_input("attention backend", "the ViT presets only; ar-swin-tiny's window attention has no hook");
+  for (auto& a : attn_) a->set_attention_backend(backend);
+}
+
 std::int64_t parameter_count(torch::nn::Module& module) {
   std::int64_t n = 0;
   for (const auto& p : module.parameters())

@@ -32,6 +32,10 @@ class ARViTImpl : public torch::nn::Module {
   /// Token embedding v_0: patches + CLS + positions, (B,T,d).
   torch::Tensor embed(const torch::Tensor& images);
 
+  /// Sets the eval-mode attention backend of every attention layer (layers.hpp; empty = standard).
+  /// ViT architecture only: throws InputError for ar-swin-tiny, whose window attention has no hook.
+  void set_attention_backend(const AttentionBackend& backend);
+
  private:
   ModelConfig config_;
   ARSwin swin_{nullptr};  // set for arch "swin"; then every other member stays empty

@@ -15,8 +15,14 @@ torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x) {
   // (B,T,3D) -> (3,B,H,T,hd)
   auto qkv = qkv_(x).reshape({B, T, 3, heads_, hd}).permute({2, 0, 3, 1, 4});
   auto q = qkv[0], k = qkv[1], v = qkv[2];
-  auto att = torch::softmax(torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(hd))), -1);
-  auto out = torch::matmul(att, v).transpose(1, 2).reshape({B, T, D});  // (B,T,D)
+  torch::Tensor heads_out;  // (B,H,T,hd)
+  if (backend_ && !is_training()) {
+    heads_out = backend_(q, k, v);
+  } else {
+    auto att = torch::softmax(torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(hd))), -1);
+    heads_out = torch::matmul(att, v);
+  }
+  auto out = heads_out.transpose(1, 2).reshape({B, T, D});  // (B,T,D)
   return proj_(out);
 }
 

@@ -4,7 +4,15 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+
 namespace arcal {
+
+/// An inference-time replacement for softmax(q k^T / sqrt(hd)) v: q, k, v (B,H,T,hd) -> (B,H,T,hd).
+/// Attention layers call it only in eval mode (training numerics never change); empty = the
+/// standard product. cedar/torch/cedar_torch.hpp makes one from the CEDAR kernel.
+using AttentionBackend =
+    std::function<torch::Tensor(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v)>;
 
 /// LayerNorm in at least fp32. Under autocast a norm may receive bf16/fp16 activations while its
 /// weights stay fp32; LibTorch 1.13's CPU layer_norm rejects that mix, and AMP keeps norms in fp32.
@@ -17,9 +25,12 @@ class MultiHeadAttentionImpl : public torch::nn::Module {
  public:
   MultiHeadAttentionImpl(int dim, int heads);
   torch::Tensor forward(const torch::Tensor& x);  // (B,T,d) -> (B,T,d)
+  /// Used in eval mode only (see AttentionBackend); an empty function restores the standard product.
+  void set_attention_backend(AttentionBackend backend) { backend_ = std::move(backend); }
 
  private:
   int heads_;
+  AttentionBackend backend_;
   torch::nn::Linear qkv_{nullptr}, proj_{nullptr};
 };
 TORCH_MODULE(MultiHeadAttention);

@@ -32,7 +32,8 @@ void to_json(nlohmann::json& j, const TrainConfig& c) {
                      {"precision", c.precision},
                      {"world_size", c.world_size},
                      {"checkpoint_every", c.checkpoint_every},
-                     {"norm_eps", c.norm_eps}};
+                     {"norm_eps", c.norm_eps},
+                     {"patch", c.patch}};
 }
 
 TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& where) {
@@ -77,6 +78,7 @@ TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& w
   i32("world_size", c.world_size);
   i64("checkpoint_every", c.checkpoint_every);
   real("norm_eps", c.norm_eps);
+  i32("patch", c.patch);  // absent in runs written before --patch: the preset's
   return c;
 }
 
@@ -119,6 +121,7 @@ void check_train_config(const TrainConfig& c) {
   in_real("--norm-eps", c.norm_eps, ranges::norm_eps);
   if (!(c.val_fraction >= 0 && c.val_fraction < 1)) throw_input("val_fraction", "must be in [0, 1)");
   in("--block-size", c.block_size, ranges::block_size);
+  in("--patch", c.patch, ranges::patch);
 }
 
 RunConfig parse_run_config_text(const std::string& text, const std::string& path) {
@@ -137,6 +140,9 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& path
   if (r.model.preset != r.train.model || to_string(r.model.residual) != r.train.residual)
     throw InputError(fn + ": " + path + ": model (" + r.model.preset + ", " + to_string(r.model.residual) +
                      ") does not match train (" + r.train.model + ", " + r.train.residual + ")");
+  if (r.train.patch > 0 && r.model.patch != r.train.patch)
+    throw InputError(fn + ": " + path + ": model patch " + std::to_string(r.model.patch) +
+                     " does not match train patch " + std::to_string(r.train.patch));
   r.json = j;
   return r;
 }

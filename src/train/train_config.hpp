@@ -36,10 +36,10 @@ struct TrainConfig {
   int world_size = 1;              ///< data-parallel ranks (from WORLD_SIZE); batch_size is per rank
   std::int64_t checkpoint_every = 200;  ///< steps; a checkpoint is also written at every epoch end
   double norm_eps = 1e-6;
+  int patch = 0;  ///< > 0: the ViT presets' patch size instead of the preset's (more tokens per image)
 
   std::int64_t steps_per_epoch(std::int64_t train_size) const { return train_size / batch_size; }
 };
-
 
 void to_json(nlohmann::json& j, const TrainConfig& c);
 /// Throws InputError naming the key for a mistyped or out-of-range field (missing keys keep their

@@ -39,6 +39,11 @@ void validate_train_config(const TrainConfig& c) {
 ModelConfig model_config_for(const TrainConfig& c, int image_size, int channels, int classes) {
   auto mc = make_model_config(c.model, image_size, channels, classes, parse_residual_mode(c.residual), c.block_size);
   mc.norm_eps = c.norm_eps;
+  if (c.patch > 0) {
+    if (mc.arch != "vit") throw_input("--patch", "applies to the ViT presets (ar-vit-tiny, ar-deit-small), not " + c.model);
+    mc.patch = c.patch;
+    validate_model_config(mc);  // the patch must divide the image
+  }
   return mc;
 }
 

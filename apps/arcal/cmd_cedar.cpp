@@ -1,0 +1,315 @@
+// `arcal cedar --qkv F.npz ...`: coarse-to-fine attention (method.md §8) of one q/k/v file, and
+// `arcal cedar-study --out DIR`: the clustered-attention study plus, with --run, the trained-model
+// study. One option table per command; the library computes, this file reads, writes and prints.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "cedar/cedar.hpp"
+#include "cedar/study.hpp"
+#include "cedar/torch/model_study.hpp"
+#include "command.hpp"
+#include "core/atomic_file.hpp"
+#include "core/check.hpp"
+#include "core/progress.hpp"
+#include "io/npz.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace arcal::cedar;
+
+struct CedarConfig {
+  std::string qkv, out, method = "cedar";
+  std::int64_t chunk_size = 64, budget = 8, sink_chunks = 0;
+  double error_target = 0;
+  bool causal = false, json = false, vs_dense = false;
+  int threads = 0;
+};
+
+std::string shape_string(const std::vector<std::size_t>& s) {
+  std::string r = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+/// q, k, v as float32 [H, rows, d] (2-D arrays mean H = 1), validated against each other.
+struct QkvFile {
+  Shape shape;
+  std::vector<float> q, k, v;
+  std::vector<std::int64_t> chunk_starts;
+  bool has_chunk_starts = false;
+};
+
+QkvFile read_qkv(const std::string& path) {
+  const std::string ctx = "arcal cedar: " + path;
+  std::map<std::string, arcal::NpyArray> arrays;
+  for (auto& a : arcal::read_npz(path)) arrays.emplace(a.name, std::move(a));
+  QkvFile f;
+  std::vector<std::size_t> shapes[3];
+  const char* names[3] = {"q", "k", "v"};
+  std::vector<float>* dst[3] = {&f.q, &f.k, &f.v};
+  for (int i = 0; i < 3; ++i) {
+    auto it = arrays.find(names[i]);
+    if (it == arrays.end())
+      arcal::throw_input(ctx, std::string("array '") + names[i] + "' is missing (the file needs q, k and v)");
+    const arcal::NpyArray& a = it->second;
+    if (a.dtype != arcal::DType::f4 && a.dtype != arcal::DType::f8)
+      arcal::throw_input(ctx, std::string("array '") + names[i] + "' has dtype " + arcal::dtype_descr(a.dtype) +
+                                  ", but must be float32 (<f4; float64 is converted)");
+    if (a.ndim() != 2 && a.ndim() != 3)
+      arcal::throw_input(ctx, std::string("array '") + names[i] + "' has shape " + shape_string(a.shape) +
+                                  ", but must be [H, " + (i ? "N" : "Nq") + ", d] or [" + (i ? "N" : "Nq") + ", d]");
+    shapes[i] = a.ndim() == 3 ? a.shape : std::vector<std::size_t>{1, a.shape[0], a.shape[1]};
+    *dst[i] = a.as_float(ctx);
+  }
+  if (arrays.at("q").ndim() != arrays.at("k").ndim() || arrays.at("k").ndim() != arrays.at("v").ndim())
+    arcal::throw_input(ctx, "q, k and v must all be 3-D [H, tokens, d] or all 2-D [tokens, d]; got " +
+                                shape_string(arrays.at("q").shape) + ", " + shape_string(arrays.at("k").shape) + ", " +
+                                shape_string(arrays.at("v").shape));
+  if (shapes[1] != shapes[2])
+    arcal::throw_input(ctx, "k has shape " + shape_string(arrays.at("k").shape) + " but v has " +
+                                shape_string(arrays.at("v").shape) + "; they must match");
+  if (shapes[0][0] != shapes[1][0])
+    arcal::throw_input(ctx,
+                       "q has " + std::to_string(shapes[0][0]) + " heads but k has " + std::to_string(shapes[1][0]));
+  if (shapes[0][2] != shapes[1][2])
+    arcal::throw_input(
+        ctx, "q has head width d = " + std::to_string(shapes[0][2]) + " but k has d = " + std::to_string(shapes[1][2]));
+  f.shape = {std::int64_t(shapes[0][0]), std::int64_t(shapes[0][1]), std::int64_t(shapes[1][1]),
+             std::int64_t(shapes[0][2])};
+  arcal::cedar::check_inputs(f.q.data(), f.k.data(), f.v.data(), f.shape, ctx);
+  if (auto it = arrays.find("chunk_starts"); it != arrays.end()) {
+    const arcal::NpyArray& a = it->second;
+    if (a.ndim() != 1)
+      arcal::throw_input(ctx, "array 'chunk_starts' has shape " + shape_string(a.shape) + ", but must be 1-D [M]");
+    if (a.dtype != arcal::DType::i8 && a.dtype != arcal::DType::i4)
+      arcal::throw_input(ctx, "array 'chunk_starts' has dtype " + arcal::dtype_descr(a.dtype) +
+                                  ", but must be int64 (int32 accepted)");
+    f.chunk_starts = a.as_int64(ctx);
+    f.has_chunk_starts = true;
+  }
+  return f;
+}
+
+int run_cedar(const CedarConfig& cfg, bool chunk_size_given) {
+  Options opt;
+  opt.method = parse_method(cfg.method);
+  opt.budget = cfg.budget;
+  opt.error_target = cfg.error_target;
+  opt.causal = cfg.causal;
+  opt.sink_chunks = cfg.sink_chunks;
+  opt.threads = cfg.threads;
+  if (fs::exists(cfg.out) && fs::exists(cfg.qkv) && fs::equivalent(cfg.out, cfg.qkv))
+    arcal::throw_input("--out", cfg.out + " is the input file; write the result elsewhere");
+  const QkvFile f = read_qkv(cfg.qkv);
+  if (f.has_chunk_starts && chunk_size_given)
+    arcal::throw_input("--chunk-size", cfg.qkv + " holds chunk_starts; give either the file's chunks or --chunk-size");
+  const ChunkLayout chunks = f.has_chunk_starts
+                                 ? chunks_from_starts(f.chunk_starts, f.shape.n_keys, "arcal cedar: " + cfg.qkv)
+                                 : fixed_chunks(f.shape.n_keys, cfg.chunk_size);
+  check_options(opt, f.shape, chunks);
+  std::vector<float> out(f.q.size());
+  std::vector<std::int32_t> expanded(std::size_t(f.shape.heads * f.shape.n_queries));
+  const Stats st = attention(f.q.data(), f.k.data(), f.v.data(), f.shape, chunks, opt, out.data(), expanded.data());
+  double rel = -1, dense_seconds = 0;
+  if (cfg.vs_dense) {
+    Options od = opt;
+    od.method = Method::dense;
+    od.error_target = 0;
+    std::vector<float> dense(f.q.size());
+    const Stats sd = attention(f.q.data(), f.k.data(), f.v.data(), f.shape, chunks, od, dense.data(), nullptr);
+    dense_seconds = sd.kernel_seconds;
+    rel = relative_error(out.data(), dense.data(), out.size());
+  }
+  const auto H = std::size_t(f.shape.heads), Nq = std::size_t(f.shape.n_queries), d = std::size_t(f.shape.dim);
+  arcal::write_npz(
+      cfg.out,
+      {arcal::NpyArray::from_float("out", out, {H, Nq, d}), arcal::NpyArray::from_int32("expanded", expanded, {H, Nq})},
+      false);
+  nlohmann::json j = {
+      {"schema", "arcal.cedar/1"},
+      {"file", cfg.qkv},
+      {"out", cfg.out},
+      {"method", to_string(opt.method)},
+      {"heads", f.shape.heads},
+      {"n_queries", f.shape.n_queries},
+      {"n_keys", f.shape.n_keys},
+      {"dim", f.shape.dim},
+      {"chunk_size", f.has_chunk_starts ? nlohmann::json(nullptr) : nlohmann::json(cfg.chunk_size)},
+      {"chunk_source", f.has_chunk_starts ? "chunk_starts" : "chunk_size"},
+      {"chunks", chunks.chunks()},
+      {"budget", opt.budget},
+      {"error_target", opt.error_target > 0 ? nlohmann::json(opt.error_target) : nlohmann::json(nullptr)},
+      {"causal", opt.causal},
+      {"sink_chunks", opt.sink_chunks},
+      {"mean_expanded", st.mean_expanded},
+      {"max_expanded", st.max_expanded},
+      {"kernel_seconds", st.summary_seconds + st.kernel_seconds},
+      {"summary_seconds", st.summary_seconds},
+      {"attention_seconds", st.kernel_seconds},
+      {"threads", cfg.threads}};
+  if (cfg.vs_dense) {
+    j["relative_error_vs_dense"] = rel;
+    j["dense_seconds"] = dense_seconds;
+  }
+  if (cfg.json) {
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << fmt::format(
+      "arcal cedar: {} -> {}\n  method {}, {} heads x {} queries over {} keys (d = {}), {} chunks{}\n", cfg.qkv,
+      cfg.out, to_string(opt.method), f.shape.heads, f.shape.n_queries, f.shape.n_keys, f.shape.dim, chunks.chunks(),
+      f.has_chunk_starts ? " (chunk_starts)" : "");
+  std::cout << fmt::format("  budget {}{}{}, mean expanded {:.3f} (max {})\n", opt.budget,
+                           opt.error_target > 0 ? fmt::format(", error target {}", opt.error_target) : "",
+                           opt.causal ? ", causal" : "", st.mean_expanded, st.max_expanded);
+  std::cout << fmt::format("  kernel {:.4f} s (summaries {:.4f} s)\n", st.summary_seconds + st.kernel_seconds,
+                           st.summary_seconds);
+  if (cfg.vs_dense) std::cout << fmt::format("  relative error vs dense {:.3e} (dense {:.4f} s)\n", rel, dense_seconds);
+  return 0;
+}
+
+arcal::cli::RunFn setup_cedar(CLI::App& app) {
+  auto cfg = std::make_shared<CedarConfig>();
+  app.add_option("--qkv", cfg->qkv,
+                 "Input .npz: q [H, Nq, d], k and v [H, N, d] (float32; 2-D means H = 1), optional "
+                 "chunk_starts [M] int64")
+      ->required()
+      ->check(CLI::ExistingFile);
+  app.add_option("--method", cfg->method, "cedar | topk | summary | dense")->capture_default_str();
+  auto* cs = app.add_option("--chunk-size", cfg->chunk_size, "Keys per chunk (when the file has no chunk_starts)")
+                 ->capture_default_str()
+                 ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
+  app.add_option("--budget", cfg->budget, "Cap B on exact chunks per query (cedar, topk)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40));
+  app.add_option("--error-target", cfg->error_target,
+                 "cedar: stop expanding once the remaining error bound is below E x |summary-only output| "
+                 "(0 = always spend the budget)")
+      ->capture_default_str();
+  app.add_flag("--causal", cfg->causal,
+               "Queries are the last Nq key positions and see earlier keys only (own chunk exact)");
+  app.add_option("--sink-chunks", cfg->sink_chunks, "The first S chunks are always exact")->capture_default_str();
+  app.add_option("--threads", cfg->threads, "Worker threads (0 = all cores)")->capture_default_str();
+  app.add_option("--out", cfg->out, "Output .npz: out [H, Nq, d] float32, expanded [H, Nq] int32")->required();
+  app.add_flag("--vs-dense", cfg->vs_dense, "Also run dense attention and report the relative output error");
+  app.add_flag("--json", cfg->json, "Print one JSON object (schema arcal.cedar/1)");
+  return [cfg, cs] { return run_cedar(*cfg, cs->count() > 0); };
+}
+
+ARCAL_COMMAND("cedar", "Coarse-to-fine attention routing (CEDAR), hard top-k, summary-only or dense on a q/k/v file",
+              setup_cedar);
+
+// ---------------------------------------------------------------------------------------------
+
+struct StudyCli {
+  std::string out, run;
+  StudyConfig study;
+  ModelStudyConfig model;
+  bool json = false, no_figure = false;
+};
+
+bool stderr_progress() { return arcal::cli::progress_enabled_on(STDERR_FILENO); }
+
+int run_study(StudyCli& cfg) {
+  std::error_code ec;
+  fs::create_directories(cfg.out, ec);
+  if (ec) arcal::throw_input("--out", "cannot create " + cfg.out + ": " + ec.message());
+  validate_study_config(cfg.study);
+  nlohmann::json results = {{"schema", "arcal.cedar_study/1"}, {"version", ARCAL_VERSION}};
+  StudyResult clustered;
+  {
+    arcal::ProgressBar bar("cedar-study", 1, stderr_progress(), stderr);
+    clustered = run_clustered_study(cfg.study, [&](std::size_t done, std::size_t total) {
+      bar.set_total(static_cast<long long>(total));
+      bar.update(static_cast<long long>(done), "clustered settings");
+    });
+  }
+  results["clustered"] = study_json(clustered);
+  std::string figure;
+  if (!cfg.no_figure) figure = write_study_figure(clustered, cfg.out + "/figures");
+  std::string markdown = study_markdown(clustered, figure.empty() ? "" : "figures/cedar_error_vs_budget.svg");
+  arcal::write_file_atomic(cfg.out + "/cedar_study.csv", study_csv(clustered));
+  if (!cfg.run.empty()) {
+    cfg.model.run = cfg.run;
+    ModelStudyResult model;
+    {
+      arcal::ProgressBar bar("cedar-study model", 1, stderr_progress(), stderr);
+      model = run_model_study(cfg.model, [&](std::int64_t done, std::int64_t total) {
+        bar.set_total(total);
+        bar.update(done, "images");
+      });
+    }
+    results["model"] = model_study_json(model);
+    arcal::write_file_atomic(cfg.out + "/cedar_model.csv", model_study_csv(model));
+    markdown += "\n" + model_study_markdown(model);
+  }
+  arcal::write_file_atomic(cfg.out + "/cedar_study.md", markdown);
+  arcal::write_file_atomic(cfg.out + "/results.json", results.dump(2) + "\n");
+  if (cfg.json) {
+    std::cout << results.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("arcal cedar-study: {} settings x {} budgets in {:.1f} s\n", clustered.settings.size(),
+                           cfg.study.budgets.size(), clustered.seconds);
+  for (const auto& s : clustered.by_dispersion)
+    std::cout << fmt::format("  dispersion {:<6} error reduction vs hard top-k: min {:6.2f} %, median {:6.2f} % {}\n",
+                             s.dispersion, 100 * s.min_reduction, 100 * s.median_reduction,
+                             s.holds ? "(>= target)" : "(below target)");
+  if (results.contains("model")) std::cout << "  trained model: " << cfg.out << "/cedar_model.csv\n";
+  std::cout << "wrote " << cfg.out << "/results.json, cedar_study.csv, cedar_study.md"
+            << (figure.empty() ? "" : ", figures/") << "\n";
+  return 0;
+}
+
+arcal::cli::RunFn setup_study(CLI::App& app) {
+  auto cfg = std::make_shared<StudyCli>();
+  auto& s = cfg->study;
+  app.add_option("--out", cfg->out, "Output directory")->required();
+  app.add_option("--keys", s.n_keys, "Keys per head")->capture_default_str();
+  app.add_option("--chunk-size", s.chunk_size, "Keys per chunk (one cluster per chunk)")->capture_default_str();
+  app.add_option("--queries", s.n_queries, "Queries per head")->capture_default_str();
+  app.add_option("--dim", s.dim, "Head width d")->capture_default_str();
+  app.add_option("--heads", s.heads, "Heads")->capture_default_str();
+  app.add_option("--dispersions", s.dispersions, "Within-chunk dispersions (comma-separated)")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--temperatures", s.temperatures, "Query temperatures")->delimiter(',')->capture_default_str();
+  app.add_option("--query-clusters", s.query_clusters, "Clusters each query aims at")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--budgets", s.budgets, "Exact-chunk budgets B")->delimiter(',')->capture_default_str();
+  app.add_option("--error-targets", s.error_targets, "Error targets of the variable-budget arm")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--kv-correlation", s.key_value_correlation, "Within-chunk key-value correlation")
+      ->capture_default_str();
+  app.add_option("--seed", s.seed, "Seed of the data (and of the model study's bootstrap)")->capture_default_str();
+  app.add_option("--threads", s.threads, "Worker threads (0 = all cores)")->capture_default_str();
+  app.add_option("--run", cfg->run, "Also run the trained-model study on this run directory (a ViT preset)");
+  app.add_option("--model-budgets", cfg->model.budgets, "Exact row chunks per query in the model study")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--model-subset", cfg->model.subset, "First N test images (0 = all)")->capture_default_str();
+  app.add_option("--bootstrap", cfg->model.bootstrap, "Bootstrap resamples of the model study")->capture_default_str();
+  app.add_flag("--no-figure", cfg->no_figure, "Skip the gnuplot figure");
+  app.add_flag("--json", cfg->json, "Print results.json on stdout");
+  return [cfg] {
+    cfg->model.seed = cfg->study.seed;
+    cfg->model.threads = cfg->study.threads;
+    return run_study(*cfg);
+  };
+}
+
+ARCAL_COMMAND("cedar-study",
+              "The clustered-attention study of CEDAR (and, with --run, CEDAR inside a trained model): results.json, "
+              "CSV, figure, markdown",
+              setup_study);
+
+}  // namespace
