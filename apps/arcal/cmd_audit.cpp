@@ -163,8 +163,9 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
       ->check(in_range(R::null_replicates));
   app.add_option("--null-variants", cfg->null_variants, "Exact-null references: confidence, full_logit (comma-separated)");
   app.add_option("--refit-restarts", cfg->refit_restarts, "Restarts per MLP refit (sensitivity, exact null)")
-      ->check(CLI::Range(1, 100));
-  app.add_option("--refit-patience", cfg->refit_patience, "Early-stopping patience of the refits")->check(CLI::Range(1, 1000));
+      ->check(in_range(R::probe_restarts));
+  app.add_option("--refit-patience", cfg->refit_patience, "Early-stopping patience of the refits")
+      ->check(in_range(R::refit_patience));
   app.add_flag("--refit-cold", cfg->refit_cold, "Refits start from a seeded random initialisation instead of the soft-reference fit");
   app.add_option("--threads", cfg->threads,
                  "Worker threads for the MLP fits, one fit per thread (0 = all cores); results do not depend on it")

@@ -79,7 +79,8 @@ inline constexpr IntRange bootstrap_draws{1, 1000000};  ///< intervene
 inline constexpr IntRange parallel{1, 256};
 inline constexpr IntRange permutations{1, 100000000};
 inline constexpr IntRange bins{1, 1000};
-inline constexpr IntRange probe_restarts{1, 100};
+inline constexpr IntRange probe_restarts{1, 100};  ///< also --refit-restarts
+inline constexpr IntRange refit_patience{1, 1000};
 inline constexpr IntRange sensitivity_draws{1, 100000};
 inline constexpr IntRange null_replicates{1, 1000000};
 inline constexpr IntRange audit_threads{0, 1024};  ///< 0 = all cores
@@ -90,6 +91,25 @@ inline constexpr RealRange sbece_weight{0.0, 1000.0, false};
 inline constexpr RealRange sbece_temperature{0.0, 100.0, true};
 inline constexpr RealRange norm_eps{0.0, 1.0, false};
 inline constexpr RealRange sensitivity_threshold{-1000.0, 1000.0, false};
+// arcal cedar (the sizes of q, k and v come from the file, under the array limits above)
+inline constexpr IntRange cedar_chunk_size{1, 1LL << 40};  ///< larger than N: one chunk
+inline constexpr IntRange cedar_budget{0, 1LL << 40};      ///< exact chunks per query; above M: all
+inline constexpr IntRange cedar_sink_chunks{0, 1LL << 40};  ///< the kernel narrows it to [0, M]
+inline constexpr IntRange worker_threads{0, 1024};          ///< 0 = all cores (cedar, cedar-study)
+inline constexpr RealRange cedar_error_target{0.0, 1e6, false};  ///< 0 = always spend the budget
+// arcal cedar-study: the generated q, k, v are also held to the array limit (validate_study_config)
+inline constexpr IntRange study_heads{1, 64};
+inline constexpr IntRange study_keys{1, 1LL << 20};
+inline constexpr IntRange study_chunk_size{1, 1LL << 20};
+inline constexpr IntRange study_queries{1, 1LL << 16};
+inline constexpr IntRange study_dim{1, 4096};
+inline constexpr IntRange study_budget{1, 1LL << 20};  ///< the study narrows it to [1, M]
+inline constexpr IntRange study_query_clusters{1, 1LL << 20};
+inline constexpr RealRange study_dispersion{0.0, 1000.0, false};
+inline constexpr RealRange study_temperature{0.0, 1000.0, true};
+inline constexpr RealRange study_error_target{0.0, 1e6, true};
+inline constexpr RealRange study_kv_correlation{-1.0, 1.0, false};
+inline constexpr IntRange study_grid_values{1, 64};  ///< values per grid flag (--dispersions, --budgets, ...)
 }  // namespace ranges
 
 /// "[lo, hi]" or "(lo, hi]".
