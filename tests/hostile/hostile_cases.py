@@ -428,6 +428,77 @@ def path_cases(r):
           "pass --force")
 
 
+def cedar_cases(r):
+    r.area = "cedar"
+    W = r.path
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((2, 6, 8)).astype(np.float32)
+    k = rng.standard_normal((2, 40, 8)).astype(np.float32)
+    v = rng.standard_normal((2, 40, 8)).astype(np.float32)
+    good = save(W("qkv.npz"), {"q": q, "k": k, "v": v})
+    before = open(good, "rb").read()
+    same = lambda c, o, e: "" if open(good, "rb").read() == before else "the input changed"
+    out = W("attn.npz")
+    no_out = lambda c, o, e: "" if not os.path.exists(out) else "an output was written"
+    # --json: the text summary prints timings, which would make the table differ between runs.
+    r.run("cedar on a valid q/k/v file", ["cedar", "--qkv", good, "--chunk-size", "8", "--budget", "2", "--out", out, "--json"], 0, None,
+          check=lambda c, o, e: "" if c != 0 or json.loads(o).get("schema") == "arcal.cedar/1" else "no arcal.cedar/1 JSON")
+    os.remove(out)
+    r.run("cedar: k and v of different shapes", ["cedar", "--qkv", save(W("qkv_kv.npz"), {"q": q, "k": k, "v": v[:, :39]}),
+                                                 "--out", out], 2, "they must match", check=no_out)
+    r.run("cedar: q of another head width", ["cedar", "--qkv", save(W("qkv_d.npz"), {"q": q[:, :, :4].copy(), "k": k, "v": v}),
+                                             "--out", out], 2, "head width d = 4", check=no_out)
+    qn = q.copy()
+    qn[1, 4, 2] = np.nan
+    r.run("cedar: NaN in q", ["cedar", "--qkv", save(W("qkv_nan.npz"), {"q": qn, "k": k, "v": v}), "--out", out], 2,
+          "q[1, 4, 2] is nan, but must be finite", check=no_out)
+    r.run("cedar: int64 k", ["cedar", "--qkv", save(W("qkv_int.npz"), {"q": q, "k": k.astype(np.int64), "v": v}), "--out", out], 2,
+          "but must be float32", check=no_out)
+    r.run("cedar: q 1-D", ["cedar", "--qkv", save(W("qkv_1d.npz"), {"q": q.ravel(), "k": k, "v": v}), "--out", out], 2,
+          "must be [H, Nq, d] or [Nq, d]", check=no_out)
+    r.run("cedar: chunk_starts not increasing",
+          ["cedar", "--qkv", save(W("qkv_starts.npz"), {"q": q, "k": k, "v": v, "chunk_starts": np.array([0, 20, 10], np.int64)}),
+           "--out", out], 2, "chunk_starts[2] is 10", check=no_out)
+    r.run("cedar --chunk-size 0", ["cedar", "--qkv", good, "--chunk-size", "0", "--out", out], 2, "--chunk-size: 0 is outside",
+          check=no_out)
+    r.run("cedar --error-target nan", ["cedar", "--qkv", good, "--error-target", "nan", "--out", out], 2,
+          "--error-target: nan is outside", check=no_out)
+    r.run("cedar --budget -1", ["cedar", "--qkv", good, "--budget", "-1", "--out", out], 2, "--budget: -1 is outside", check=no_out)
+    r.run("cedar --method topk --budget 0 (keeps no key)", ["cedar", "--qkv", good, "--method", "topk", "--budget", "0", "--out", out],
+          2, "keeps no key", check=no_out)
+    r.run("cedar --out equal to --qkv", ["cedar", "--qkv", good, "--out", good], 2, "writing it would destroy the input", check=same)
+    if os.path.lexists(W("qkv_link.npz")):
+        os.remove(W("qkv_link.npz"))
+    os.symlink(good, W("qkv_link.npz"))
+    r.run("cedar --out a symlink to --qkv", ["cedar", "--qkv", good, "--out", W("qkv_link.npz")], 2, "is the input", check=same)
+    open(W("taken.npz"), "wb").write(b"keep me")
+    r.run("cedar --out onto an existing file", ["cedar", "--qkv", good, "--out", W("taken.npz")], 2, "pass --force",
+          check=lambda c, o, e: "" if open(W("taken.npz"), "rb").read() == b"keep me" else "the file changed")
+    tiny = ["--keys", "64", "--chunk-size", "16", "--queries", "4", "--dim", "4", "--heads", "1", "--dispersions", "0.1",
+            "--temperatures", "1", "--query-clusters", "1", "--budgets", "1", "--error-targets", "0.5", "--no-figure", "--threads", "1"]
+    r.run("cedar-study --chunk-size 0", ["cedar-study", "--out", W("cs0"), "--chunk-size", "0"], 2, "--chunk-size: 0 is outside",
+          check=lambda c, o, e: "" if not os.path.exists(W("cs0")) else "an output directory was created")
+    r.run("cedar-study --budgets 0", ["cedar-study", "--out", W("cs1"), "--budgets", "1,0"], 2, "--budgets: 0 is outside")
+    r.run("cedar-study --temperatures nan", ["cedar-study", "--out", W("cs2"), "--temperatures", "nan"], 2,
+          "--temperatures: nan is outside")
+    r.run("cedar-study --budgets above the chunk count", ["cedar-study", "--out", W("cs3"), "--keys", "64", "--chunk-size", "16",
+                                                                "--budgets", "5"], 2,
+          "budgets[0] is 5")
+    r.run("cedar-study q/k/v beyond the array limit",
+          ["cedar-study", "--out", W("cs4"), "--heads", "64", "--keys", "1048576", "--dim", "4096"], 2, "more than the limit",
+          check=lambda c, o, e: "" if not os.path.exists(W("cs4")) else "an output directory was created")
+    open(W("csfile"), "w").write("x")
+    r.run("cedar-study --out an existing file", ["cedar-study", "--out", W("csfile")] + tiny, 2, "exists and is not a directory")
+    r.run("cedar-study, a tiny grid", ["cedar-study", "--out", W("cs")] + tiny, 0, None)
+    r.run("cedar-study --out holding an earlier study", ["cedar-study", "--out", W("cs")] + tiny, 2, "pass --force")
+    r.run("cedar-study --run a missing directory", ["cedar-study", "--out", W("cs5"), "--run", W("nowhere")] + tiny, 2, "--run")
+    r.area = "flags"
+    r.run("train --patch 3 (does not divide 28)", ["train", "--patch", "3", "--dry-run"], 2, "patch 3 must divide the image size")
+    r.run("train --patch -1", ["train", "--patch", "-1", "--dry-run"], 2, "--patch: -1 is outside")
+    r.run("train --patch on a Swin preset", ["train", "--model", "ar-swin-tiny", "--dataset", "cifar10", "--patch", "4", "--dry-run"],
+          2, "applies to the ViT presets")
+
+
 def data_cases(r):
     r.area = "datasets"
     W = r.path
@@ -608,7 +679,7 @@ def main():
     os.makedirs(work)
     r = Runner(os.path.realpath(a.arcal), work)
     t0 = time.time()
-    groups = [files_cases, flag_cases, toml_cases, report_cases, path_cases, data_cases, train_cases, concurrency_cases]
+    groups = [files_cases, flag_cases, toml_cases, report_cases, path_cases, cedar_cases, data_cases, train_cases, concurrency_cases]
     for g in groups:
         if a.only and a.only not in g.__name__:
             continue
