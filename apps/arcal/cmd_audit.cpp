@@ -36,14 +36,17 @@ struct AuditConfig {
   double alpha = 0.05;
   bool no_condcal = false;
   bool probes = true;
-  int probe_restarts = 5;
+  int probe_restarts = 1;
+  int probe_repeats = 5;
   bool sensitivity = false;
   std::string sensitivity_effects = "0.002,0.005,0.010,0.020";
   int sensitivity_draws = 20;
   double sensitivity_threshold = 0.5;
   double sensitivity_threshold_effect = 0.010;
-  double correction_ridge = 1.0;
+  double correction_ridge = -1.0;
   bool exact_null = false;
+  std::size_t null_group_size = 5;
+  bool null_model_based = true;
   int null_replicates = 200;
   std::string null_variants = "confidence,full_logit";
   int refit_restarts = 1;
@@ -82,15 +85,16 @@ arcal::AuditRunInput load_run(const std::string& path, const std::vector<std::st
   return arcal::make_audit_run_input(arcal::load_trace(path), path, stats);
 }
 
-/// One line per comparison: the log-loss gain (control − probe, positive = the probe is better) as
-/// the mean over runs with its bootstrap interval, runs whose own interval excludes 0, and the verdict.
+/// One line per comparison: the log-loss gain (control − probe, positive = the probe is better) pooled
+/// over runs (random effects) with its interval and Holm p, the count of runs whose own interval lies
+/// above 0 (a count, not a test), and the verdict.
 std::string probe_summary(const arcal::ProbeFamily& f) {
   std::string out = "probes (" + std::to_string(f.runs.size()) + " runs, " + std::to_string(f.seconds).substr(0, 5) +
-                    " s): log-loss gain over each control, mean over runs [95 % CI], Holm p\n";
+                    " s): log-loss gain over each control, pooled over runs [95 % CI], Holm p\n";
   char buf[512];
   for (const auto& t : f.tests) {
     if (t.metric != "log_loss") continue;
-    std::snprintf(buf, sizeof buf, "  %-40s %+.5f [%+.5f, %+.5f]  p_holm %.3g  better in %zu/%zu runs, worse in %zu: %s\n",
+    std::snprintf(buf, sizeof buf, "  %-40s %+.5f [%+.5f, %+.5f]  p_holm %.3g  own interval above 0 in %zu/%zu runs, below in %zu: %s\n",
                   t.comparison.c_str(), -t.mean_delta, -t.ci.high, -t.ci.low, t.p_holm, t.runs_better, t.deltas.size(),
                   t.runs_worse, t.verdict.c_str());
     out += buf;
@@ -120,12 +124,31 @@ std::string sensitivity_summary(const arcal::SensitivityResult& s) {
 /// Pooled exact-null p per variant and comparison.
 std::string exact_null_summary(const arcal::ExactNullResult& x) {
   std::string out = "exact null (" + std::to_string(x.replicates) + " replicates, " + std::to_string(x.seconds).substr(0, 6) +
-                    " s): mean real gain over runs vs its null, Monte-Carlo p\n";
+                    " s): mean real gain over runs vs the conditional permutation null (the decision), Monte-Carlo p\n";
   char buf[512];
   for (const auto& p : x.pooled) {
     std::snprintf(buf, sizeof buf, "  %-11s %-40s real %+.5f  null mean %+.5f q95 %+.5f  p %.3f\n", p.variant.c_str(),
                   p.comparison.c_str(), p.real_mean_gain, p.null_mean, p.null_q95, p.p);
     out += buf;
+  }
+  for (const auto& r : x.runs) {
+    std::snprintf(buf, sizeof buf, "  matching %s (%s): %zu groups, mean within-group distance %.3g (random pairs %.3g)\n",
+                  r.run.c_str(), r.variant.c_str(), r.matching.groups, r.matching.mean_distance,
+                  r.matching.random_pair_distance);
+    out += buf;
+  }
+  if (x.has_model_based) {
+    out += "  model-based null (labels from a fitted reference; valid only if it is right):\n";
+    for (const auto& p : x.model_pooled) {
+      std::snprintf(buf, sizeof buf, "    %-11s %-40s real %+.5f  p %.3f\n", p.variant.c_str(), p.comparison.c_str(),
+                    p.real_mean_gain, p.p);
+      out += buf;
+    }
+    for (const auto& r : x.model_runs) {
+      std::snprintf(buf, sizeof buf, "    reference fit %s (%s): Hosmer-Lemeshow %.1f on %.0f df, p %.3g\n", r.run.c_str(),
+                    r.variant.c_str(), r.reference_fit.statistic, r.reference_fit.df, r.reference_fit.p);
+      out += buf;
+    }
   }
   return out;
 }
@@ -146,8 +169,11 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
   app.add_option("--alpha", cfg->alpha, "Test level")->check(in_range(arcal::RealRange{1e-9, 0.999, false}));
   app.add_flag("--no-condcal", cfg->no_condcal, "Skip AR-CondCal (diagnostic only)");
   app.add_flag("--probes,!--no-probes", cfg->probes, "MLP correctness probes and their controls (default on)");
-  app.add_option("--probe-restarts", cfg->probe_restarts, "Seeded restarts averaged per MLP probe")
+  app.add_option("--probe-restarts", cfg->probe_restarts, "Seeded restarts averaged per MLP probe and split")
       ->check(in_range(R::probe_restarts));
+  app.add_option("--probe-repeats", cfg->probe_repeats,
+                 "Repeated 2-fold cross-fits per run (the per-run test's variance includes the refits')")
+      ->check(in_range(R::probe_repeats));
   app.add_flag("--sensitivity", cfg->sensitivity, "Sensitivity (injection) audit, method.md §6.5 (refits every probe)");
   app.add_option("--sensitivity-effects", cfg->sensitivity_effects, "Injected oracle gains in nats, comma-separated");
   app.add_option("--sensitivity-draws", cfg->sensitivity_draws, "Synthetic label draws per run and effect")
@@ -156,9 +182,15 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
       ->check(in_range(R::sensitivity_threshold));
   app.add_option("--sensitivity-threshold-effect", cfg->sensitivity_threshold_effect,
                  "Effect (nats, one of --sensitivity-effects) at which the threshold applies");
-  app.add_option("--correction-ridge", cfg->correction_ridge, "L2 penalty of the correction probe's cubic g(z)")
-      ->check(in_range(arcal::RealRange{0.0, 1e12, false}));
+  app.add_option("--correction-ridge", cfg->correction_ridge,
+                 "L2 penalty of the correction probe's cubic g(z); negative: chosen per fit by 5-fold inner CV")
+      ->check(in_range(R::correction_ridge));
   app.add_flag("--exact-null", cfg->exact_null, "Exact-null audit, method.md §6.6 (refits every probe)");
+  app.add_option("--null-group-size", cfg->null_group_size,
+                 "Matched-group size of the conditional permutation null (examples with nearly identical outputs)")
+      ->check(in_range(R::null_group_size));
+  app.add_flag("--null-model-based,!--no-null-model-based", cfg->null_model_based,
+               "Also run the model-based null (labels from a fitted reference; not the decision)");
   app.add_option("--null-replicates", cfg->null_replicates, "Null label replicates per run and variant")
       ->check(in_range(R::null_replicates));
   app.add_option("--null-variants", cfg->null_variants, "Exact-null references: confidence, full_logit (comma-separated)");
@@ -196,6 +228,7 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
     popt.seed = cfg->seed;
     popt.alpha = cfg->alpha;
     popt.mlp.restarts = cfg->probe_restarts;
+    popt.repeats = cfg->probe_repeats;
     const int workers = cfg->threads > 0 ? cfg->threads : std::max(1, int(std::thread::hardware_concurrency()));
     popt.mlp.threads = workers;
     if (cfg->probes || cfg->sensitivity || cfg->exact_null) arcal::validate_probe_inputs(runs, popt);
@@ -221,7 +254,8 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
       // Small MLPs gain little from intra-op threads; the parallelism is one fit per worker thread
       // (--threads), and one intra-op thread keeps results independent of the thread count.
       arcal::set_compute_threads(1);
-      if (progress) std::fprintf(stderr, "probes: %zu runs x 7 MLPs x 2 folds x %d restarts\n", runs.size(), cfg->probe_restarts);
+      if (progress) std::fprintf(stderr, "probes: %zu runs x 9 MLPs x %d repeated 2-fold cross-fits x %d restarts\n", runs.size(),
+                                cfg->probe_repeats, cfg->probe_restarts);
       res.probes = arcal::run_probe_family(runs, popt);
       res.has_probes = true;
     }
@@ -252,10 +286,13 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
       xo.warm_start = !cfg->refit_cold;
       xo.replicates = cfg->null_replicates;
       xo.variants = split_names(cfg->null_variants);
+      xo.group_size = cfg->null_group_size;
+      xo.model_based = cfg->null_model_based;
       if (progress)
         std::fprintf(stderr, "exact null: %zu runs x %zu variants x %d replicates, every probe refitted\n", runs.size(),
                      xo.variants.size(), cfg->null_replicates);
-      arcal::ProgressBar bar("exact null (runs x variants)", long(runs.size() * xo.variants.size()), progress);
+      arcal::ProgressBar bar("exact null (runs x variants x nulls)",
+                             long(runs.size() * xo.variants.size() * (xo.model_based ? 2 : 1)), progress);
       xo.progress = [&](std::size_t done, std::size_t) { bar.update(long(done)); };
       res.exact_null = arcal::run_exact_null_audit(runs, xo);
       bar.finish();

@@ -105,7 +105,8 @@ int run_calibrate(const CalibrateConfig& cfg) {
     out = arcal::set_top_probability(pe, ev.size(), K, arcal::nadaraya_watson(xc, tc.correct, 1, h, xe));
   } else if (m == "qats") {
     const auto f = arcal::fit_qats(zc, cal.size(), K, yc);
-    params.update({{"log_temperature_knots", f.theta}, {"converged", f.converged}, {"iterations", f.iterations}});
+    params.update({{"temperature_knots", f.temperature}, {"direction", f.direction}, {"converged", f.converged},
+                   {"iterations", f.iterations}, {"objective", f.objective}});
     out = arcal::apply_qats(f, ze, ev.size(), K);
   } else if (m == "vector" || m == "matrix") {
     const auto f = arcal::fit_linear_scaling(zc, cal.size(), K, yc, m == "vector");

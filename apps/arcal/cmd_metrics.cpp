@@ -39,13 +39,21 @@ int run_metrics(const MetricsConfig& cfg) {
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  std::cout << fmt::format("arcal metrics: {}\n  n = {}, classes = {}, bins = {}, bootstrap = {} (classwise {}), seed = {}\n\n",
-                           cfg.input, r.n, r.classes, r.bins, r.draws, r.classwise_draws, r.seed);
-  std::cout << fmt::format("  {:<14} {:>10}   {:>21}\n", "metric", "value", "95% interval");
+  std::cout << fmt::format(
+      "arcal metrics: {}\n  n = {}, classes = {}, bins = {}, bootstrap = {}, label redraws = {}, seed = {}\n\n", cfg.input,
+      r.n, r.classes, r.bins, r.draws, r.consistency_draws, r.seed);
+  std::cout << fmt::format("  {:<14} {:>10}   {:>21}   {:>14}\n", "metric", "value", "95% interval", "bias-corrected");
   for (const auto& [name, e] : rows) {
     const std::string ci = std::isnan(e->ci.low) ? "-" : fmt::format("[{:.4f}, {:.4f}]", e->ci.low, e->ci.high);
-    std::cout << fmt::format("  {:<14} {:>10.4f}   {:>21}\n", name, e->value, ci);
+    const std::string bc = std::isnan(e->bias_corrected) ? "" : fmt::format("{:.4f}", e->bias_corrected);
+    std::cout << fmt::format("  {:<14} {:>10.4f}   {:>21}   {:>14}\n", name, e->value, ci, bc);
   }
+  if (!std::isnan(r.consistency_p))
+    std::cout << fmt::format(
+        "  consistency test (labels redrawn from the model's own probabilities): p = {:.3g} top-label, {:.3g} classwise\n"
+        "  (calibration-error intervals are for the population value; the plug-in value is biased upward and may lie "
+        "above them; their lower end is 0 when calibration is not rejected)\n",
+        r.consistency_p, r.classwise_consistency_p);
   if (r.debiased_clipped) std::cout << "  (debiased_ece clipped at 0: the bias correction exceeded the raw estimate)\n";
   std::cout << fmt::format("\n  reliability (equal-width)\n  {:>3} {:>9} {:>8} {:>8}\n", "bin", "n", "conf", "acc");
   for (std::size_t b = 0; b < r.reliability.size(); ++b)

@@ -110,7 +110,10 @@ nlohmann::json probe_family_json(const ProbeFamily& f) {
                         {"mean_epochs", p.mean_epochs}};
     json comps = json::array();
     for (const auto& c : r.comparisons) {
-      auto one = [](const MetricDelta& d) { return json{{"delta", d.delta}, {"ci", interval_json(d.ci)}}; };
+      auto one = [](const MetricDelta& d) {
+        return json{{"delta", d.delta}, {"ci", interval_json(d.ci)}, {"se", d.se}, {"p", d.p},
+                    {"split_deltas", d.split_deltas}};
+      };
       comps.push_back({{"name", c.name}, {"probe", c.probe}, {"control", c.control}, {"log_loss", one(c.log_loss)},
                        {"brier", one(c.brier)}, {"ece", one(c.ece)}});
     }
@@ -120,13 +123,22 @@ nlohmann::json probe_family_json(const ProbeFamily& f) {
   json tests = json::array();
   for (const auto& t : f.tests)
     tests.push_back({{"comparison", t.comparison}, {"metric", t.metric}, {"runs", t.deltas.size()},
-                     {"deltas", t.deltas}, {"mean_delta", t.mean_delta}, {"ci", interval_json(t.ci)},
-                     {"p_wilcoxon", t.p_wilcoxon}, {"p_sign", t.p_sign}, {"p_holm", t.p_holm},
-                     {"runs_better", t.runs_better}, {"runs_worse", t.runs_worse}, {"verdict", t.verdict}});
+                     {"deltas", t.deltas}, {"variances", t.variances}, {"mean_delta", t.mean_delta},
+                     {"plain_mean", t.plain_mean}, {"ci", interval_json(t.ci)}, {"p", t.p}, {"tau2", t.tau2},
+                     {"p_wilcoxon", t.p_wilcoxon}, {"p_sign", t.p_sign}, {"p_rank_min", t.p_rank_min},
+                     {"p_holm", t.p_holm}, {"detectable_delta", t.detectable}, {"runs_better", t.runs_better},
+                     {"runs_worse", t.runs_worse}, {"verdict", t.verdict}, {"power_note", t.power_note}});
   return {{"delta", "probe - control (negative: the probe is better)"},
+          {"per_run_test",
+           "mean over 2 x repeats cross-fit splits of the split-level delta; Nadeau-Bengio corrected variance "
+           "(1/(2J) + n_eval/n_fit) S^2; t interval and p on 2J - 1 df"},
+          {"across_run_test",
+           "random effects (Paule-Mandel tau^2, Hartung-Knapp t interval on runs - 1 df); Holm over the "
+           "comparison x metric family on p; Wilcoxon and sign tests shown with their smallest attainable p"},
+          {"repeats", f.repeats},
           {"restarts", f.restarts}, {"max_epochs", f.max_epochs}, {"patience", f.patience},
           {"batch_size", f.batch_size}, {"lr", f.lr}, {"weight_decay", f.weight_decay}, {"inner_val", f.inner_val},
-          {"bootstrap_draws", f.bootstrap_draws}, {"shuffle_bins", f.shuffle_bins}, {"ece_bins", f.ece_bins},
+          {"shuffle_bins", f.shuffle_bins}, {"ece_bins", f.ece_bins},
           {"alpha", f.alpha}, {"seed", f.seed}, {"seconds", f.seconds}, {"family_size", f.tests.size()},
           {"runs", runs}, {"tests", tests}};
 }
@@ -143,6 +155,7 @@ nlohmann::json sensitivity_json(const SensitivityResult& s) {
       probes[p.probe] = one;
     }
     effects.push_back({{"effect_nats", e.effect_nats}, {"delta", e.delta}, {"oracle_gain", e.oracle_gain},
+                       {"correction_ridge", e.correction_ridge},
                        {"mean_oracle_loss_gain", e.mean_oracle_loss_gain}, {"probes", probes}});
   }
   json verdicts = json::array();
@@ -152,7 +165,9 @@ nlohmann::json sensitivity_json(const SensitivityResult& s) {
   return {{"runs", s.runs}, {"statistic", s.statistic}, {"effects", s.effects}, {"draws", s.draws},
           {"bootstrap_draws", s.bootstrap_draws}, {"threshold", s.threshold},
           {"threshold_effect", s.threshold_effect}, {"correction_ridge", s.correction_ridge},
-          {"correction_basis", "g(z) = b0 + b1 u + b2 u^2 + b3 u^3, u = clamp(z, -3, 3)/3, ridge on every b, Newton"},
+          {"correction_basis", "g(z) = b0 + b1 u + b2 u^2 + b3 u^3, u = clamp(z, -3, 3)/3, ridge on every b, Newton; "
+                               "ridge from 5-fold inner CV over {0, 0.1, 1, 10, 100, 1000} when correction_ridge < 0"},
+          {"verdict_rule", "absent when the lower end of R's 95 % interval at threshold_effect reaches threshold"},
           {"reference", "1-D Nadaraya-Watson on logit c, Scott bandwidth n^(-1/5), fitted per cross-fit fold on the calibration half"},
           {"recovery", "sum over (run, draw) of (l(q) - l(probe)) / sum of (l(q) - l(p*)); l = fold-mean log-loss on the evaluation halves"},
           {"seed", s.seed}, {"refit", refit_json(s.refit)},
@@ -161,25 +176,51 @@ nlohmann::json sensitivity_json(const SensitivityResult& s) {
 
 nlohmann::json exact_null_json(const ExactNullResult& x) {
   using nlohmann::json;
-  json runs = json::array();
-  for (const auto& r : x.runs) {
-    json comps = json::array();
-    for (const auto& c : r.comparisons)
-      comps.push_back({{"comparison", c.comparison}, {"probe", c.probe}, {"control", c.control},
-                       {"real_gain", c.real_gain}, {"null_mean", c.null_mean}, {"null_q95", c.null_q95}, {"p", c.p},
-                       {"null_gain", c.null_gain}});
-    runs.push_back({{"run", r.run}, {"variant", r.variant}, {"comparisons", comps}});
-  }
-  json pooled = json::array();
-  for (const auto& p : x.pooled)
-    pooled.push_back({{"variant", p.variant}, {"comparison", p.comparison}, {"runs", p.runs},
-                      {"real_mean_gain", p.real_mean_gain}, {"null_mean", p.null_mean}, {"null_q95", p.null_q95},
-                      {"p", p.p}});
-  return {{"gain", "l(control) - l(probe), fold-mean log-loss (positive: the probe is better)"},
-          {"p", "(1 + #{null gain >= real gain}) / (replicates + 1)"},
-          {"variants", x.variants}, {"replicates", x.replicates}, {"seed", x.seed},
-          {"refit", refit_json(x.refit)},
-          {"seconds", x.seconds}, {"runs", runs}, {"pooled", pooled}};
+  auto runs_json = [](const std::vector<ExactNullRun>& rs, bool conditional) {
+    json runs = json::array();
+    for (const auto& r : rs) {
+      json comps = json::array();
+      for (const auto& c : r.comparisons)
+        comps.push_back({{"comparison", c.comparison}, {"probe", c.probe}, {"control", c.control},
+                         {"real_gain", c.real_gain}, {"null_mean", c.null_mean}, {"null_q95", c.null_q95}, {"p", c.p},
+                         {"null_gain", c.null_gain}});
+      json one = {{"run", r.run}, {"variant", r.variant}, {"comparisons", comps}};
+      if (conditional)
+        one["matching"] = {{"space", r.matching.space}, {"group_size", r.matching.group_size},
+                           {"groups", r.matching.groups}, {"mean_distance", r.matching.mean_distance},
+                           {"random_pair_distance", r.matching.random_pair_distance}};
+      else
+        one["reference_fit"] = {{"test", "Hosmer-Lemeshow over deciles of the reference on held-out halves"},
+                                {"statistic", r.reference_fit.statistic}, {"df", r.reference_fit.df},
+                                {"p", r.reference_fit.p}};
+      runs.push_back(one);
+    }
+    return runs;
+  };
+  auto pooled_json = [](const std::vector<ExactNullPooled>& ps) {
+    json pooled = json::array();
+    for (const auto& p : ps)
+      pooled.push_back({{"variant", p.variant}, {"comparison", p.comparison}, {"runs", p.runs},
+                        {"real_mean_gain", p.real_mean_gain}, {"null_mean", p.null_mean}, {"null_q95", p.null_q95},
+                        {"p", p.p}});
+    return pooled;
+  };
+  json out = {{"null",
+               "conditional permutation (the decision): the routing profile permuted within matched groups of "
+               "examples with nearly identical outputs (variant confidence: logit c; full_logit: what the sorted "
+               "probabilities predict about the routing profile, a balancing score), real labels, every profile-reading probe refitted from the same cold start"},
+              {"gain", "l(control) - l(probe), fold-mean log-loss (positive: the probe is better)"},
+              {"p", "(1 + #{null gain >= real gain}) / (replicates + 1)"},
+              {"variants", x.variants}, {"replicates", x.replicates}, {"group_size", x.group_size}, {"seed", x.seed},
+              {"refit", refit_json(x.refit)},
+              {"seconds", x.seconds}, {"runs", runs_json(x.runs, true)}, {"pooled", pooled_json(x.pooled)}};
+  if (x.has_model_based)
+    out["model_based"] = {{"null",
+                           "labels drawn from a fitted reference (confidence: 1-D Nadaraya-Watson on logit c; "
+                           "full_logit: the full-logit MLP); valid only if the reference is right, see each run's "
+                           "reference_fit; not the decision"},
+                          {"runs", runs_json(x.model_runs, false)}, {"pooled", pooled_json(x.model_pooled)}};
+  return out;
 }
 
 }  // namespace
@@ -341,7 +382,7 @@ void write_audit_results(const AuditResults& res, const std::string& dir) {
     pc.precision(10);
     cmp.precision(10);
     pc << "run,cell,probe,inputs,parameters,hidden1,hidden2,log_loss,brier,ece,mean_epochs\n";
-    cmp << "run,cell,comparison,probe,control,metric,delta,ci_low,ci_high,p_wilcoxon,p_sign,p_holm,verdict\n";
+    cmp << "run,cell,comparison,probe,control,metric,delta,ci_low,ci_high,p,p_wilcoxon,p_sign,p_holm,verdict\n";
     for (const auto& r : res.probes.runs) {
       const std::string head = csv_field(r.run) + ',' + csv_field(r.cell) + ',';
       for (const auto& p : r.probes)
@@ -351,12 +392,13 @@ void write_audit_results(const AuditResults& res, const std::string& dir) {
         for (std::size_t m = 0; m < kProbeMetrics.size(); ++m) {
           const MetricDelta& d = m == 0 ? c.log_loss : m == 1 ? c.brier : c.ece;
           cmp << head << c.name << ',' << c.probe << ',' << c.control << ',' << kProbeMetrics[m] << ',' << d.delta
-              << ',' << d.ci.low << ',' << d.ci.high << ",,,,\n";
+              << ',' << d.ci.low << ',' << d.ci.high << ',' << d.p << ",,,,\n";
         }
     }
     for (const auto& t : res.probes.tests)
       cmp << "ALL,ALL," << t.comparison << ",,," << t.metric << ',' << t.mean_delta << ',' << t.ci.low << ','
-          << t.ci.high << ',' << t.p_wilcoxon << ',' << t.p_sign << ',' << t.p_holm << ',' << csv_field(t.verdict) << '\n';
+          << t.ci.high << ',' << t.p << ',' << t.p_wilcoxon << ',' << t.p_sign << ',' << t.p_holm << ','
+          << csv_field(t.verdict) << '\n';
     write_file_atomic(dir + "/probes.csv", pc.str());
     write_file_atomic(dir + "/probe_comparisons.csv", cmp.str());
   }
@@ -378,14 +420,19 @@ void write_audit_results(const AuditResults& res, const std::string& dir) {
   if (res.has_exact_null) {
     std::ostringstream xc;
     xc.precision(10);
-    xc << "run,variant,comparison,probe,control,real_gain,null_mean,null_q95,p,replicates\n";
-    for (const auto& r : res.exact_null.runs)
-      for (const auto& c : r.comparisons)
-        xc << csv_field(r.run) << ',' << r.variant << ',' << c.comparison << ',' << c.probe << ',' << c.control << ','
-           << c.real_gain << ',' << c.null_mean << ',' << c.null_q95 << ',' << c.p << ',' << c.null_gain.size() << '\n';
-    for (const auto& p : res.exact_null.pooled)
-      xc << "ALL," << p.variant << ',' << p.comparison << ",,," << p.real_mean_gain << ',' << p.null_mean << ','
-         << p.null_q95 << ',' << p.p << ',' << res.exact_null.replicates << '\n';
+    xc << "null,run,variant,comparison,probe,control,real_gain,null_mean,null_q95,p,replicates\n";
+    auto rows = [&](const char* kind, const std::vector<ExactNullRun>& rs, const std::vector<ExactNullPooled>& ps) {
+      for (const auto& r : rs)
+        for (const auto& c : r.comparisons)
+          xc << kind << ',' << csv_field(r.run) << ',' << r.variant << ',' << c.comparison << ',' << c.probe << ','
+             << c.control << ',' << c.real_gain << ',' << c.null_mean << ',' << c.null_q95 << ',' << c.p << ','
+             << c.null_gain.size() << '\n';
+      for (const auto& p : ps)
+        xc << kind << ",ALL," << p.variant << ',' << p.comparison << ",,," << p.real_mean_gain << ',' << p.null_mean
+           << ',' << p.null_q95 << ',' << p.p << ',' << res.exact_null.replicates << '\n';
+    };
+    rows("conditional", res.exact_null.runs, res.exact_null.pooled);
+    if (res.exact_null.has_model_based) rows("model_based", res.exact_null.model_runs, res.exact_null.model_pooled);
     write_file_atomic(dir + "/exact_null.csv", xc.str());
   }
   write_file_atomic(dir + "/results.json", audit_results_json(res).dump(2) + "\n");

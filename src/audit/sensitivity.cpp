@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <tuple>
 
 #include "core/check.hpp"
 #include "core/rng.hpp"
 #include "stats/kernels.hpp"
+#include "stats/splits.hpp"
 
 namespace arcal {
 
@@ -127,6 +130,37 @@ CorrectionProbe fit_correction_probe(const std::vector<double>& q, const std::ve
     if (size < 1e-10) break;
   }
   return out;
+}
+
+double choose_correction_ridge(const std::vector<double>& q, const std::vector<double>& z, const std::vector<double>& y,
+                               const std::array<double, 6>& ridges, int folds, std::uint64_t seed) {
+  const char* fn = "choose_correction_ridge";
+  if (folds < 2 || q.size() < std::size_t(folds))
+    throw_input(fn, "needs >= 2 folds and at least as many examples (" + std::to_string(q.size()) + ")");
+  const auto fold = kfold_assignment(q.size(), folds, seed);
+  double best = ridges[0], best_loss = std::numeric_limits<double>::infinity();
+  for (double ridge : ridges) {
+    double loss = 0;
+    for (int f = 0; f < folds; ++f) {
+      std::vector<double> qt, zt, yt, qv, zv, yv;
+      for (std::size_t i = 0; i < q.size(); ++i) {
+        auto [qq, zz, yy] = fold[i] == f ? std::tie(qv, zv, yv) : std::tie(qt, zt, yt);
+        qq.push_back(q[i]);
+        zz.push_back(z[i]);
+        yy.push_back(y[i]);
+      }
+      const auto p = apply_correction_probe(fit_correction_probe(qt, zt, yt, ridge), qv, zv);
+      for (std::size_t i = 0; i < p.size(); ++i) {
+        const double pp = std::min(std::max(p[i], 1e-15), 1.0 - 1e-15);
+        loss -= yv[i] * std::log(pp) + (1.0 - yv[i]) * std::log1p(-pp);
+      }
+    }
+    if (loss <= best_loss) {
+      best_loss = loss;
+      best = ridge;
+    }
+  }
+  return best;
 }
 
 std::vector<double> apply_correction_probe(const CorrectionProbe& probe, const std::vector<double>& q,

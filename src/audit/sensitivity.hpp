@@ -40,6 +40,15 @@ struct CorrectionProbe {
 /// mismatched sizes, invalid values or a negative ridge.
 CorrectionProbe fit_correction_probe(const std::vector<double>& q, const std::vector<double>& z,
                                      const std::vector<double>& y, double ridge);
+/// Candidate ridges of the correction probe's inner cross-validation (0 included: no shrinkage).
+inline constexpr std::array<double, 6> kCorrectionRidges{{0.0, 0.1, 1.0, 10.0, 100.0, 1000.0}};
+
+/// The ridge among `ridges` with the lowest `folds`-fold cross-validated log-loss of the correction
+/// probe on (q, z, y) (seeded fold assignment; ties to the larger ridge). Throws as fit_correction_probe
+/// or when there are fewer examples than folds.
+double choose_correction_ridge(const std::vector<double>& q, const std::vector<double>& z, const std::vector<double>& y,
+                               const std::array<double, 6>& ridges, int folds, std::uint64_t seed);
+
 /// σ(logit q_i + g(z_i)) [n].
 std::vector<double> apply_correction_probe(const CorrectionProbe& probe, const std::vector<double>& q,
                                            const std::vector<double>& z);
@@ -77,6 +86,7 @@ struct SensitivityEffect {
   double effect_nats = 0.0;
   std::vector<double> delta;  ///< [runs × 2] δ per run and fold (run-major)
   std::vector<double> oracle_gain;  ///< [runs × 2] the exact expected KL reached by the bisection
+  double correction_ridge = 0.0;    ///< mean ridge of the correction probe's fits (chosen by inner CV unless fixed)
   double mean_oracle_loss_gain = 0.0;  ///< mean over units of ℓ(q) − ℓ(p*) (the realised oracle gain)
   std::vector<RecoveryEstimate> probes;
 };
@@ -101,7 +111,7 @@ struct SensitivityResult {
   std::vector<double> effects;
   int draws = 0, bootstrap_draws = 0;
   double threshold = 0.5, threshold_effect = 0.01;
-  double correction_ridge = 1.0;
+  double correction_ridge = -1.0;  ///< fixed ridge, or negative: inner CV (see by_effect[].correction_ridge)
   std::uint64_t seed = 0;
   RefitSettings refit;
   std::vector<SensitivityEffect> by_effect;
@@ -118,9 +128,28 @@ struct ExactNullComparison {
   double p = 1.0;                 ///< monte_carlo_p(real_gain, null_gain)
 };
 
+/// How well the examples of a conditional permutation null are matched (method.md §6.6 a).
+struct NullMatching {
+  std::string space;           ///< "logit c", or the profile predicted from the sorted probabilities
+  std::size_t group_size = 0;  ///< target group size (a last group may be up to 2 x size - 1)
+  std::size_t groups = 0;
+  double mean_distance = 0.0;         ///< mean within-group pairwise distance (matching space units)
+  double random_pair_distance = 0.0;  ///< mean distance of random pairs (the scale)
+};
+
+/// Goodness of fit of a model-based null's reference ĝ on held-out data: Hosmer-Lemeshow over deciles
+/// of ĝ on each fold's evaluation half (ĝ fitted on the calibration half, so df = groups per fold).
+struct ReferenceFit {
+  double statistic = 0.0;
+  double df = 0.0;
+  double p = 1.0;  ///< small: ĝ is misspecified and the model-based null cannot be trusted
+};
+
 struct ExactNullRun {
-  std::string run, variant;  ///< variant "confidence" (q(c)) or "full_logit" (the full-logit MLP)
+  std::string run, variant;  ///< variant "confidence" (conditions on c) or "full_logit" (on the output vector)
   std::vector<ExactNullComparison> comparisons;
+  NullMatching matching;     ///< conditional permutation null only
+  ReferenceFit reference_fit;  ///< model-based null only
 };
 
 /// Across runs: the mean real gain against the null distribution of the mean over runs (replicate r
@@ -131,13 +160,21 @@ struct ExactNullPooled {
   std::size_t runs = 0;
 };
 
+/// The exact-null audit. The decision null (runs, pooled) permutes the routing profile within matched
+/// groups of examples with nearly identical outputs and refits on the real labels (method.md §6.6 a);
+/// the model-based null (model_runs, model_pooled) draws labels from a fitted reference ĝ (§6.6 b) and
+/// is valid only if ĝ is right (reference_fit says how well it fits held-out data).
 struct ExactNullResult {
   std::vector<std::string> variants;
   int replicates = 0;
+  std::size_t group_size = 0;
   std::uint64_t seed = 0;
   RefitSettings refit;
   std::vector<ExactNullRun> runs;
   std::vector<ExactNullPooled> pooled;
+  bool has_model_based = false;
+  std::vector<ExactNullRun> model_runs;
+  std::vector<ExactNullPooled> model_pooled;
   double seconds = 0.0;
 };
 

@@ -1,6 +1,7 @@
 #include "calib/calibrators.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <deque>
 #include <functional>
@@ -8,6 +9,7 @@
 
 #include "calib/binning.hpp"
 #include "core/check.hpp"
+#include "core/rng.hpp"
 
 namespace arcal {
 
@@ -509,86 +511,199 @@ double quantile_of(const std::vector<double>& sorted, double c) {
 }
 }  // namespace
 
+namespace {
+
+constexpr int kQatsAnchors = 15;
+constexpr double kQatsMembershipTemperature = 0.01, kQatsNllWeight = 0.1, kQatsMinTemperature = 0.05;
+
+/// Data of one QaTS objective: rows of z with their u, label and the fixed soft-bin memberships.
+struct QatsData {
+  const std::vector<double>* z = nullptr;
+  std::size_t k = 0;
+  std::vector<std::size_t> rows;
+  std::vector<double> u;                  ///< [rows]
+  std::vector<std::int64_t> y;            ///< [rows]
+  std::vector<double> correct;            ///< [rows] 1[argmax = y] (temperature never changes the argmax)
+  std::vector<double> member;             ///< [rows, M] memberships
+  std::vector<double> mass;               ///< [M] S_j
+};
+
+QatsData qats_data(const std::vector<double>& z, std::size_t k, const std::vector<std::int64_t>& labels,
+                   const std::vector<std::size_t>& rows, const std::vector<double>& sorted_conf) {
+  QatsData d;
+  d.z = &z;
+  d.k = k;
+  d.rows = rows;
+  d.member.assign(rows.size() * kQatsAnchors, 0.0);
+  d.mass.assign(kQatsAnchors, 0.0);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const double* zi = &z[rows[r] * k];
+    const std::size_t arg = static_cast<std::size_t>(std::max_element(zi, zi + k) - zi);
+    const double m = zi[arg];
+    double s = 0;
+    for (std::size_t j = 0; j < k; ++j) s += std::exp(zi[j] - m);
+    const double c = 1.0 / s;
+    const double u = quantile_of(sorted_conf, c);
+    d.u.push_back(u);
+    d.y.push_back(labels[rows[r]]);
+    d.correct.push_back(static_cast<std::int64_t>(arg) == labels[rows[r]] ? 1.0 : 0.0);
+    double mx = -INFINITY;
+    std::array<double, kQatsAnchors> e{};
+    for (int j = 0; j < kQatsAnchors; ++j) {
+      const double zeta = (j + 0.5) / kQatsAnchors;
+      e[std::size_t(j)] = -(u - zeta) * (u - zeta) / kQatsMembershipTemperature;
+      mx = std::max(mx, e[std::size_t(j)]);
+    }
+    double t = 0;
+    for (auto& v : e) t += (v = std::exp(v - mx));
+    for (int j = 0; j < kQatsAnchors; ++j) {
+      d.member[r * kQatsAnchors + std::size_t(j)] = e[std::size_t(j)] / t;
+      d.mass[std::size_t(j)] += e[std::size_t(j)] / t;
+    }
+  }
+  return d;
+}
+
+/// SB-ECE (over the fixed memberships) + 0.1 mean NLL of z / T(u) with knot temperatures `temp`, and
+/// its gradient with respect to the knots.
+double qats_objective(const QatsData& d, const std::vector<double>& temp, std::vector<double>* grad) {
+  const std::size_t J = temp.size(), n = d.rows.size();
+  std::vector<double> conf(n), dconf(n), dnll(n), tt(n);
+  std::vector<std::size_t> lo(n);
+  std::vector<double> frac(n);
+  double nll = 0;
+  for (std::size_t r = 0; r < n; ++r) {
+    knot_weights(d.u[r], J, lo[r], frac[r]);
+    const double T = (1 - frac[r]) * temp[lo[r]] + frac[r] * temp[lo[r] + 1];
+    tt[r] = T;
+    const double* zi = &(*d.z)[d.rows[r] * d.k];
+    double lse, mean, var;
+    row_moments(zi, d.k, 1.0 / T, lse, mean, var);
+    const double zmax = *std::max_element(zi, zi + d.k);
+    const double zy = zi[static_cast<std::size_t>(d.y[r])];
+    conf[r] = std::exp(zmax / T - lse);
+    nll += lse - zy / T;
+    // d log p_k / dT = (E_p[z] − z_k) / T².
+    dconf[r] = conf[r] * (mean - zmax) / (T * T);
+    dnll[r] = (zy - mean) / (T * T);
+  }
+  nll /= double(n);
+  std::vector<double> cbar(kQatsAnchors, 0.0), abar(kQatsAnchors, 0.0);
+  double total = 0;
+  for (int j = 0; j < kQatsAnchors; ++j) total += d.mass[std::size_t(j)];
+  for (std::size_t r = 0; r < n; ++r)
+    for (int j = 0; j < kQatsAnchors; ++j) {
+      const double m = d.member[r * kQatsAnchors + std::size_t(j)];
+      cbar[std::size_t(j)] += m * conf[r];
+      abar[std::size_t(j)] += m * d.correct[r];
+    }
+  double e2 = 0;
+  std::vector<double> gap(kQatsAnchors, 0.0);
+  for (int j = 0; j < kQatsAnchors; ++j) {
+    const double S = std::max(d.mass[std::size_t(j)], 1e-12);
+    gap[std::size_t(j)] = (cbar[std::size_t(j)] - abar[std::size_t(j)]) / S;
+    e2 += (S / total) * gap[std::size_t(j)] * gap[std::size_t(j)];
+  }
+  const double sbece = std::sqrt(std::max(e2, 1e-12));
+  if (grad) {
+    grad->assign(J, 0.0);
+    for (std::size_t r = 0; r < n; ++r) {
+      // dE/dc_r = Σ_j (S_j/Σ S) 2 gap_j m_rj / S_j = Σ_j 2 gap_j m_rj / Σ S.
+      double de = 0;
+      for (int j = 0; j < kQatsAnchors; ++j) de += 2.0 * gap[std::size_t(j)] * d.member[r * kQatsAnchors + std::size_t(j)];
+      de /= total;
+      const double dT = de / (2.0 * sbece) * dconf[r] + kQatsNllWeight * dnll[r] / double(n);
+      (*grad)[lo[r]] += (1 - frac[r]) * dT;
+      (*grad)[lo[r] + 1] += frac[r] * dT;
+    }
+  }
+  return sbece + kQatsNllWeight * nll;
+}
+
+/// Minimises the objective over monotone knot temperatures by L-BFGS in an unconstrained
+/// parameterisation: in the direction's order, T_first = Tmin + e^{a_0} and each next knot adds
+/// e^{a_j} (so T >= Tmin and monotone by construction; a flat segment is a_j -> -inf, where the
+/// gradient vanishes). Projected gradient descent on T itself converged too slowly (the objective is
+/// ill-conditioned along the knots: > 500 iterations on 6000 rows) to report convergence honestly.
+std::vector<double> qats_minimise(const QatsData& d, double t0, std::size_t J, int direction, int max_iter,
+                                  bool& converged, int& iterations, double& value) {
+  auto order = [&](std::size_t j) { return direction > 0 ? j : J - 1 - j; };
+  auto temps = [&](const std::vector<double>& a) {
+    std::vector<double> t(J);
+    double acc = kQatsMinTemperature;
+    for (std::size_t j = 0; j < J; ++j) {
+      acc += std::exp(a[j]);
+      t[order(j)] = acc;
+    }
+    return t;
+  };
+  std::vector<double> a(J, std::log(1e-3 * t0));
+  a[0] = std::log(std::max(t0 - kQatsMinTemperature - 1e-3 * t0 * double(J - 1), 1e-3));
+  const auto f = [&](const std::vector<double>& x, std::vector<double>& g) {
+    std::vector<double> gt;
+    const double v = qats_objective(d, temps(x), &gt);
+    g.assign(J, 0.0);
+    double tail = 0;  // dF/dT summed over the knots at or after j in the direction's order
+    for (std::size_t j = J; j-- > 0;) {
+      tail += gt[order(j)];
+      g[j] = std::exp(x[j]) * tail;
+    }
+    return v;
+  };
+  const LbfgsResult r = lbfgs(a, f, max_iter, 1e-7);
+  converged = r.converged;
+  iterations = r.iterations;
+  value = r.value;
+  return temps(a);
+}
+
+}  // namespace
+
 QatsFit fit_qats(const std::vector<double>& z, std::size_t n, std::size_t k, const std::vector<std::int64_t>& labels,
-                 int knots, int max_iter) {
+                 int knots, int max_iter, std::uint64_t seed) {
   check_logits("fit_qats", z, n, k, labels);
   if (knots < 2) throw_input("fit_qats", "knots is " + std::to_string(knots) + ", but must be >= 2");
+  if (n < 10) throw_input("fit_qats", "needs at least 10 examples, got " + std::to_string(n));
   const std::size_t J = static_cast<std::size_t>(knots);
   QatsFit fit;
   fit.calib_confidence = row_confidence(z, n, k);
-  std::vector<double> u(n);
   std::sort(fit.calib_confidence.begin(), fit.calib_confidence.end());
-  const auto conf = row_confidence(z, n, k);
-  for (std::size_t i = 0; i < n; ++i) u[i] = quantile_of(fit.calib_confidence, conf[i]);
   const TemperatureFit t0 = fit_temperature(z, n, k, labels);
-  fit.theta.assign(J, t0.ok() ? std::log(t0.temperature) : 0.0);
-  auto eval = [&](const std::vector<double>& th, std::vector<double>* grad) {
-    if (grad) grad->assign(J, 0.0);
-    double f = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      std::size_t lo;
-      double t;
-      knot_weights(u[i], J, lo, t);
-      const double logT = (1 - t) * th[lo] + t * th[lo + 1], beta = std::exp(-logT);
-      double lse, mean, var;
-      row_moments(&z[i * k], k, beta, lse, mean, var);
-      const double zy = z[i * k + static_cast<std::size_t>(labels[i])];
-      f += lse - beta * zy;
-      if (grad) {
-        const double dlogT = (mean - zy) * -beta;  // dNLL/dbeta * dbeta/dlogT
-        (*grad)[lo] += (1 - t) * dlogT;
-        (*grad)[lo + 1] += t * dlogT;
-      }
-    }
-    if (grad)
-      for (auto& g : *grad) g /= static_cast<double>(n);
-    return f / static_cast<double>(n);
-  };
-  std::vector<double> g;
-  double f = eval(fit.theta, &g), step = 1.0;
-  for (int it = 1; it <= max_iter; ++it) {
-    fit.iterations = it;
-    std::vector<double> cand(J);
-    double fc = f;
-    bool moved = false;
-    for (int ls = 0; ls < 40; ++ls) {
-      for (std::size_t j = 0; j < J; ++j) cand[j] = fit.theta[j] - step * g[j];
-      cand = pool_adjacent_violators(cand);  // projection onto non-decreasing knots
-      fc = eval(cand, nullptr);
-      if (fc < f - 1e-15) {
-        moved = true;
-        break;
-      }
-      step *= 0.5;
-    }
-    if (!moved) {
-      fit.converged = true;  // no projected descent step decreases the NLL
-      break;
-    }
-    double change = 0;
-    for (std::size_t j = 0; j < J; ++j) change = std::max(change, std::fabs(cand[j] - fit.theta[j]));
-    fit.theta = cand;
-    const double prev = f;
-    f = eval(fit.theta, &g);
-    step = std::min(step * 2.0, 100.0);
-    if (change < 1e-9 || prev - f < 1e-13) {
-      fit.converged = true;
-      break;
-    }
+  const double start = t0.ok() ? std::max(t0.temperature, 2 * kQatsMinTemperature) : 1.0;
+  // Inner split: 80 % to fit each direction, 20 % to choose.
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  Rng(seed).shuffle(order);
+  const std::size_t n_val = std::max<std::size_t>(1, n / 5);
+  std::vector<std::size_t> val(order.begin(), order.begin() + long(n_val)), fitrows(order.begin() + long(n_val), order.end());
+  std::sort(val.begin(), val.end());
+  std::sort(fitrows.begin(), fitrows.end());
+  const auto dfit = qats_data(z, k, labels, fitrows, fit.calib_confidence);
+  const auto dval = qats_data(z, k, labels, val, fit.calib_confidence);
+  for (int dir : {1, -1}) {
+    bool conv;
+    int its;
+    double v;
+    const auto t = qats_minimise(dfit, start, J, dir, max_iter, conv, its, v);
+    fit.inner_objective[dir > 0 ? 0 : 1] = qats_objective(dval, t, nullptr);
   }
-  fit.nll = f;
+  fit.direction = fit.inner_objective[0] <= fit.inner_objective[1] ? 1 : -1;
+  std::vector<std::size_t> all(n);
+  std::iota(all.begin(), all.end(), std::size_t{0});
+  const auto dall = qats_data(z, k, labels, all, fit.calib_confidence);
+  fit.temperature = qats_minimise(dall, start, J, fit.direction, max_iter, fit.converged, fit.iterations, fit.objective);
   return fit;
 }
 
 std::vector<double> apply_qats(const QatsFit& fit, const std::vector<double>& z, std::size_t n, std::size_t k) {
-  ARCAL_ASSERT(z.size() == n * k && fit.theta.size() >= 2, "apply_qats shape");
+  ARCAL_ASSERT(z.size() == n * k && fit.temperature.size() >= 2, "apply_qats shape");
   const auto conf = row_confidence(z, n, k);
   std::vector<double> p(n * k);
   for (std::size_t i = 0; i < n; ++i) {
     std::size_t lo;
     double t;
-    knot_weights(quantile_of(fit.calib_confidence, conf[i]), fit.theta.size(), lo, t);
-    const double beta = std::exp(-((1 - t) * fit.theta[lo] + t * fit.theta[lo + 1]));
+    knot_weights(quantile_of(fit.calib_confidence, conf[i]), fit.temperature.size(), lo, t);
+    const double beta = 1.0 / ((1 - t) * fit.temperature[lo] + t * fit.temperature[lo + 1]);
     const std::vector<double> row(z.begin() + static_cast<std::ptrdiff_t>(i * k),
                                   z.begin() + static_cast<std::ptrdiff_t>((i + 1) * k));
     const auto pr = softmax_scaled(row, 1, k, beta);

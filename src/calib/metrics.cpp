@@ -10,7 +10,9 @@
 #include <thread>
 #include <utility>
 
+#include "calib/consistency.hpp"
 #include "core/check.hpp"
+#include "core/rng.hpp"
 
 namespace arcal {
 
@@ -468,7 +470,7 @@ double auroc_sorted(const double* c, const double* a, std::size_t n) {
   return (sum_pos_rank - pos * (pos + 1.0) / 2.0) / (pos * neg);
 }
 
-enum Metric { kAcc, kEce, kMce, kRmsce, kAda, kDeb, kSm, kSmSigma, kNll, kBrier, kAuroc, kCount };
+enum Metric { kAcc, kEce, kMce, kRmsce, kAda, kDeb, kDebRaw, kSm, kSmSigma, kNll, kBrier, kAuroc, kCount };
 
 struct Tables {
   std::vector<BinRow> width, mass;
@@ -525,20 +527,22 @@ void evaluate(const Sorted& p, const std::uint32_t* w, double* out, Tables* tabl
     brier += wj * p.brier[j];
     run_p += wj * aj;
     run_n += wj * (1.0 - aj);
-    grid_add(cj, wj * (cj - aj) / dtotal, scale, 200, v.data());
+    if (!w) grid_add(cj, wj * (cj - aj) / dtotal, scale, 200, v.data());
   }
   sum_pos_rank += run_p * (rank_a + (run_p + run_n + 1.0) / 2.0);
   pos += run_p;
   neg += run_n;
   const Binned eqw = summarise_bins(wc, ws, wa, B, dtotal);
   const Binned eqm = summarise_bins(mc, ms, ma, B, dtotal);
-  const SmoothEce sm = smooth_search(p.c.data(), p.a.data(), w, n, dtotal, v);
+  // smECE has no interval (method.md §4), so resamples skip it (the costliest metric at small sigma).
+  const SmoothEce sm = w ? SmoothEce{kNaN, kNaN} : smooth_search(p.c.data(), p.a.data(), w, n, dtotal, v);
   out[kAcc] = acc / dtotal;
   out[kEce] = eqw.ece;
   out[kMce] = eqw.mce;
   out[kRmsce] = eqw.rmsce;
   out[kAda] = eqm.ece;
   out[kDeb] = std::sqrt(std::max(eqw.deb_raw, 0.0));
+  out[kDebRaw] = eqw.deb_raw;
   out[kSm] = sm.value;
   out[kSmSigma] = sm.sigma;
   out[kNll] = nll / dtotal;
@@ -733,53 +737,65 @@ CalibrationReport calibration_report(const std::vector<double>& probs, std::size
   r.debiased_clipped = tables.deb_raw < 0;
 
   std::vector<std::vector<double>> draws(kCount);
-  std::vector<double> cw_draws;
   if (opt.draws > 0) {
-    int cw = opt.classwise_draws;
-    if (cw < 0) {
-      const double budget = 2e9 / (static_cast<double>(n) * static_cast<double>(k));
-      cw = std::min(opt.draws, std::max(100, static_cast<int>(std::min(budget, 1e9))));
-    }
-    cw = std::min(cw, opt.draws);
-    r.classwise_draws = cw;
     for (auto& d : draws) d.reserve(static_cast<std::size_t>(opt.draws));
-    std::vector<std::uint32_t> w;       // multiplicities over sorted positions
-    std::vector<std::uint32_t> w_file;  // the same over file rows (classwise)
+    std::vector<std::uint32_t> w;  // multiplicities over sorted positions
     for (int b = 0; b < opt.draws; ++b) {
       // Resample b = percentile_bootstrap's resample b over sorted positions (stats/bootstrap.hpp).
       bootstrap_counts(n, opt.seed, static_cast<std::uint64_t>(b), w);
       double v[kCount];
       evaluate(p, w.data(), v, nullptr);
       for (int m = 0; m < kCount; ++m) draws[static_cast<std::size_t>(m)].push_back(v[m]);
-      if (b < cw) {
-        w_file.assign(n, 0u);
-        for (std::size_t j = 0; j < n; ++j) w_file[p.order[j]] = w[j];
-        ClasswiseCells c(k, opt.bins);
-        for (std::size_t i = 0; i < n; ++i)
-          if (w_file[i]) c.add(&probs[i * k], static_cast<std::size_t>(labels[i]), static_cast<double>(w_file[i]));
-        cw_draws.push_back(c.finish());
-      }
     }
   }
-  auto est = [&](int m) {
+  auto percentile = [&](int m) {
     Estimate e;
     e.value = point[m];
     e.ci = opt.draws > 0 ? percentile_interval(draws[static_cast<std::size_t>(m)], opt.level) : Interval{kNaN, kNaN};
     return e;
   };
-  r.accuracy = est(kAcc);
-  r.ece = est(kEce);
-  r.mce = est(kMce);
-  r.rmsce = est(kRmsce);
-  r.ada_ece = est(kAda);
-  r.debiased_ece = est(kDeb);
-  r.smece = est(kSm);
-  r.smece_sigma = est(kSmSigma);
-  r.nll = est(kNll);
-  r.brier = est(kBrier);
-  r.auroc = est(kAuroc);
-  r.classwise_ece.value = cw_point;
-  r.classwise_ece.ci = cw_draws.empty() ? Interval{kNaN, kNaN} : percentile_interval(cw_draws, opt.level);
+  auto none = [&](double value) {
+    Estimate e;
+    e.value = value;
+    e.ci = {kNaN, kNaN};
+    return e;
+  };
+  r.accuracy = percentile(kAcc);
+  r.nll = percentile(kNll);
+  r.brier = percentile(kBrier);
+  r.auroc = percentile(kAuroc);
+  r.mce = none(point[kMce]);
+  r.smece = none(point[kSm]);
+  r.smece_sigma = none(point[kSmSigma]);
+  r.ece = none(point[kEce]);
+  r.rmsce = none(point[kRmsce]);
+  r.ada_ece = none(point[kAda]);
+  r.debiased_ece = none(point[kDeb]);
+  r.classwise_ece = none(cw_point);
+  // Calibration errors: test inversion along the scaled-gap family (calib/consistency.hpp), whose
+  // consistency test (labels redrawn from the model's own probabilities) decides the zero lower end.
+  r.consistency_draws = opt.consistency_draws;
+  if (opt.consistency_draws > 0) {
+    std::vector<double> conf(n), correct(n);
+    for (std::size_t j = 0; j < n; ++j) {
+      conf[j] = p.c[j];
+      correct[j] = p.a[j];
+    }
+    const auto width = top_label_cells(conf, correct, opt.bins, false);
+    const auto mass = top_label_cells(conf, correct, opt.bins, true);
+    auto inverted = [&](Estimate& e, const ErrorCells& cells, CellError kind, std::uint64_t stream) {
+      const auto fi = scaled_family_interval(cells, kind, opt.level, opt.consistency_draws, derive_seed(opt.seed, stream));
+      e.ci = {fi.low, fi.high};
+      e.bias_corrected = fi.median_unbiased;
+      return fi.consistency_p;
+    };
+    r.consistency_p = inverted(r.ece, width, CellError::l1, 0xC0);
+    inverted(r.rmsce, width, CellError::l2, 0xC1);
+    inverted(r.ada_ece, mass, CellError::l1, 0xC2);
+    inverted(r.debiased_ece, width, CellError::debiased_l2, 0xC3);
+    r.classwise_consistency_p =
+        inverted(r.classwise_ece, classwise_cells(probs, n, k, labels, opt.bins), CellError::l1, 0xC4);
+  }
   return r;
 }
 

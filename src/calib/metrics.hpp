@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "calib/binning.hpp"
@@ -76,8 +77,16 @@ double binary_log_loss(const std::vector<double>& estimate, const std::vector<do
 double binary_brier(const std::vector<double>& estimate, const std::vector<double>& target);
 
 struct Estimate {
-  double value = 0.0;
-  Interval ci;  ///< percentile-bootstrap interval (NaN bounds when not computed)
+  double value = 0.0;  ///< the plug-in value (netcal's, torchmetrics' and relplot's convention)
+  /// 95 % interval for the population value (NaN bounds when not computed or not defined: MCE, smECE
+  /// and smECE's bandwidth get none). Accuracy, NLL, Brier, AUROC: percentile bootstrap. ECE, RMSCE,
+  /// AdaECE, classwise ECE, debiased L2: inversion of the consistency test along the scaled-gap family
+  /// (calib/consistency.hpp); it corrects the upward bias of the plug-in value, which may therefore lie
+  /// above the interval, and its lower end is 0 exactly when calibration is not rejected.
+  Interval ci;
+  /// Calibration errors: the median-unbiased estimate (the family member whose median error is the
+  /// observed one; 0 when the observed error is below a calibrated model's median). NaN otherwise.
+  double bias_corrected = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct ReportOptions {
@@ -85,30 +94,37 @@ struct ReportOptions {
   int draws = 1000;         ///< bootstrap resamples (0: no intervals)
   std::uint64_t seed = 0;
   double level = 0.95;
-  /// Resamples for classwise ECE, whose every resample costs N*K: -1 = automatic,
-  /// min(draws, max(100, 2e9 / (N*K))). The number used is reported.
-  int classwise_draws = -1;
+  /// Label redraws per family member of the calibration errors' test-inversion intervals
+  /// (calib/consistency.hpp); 0: no intervals for them.
+  int consistency_draws = 1000;
 };
 
 struct CalibrationReport {
   std::size_t n = 0, classes = 0;
-  int bins = 15, draws = 0, classwise_draws = 0;
+  int bins = 15, draws = 0;
   std::uint64_t seed = 0;
   double level = 0.95;
   Estimate accuracy, ece, mce, rmsce, ada_ece, classwise_ece, debiased_ece, smece, smece_sigma, nll, brier, auroc;
   bool debiased_clipped = false;
+  int consistency_draws = 0;
+  /// Consistency tests (labels redrawn from the model's own probabilities): p of the observed top-label
+  /// ECE (it decides the zero rule of every top-label calibration error) and of classwise ECE (its own
+  /// rule). NaN when not computed.
+  double consistency_p = std::numeric_limits<double>::quiet_NaN();
+  double classwise_consistency_p = std::numeric_limits<double>::quiet_NaN();
   std::vector<BinRow> reliability;              ///< equal-width table [B]
   std::vector<BinRow> reliability_equal_mass;   ///< equal-mass table [B]
 };
 
-/// Every metric of method.md §4 with seeded percentile-bootstrap intervals over examples.
+/// Every metric of method.md §4 with seeded bootstrap intervals over examples (see Estimate::ci for
+/// which interval each metric gets) and the consistency tests of its zero rule.
 /// Cost: one scan of the [N, K] matrix (validation, top label, NLL/Brier terms, classwise cells), one
 /// O(N) radix sort of the confidences, one O(N) pass for all top-label metrics. What the bootstrap
 /// resamples: whole examples (rows), with replacement. Resample b is percentile_bootstrap's resample b
 /// over confidence-sorted positions (stats/bootstrap_counts, Rng(derive_seed(seed, b))), held as
 /// multiplicities, so every top-label metric, NLL and Brier of resample b comes from one O(N) weighted
-/// pass with no re-sorting; classwise ECE uses the same multiplicities for b < classwise_draws and costs
-/// O(N K) each. The matrix scan runs on std::thread::hardware_concurrency() threads when N x K >= 2^22
+/// pass with no re-sorting (smECE, which has no interval, is skipped in resamples). The calibration
+/// errors' intervals cost O(cells) per label redraw (calib/consistency.hpp). The matrix scan runs on std::thread::hardware_concurrency() threads when N x K >= 2^22
 /// (fixed chunks of 2^15 rows whose classwise sums are added in chunk order, so the result is the same
 /// for any thread count); the rest is single-threaded. Throws InputError on invalid input or options.
 CalibrationReport calibration_report(const std::vector<double>& probs, std::size_t n, std::size_t k,

@@ -8,7 +8,7 @@
 
 namespace arcal {
 
-/// n, classes, bins, bootstrap, classwise_bootstrap, seed, level, debiased_ece_clipped, every metric
+/// n, classes, bins, bootstrap, seed, level, debiased_ece_clipped, every metric
 /// (null where undefined), ci {metric: [low, high] or null}, reliability [{n, conf, acc}] (15 rows).
 nlohmann::json calibration_report_json(const CalibrationReport& report);
 

@@ -83,6 +83,8 @@ inline constexpr IntRange probe_restarts{1, 100};  ///< also --refit-restarts
 inline constexpr IntRange refit_patience{1, 1000};
 inline constexpr IntRange sensitivity_draws{1, 100000};
 inline constexpr IntRange null_replicates{1, 1000000};
+inline constexpr IntRange null_group_size{2, 10};  ///< audit --null-group-size (matched-group size)
+inline constexpr IntRange probe_repeats{1, 100};   ///< audit --probe-repeats (2-fold cross-fits per run)
 inline constexpr IntRange audit_threads{0, 1024};  ///< 0 = all cores
 inline constexpr RealRange lr{0.0, 10.0, true};
 inline constexpr RealRange weight_decay{0.0, 100.0, false};
@@ -91,6 +93,7 @@ inline constexpr RealRange sbece_weight{0.0, 1000.0, false};
 inline constexpr RealRange sbece_temperature{0.0, 100.0, true};
 inline constexpr RealRange norm_eps{0.0, 1.0, false};
 inline constexpr RealRange sensitivity_threshold{-1000.0, 1000.0, false};
+inline constexpr RealRange correction_ridge{-1.0, 1e9, false};  ///< audit: negative = chosen by inner CV
 // arcal cedar (the sizes of q, k and v come from the file, under the array limits above)
 inline constexpr IntRange cedar_chunk_size{1, 1LL << 40};  ///< larger than N: one chunk
 inline constexpr IntRange cedar_budget{0, 1LL << 40};      ///< exact chunks per query; above M: all

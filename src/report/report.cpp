@@ -328,7 +328,7 @@ std::vector<std::string> report_verdict(const json& results) {
   }
   // 4. Probes.
   if (r.contains("probes") && r["probes"].contains("tests")) {
-    std::string line = "Probes (log-loss gain over control, mean over runs [95 % CI]): ";
+    std::string line = "Probes (log-loss gain over control, random-effects mean over runs [95 % CI]): ";
     bool first = true;
     for (auto& t : arr(r["probes"]["tests"])) {
       if (t.value("metric", "") != "log_loss") continue;
@@ -337,9 +337,9 @@ std::vector<std::string> report_verdict(const json& results) {
           c != "full_logit_routing_vs_full_logit")
         continue;
       line += (first ? "" : "; ") + c + " " + sgn(-num(t, "mean_delta")) + " [" + sgn(-t["ci"][1].get<double>()) + ", " +
-              sgn(-t["ci"][0].get<double>()) + "], significantly better in " + std::to_string(t.value("runs_better", 0)) + "/" +
-              std::to_string(t.value("runs", 0)) + " runs, worse in " + std::to_string(t.value("runs_worse", 0)) +
-              " (across-run Holm p " + pval(num(t, "p_holm")) + ")";
+              sgn(-t["ci"][0].get<double>()) + "], " + str(t, "verdict") + " (Holm p " + pval(num(t, "p_holm")) +
+              "; runs whose own interval lies above 0: " + std::to_string(t.value("runs_better", 0)) + "/" +
+              std::to_string(t.value("runs", 0)) + ", a count, not a test)";
       first = false;
     }
     v.push_back(line + ".");
@@ -363,8 +363,8 @@ std::vector<std::string> report_verdict(const json& results) {
   if (r.contains("exact_null")) {
     for (auto& p : arr(r["exact_null"]["pooled"]))
       if (p["comparison"] == "full_vector_vs_capacity_matched")
-        line += fmt::format("; exact null ({}): real gain {:+.5f}, null q95 {:+.5f}, p = {:.3f}", p.value("variant", ""),
-                            num(p, "real_mean_gain"), num(p, "null_q95"), num(p, "p"));
+        line += fmt::format("; exact null, conditional permutation ({}): real gain {:+.5f}, null q95 {:+.5f}, p = {:.3f}",
+                            p.value("variant", ""), num(p, "real_mean_gain"), num(p, "null_q95"), num(p, "p"));
   } else {
     line += "; exact null: not run";
   }
@@ -528,10 +528,14 @@ void build_report(json& r, const std::string& path, const std::string& out_dir, 
     auto& d = r["diagnostic"];
     Section s{"Matched-confidence diagnostic", {}};
     s.p(fmt::format("Family of {} declared tests (run x statistic); {} {} confidence bins (bins with fewer than {} examples "
-                    "dropped); within-bin permutation null with R = {}; alpha = {}.",
+                    "dropped); R = {} permutations; alpha = {}. Decision: residuals a - q(c) against a cross-fitted "
+                    "isotonic q, routing permuted within ~{}-example strata of confidence (a conditional permutation "
+                    "test that holds its level when routing tracks confidence). The paper's protocol (a - c, "
+                    "within-bin permutation) is shown beside it, never the decision: it rejects falsely when routing "
+                    "tracks confidence inside a bin and the model is miscalibrated.",
                     d.value("family_size", 0), d.value("bins", 0), str(d, "binning"), d.value("min_bin_count", 0),
-                    d.value("permutations", 0), num(d, "alpha")));
-    Table t{{"#", "run", "statistic", "n used", "gap G", "p", "p Holm", "p BH"}, {}};
+                    d.value("permutations", 0), num(d, "alpha"), d.value("strata_size", 20)));
+    Table t{{"#", "run", "statistic", "n used", "gap G_r", "p", "p Holm", "p BH", "paper G", "paper p", "paper p Holm"}, {}};
     std::ostringstream hist, pv;
     pv << "# index label p p_holm p_bh\n";
     std::size_t i = 0;
@@ -539,8 +543,11 @@ void build_report(json& r, const std::string& path, const std::string& out_dir, 
     std::vector<double> gaps;
     for (auto& te : arr(d["tests"])) {
       ++i;
+      const bool has_paper = te.contains("paper");
       t.rows.push_back({std::to_string(i), short_run(te["run"]), str(te, "statistic"), std::to_string(te.value("n_used", 0)),
-                        fmt::format("{:+.5f}", num(te, "gap")), pval(num(te, "p")), pval(num(te, "p_holm")), pval(num(te, "p_bh"))});
+                        fmt::format("{:+.5f}", num(te, "gap")), pval(num(te, "p")), pval(num(te, "p_holm")), pval(num(te, "p_bh")),
+                        has_paper ? fmt::format("{:+.5f}", num(te["paper"], "gap")) : "-",
+                        has_paper ? pval(num(te["paper"], "p")) : "-", has_paper ? pval(num(te["paper"], "p_holm")) : "-"});
       pv << i << " \"" << i << ":" << str(te, "statistic") << "\" " << g(num(te, "p")) << " "
          << g(num(te, "p_holm")) << " " << g(num(te, "p_bh")) << "\n";
       hist << "# test " << i << ": bin centre, count\n";
@@ -556,7 +563,8 @@ void build_report(json& r, const std::string& path, const std::string& out_dir, 
       titles.push_back(fmt::format("#{} {} {}: p = {}", i, short_run(te["run"]), str(te, "statistic"), pval(num(te, "p"))));
       gaps.push_back(num(te, "gap"));
     }
-    s.tab(t, "p: within-bin permutation p; Holm and Benjamini-Hochberg adjustments over the whole family.");
+    s.tab(t, "p: the decision test's conditional permutation p; Holm and Benjamini-Hochberg adjustments over the whole "
+             "family. paper: the seed paper's protocol (reported, not the decision).");
     w.csv(tabdir + "/diagnostic.csv", t);
     out.tables.push_back(tabdir + "/diagnostic.csv");
     if (i > 0) {
@@ -583,11 +591,11 @@ void build_report(json& r, const std::string& path, const std::string& out_dir, 
       s.fig("diagnostic_pvalues", "p-values of the family (bars above the dashed line reject at alpha).");
     }
     if (d.contains("stability")) {
-      Table st{{"cell", "statistic", "seeds", "rejections (Holm)", "positive", "negative", "stable"}, {}};
+      Table st{{"cell", "statistic", "seeds", "rejections (raw p)", "positive", "negative", "verdict"}, {}};
       for (auto& v : arr(d["stability"]))
         st.rows.push_back({str(v, "cell"), str(v, "statistic"), std::to_string(v.value("seeds", 0)), std::to_string(v.value("rejections", 0)),
                            std::to_string(v.value("rejections_positive", 0)), std::to_string(v.value("rejections_negative", 0)),
-                           v.value("stable", false) ? "yes" : "no"});
+                           v.contains("verdict") ? str(v, "verdict") : (v.value("stable", false) ? "stable" : "not stable")});
       s.tab(st, "Cross-seed stability: " + str(d, "stability_rule"));
     }
     secs.push_back(s);
@@ -695,14 +703,21 @@ void build_report(json& r, const std::string& path, const std::string& out_dir, 
   if (r.contains("probes") && r["probes"].contains("runs")) {
     auto& p = r["probes"];
     Section s{"MLP probes and controls", {}};
-    Table tt{{"comparison", "metric", "gain (mean over runs)", "95 % CI", "p Wilcoxon", "p sign", "p Holm", "runs better/worse", "verdict"}, {}};
+    Table tt{{"comparison", "metric", "gain (random-effects mean)", "95 % CI", "p", "p Holm", "p Wilcoxon (min)", "p sign",
+              "runs with interval above/below 0", "verdict"}, {}};
     for (auto& t : arr(p["tests"]))
       tt.rows.push_back({str(t, "comparison"), str(t, "metric"), sgn(-num(t, "mean_delta")),
                          fmt::format("[{}, {}]", sgn(-t["ci"][1].get<double>()), sgn(-t["ci"][0].get<double>())),
-                         pval(num(t, "p_wilcoxon")), pval(num(t, "p_sign")), pval(num(t, "p_holm")),
-                         fmt::format("{}/{}", t.value("runs_better", 0), t.value("runs_worse", 0)), str(t, "verdict")});
-    s.p("Gain = control's loss minus the probe's (positive: the probe is better). Across-run tests over the runs' paired "
-        "differences; Holm over the whole probe family.");
+                         pval(num(t, "p")), pval(num(t, "p_holm")),
+                         fmt::format("{} ({})", pval(num(t, "p_wilcoxon")), pval(num(t, "p_rank_min"))),
+                         pval(num(t, "p_sign")), fmt::format("{}/{}", t.value("runs_better", 0), t.value("runs_worse", 0)),
+                         str(t, "verdict")});
+    s.p("Gain = control's loss minus the probe's (positive: the probe is better). Per run: the mean over repeated "
+        "cross-fit splits with the Nadeau-Bengio corrected interval. Across runs: random-effects (Hartung-Knapp) "
+        "mean, interval and p; Holm over the whole probe family decides the verdict. Wilcoxon and sign tests are shown "
+        "with the smallest p they can reach with this many runs. Run counts are counts, not tests.");
+    if (auto& tests = arr(p["tests"]); !tests.empty() && tests[0].contains("power_note"))
+      s.p("Power: " + str(tests[0], "power_note") + ".");
     s.tab(tt);
     w.csv(tabdir + "/probe_tests.csv", tt);
     out.tables.push_back(tabdir + "/probe_tests.csv");
@@ -805,9 +820,33 @@ void build_report(json& r, const std::string& path, const std::string& out_dir, 
   if (r.contains("exact_null")) {
     auto& x = r["exact_null"];
     Section s{"Exact-null audit", {}};
-    s.p(fmt::format("Labels drawn from the outputs-only reference ({} replicates per run and variant); each probe's gain over its "
-                    "control under that null, against the real gain under the same procedure. Monte-Carlo p = (1 + #{{null >= real}}) / (R + 1).",
-                    x.value("replicates", 0)));
+    s.p(fmt::format("Decision null: the routing profile permuted within matched groups of about {} examples whose outputs are "
+                    "nearly identical (confidence: logit c; full_logit: the routing profile as predicted from the sorted probabilities), the real labels kept, every "
+                    "probe that reads the profile refitted ({} replicates per run and variant). Monte-Carlo p = (1 + #{{null >= real}}) "
+                    "/ (R + 1). It holds whatever P(correct | outputs) looks like, up to the matching resolution below.",
+                    x.value("group_size", 5), x.value("replicates", 0)));
+    {
+      Table mt{{"run", "variant", "groups", "mean within-group distance", "random-pair distance"}, {}};
+      for (auto& run : arr(x["runs"]))
+        if (run.contains("matching"))
+          mt.rows.push_back({short_run(run["run"]), str(run, "variant"), std::to_string(run["matching"].value("groups", 0)),
+                             fmt::format("{:.3g}", num(run["matching"], "mean_distance")),
+                             fmt::format("{:.3g}", num(run["matching"], "random_pair_distance"))});
+      if (!mt.rows.empty()) s.tab(mt, "Matching resolution (in the matching space's units).");
+    }
+    if (x.contains("model_based")) {
+      Table mb{{"variant", "comparison", "runs", "real mean gain", "null q95", "p (model-based)"}, {}};
+      for (auto& p : arr(x["model_based"]["pooled"]))
+        mb.rows.push_back({str(p, "variant"), str(p, "comparison"), std::to_string(p.value("runs", 0)),
+                           sgn(num(p, "real_mean_gain")), sgn(num(p, "null_q95")), pval(num(p, "p"))});
+      Table fitt{{"run", "variant", "Hosmer-Lemeshow", "df", "p"}, {}};
+      for (auto& run : arr(x["model_based"]["runs"]))
+        fitt.rows.push_back({short_run(run["run"]), str(run, "variant"), fmt::format("{:.1f}", num(run["reference_fit"], "statistic")),
+                             fmt::format("{:.0f}", num(run["reference_fit"], "df")), pval(num(run["reference_fit"], "p"))});
+      s.tab(mb, "Model-based null (labels drawn from a fitted reference): shown, not the decision; valid only if the "
+                "reference is right.");
+      s.tab(fitt, "Goodness of fit of the model-based null's reference on held-out halves (small p: misspecified).");
+    }
     Table t{{"variant", "comparison", "runs", "real mean gain", "null mean", "null q95", "p"}, {}};
     for (auto& p : arr(x["pooled"]))
       t.rows.push_back({str(p, "variant"), str(p, "comparison"), std::to_string(p.value("runs", 0)), sgn(num(p, "real_mean_gain")),

@@ -1,21 +1,13 @@
-// Across-run inference of method.md §6.4: Student's t distribution (CDF and quantile through the
-// regularised incomplete beta function), the random-effects meta-analysis of per-run effects with the
+// Across-run inference of method.md §6.4: the random-effects meta-analysis of per-run effects with the
 // Paule-Mandel between-run variance and the Hartung-Knapp t-interval on k - 1 degrees of freedom, and the smallest p-values that the rank tests can reach with n runs.
 #pragma once
 
 #include <cstddef>
 #include <vector>
 
+#include "stats/distributions.hpp"
+
 namespace arcal {
-
-/// Regularised incomplete beta I_x(a, b) (a, b > 0, x in [0, 1]) by Lentz's continued fraction.
-double incomplete_beta(double a, double b, double x);
-
-/// P(T <= t) for Student's t with df > 0 degrees of freedom.
-double student_t_cdf(double t, double df);
-
-/// The p-quantile of Student's t (0 < p < 1, df > 0), by bisection on student_t_cdf to 1e-12.
-double student_t_quantile(double p, double df);
 
 struct RandomEffectsResult {
   std::size_t k = 0;      ///< runs

@@ -4,6 +4,7 @@
 // the Monte-Carlo p is uniform under exchangeability, and invalid input throws.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "audit/injection.hpp"
@@ -74,6 +75,32 @@ TEST(Sensitivity, CorrectionProbeRecoversKnownShiftAndShrinksWithoutSignal) {
   // A huge ridge pins g to 0, so the probe returns q.
   const auto big = fit_correction_probe(q, z, y, 1e12);
   for (double b : big.beta) EXPECT_LT(std::abs(b), 1e-6);
+}
+
+TEST(Sensitivity, RidgeCrossValidationShrinksWithoutSignalAndNotWithStrongSignal) {
+  // With no dependence on z the cross-validated log-loss is lowest where g is pinned near 0 (a large
+  // ridge); with a strong one (g = 2u, well inside the basis) shrinkage costs likelihood, so a small
+  // ridge wins. Over 10 seeds each, the medians must sit at opposite ends of the grid.
+  std::vector<double> none, strong;
+  for (std::uint64_t seed = 0; seed < 10; ++seed) {
+    Rng rng(100 + seed);
+    const std::size_t n = 2000;
+    std::vector<double> q(n), z(n), y(n), y0(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      q[i] = 0.2 + 0.6 * rng.uniform();
+      z[i] = rng.normal();
+      const double u = std::min(std::max(z[i], -3.0), 3.0) / 3.0;
+      y[i] = rng.uniform() < sigmoid(std::log(q[i] / (1 - q[i])) + 2.0 * u) ? 1.0 : 0.0;
+      y0[i] = rng.uniform() < q[i] ? 1.0 : 0.0;
+    }
+    none.push_back(choose_correction_ridge(q, z, y0, kCorrectionRidges, 5, seed));
+    strong.push_back(choose_correction_ridge(q, z, y, kCorrectionRidges, 5, seed));
+  }
+  std::sort(none.begin(), none.end());
+  std::sort(strong.begin(), strong.end());
+  EXPECT_GE(none[5], 100.0);
+  EXPECT_LE(strong[5], 1.0);
+  EXPECT_THROW(choose_correction_ridge({0.5}, {0.0}, {1.0}, kCorrectionRidges, 5, 0), InputError);
 }
 
 TEST(Sensitivity, RecoverySummaryOracleIsOneAndZeroEffectHasNoRatio) {

@@ -1,8 +1,8 @@
-// The probe audit (audit/torch/probes.hpp) on simulated traces: under the exact null the full-vector
-// MLP's gain over each control (capacity-matched, shuffled) has a bootstrap interval covering 0 in
-// >= 90 % of runs; with an injected 0.02-nat routing effect the routing probes beat every control on
-// log-loss; the family wires into results.json and probes.csv; bad input throws. ARCAL_LONG_TESTS=1
-// adds the 40-run null check and the 10-run detection check at N = 10,000 (ctest label "long").
+// The probe audit (audit/torch/probes.hpp) on simulated traces: under the exact null the per-run test
+// calls the full-vector MLP better than a control (linear included) at most at its nominal rate and
+// covers 0 against the routing controls at 95 %; with an injected 0.02-nat routing effect the routing
+// probes beat every control on log-loss; the family wires into results.json and probes.csv; bad input
+// throws. ARCAL_LONG_TESTS=1 adds the 80-run null check and the 10-run detection check at N = 10,000.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -32,22 +32,24 @@ const RunComparison& comparison(const RunProbeResult& r, const std::string& name
   throw std::runtime_error("missing comparison " + name);
 }
 
-/// Exact-null behaviour of the full-vector probe's log-loss interval against three controls over
-/// `runs` simulations (seeds seed0 ..). The full-vector probe is a correction of the capacity-matched
-/// control's fitted logit whose starting point ("no change") competes with every trained epoch, so its
-/// P null inputs cost ~nothing and the interval must cover 0 at about the nominal rate against every
-/// control. (Fitted on its own, as before, it paid ~P/(2 n_train) nats and covered 0 in 13/20 runs at
-/// N = 4,000: this check fails that definition.) ARCAL_PROBE_CORRECTIONS=0 measures the old definition.
-void null_coverage(std::size_t runs, std::size_t n, int restarts, std::uint64_t seed0) {
+/// Exact-null behaviour of the per-run tests over `runs` simulations (seeds seed0 ..): the routing
+/// profile carries nothing, so the full-vector probe must not be declared better than any control
+/// (its interval entirely below 0) in more than the nominal 2.5 % of runs, the linear baseline
+/// included (the simulated truth is logistic in logit c, so Platt is correctly specified), and its
+/// interval must cover 0 against the three routing controls at the nominal 95 %. The example-level
+/// bootstrap this replaced, conditional on the fitted probes, called the probe better than its
+/// shuffled control in 12 % and than linear in 20 % of null runs (issue 17): the refit's variability
+/// belongs in the per-run test, which now comes from repeated cross-fits with the Nadeau-Bengio
+/// correction.
+void null_coverage(std::size_t runs, std::size_t n, int repeats, std::uint64_t seed0) {
   torch::set_num_threads(1);
   ProbeAuditOptions o;
-  o.mlp.restarts = restarts;
-  o.only = {"full_vector", "capacity_matched", "shuffled_global", "shuffled_within_bins"};
+  o.repeats = repeats;
   if (const char* e = std::getenv("ARCAL_PROBE_CORRECTIONS")) o.corrections = std::string(e) != "0";
-  const std::array<const char*, 3> names{"full_vector_vs_capacity_matched", "full_vector_vs_shuffled_global",
-                                         "full_vector_vs_shuffled_within_bins"};
-  std::array<std::size_t, 3> cover{}, false_gain{}, exact_zero{};
-  std::array<double, 3> sum_delta{}, sum_width{};
+  const std::array<const char*, 4> names{"full_vector_vs_capacity_matched", "full_vector_vs_shuffled_global",
+                                         "full_vector_vs_shuffled_within_bins", "full_vector_vs_linear"};
+  std::array<std::size_t, 4> cover{}, false_gain{};
+  std::array<double, 4> sum_delta{}, sum_width{};
   const auto t0 = std::chrono::steady_clock::now();
   for (std::size_t r = 0; r < runs; ++r) {
     const auto run = simulated_run(n, 0.0, seed0 + r);
@@ -57,35 +59,34 @@ void null_coverage(std::size_t runs, std::size_t n, int restarts, std::uint64_t 
       const auto& c = comparison(res, names[k]).log_loss;
       cover[k] += c.ci.low <= 0 && 0 <= c.ci.high;
       false_gain[k] += c.ci.high < 0;
-      exact_zero[k] += c.ci.low == 0 && c.ci.high == 0;
       sum_delta[k] += c.delta;
       sum_width[k] += c.ci.high - c.ci.low;
     }
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("  exact null, %zu runs (seeds %llu..) at N = %zu, %d restarts, corrections %d, %.1f s:\n", runs,
-              static_cast<unsigned long long>(seed0), n, restarts, int(o.corrections), secs);
+  std::printf("  exact null, %zu runs (seeds %llu..) at N = %zu, %d repeats, corrections %d, %.1f s:\n", runs,
+              static_cast<unsigned long long>(seed0), n, repeats, int(o.corrections), secs);
   for (std::size_t k = 0; k < names.size(); ++k)
-    std::printf("    %-38s log-loss CI covers 0 in %zu/%zu, false gains %zu, degenerate [0,0] %zu, mean delta %+.5f, "
-                "mean CI width %.5f\n",
-                names[k], cover[k], runs, false_gain[k], exact_zero[k], sum_delta[k] / double(runs),
-                sum_width[k] / double(runs));
-  // Coverage >= 90 % is not rejected when the count is at least the 5 % lower binomial quantile of
-  // Bin(runs, 0.9) (20 runs: 16; 40 runs: 33). A spurious routing gain in at most 10 % of null runs.
-  std::size_t lo = 0;
-  while (binomial_cdf(lo, runs, 0.9) < 0.05) ++lo;
+    std::printf("    %-38s log-loss CI covers 0 in %zu/%zu, false gains %zu, mean delta %+.5f, mean CI width %.5f\n",
+                names[k], cover[k], runs, false_gain[k], sum_delta[k] / double(runs), sum_width[k] / double(runs));
+  // 99 % binomial bands: false gains at most the upper end for p = 0.025, coverage of the three
+  // routing-null comparisons at least the lower end for p = 0.95.
+  const auto gains = arcal::test_util::binomial_band_99(runs, 0.025);
+  const auto covers = arcal::test_util::binomial_band_99(runs, 0.95);
   for (std::size_t k = 0; k < names.size(); ++k) {
-    EXPECT_LE(double(false_gain[k]), 0.1 * double(runs)) << names[k];
-    EXPECT_GE(cover[k], lo) << names[k];
+    EXPECT_LE(false_gain[k], gains.second) << names[k];
+    if (k < 3) {
+      EXPECT_GE(cover[k], covers.first) << names[k];
+    }
   }
 }
 
 /// The injected-effect check over `runs` simulations: every routing probe's log-loss interval lies
 /// below 0 against every control, in every run.
-void injected_detection(std::size_t runs, std::size_t n, double effect, int restarts, std::uint64_t seed0) {
+void injected_detection(std::size_t runs, std::size_t n, double effect, int repeats, std::uint64_t seed0) {
   torch::set_num_threads(1);
   ProbeAuditOptions o;
-  o.mlp.restarts = restarts;
+  o.repeats = repeats;
   if (const char* e = std::getenv("ARCAL_PROBE_CORRECTIONS")) o.corrections = std::string(e) != "0";
   const std::array<const char*, 5> names{"full_vector_vs_capacity_matched", "full_vector_vs_shuffled_global",
                                          "full_vector_vs_shuffled_within_bins", "full_vector_vs_linear",
@@ -106,8 +107,8 @@ void injected_detection(std::size_t runs, std::size_t n, double effect, int rest
     }
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("  injected %.3f nats, %zu runs (seeds %llu..) at N = %zu, %d restarts, corrections %d, %.1f s:\n", effect,
-              runs, static_cast<unsigned long long>(seed0), n, restarts, int(o.corrections), secs);
+  std::printf("  injected %.3f nats, %zu runs (seeds %llu..) at N = %zu, %d repeats, corrections %d, %.1f s:\n", effect,
+              runs, static_cast<unsigned long long>(seed0), n, repeats, int(o.corrections), secs);
   for (std::size_t k = 0; k < names.size(); ++k) {
     std::printf("    %-38s interval below 0 in %zu/%zu, mean delta %+.5f, largest upper end %+.5f\n", names[k], beat[k],
                 runs, sum_delta[k] / double(runs), max_high[k]);
@@ -117,13 +118,13 @@ void injected_detection(std::size_t runs, std::size_t n, double effect, int rest
 
 }  // namespace
 
-TEST(Probes, NullGainIntervalCoversZero) { null_coverage(20, 4000, 2, 500); }
+TEST(Probes, NullGainIntervalCoversZero) { null_coverage(40, 2000, 5, 500); }
 
 TEST(Probes, LongNullGainIntervalCoversZero) {
   if (!long_tests()) GTEST_SKIP() << "set ARCAL_LONG_TESTS=1 (ctest -L long)";
   // The validation of docs/audit_validation.md: `arcal simulate --n 10000 --classes 10 --seed S`,
-  // S = 0..39, the audit's 5 restarts.
-  null_coverage(40, 10000, 5, 0);
+  // S = 0..79, the audit's 5 repeated cross-fits.
+  null_coverage(80, 10000, 5, 0);
 }
 
 TEST(Probes, LongInjectedEffectBeatsEveryControl) {
@@ -135,7 +136,6 @@ TEST(Probes, InjectedEffectBeatsEveryControl) {
   torch::set_num_threads(1);
   const auto run = simulated_run(10000, 0.02, 77);
   ProbeAuditOptions o;
-  o.mlp.restarts = 2;
   o.seed = 77;
   const auto t0 = std::chrono::steady_clock::now();
   const auto res = run_probes(run, 0, o);
@@ -148,7 +148,7 @@ TEST(Probes, InjectedEffectBeatsEveryControl) {
   for (const auto& c : res.comparisons)
     std::printf("  %-40s log-loss delta %+.5f [%+.5f, %+.5f]\n", c.name.c_str(), c.log_loss.delta, c.log_loss.ci.low,
                 c.log_loss.ci.high);
-  std::printf("  one run, N = 10000, 2 restarts: %.1f s\n", secs);
+  std::printf("  one run, N = 10000, 5 repeats: %.1f s\n", secs);
   for (const char* name : {"full_vector_vs_capacity_matched", "full_vector_vs_shuffled_global",
                            "full_vector_vs_shuffled_within_bins", "full_vector_vs_linear",
                            "full_logit_routing_vs_full_logit"})
@@ -167,9 +167,8 @@ TEST(Probes, FamilyWritesResultsJsonAndCsv) {
   torch::set_num_threads(1);
   std::vector<AuditRunInput> runs{simulated_run(600, 0.0, 1), simulated_run(600, 0.0, 2)};
   ProbeAuditOptions o;
-  o.mlp.restarts = 1;
+  o.repeats = 2;
   o.mlp.max_epochs = 5;
-  o.bootstrap_draws = 50;
   AuditResults res;
   res.options.run_condcal = false;
   res.probes = run_probe_family(runs, o);

@@ -98,3 +98,12 @@ TEST(RankTests, SmallestAttainableP) {
   EXPECT_NEAR(wilcoxon_signed_rank({-0.1, -0.2, -0.3}).p, smallest_rank_test_p(3), 1e-12);
   EXPECT_NEAR(sign_test({-1, -2, -3, -4, -5, -6, -7, -8}).p, smallest_rank_test_p(8), 1e-12);
 }
+
+TEST(ChiSquare, PublishedQuantilesAndClosedForms) {
+  // Upper 5 % points (Abramowitz & Stegun Table 26.8): df 1 3.841459, df 10 18.307038, df 20 31.410433.
+  EXPECT_NEAR(chi_square_sf(3.841459, 1), 0.05, 1e-6);
+  EXPECT_NEAR(chi_square_sf(18.307038, 10), 0.05, 1e-6);
+  EXPECT_NEAR(chi_square_sf(31.410433, 20), 0.05, 1e-6);
+  for (double x : {0.1, 1.0, 4.0, 30.0}) EXPECT_NEAR(chi_square_sf(x, 2), std::exp(-x / 2), 1e-12) << x;  // df 2
+  EXPECT_EQ(chi_square_sf(0.0, 5), 1.0);
+}

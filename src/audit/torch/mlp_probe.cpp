@@ -45,10 +45,11 @@ namespace {
 /// row axis), so replicate r's arithmetic is that of a fit on its own.
 using Params = std::vector<torch::Tensor>;
 
-/// Logits [R, B] of the stacked MLPs on rows x [B, f] (shared by every replicate).
+/// Logits [R, B] of the stacked MLPs on rows x [Rx, B, f]: Rx = 1 (rows shared by every replicate) or
+/// Rx = R (each replicate its own rows).
 torch::Tensor stacked_forward(const Params& p, const torch::Tensor& x) {
   const auto R = p[0].size(0);
-  auto h = torch::gelu(torch::baddbmm(p[1].unsqueeze(1), x.unsqueeze(0).expand({R, x.size(0), x.size(1)}),
+  auto h = torch::gelu(torch::baddbmm(p[1].unsqueeze(1), x.size(0) == R ? x : x.expand({R, x.size(1), x.size(2)}),
                                       p[0].transpose(1, 2)));
   h = torch::gelu(torch::baddbmm(p[3].unsqueeze(1), h, p[2].transpose(1, 2)));
   return torch::baddbmm(p[5].unsqueeze(1), h, p[4].transpose(1, 2)).squeeze(2);
@@ -94,11 +95,32 @@ std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double
                                                         const std::vector<double>& x_eval, std::size_t m,
                                                         const MlpProbeOptions& o, std::vector<MlpProbeInfo>* infos,
                                                         const MlpOffsets* offsets) {
+  return fit_predict_mlp_probes_rows({&x_train}, n, f, ys, {&x_eval}, m, o, infos, offsets);
+}
+
+std::vector<std::vector<double>> fit_predict_mlp_probes_rows(const std::vector<const std::vector<double>*>& x_trains,
+                                                             std::size_t n, std::size_t f,
+                                                             const std::vector<const std::vector<double>*>& ys,
+                                                             const std::vector<const std::vector<double>*>& x_evals,
+                                                             std::size_t m, const MlpProbeOptions& o,
+                                                             std::vector<MlpProbeInfo>* infos,
+                                                             const MlpOffsets* offsets) {
   const char* fn = "fit_predict_mlp_probes";
   if (f == 0) throw_input(fn, "no features (f = 0)");
   if (ys.empty()) throw_input(fn, "no label vectors (ys is empty)");
-  check_same_size(fn, "x_train", x_train.size(), "n x f", n * f);
-  check_same_size(fn, "x_eval", x_eval.size(), "m x f", m * f);
+  for (const auto* part : {&x_trains, &x_evals}) {
+    const bool is_train = part == &x_trains;
+    const std::string name = is_train ? "x_train" : "x_eval";
+    if (part->size() != 1 && part->size() != ys.size())
+      throw_input(fn, name + " has " + std::to_string(part->size()) + " row sets, but must have 1 or " +
+                          std::to_string(ys.size()) + " (one per label vector)");
+    for (std::size_t r = 0; r < part->size(); ++r) {
+      if (!(*part)[r]) throw_input(fn, name + "[" + std::to_string(r) + "] is null");
+      const std::string row = part->size() == 1 ? name : name + "[" + std::to_string(r) + "]";
+      check_same_size(fn, row.c_str(), (*part)[r]->size(), is_train ? "n x f" : "m x f", (is_train ? n : m) * f);
+      for (std::size_t i = 0; i < (*part)[r]->size(); ++i) check_finite(fn, row.c_str(), i, (*(*part)[r])[i]);
+    }
+  }
   if (n < 10) throw_input(fn, "needs at least 10 training rows, got " + std::to_string(n));
   if (o.restarts < 1) throw_input(fn, "restarts is " + std::to_string(o.restarts) + ", but must be >= 1");
   for (std::size_t r = 0; r < ys.size(); ++r) {
@@ -143,19 +165,31 @@ std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double
       }
     }
   }
-  for (std::size_t i = 0; i < x_train.size(); ++i) check_finite(fn, "x_train", i, x_train[i]);
-  for (std::size_t i = 0; i < x_eval.size(); ++i) check_finite(fn, "x_eval", i, x_eval[i]);
-
   torch::NoGradGuard outer_guard;
   const auto R = static_cast<std::int64_t>(ys.size());
-  auto Xtr = torch::from_blob(const_cast<double*>(x_train.data()), {long(n), long(f)}, torch::kDouble).clone();
-  auto Xev = torch::from_blob(const_cast<double*>(x_eval.data()), {long(m), long(f)}, torch::kDouble).clone();
-  auto mean = Xtr.mean(0), sd = Xtr.std(0, /*unbiased=*/false);
-  for (std::size_t j = 0; j < f; ++j)
-    if (!(sd[long(j)].item<double>() > 0))
-      throw_input(fn, "feature column " + std::to_string(j) + " is constant on the training rows");
+  // Rows [Rx, n, f] and [Rx, m, f] (Rx = 1: shared), each row set standardised by its own training rows.
+  auto stack_rows = [](const std::vector<const std::vector<double>*>& parts, std::size_t rows, std::size_t cols) {
+    std::vector<torch::Tensor> t;
+    for (const auto* v : parts)
+      t.push_back(torch::from_blob(const_cast<double*>(v->data()), {long(rows), long(cols)}, torch::kDouble));
+    return torch::stack(t);
+  };
+  auto Xtr = stack_rows(x_trains, n, f), Xev = stack_rows(x_evals, m, f);
+  if (Xev.size(0) != Xtr.size(0)) {  // one side shared, the other per replicate: share neither
+    Xtr = Xtr.expand({R, long(n), long(f)}).contiguous();
+    Xev = Xev.expand({R, long(m), long(f)}).contiguous();
+  }
+  auto mean = Xtr.mean(1, /*keepdim=*/true), sd = Xtr.std(1, /*unbiased=*/false, /*keepdim=*/true);
+  {
+    auto sd_flat = sd.reshape({-1}).contiguous();
+    for (std::int64_t j = 0; j < sd_flat.numel(); ++j)
+      if (!(sd_flat.data_ptr<double>()[j] > 0))
+        throw_input(fn, "feature column " + std::to_string(std::size_t(j) % f) + " is constant on the training rows" +
+                            (Xtr.size(0) > 1 ? " of replicate " + std::to_string(std::size_t(j) / f) : std::string()));
+  }
   Xtr = ((Xtr - mean) / sd).to(torch::kFloat);
   Xev = ((Xev - mean) / sd).to(torch::kFloat);
+  const bool per_replicate_rows = Xtr.size(0) > 1;
   std::vector<float> yflat(std::size_t(R) * n);
   for (std::int64_t r = 0; r < R; ++r)
     for (std::size_t i = 0; i < n; ++i) yflat[std::size_t(r) * n + i] = float((*ys[std::size_t(r)])[i]);
@@ -188,7 +222,7 @@ std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double
     auto val_idx = torch::tensor(std::vector<std::int64_t>(perm.begin(), perm.begin() + n_val), torch::kLong);
     std::vector<std::int64_t> fit_rows(perm.begin() + n_val, perm.end());
     auto fit_idx = torch::tensor(fit_rows, torch::kLong);
-    auto Xv = Xtr.index_select(0, val_idx), Xf = Xtr.index_select(0, fit_idx);
+    auto Xv = Xtr.index_select(1, val_idx), Xf = Xtr.index_select(1, fit_idx);
     auto Yv = Y.index_select(1, val_idx), Yf = Y.index_select(1, fit_idx);
     auto Ov = Otr.index_select(1, val_idx), Of = Otr.index_select(1, fit_idx);
     const auto nf = static_cast<std::int64_t>(fit_rows.size());
@@ -227,7 +261,7 @@ std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double
     // of an epoch is proportional to the replicates still improving.
     std::vector<std::int64_t> active(static_cast<std::size_t>(R));
     std::iota(active.begin(), active.end(), 0);
-    auto Yf_a = Yf, Yv_a = Yv, Of_a = Of, Ov_a = Ov;
+    auto Yf_a = Yf, Yv_a = Yv, Of_a = Of, Ov_a = Ov, Xf_a = Xf, Xv_a = Xv;
     std::vector<std::int64_t> order(static_cast<std::size_t>(nf));
     std::int64_t step = 0;
     for (int epoch = 0; epoch < o.max_epochs && !active.empty(); ++epoch) {
@@ -241,7 +275,7 @@ std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double
         {
           torch::AutoGradMode enable(true);
           // The sum of the replicates' mean losses: replicate r's gradient is that of its own loss.
-          loss = replicate_bce(stacked_forward(p, Xf.index_select(0, idx)) + Of_a.index_select(1, idx),
+          loss = replicate_bce(stacked_forward(p, Xf_a.index_select(1, idx)) + Of_a.index_select(1, idx),
                                Yf_a.index_select(1, idx))
                      .sum();
           loss.backward();
@@ -259,7 +293,7 @@ std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double
           p[k].mutable_grad().reset();
         }
       }
-      auto vl = replicate_bce(stacked_forward(p, Xv) + Ov_a, Yv_a).to(torch::kDouble).contiguous();
+      auto vl = replicate_bce(stacked_forward(p, Xv_a) + Ov_a, Yv_a).to(torch::kDouble).contiguous();
       std::vector<std::int64_t> improved_pos, improved_id, keep_pos, keep_id;
       for (std::size_t a = 0; a < active.size(); ++a) {
         const auto r = std::size_t(active[a]);
@@ -295,6 +329,10 @@ std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double
         Yv_a = Yv_a.index_select(0, pos);
         Of_a = Of_a.index_select(0, pos);
         Ov_a = Ov_a.index_select(0, pos);
+        if (per_replicate_rows) {
+          Xf_a = Xf_a.index_select(0, pos);
+          Xv_a = Xv_a.index_select(0, pos);
+        }
         active = std::move(keep_id);
       }
     }
@@ -321,7 +359,8 @@ std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double
       const auto len = std::min(chunk, R - r0);
       Params pc;
       for (const auto& t : best_p) pc.push_back(t.narrow(0, r0, len));
-      auto pred = torch::sigmoid(stacked_forward(pc, Xev) + Oev.narrow(0, r0, len)).to(torch::kDouble).contiguous();
+      auto xe = per_replicate_rows ? Xev.narrow(0, r0, len) : Xev;
+      auto pred = torch::sigmoid(stacked_forward(pc, xe) + Oev.narrow(0, r0, len)).to(torch::kDouble).contiguous();
       const double* pp = pred.data_ptr<double>();
       for (std::int64_t r = 0; r < len; ++r)
         for (std::size_t i = 0; i < m; ++i) avg[std::size_t(r0 + r)][i] += pp[std::size_t(r) * m + i] / o.restarts;

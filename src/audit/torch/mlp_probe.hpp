@@ -80,6 +80,19 @@ std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double
                                                         std::vector<MlpProbeInfo>* infos = nullptr,
                                                         const MlpOffsets* offsets = nullptr);
 
+/// fit_predict_mlp_probes where the replicates may also differ in their rows: x_trains and x_evals hold
+/// one row set shared by every replicate or one per replicate ([n, f] and [m, f] each; e.g. other
+/// cross-fit splits, or features permuted per replicate), each standardised by its own training rows.
+/// Replicate r's result equals a fit on its rows alone. Throws as fit_predict_mlp_probes, naming the
+/// row set.
+std::vector<std::vector<double>> fit_predict_mlp_probes_rows(const std::vector<const std::vector<double>*>& x_trains,
+                                                             std::size_t n, std::size_t f,
+                                                             const std::vector<const std::vector<double>*>& ys,
+                                                             const std::vector<const std::vector<double>*>& x_evals,
+                                                             std::size_t m, const MlpProbeOptions& options,
+                                                             std::vector<MlpProbeInfo>* infos = nullptr,
+                                                             const MlpOffsets* offsets = nullptr);
+
 /// Fits on (x_train [n, f], y_train [n] in {0,1}) and returns P(correct) for x_eval [m, f]
 /// (fit_predict_mlp_probes with one label vector).
 /// Features are standardised with the training rows' mean and sd (constant columns are refused).

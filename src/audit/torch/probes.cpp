@@ -18,7 +18,7 @@ namespace arcal {
 
 MlpProbeOptions ProbeAuditOptions::default_probe_mlp_options() {
   MlpProbeOptions o;
-  o.restarts = 5;
+  o.restarts = 1;
   o.lr = 3e-3;
   o.batch_size = 512;
   o.max_epochs = 100;
@@ -31,14 +31,6 @@ namespace {
 constexpr std::size_t kStackReplicates = 64;  // replicates per stacked fit
 
 using Columns = std::vector<const std::vector<double>*>;  // feature columns, each [n]
-
-std::vector<double> gather(const Columns& cols, const std::vector<std::size_t>& idx) {
-  const std::size_t d = cols.size();
-  std::vector<double> x(idx.size() * d);
-  for (std::size_t r = 0; r < idx.size(); ++r)
-    for (std::size_t k = 0; k < d; ++k) x[r * d + k] = (*cols[k])[idx[r]];
-  return x;
-}
 
 std::vector<double> pick(const std::vector<double>& v, const std::vector<std::size_t>& idx) {
   std::vector<double> out(idx.size());
@@ -105,6 +97,9 @@ ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t r, const Pro
   // The halves of AR-CondCal: ar_condcal uses cross_fit_halves(labels, derive_seed(its seed, 0)) with
   // its seed = derive_seed(audit seed, r).
   d.folds = cross_fit_halves(run.labels, derive_seed(d.run_seed, 0));
+  if (o.repeats < 1) throw_input("run_probes", "repeats is " + std::to_string(o.repeats) + ", but must be >= 1");
+  d.repeats.push_back(d.folds);
+  for (int r = 1; r < o.repeats; ++r) d.repeats.push_back(cross_fit_halves(run.labels, derive_seed(d.run_seed, 0x5EED + std::uint64_t(r))));
   d.fold_of.assign(n, 0);
   for (int f = 0; f < 2; ++f)
     for (auto i : d.folds[static_cast<std::size_t>(f)].evaluation) d.fold_of[i] = f;
@@ -140,6 +135,14 @@ ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t r, const Pro
   }
   for (std::size_t j = 0; j < P; ++j) cols.push_back(pick(cols[2 + j], perm_global));  // 2+P+K ..
   for (std::size_t j = 0; j < P; ++j) cols.push_back(pick(cols[2 + j], perm_bins));    // 2+2P+K ..
+  d.sources.assign(cols.size(), {});
+  for (std::size_t j = 0; j < P; ++j) {
+    d.sources[2 + j] = {int(j), 0};
+    d.sources[2 + P + K + j] = {int(j), 1};
+    d.sources[2 + 2 * P + K + j] = {int(j), 2};
+  }
+  d.perm_global = perm_global;
+  d.perm_bins = perm_bins;
 
   auto range = [](std::vector<std::size_t> head, std::size_t from, std::size_t count) {
     for (std::size_t k = 0; k < count; ++k) head.push_back(from + k);
@@ -186,13 +189,21 @@ ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t r, const Pro
   return d;
 }
 
+bool reads_profile(const ProbeDesign& d, const ProbeDesign::Spec& spec) {
+  for (auto c : spec.cols)
+    if (d.sources[c].profile >= 0) return true;
+  return false;
+}
+
 std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
                                                     const std::vector<std::array<const std::vector<double>*, 2>>& ys,
                                                     const MlpProbeOptions& mlp, const std::array<std::uint64_t, 2>& seeds,
                                                     const std::vector<std::array<MlpWeights, 2>>* warm,
-                                                    bool keep_weights) {
+                                                    bool keep_weights, const std::vector<ReplicateSpec>* specs) {
   const char* fn = "fit_probe_design";
   if (ys.empty()) throw_input(fn, "no label sets (ys is empty)");
+  if (specs && specs->size() != ys.size())
+    throw_input(fn, "specs has " + std::to_string(specs->size()) + " entries, but ys has " + std::to_string(ys.size()));
   for (std::size_t j = 0; j < ys.size(); ++j)
     for (int f = 0; f < 2; ++f) {
       const std::string name = "ys[" + std::to_string(j) + "][" + std::to_string(f) + "]";
@@ -205,6 +216,36 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
     throw_input(fn, "warm has " + std::to_string(warm->size()) + " probes, but the design fits " +
                         std::to_string(probes));
   const std::size_t R = ys.size();
+  auto folds_of = [&](std::size_t j) -> const std::array<SplitIndices, 2>& {
+    return specs && (*specs)[j].folds ? *(*specs)[j].folds : d.folds;
+  };
+  auto perm_of = [&](std::size_t j) -> const std::vector<std::size_t>* {
+    return specs ? (*specs)[j].profile_permutation : nullptr;
+  };
+  bool shared_folds = true, any_perm = false;
+  for (std::size_t j = 0; j < R; ++j) {
+    shared_folds = shared_folds && &folds_of(j) == &folds_of(0);
+    any_perm = any_perm || perm_of(j) != nullptr;
+  }
+  // Replicates that cannot differ for a probe that ignores the profile: same halves, same labels.
+  std::array<bool, 2> same_labels{true, true};
+  for (std::size_t f = 0; f < 2; ++f)
+    for (std::size_t j = 1; j < R; ++j) same_labels[f] = same_labels[f] && ys[j][f] == ys[0][f];
+  // Row values of a design column for replicate j (profile-derived columns through its permutation).
+  auto value = [&](std::size_t c, std::size_t row, const std::vector<std::size_t>* perm) {
+    const auto& src = d.sources[c];
+    if (src.profile < 0 || !perm) return d.columns[c][row];
+    const std::size_t mapped = src.rows == 0 ? row : src.rows == 1 ? d.perm_global[row] : d.perm_bins[row];
+    return d.columns[2 + std::size_t(src.profile)][(*perm)[mapped]];
+  };
+  auto gather_rows = [&](const std::vector<std::size_t>& cols, const std::vector<std::size_t>& idx,
+                         const std::vector<std::size_t>* perm) {
+    std::vector<double> x(idx.size() * cols.size());
+    for (std::size_t r = 0; r < idx.size(); ++r)
+      for (std::size_t k = 0; k < cols.size(); ++k) x[r * cols.size() + k] = value(cols[k], idx[r], perm);
+    return x;
+  };
+
   std::vector<ProbeRefit> out(R);
   for (auto& o : out) {
     o.eval.resize(probes);
@@ -218,7 +259,11 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
       out[j].names.push_back("linear");
       out[j].parameters[0] = 2;
       for (std::size_t f = 0; f < 2; ++f) {
-        const auto& s = d.folds[f];
+        if (j > 0 && shared_folds && same_labels[f]) {
+          out[j].eval[0][f] = out[0].eval[0][f];
+          continue;
+        }
+        const auto& s = folds_of(j)[f];
         const auto platt = fit_platt(pick(d.confidence, s.calibration), pick(*ys[j][f], s.calibration));
         out[j].eval[0][f] = apply_platt(platt, pick(d.confidence, s.evaluation));
       }
@@ -254,26 +299,38 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
     try {
       const auto& spec = d.mlps[job / 2];
       const std::size_t f = job % 2, kk = first_mlp + job / 2;
-      Columns cols;
-      for (auto c : spec.cols) cols.push_back(&d.columns[c]);
-      const auto& s = d.folds[f];
+      const bool profile = reads_profile(d, spec);
+      const bool rows_shared = shared_folds && !(profile && any_perm);
+      const int base = base_of[job / 2];
+      const std::size_t base_job = base >= 0 ? 2 * std::size_t(base) + f : 0;
+      // A base's result must be replicated per replicate only if its corrections differ; a probe that
+      // cannot differ between replicates is fitted once (as replicate 0) and copied.
+      const bool once = rows_shared && same_labels[f] && R > 1;
+      const std::size_t fitted = once ? 1 : R;
+      const std::size_t nc = d.folds[f].calibration.size(), ne = d.folds[f].evaluation.size();
       MlpProbeOptions mo = mlp;
       mo.hidden1 = spec.hidden1;
       mo.hidden2 = spec.hidden2;
       mo.seed = seeds[f];
       mo.warm_start = warm ? &(*warm)[kk][f] : nullptr;
-      const auto xc = gather(cols, s.calibration);
-      const std::size_t nc = s.calibration.size(), ne = s.evaluation.size();
+      // Rows: one set shared by every replicate, or one per replicate (its halves, its permutation).
       // A base also predicts its own calibration rows (in-sample), the training offsets of its corrections.
-      auto xe = gather(cols, s.evaluation);
-      if (is_base[job / 2]) xe.insert(xe.begin(), xc.begin(), xc.end());
+      std::vector<std::vector<double>> xc_store, xe_store;
+      for (std::size_t j = 0; j < (rows_shared ? 1 : fitted); ++j) {
+        const auto& s = folds_of(j)[f];
+        if (s.calibration.size() != nc || s.evaluation.size() != ne)
+          throw_input(fn, "replicate " + std::to_string(j) + "'s halves differ in size from the design's");
+        const auto* perm = perm_of(j);
+        xc_store.push_back(gather_rows(spec.cols, s.calibration, perm));
+        auto xe = gather_rows(spec.cols, s.evaluation, perm);
+        if (is_base[job / 2]) xe.insert(xe.begin(), xc_store.back().begin(), xc_store.back().end());
+        xe_store.push_back(std::move(xe));
+      }
       const std::size_t me = is_base[job / 2] ? nc + ne : ne;
-      const int base = base_of[job / 2];
-      const std::size_t base_job = base >= 0 ? 2 * std::size_t(base) + f : 0;
-      std::vector<std::vector<double>> yc(R);
-      std::vector<const std::vector<double>*> yp(R);
-      for (std::size_t j = 0; j < R; ++j) {
-        yc[j] = pick(*ys[j][f], s.calibration);
+      std::vector<std::vector<double>> yc(fitted);
+      std::vector<const std::vector<double>*> yp(fitted);
+      for (std::size_t j = 0; j < fitted; ++j) {
+        yc[j] = pick(*ys[j][f], folds_of(j)[f].calibration);
         yp[j] = &yc[j];
       }
       // Stacks of at most kStackReplicates replicates bound the memory (activations, autograd state).
@@ -281,20 +338,29 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
       // moved by at most 1.4e-11 nats against one stack of 201; no p-value changed).
       std::vector<std::vector<double>> pred;
       std::vector<MlpProbeInfo> infos;
-      for (std::size_t j0 = 0; j0 < R; j0 += kStackReplicates) {
-        const std::vector<const std::vector<double>*> part(yp.begin() + long(j0),
-                                                           yp.begin() + long(std::min(R, j0 + kStackReplicates)));
+      for (std::size_t j0 = 0; j0 < fitted; j0 += kStackReplicates) {
+        const std::size_t j1 = std::min(fitted, j0 + kStackReplicates);
+        const std::vector<const std::vector<double>*> part(yp.begin() + long(j0), yp.begin() + long(j1));
+        std::vector<const std::vector<double>*> xcp, xep;
+        for (std::size_t j = j0; j < (rows_shared ? j0 + 1 : j1); ++j) {
+          xcp.push_back(&xc_store[rows_shared ? 0 : j]);
+          xep.push_back(&xe_store[rows_shared ? 0 : j]);
+        }
         std::vector<MlpProbeInfo> part_infos;
         MlpOffsets offsets;
         if (base >= 0)
-          for (std::size_t j = j0; j < j0 + part.size(); ++j) {
+          for (std::size_t j = j0; j < j1; ++j) {
             offsets.train.push_back(base_logit[base_job][j][0]);
             offsets.eval.push_back(base_logit[base_job][j][1]);
           }
-        auto part_pred = fit_predict_mlp_probes(xc, nc, cols.size(), part, xe, me, mo, &part_infos,
-                                                base >= 0 ? &offsets : nullptr);
+        auto part_pred = fit_predict_mlp_probes_rows(xcp, nc, spec.cols.size(), part, xep, me, mo, &part_infos,
+                                                     base >= 0 ? &offsets : nullptr);
         for (auto& p : part_pred) pred.push_back(std::move(p));
         for (auto& i : part_infos) infos.push_back(std::move(i));
+      }
+      for (std::size_t j = fitted; j < R; ++j) {  // copies of the single fit
+        pred.push_back(pred[0]);
+        infos.push_back(infos[0]);
       }
       if (is_base[job / 2]) {
         base_logit[job].resize(R);
@@ -349,21 +415,25 @@ ProbeRefit fit_probe_design(const ProbeDesign& d, const std::array<const std::ve
 
 RunProbeResult run_probes(const AuditRunInput& run, std::size_t r, const ProbeAuditOptions& o) {
   const auto d = make_probe_design(run, r, o);
-  const std::size_t n = d.n;
-  // Common random numbers: every probe of a fold shares the inner split, initial seed and batch
-  // order, so probe-control differences are not inflated by training noise.
-  const auto refit = fit_probe_design(d, {&run.correct, &run.correct}, o.mlp,
-                                      {derive_seed(d.run_seed, 1000), derive_seed(d.run_seed, 1001)});
+  const std::size_t n = d.n, J = d.repeats.size();
+  // Every repeat is one replicate of a stacked fit with its own halves and the real labels. Common
+  // random numbers: every probe of a fold shares the inner split, initial seed and batch order, so
+  // probe-control differences are not inflated by training noise.
+  std::vector<ReplicateSpec> specs(J);
+  std::vector<std::array<const std::vector<double>*, 2>> ys(J, {&run.correct, &run.correct});
+  for (std::size_t j = 0; j < J; ++j) specs[j].folds = &d.repeats[j];
+  const auto refits = fit_probe_design_replicates(d, ys, o.mlp, {derive_seed(d.run_seed, 1000), derive_seed(d.run_seed, 1001)},
+                                                  nullptr, false, &specs);
   RunProbeResult out;
   out.run = run.run;
   out.cell = run.cell;
   out.n = n;
   out.profile_names = run.profile_names;
-  for (std::size_t k = 0; k < refit.names.size(); ++k) {
+  const auto& names = refits[0].names;
+  for (std::size_t k = 0; k < names.size(); ++k) {
     ProbeFit fit;
-    fit.name = refit.names[k];
-    fit.parameters = refit.parameters[k];
-    fit.mean_epochs = refit.mean_epochs[k];
+    fit.name = names[k];
+    fit.parameters = refits[0].parameters[k];
     if (std::find_if(kProbeNames.begin(), kProbeNames.end(), [&](const char* p) { return fit.name == p; }) ==
         kProbeNames.end())
       continue;  // a base (confidence_base, full_logit_base): its corrections carry it
@@ -376,10 +446,21 @@ RunProbeResult run_probes(const AuditRunInput& run, std::size_t r, const ProbeAu
       fit.hidden2 = spec.hidden2;
     }
     fit.prediction.assign(n, 0.0);
-    for (std::size_t f = 0; f < 2; ++f)
-      for (std::size_t i = 0; i < d.folds[f].evaluation.size(); ++i)
-        fit.prediction[d.folds[f].evaluation[i]] = refit.eval[k][f][i];
-    fit.scores = score_probe(fit.prediction, run.correct, d.fold_of, o.ece_bins);
+    for (std::size_t j = 0; j < J; ++j) {
+      fit.mean_epochs += refits[j].mean_epochs[k] / double(J);
+      for (std::size_t f = 0; f < 2; ++f) {
+        const auto& ev = d.repeats[j][f].evaluation;
+        const auto& q = refits[j].eval[k][f];
+        for (std::size_t i = 0; i < ev.size(); ++i) fit.prediction[ev[i]] += q[i] / double(J);
+        fit.split_scores.push_back(score_half(q, pick(run.correct, ev), o.ece_bins));
+      }
+    }
+    for (const auto& sc : fit.split_scores) {
+      const double w = 1.0 / double(fit.split_scores.size());
+      fit.scores.log_loss += w * sc.log_loss;
+      fit.scores.brier += w * sc.brier;
+      fit.scores.ece += w * sc.ece;
+    }
     out.probes.push_back(std::move(fit));
   }
   auto find = [&](const char* name) -> const ProbeFit* {
@@ -387,12 +468,11 @@ RunProbeResult run_probes(const AuditRunInput& run, std::size_t r, const ProbeAu
       if (p.name == name) return &p;
     return nullptr;
   };
-  for (std::size_t c = 0; c < kProbeComparisons.size(); ++c) {
-    const auto& spec = kProbeComparisons[c];
+  const double ratio = double(d.folds[0].evaluation.size()) / double(d.folds[0].calibration.size());
+  for (const auto& spec : kProbeComparisons) {
     const ProbeFit *a = find(spec.probe), *b = find(spec.control);
     if (!a || !b) continue;
-    out.comparisons.push_back(compare_probes(*a, *b, spec.name, run.correct, d.fold_of, o.bootstrap_draws,
-                                             derive_seed(d.run_seed, 200 + c), o.ece_bins));
+    out.comparisons.push_back(compare_probes(*a, *b, spec.name, ratio, 1.0 - o.alpha));
   }
   return out;
 }
@@ -403,12 +483,12 @@ ProbeFamily run_probe_family(const std::vector<AuditRunInput>& runs, const Probe
   const auto t0 = std::chrono::steady_clock::now();
   ProbeFamily fam;
   for (std::size_t r = 0; r < runs.size(); ++r) fam.runs.push_back(run_probes(runs[r], r, o));
-  fam.tests = across_run_probe_tests(fam.runs, o.bootstrap_draws, derive_seed(o.seed, 0xB007), o.alpha);
+  fam.tests = across_run_probe_tests(fam.runs, o.alpha);
   fam.restarts = o.mlp.restarts;
+  fam.repeats = o.repeats;
   fam.max_epochs = o.mlp.max_epochs;
   fam.patience = o.mlp.patience;
   fam.batch_size = o.mlp.batch_size;
-  fam.bootstrap_draws = o.bootstrap_draws;
   fam.lr = o.mlp.lr;
   fam.weight_decay = o.mlp.weight_decay;
   fam.inner_val = o.mlp.inner_val;

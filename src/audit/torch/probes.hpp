@@ -25,7 +25,9 @@ struct ProbeAuditOptions {
   MlpProbeOptions mlp = default_probe_mlp_options();
   std::size_t shuffle_bins = 15;  ///< equal-width confidence bins of the within-bin shuffle
   std::size_t ece_bins = 15;
-  int bootstrap_draws = 1000;     ///< within-run paired bootstrap and across-run bootstrap
+  /// Repeated 2-fold cross-fits per run (2 x repeats train/evaluate splits; the first is AR-CondCal's
+  /// halves): the per-run comparison's variance includes the refits' (method.md §6.4).
+  int repeats = 5;
   double alpha = 0.05;            ///< verdict level on Holm-adjusted p
   std::uint64_t seed = 0;         ///< the audit seed: run r uses derive_seed(seed, r), as AR-CondCal
   /// Probes to fit (kProbeNames order is kept); empty = all. Comparisons whose probe or control is
@@ -36,8 +38,8 @@ struct ProbeAuditOptions {
   /// kept only to reproduce the before/after validation in docs/audit_validation.md.
   bool corrections = true;
 
-  /// The audit's training defaults (docs/method.md §6.7): 5 restarts, lr 3e-3, batch 512, at most
-  /// 100 epochs, patience 5.
+  /// The audit's training defaults (docs/method.md §6.7): 1 restart per split (the 5 repeats of the
+  /// cross-fit average 10 fits per example's probe), lr 3e-3, batch 512, at most 100 epochs, patience 5.
   static MlpProbeOptions default_probe_mlp_options();
 };
 
@@ -60,10 +62,20 @@ struct ProbeDesign {
   };
   std::size_t n = 0;
   std::uint64_t run_seed = 0;                  ///< derive_seed(options.seed, run_index)
-  std::array<SplitIndices, 2> folds;           ///< AR-CondCal's cross-fit halves
+  std::array<SplitIndices, 2> folds;           ///< AR-CondCal's cross-fit halves (= repeats[0])
+  std::vector<std::array<SplitIndices, 2>> repeats;  ///< the probe audit's repeated cross-fits
   std::vector<int> fold_of;                    ///< [n] fold whose evaluation half holds example i
   std::vector<double> confidence;              ///< [n] (the linear probe's input)
   std::vector<std::vector<double>> columns;    ///< feature columns, each [n]
+  /// Where a column comes from: profile column `profile` (-1: not from the profile) read through the
+  /// row map `rows` (0 identity, 1 perm_global, 2 perm_bins), so a replicate with a permuted profile
+  /// (the conditional permutation null, §6.6) can rebuild every profile-derived column consistently.
+  struct ColumnSource {
+    int profile = -1;
+    int rows = 0;
+  };
+  std::vector<ColumnSource> sources;           ///< [columns]
+  std::vector<std::size_t> perm_global, perm_bins;  ///< the shuffled controls' row maps [n]
   std::vector<Spec> mlps;                      ///< MLP probes in kProbeNames order (those wanted)
   bool linear = true;                          ///< whether the linear probe is wanted
 };
@@ -76,6 +88,17 @@ struct ProbeRefit {
   std::vector<double> mean_epochs;                         ///< [probe] mean over folds
   std::vector<std::int64_t> parameters;                    ///< [probe]
 };
+
+/// What may differ between the replicates of one stacked refit besides their labels: the cross-fit
+/// halves, and a permutation of the profile's rows (profile'[i] = profile[permutation[i]]; every
+/// profile-derived column, the shuffled controls included, is rebuilt from it). nullptr: the design's.
+struct ReplicateSpec {
+  const std::array<SplitIndices, 2>* folds = nullptr;
+  const std::vector<std::size_t>* profile_permutation = nullptr;
+};
+
+/// True when the design's MLP spec reads a profile-derived column.
+bool reads_profile(const ProbeDesign& design, const ProbeDesign::Spec& spec);
 
 /// Builds the design of run_probes (validates as run_probes). run_index selects the seed stream.
 ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t run_index, const ProbeAuditOptions& options);
@@ -95,11 +118,15 @@ ProbeRefit fit_probe_design(const ProbeDesign& design, const std::array<const st
 /// random numbers) and starting weights; each MLP probe and fold is one stacked fit of all replicates
 /// (fit_predict_mlp_probes), and replicate j's result equals fit_probe_design on ys[j] alone.
 /// keep_weights = false leaves ProbeRefit::weights empty (R copies of every network add up).
+/// specs ([R] or nullptr) gives replicates their own halves and/or profile permutation; a probe whose
+/// inputs do not read the profile, on replicates that share halves and label vectors (the same
+/// pointers), is fitted once and its result copied (it would be identical).
 std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& design,
                                                     const std::vector<std::array<const std::vector<double>*, 2>>& ys,
                                                     const MlpProbeOptions& mlp, const std::array<std::uint64_t, 2>& seeds,
                                                     const std::vector<std::array<MlpWeights, 2>>* warm = nullptr,
-                                                    bool keep_weights = false);
+                                                    bool keep_weights = false,
+                                                    const std::vector<ReplicateSpec>* specs = nullptr);
 
 /// Checks every run's probe inputs (the checks of run_probes) before any computation, so the CLI can
 /// refuse bad input before the diagnostic runs. Throws InputError naming the run, array and index.

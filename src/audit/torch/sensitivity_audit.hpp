@@ -33,7 +33,9 @@ struct SensitivityAuditOptions {
   std::size_t statistic = 0;        ///< index into AuditRunInput::statistics: the routing statistic z
   double threshold = 0.5;           ///< recovery needed at threshold_effect for "absent"
   double threshold_effect = 0.010;  ///< must be one of effects
-  double correction_ridge = 1.0;
+  /// Ridge of the correction probe's cubic; negative (the default): chosen per fit by 5-fold CV on
+  /// the calibration half over kCorrectionRidges (method.md §6.5: it must not shrink small effects by design).
+  double correction_ridge = -1.0;
   int bootstrap_draws = 1000;
   /// Called after each run with (runs done, runs); for a progress bar (may be empty).
   std::function<void(std::size_t, std::size_t)> progress;
@@ -47,21 +49,30 @@ struct SensitivityAuditOptions {
 SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, const SensitivityAuditOptions& options);
 
 struct ExactNullAuditOptions {
-  /// The probe design (seed, shuffle bins, `only`); probes.mlp trains the full-logit reference.
+  /// The probe design (seed, shuffle bins, `only`); probes.mlp trains the full-logit reference of the
+  /// model-based null.
   ProbeAuditOptions probes;
   MlpProbeOptions refit = default_refit_mlp_options();
-  bool warm_start = true;
+  bool warm_start = true;  ///< model-based null only (the permutation null always starts cold, see below)
   int replicates = 200;
   std::vector<std::string> variants{"confidence", "full_logit"};
-  /// Called after each (run, variant) with (done, runs x variants); for a progress bar (may be empty).
+  std::size_t group_size = 5;  ///< matched-group size of the conditional permutation null (2-10)
+  bool model_based = true;     ///< also run the model-based null (§6.6 b), labelled as such
+  /// Called after each (run, variant) with (done, total); for a progress bar (may be empty).
   std::function<void(std::size_t, std::size_t)> progress;
 };
 
-/// For every run and variant: reference g per fold ("confidence": the 1-D NW q(c) of the calibration
-/// half; "full_logit": the full-logit MLP fitted on the calibration half's real labels), the real gain
-/// of every comparison under the refit procedure, `replicates` null label draws Y* ~ Bern(g) with every
-/// probe refitted, and the Monte-Carlo p; pooled over runs by replicate index. Throws InputError on
-/// invalid runs, replicates < 1, an unknown variant, or "full_logit" without that probe in the design.
+/// For every run and variant. Decision (§6.6 a): matched groups of 2-10 examples with nearly identical
+/// outputs ("confidence": logit c; "full_logit": the leading principal components of the routing profile
+/// as predicted from the sorted probabilities, a balancing score) inside each
+/// cross-fit half; `replicates` permutations of the routing profile within the groups (every
+/// profile-derived column, shuffled controls included, rebuilt from it), every probe that reads the
+/// profile refitted on the real labels from the same seeded cold start as the real fit (a warm start
+/// learnt from the real profile would break exchangeability), Monte-Carlo p of each comparison whose
+/// probe or control reads the profile; pooled over runs by replicate index. Model-based (§6.6 b):
+/// labels Y* ~ Bern(ĝ) with ĝ the 1-D NW q(c) or the full-logit MLP fitted on the calibration half,
+/// with ĝ's held-out Hosmer-Lemeshow fit. Throws InputError on invalid runs, replicates < 1, an unknown
+/// variant, a group size outside [2, 10], or "full_logit" without that probe in the design.
 ExactNullResult run_exact_null_audit(const std::vector<AuditRunInput>& runs, const ExactNullAuditOptions& options);
 
 }  // namespace arcal

@@ -1,0 +1,23 @@
+// Distribution functions the tests need, on the standard library: the regularised incomplete beta and
+// gamma functions, Student's t (CDF and quantile) and the chi-square survival function.
+#pragma once
+
+namespace arcal {
+
+/// Regularised incomplete beta I_x(a, b) (a, b > 0, x in [0, 1]) by Lentz's continued fraction.
+double incomplete_beta(double a, double b, double x);
+
+/// P(T <= t) for Student's t with df > 0 degrees of freedom.
+double student_t_cdf(double t, double df);
+
+/// The p-quantile of Student's t (0 < p < 1, df > 0), by bisection on student_t_cdf to 1e-12.
+double student_t_quantile(double p, double df);
+
+/// Regularised upper incomplete gamma Q(a, x) = Γ(a, x) / Γ(a) (a > 0, x >= 0): series for x < a + 1,
+/// Lentz's continued fraction otherwise.
+double incomplete_gamma_q(double a, double x);
+
+/// P(X >= x) for X ~ chi-square with df > 0 degrees of freedom.
+double chi_square_sf(double x, double df);
+
+}  // namespace arcal
