@@ -287,6 +287,18 @@ def flag_cases(r):
     r.run("audit --permutations 0", ["audit", good, "--permutations", "0", "--out", W("a0")], 2, "--permutations: 0 is outside")
     r.run("audit --alpha nan (CLI11's Range lets NaN through)", ["audit", good, "--alpha", "nan", "--out", W("a1")], 2,
           "--alpha: nan is outside")
+    r.run("audit --null-group-size 0", ["audit", good, "--null-group-size", "0", "--out", W("a2")], 2,
+          "--null-group-size: 0 is outside [2, 10]")
+    r.run("audit --null-group-size -3", ["audit", good, "--null-group-size", "-3", "--out", W("a2")], 2,
+          "--null-group-size: -3 is outside [2, 10]")
+    r.run("audit --null-group-size nan", ["audit", good, "--null-group-size", "nan", "--out", W("a2")], 2,
+          "--null-group-size: 'nan' is not an integer")
+    r.run("audit --correction-ridge -2 (-1: chosen by inner CV)", ["audit", good, "--correction-ridge", "-2", "--out", W("a3")], 2,
+          "--correction-ridge: -2 is outside [-1, 1e+09]")
+    r.run("audit --correction-ridge nan", ["audit", good, "--correction-ridge", "nan", "--out", W("a3")], 2,
+          "--correction-ridge: nan is outside")
+    r.run("audit --probe-repeats 0", ["audit", good, "--probe-repeats", "0", "--out", W("a4")], 2,
+          "--probe-repeats: 0 is outside [1, 100]")
     r.run("simulate --effect-nats inf", ["simulate", "--effect-nats", "inf", "--out", W("s.npz")], 2, "--effect-nats: inf is outside")
     r.run("simulate --n 1", ["simulate", "--n", "1", "--out", W("s.npz")], 2, "--n")
     r.run("simulate beyond the memory limit", ["simulate", "--n", "100000000", "--classes", "100000", "--out", W("s.npz")], 2,
@@ -358,6 +370,18 @@ def report_cases(r):
     os.makedirs(W("rep_type2"), exist_ok=True)
     json.dump(doc, open(W("rep_type2", "results.json"), "w"))
     r.run("results.json with reliability rows as an object", ["report", W("rep_type2")], 2, "(/runs/0/reliability) type must be array")
+    doc = results_doc()
+    doc["exact_null"] = {"group_size": 5, "replicates": 9, "runs": {"run": "x"}, "pooled": []}
+    os.makedirs(W("rep_type3"), exist_ok=True)
+    json.dump(doc, open(W("rep_type3", "results.json"), "w"))
+    r.run("results.json with exact-null runs as an object", ["report", W("rep_type3")], 2, "(/exact_null/runs) type must be array",
+          check=lambda c, o, e: "" if not os.path.exists(W("rep_type3", "report")) else "a report directory was left")
+    doc = results_doc()
+    doc["exact_null"] = {"group_size": 5, "replicates": 9, "runs": [], "pooled": [], "model_based": {"pooled": 3, "runs": []}}
+    os.makedirs(W("rep_type4"), exist_ok=True)
+    json.dump(doc, open(W("rep_type4", "results.json"), "w"))
+    r.run("results.json with the model-based null's pooled rows as a number", ["report", W("rep_type4")], 2,
+          "(/exact_null/model_based/pooled) type must be array")
     os.makedirs(W("rep_deep"), exist_ok=True)
     open(W("rep_deep", "results.json"), "w").write('{"schema": "arcal.audit/1", "diagnostic": ' + "[" * 100000 + "]" * 100000 + "}")
     r.run("results.json nested 100,000 deep", ["report", W("rep_deep")], 2, "nested more than 64 deep")
