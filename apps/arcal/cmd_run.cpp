@@ -32,6 +32,7 @@
 #include "core/paths.hpp"
 #include "core/progress.hpp"
 #include "core/run_lock.hpp"
+#include "flag_checks.hpp"
 #include "io/trace.hpp"
 #include "report/report.hpp"
 #include "run/study.hpp"
@@ -384,7 +385,8 @@ arcal::cli::RunFn setup(CLI::App& app) {
                  "Fashion-MNIST, AttnRes seeds 0-2 and a standard twin each)");
   app.add_option("--out", o->out, "Study directory (default: runs/NAME)");
   app.add_flag("--print-config", o->print_config, "Print the resolved study (TOML) and exit");
-  app.add_option("--parallel", o->parallel, "Override [execution] parallel (trainings at once)")->check(CLI::Range(0, 256));
+  app.add_option("--parallel", o->parallel, "Override [execution] parallel (trainings at once; 0 = the study's)")
+      ->check(arcal::cli::in_range(arcal::ranges::parallel_override));
   app.add_flag("--no-report", o->no_report, "Stop after results.json");
   return [o]() { return run_study(*o); };
 }

@@ -31,8 +31,8 @@ struct SimulateConfig {
 arcal::cli::RunFn setup_simulate(CLI::App& app) {
   auto cfg = std::make_shared<SimulateConfig>();
   app.add_option("--out", cfg->out, "Output trace file (.npz)")->required();
-  app.add_option("--n", cfg->n, "Examples")->check(CLI::Range(std::size_t{2}, std::size_t{100000000}));
-  app.add_option("--classes", cfg->classes, "Classes K")->check(CLI::Range(std::size_t{2}, std::size_t{100000}));
+  app.add_option("--n", cfg->n, "Examples")->check(arcal::cli::in_range(arcal::ranges::simulate_n));
+  app.add_option("--classes", cfg->classes, "Classes K")->check(arcal::cli::in_range(arcal::ranges::simulate_classes));
   app.add_option("--effect-nats", cfg->effect_nats, "Oracle gain E[KL(p*||q)] of the injected effect; 0 = exact null")
       ->check(arcal::cli::in_range(arcal::RealRange{0.0, 10.0, false}));
   // Real-valued options through core/limits.hpp's ranges: CLI11's Range lets NaN through.
@@ -41,7 +41,7 @@ arcal::cli::RunFn setup_simulate(CLI::App& app) {
   app.add_option("--seed", cfg->seed, "Seed of every random draw")->check(arcal::cli::seed_check());
   app.add_flag("--force", cfg->force, "Replace an existing --out file (atomically)");
   app.add_option("--points", cfg->points, "Routing points (point p has p + 2 sources)")
-      ->check(CLI::Range(std::size_t{1}, std::size_t{1000}));
+      ->check(in_range(arcal::ranges::simulate_points));
   app.add_option("--confound", cfg->confound,
                  "Correlation rho of the routing signal with the outputs (s = h(outputs) + noise); the effect "
                  "is planted in the independent part only. 0 = routing independent of the outputs")

@@ -77,6 +77,12 @@ inline constexpr IntRange subset{0, 1000000000};  ///< intervene --subset, 0 = a
 inline constexpr IntRange bootstrap{0, 1000000};        ///< metrics: 0 = no intervals
 inline constexpr IntRange bootstrap_draws{1, 1000000};  ///< intervene
 inline constexpr IntRange parallel{1, 256};
+inline constexpr IntRange parallel_override{0, 256};  ///< run --parallel, 0 = the study's [execution] parallel
+inline constexpr IntRange metrics_bins{1, 100000};     ///< metrics --bins
+// arcal simulate (the trace is also held to the array limit before it is built)
+inline constexpr IntRange simulate_n{2, 100000000};
+inline constexpr IntRange simulate_classes{2, 100000};
+inline constexpr IntRange simulate_points{1, 1000};
 inline constexpr IntRange permutations{1, 100000000};
 inline constexpr IntRange bins{1, 1000};
 inline constexpr IntRange probe_restarts{1, 100};  ///< also --refit-restarts
