@@ -5,6 +5,7 @@
 // and CSV tables atomically.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -17,6 +18,9 @@
 #include "audit/torch/sensitivity_audit.hpp"
 #include "command.hpp"
 #include "core/check.hpp"
+#include "core/paths.hpp"
+#include "core/progress.hpp"
+#include "flag_checks.hpp"
 #include "io/trace.hpp"
 
 namespace {
@@ -50,7 +54,23 @@ struct AuditConfig {
   bool refit_cold = false;
   int threads = 0;
   bool json = false;
+  bool force = false;
 };
+
+/// DIR/results.json and the CSV tables beside it: refused when one of them is an input trace, and
+/// when results.json exists without --force (an earlier audit's results would be replaced).
+void check_audit_out(const AuditConfig& cfg) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(cfg.out, ec) && !fs::is_directory(cfg.out, ec))
+    arcal::throw_input("--out", cfg.out + " exists and is not a directory (the audit writes DIR/results.json and CSV tables)");
+  for (const char* f : {"results.json", "diagnostic.csv", "condcal.csv", "probes.csv", "probe_comparisons.csv",
+                        "sensitivity.csv", "exact_null.csv"})
+    arcal::check_output_not_input("--out", cfg.out + "/" + f, cfg.traces);
+  if (fs::exists(cfg.out + "/results.json", ec) && !cfg.force)
+    arcal::throw_input("--out", cfg.out + "/results.json already exists (an earlier audit); pass --force to replace its "
+                                "results (atomically, file by file) or choose another --out");
+}
 
 std::vector<std::string> split_names(const std::string& s) {
   std::vector<std::string> out;
@@ -138,48 +158,54 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
   app.add_option("traces", cfg->traces, "Trace files (.npz), one per run")->required()->check(CLI::ExistingFile);
   app.add_option("--out", cfg->out, "Output directory (results.json, diagnostic.csv, condcal.csv)")->required();
   app.add_option("--stat", cfg->stats, "Statistics to audit: re, rdv or feature names, comma-separated");
-  app.add_option("--permutations", cfg->permutations, "Within-bin permutations R")->check(CLI::Range(1, 100000000));
-  app.add_option("--seed", cfg->seed, "Seed of permutations, splits and shuffles");
+  using arcal::cli::in_range;
+  namespace R = arcal::ranges;
+  app.add_option("--permutations", cfg->permutations, "Within-bin permutations R")->check(in_range(R::permutations));
+  app.add_option("--seed", cfg->seed, "Seed of permutations, splits and shuffles")->check(arcal::cli::seed_check());
+  app.add_flag("--force", cfg->force, "Replace the results of an earlier audit in --out");
   app.add_option("--bins", cfg->bins, "Confidence bins (15; sensitivity: 10 with --equal-mass)")
-      ->check(CLI::Range(std::size_t{1}, std::size_t{1000}));
+      ->check(in_range(R::bins));
   app.add_flag("--equal-mass", cfg->equal_mass, "Equal-mass confidence bins (sensitivity analysis)");
-  app.add_option("--alpha", cfg->alpha, "Test level")->check(CLI::Range(1e-9, 0.999));
+  app.add_option("--alpha", cfg->alpha, "Test level")->check(in_range(arcal::RealRange{1e-9, 0.999, false}));
   app.add_flag("--no-condcal", cfg->no_condcal, "Skip AR-CondCal (diagnostic only)");
   app.add_flag("--probes,!--no-probes", cfg->probes, "MLP correctness probes and their controls (default on)");
   app.add_option("--probe-restarts", cfg->probe_restarts, "Seeded restarts averaged per MLP probe and split")
-      ->check(CLI::Range(1, 100));
+      ->check(in_range(R::probe_restarts));
   app.add_option("--probe-repeats", cfg->probe_repeats,
                  "Repeated 2-fold cross-fits per run (the per-run test's variance includes the refits')")
-      ->check(CLI::Range(1, 100));
+      ->check(in_range(R::probe_repeats));
   app.add_flag("--sensitivity", cfg->sensitivity, "Sensitivity (injection) audit, method.md §6.5 (refits every probe)");
   app.add_option("--sensitivity-effects", cfg->sensitivity_effects, "Injected oracle gains in nats, comma-separated");
   app.add_option("--sensitivity-draws", cfg->sensitivity_draws, "Synthetic label draws per run and effect")
-      ->check(CLI::Range(1, 100000));
-  app.add_option("--sensitivity-threshold", cfg->sensitivity_threshold, "Recovery R needed for the verdict \"absent\"");
+      ->check(in_range(R::sensitivity_draws));
+  app.add_option("--sensitivity-threshold", cfg->sensitivity_threshold, "Recovery R needed for the verdict \"absent\"")
+      ->check(in_range(R::sensitivity_threshold));
   app.add_option("--sensitivity-threshold-effect", cfg->sensitivity_threshold_effect,
                  "Effect (nats, one of --sensitivity-effects) at which the threshold applies");
   app.add_option("--correction-ridge", cfg->correction_ridge,
                  "L2 penalty of the correction probe's cubic g(z); negative: chosen per fit by 5-fold inner CV")
-      ->check(CLI::Range(-1.0, 1e9));
+      ->check(in_range(R::correction_ridge));
   app.add_flag("--exact-null", cfg->exact_null, "Exact-null audit, method.md §6.6 (refits every probe)");
   app.add_option("--null-group-size", cfg->null_group_size,
                  "Matched-group size of the conditional permutation null (examples with nearly identical outputs)")
-      ->check(CLI::Range(std::size_t{2}, std::size_t{10}));
+      ->check(in_range(R::null_group_size));
   app.add_flag("--null-model-based,!--no-null-model-based", cfg->null_model_based,
                "Also run the model-based null (labels from a fitted reference; not the decision)");
   app.add_option("--null-replicates", cfg->null_replicates, "Null label replicates per run and variant")
-      ->check(CLI::Range(1, 1000000));
+      ->check(in_range(R::null_replicates));
   app.add_option("--null-variants", cfg->null_variants, "Exact-null references: confidence, full_logit (comma-separated)");
   app.add_option("--refit-restarts", cfg->refit_restarts, "Restarts per MLP refit (sensitivity, exact null)")
-      ->check(CLI::Range(1, 100));
-  app.add_option("--refit-patience", cfg->refit_patience, "Early-stopping patience of the refits")->check(CLI::Range(1, 1000));
+      ->check(in_range(R::probe_restarts));
+  app.add_option("--refit-patience", cfg->refit_patience, "Early-stopping patience of the refits")
+      ->check(in_range(R::refit_patience));
   app.add_flag("--refit-cold", cfg->refit_cold, "Refits start from a seeded random initialisation instead of the soft-reference fit");
   app.add_option("--threads", cfg->threads,
                  "Worker threads for the MLP fits, one fit per thread (0 = all cores); results do not depend on it")
-      ->check(CLI::Range(0, 1024))
+      ->check(in_range(R::audit_threads))
       ->capture_default_str();
   app.add_flag("--json", cfg->json, "Print results.json to stdout as well");
   return [cfg]() {
+    check_audit_out(*cfg);
     const auto stats = split_names(cfg->stats);
     if (stats.empty()) arcal::throw_input("arcal audit", "--stat names no statistic, so the test family would be empty");
     arcal::FullAuditOptions opt;

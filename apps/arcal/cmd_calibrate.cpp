@@ -21,7 +21,9 @@
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
 #include "core/error.hpp"
+#include "core/paths.hpp"
 #include "core/rng.hpp"
+#include "flag_checks.hpp"
 #include "io/npz.hpp"
 #include "io/trace.hpp"
 
@@ -37,6 +39,7 @@ struct CalibrateConfig {
   int bins = 15;
   int bootstrap = 1000;
   bool json = false;
+  bool force = false;
 };
 
 enum class Mode { split, fit_apply, params_apply };
@@ -148,6 +151,18 @@ nlohmann::json report(const std::vector<double>& probs, std::size_t n, std::size
 
 int run_calibrate(const CalibrateConfig& cfg) {
   const Mode mode = check_mode(cfg);
+  // Before reading anything: no output may be an input (same device and inode, so ./F, a symlink or a
+  // hard link to F count too), and an existing output is replaced only with --force.
+  std::vector<std::string> inputs;
+  for (const auto* f : {&cfg.input, &cfg.fit, &cfg.apply, &cfg.params})
+    if (!f->empty()) inputs.push_back(*f);
+  arcal::check_output_not_input("--out", cfg.out, inputs);
+  arcal::check_output_file("--out", cfg.out, cfg.force);
+  if (!cfg.save.empty()) {
+    arcal::check_output_not_input("--save", cfg.save, inputs);
+    if (cfg.save == cfg.out) arcal::throw_input("--save", "is the same file as --out");
+    arcal::check_output_file("--save", cfg.save, cfg.force);
+  }
   arcal::FittedCalibrator cal;
   nlohmann::json cal_json;
   // What the calibrator is applied to: predictions, labels, and (apply modes) the file they came from.
@@ -263,14 +278,17 @@ ARCAL_COMMAND("calibrate",
                                "Output .npz: the calibrated probs (split: the evaluation half; apply: every array of the file)")
                     ->required();
                 app.add_option("--save", cfg->save, "Also write the fitted calibrator (JSON, schema arcal.calibrator/1)");
-                app.add_option("--seed", cfg->seed, "Split seed (and bootstrap seed of --json)")->capture_default_str();
+                app.add_option("--seed", cfg->seed, "Split seed (and bootstrap seed of --json)")
+                    ->capture_default_str()
+                    ->check(arcal::cli::seed_check());
                 app.add_option("--bins", cfg->bins, "Confidence bins of the reported ECE")
                     ->capture_default_str()
-                    ->check(CLI::Range(1, 100000));
+                    ->check(arcal::cli::in_range(arcal::ranges::metrics_bins));
                 app.add_option("--bootstrap", cfg->bootstrap, "Bootstrap resamples of the --json metrics (0: none)")
                     ->capture_default_str()
-                    ->check(CLI::Range(0, 1000000));
+                    ->check(arcal::cli::in_range(arcal::ranges::bootstrap));
                 app.add_flag("--json", cfg->json, "Print one JSON object: the calibrator and metrics before/after");
+                app.add_flag("--force", cfg->force, "Replace an existing --out or --save file (never an input)");
                 return [cfg] { return run_calibrate(*cfg); };
               });
 

@@ -16,7 +16,9 @@
 #include "command.hpp"
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
+#include "core/paths.hpp"
 #include "core/progress.hpp"
+#include "flag_checks.hpp"
 #include "io/npz.hpp"
 
 namespace {
@@ -28,7 +30,7 @@ struct CedarConfig {
   std::string qkv, out, method = "cedar";
   std::int64_t chunk_size = 64, budget = 8, sink_chunks = 0;
   double error_target = 0;
-  bool causal = false, json = false, vs_dense = false;
+  bool causal = false, json = false, vs_dense = false, force = false;
   int threads = 0;
 };
 
@@ -105,8 +107,10 @@ int run_cedar(const CedarConfig& cfg, bool chunk_size_given) {
   opt.causal = cfg.causal;
   opt.sink_chunks = cfg.sink_chunks;
   opt.threads = cfg.threads;
-  if (fs::exists(cfg.out) && fs::exists(cfg.qkv) && fs::equivalent(cfg.out, cfg.qkv))
-    arcal::throw_input("--out", cfg.out + " is the input file; write the result elsewhere");
+  // The output is compared with the input by device and inode (another path, a symlink or a hard
+  // link to F count too); an existing output is replaced only with --force (atomically, by write_npz).
+  arcal::check_output_not_input("--out", cfg.out, {cfg.qkv});
+  arcal::check_output_file("--out", cfg.out, cfg.force);
   const QkvFile f = read_qkv(cfg.qkv);
   if (f.has_chunk_starts && chunk_size_given)
     arcal::throw_input("--chunk-size", cfg.qkv + " holds chunk_starts; give either the file's chunks or --chunk-size");
@@ -177,6 +181,8 @@ int run_cedar(const CedarConfig& cfg, bool chunk_size_given) {
 
 arcal::cli::RunFn setup_cedar(CLI::App& app) {
   auto cfg = std::make_shared<CedarConfig>();
+  using arcal::cli::in_range;
+  namespace R = arcal::ranges;
   app.add_option("--qkv", cfg->qkv,
                  "Input .npz: q [H, Nq, d], k and v [H, N, d] (float32; 2-D means H = 1), optional "
                  "chunk_starts [M] int64")
@@ -185,19 +191,25 @@ arcal::cli::RunFn setup_cedar(CLI::App& app) {
   app.add_option("--method", cfg->method, "cedar | topk | summary | dense")->capture_default_str();
   auto* cs = app.add_option("--chunk-size", cfg->chunk_size, "Keys per chunk (when the file has no chunk_starts)")
                  ->capture_default_str()
-                 ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
+                 ->check(in_range(R::cedar_chunk_size));
   app.add_option("--budget", cfg->budget, "Cap B on exact chunks per query (cedar, topk)")
       ->capture_default_str()
-      ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40));
+      ->check(in_range(R::cedar_budget));
   app.add_option("--error-target", cfg->error_target,
                  "cedar: stop expanding once the remaining error bound is below E x |summary-only output| "
                  "(0 = always spend the budget)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(R::cedar_error_target));
   app.add_flag("--causal", cfg->causal,
                "Queries are the last Nq key positions and see earlier keys only (own chunk exact)");
-  app.add_option("--sink-chunks", cfg->sink_chunks, "The first S chunks are always exact")->capture_default_str();
-  app.add_option("--threads", cfg->threads, "Worker threads (0 = all cores)")->capture_default_str();
+  app.add_option("--sink-chunks", cfg->sink_chunks, "The first S chunks are always exact")
+      ->capture_default_str()
+      ->check(in_range(R::cedar_sink_chunks));
+  app.add_option("--threads", cfg->threads, "Worker threads (0 = all cores)")
+      ->capture_default_str()
+      ->check(in_range(R::worker_threads));
   app.add_option("--out", cfg->out, "Output .npz: out [H, Nq, d] float32, expanded [H, Nq] int32")->required();
+  app.add_flag("--force", cfg->force, "Replace an existing --out file (atomically; never the input)");
   app.add_flag("--vs-dense", cfg->vs_dense, "Also run dense attention and report the relative output error");
   app.add_flag("--json", cfg->json, "Print one JSON object (schema arcal.cedar/1)");
   return [cfg, cs] { return run_cedar(*cfg, cs->count() > 0); };
@@ -212,16 +224,45 @@ struct StudyCli {
   std::string out, run;
   StudyConfig study;
   ModelStudyConfig model;
-  bool json = false, no_figure = false;
+  bool json = false, no_figure = false, force = false;
 };
 
 bool stderr_progress() { return arcal::cli::progress_enabled_on(STDERR_FILENO); }
 
+/// What cedar-study writes under DIR (figures/ holds the figure's .dat, .gp, .svg and .png).
+const std::vector<std::string>& study_outputs() {
+  static const std::vector<std::string> files = {
+      "results.json",       "cedar_study.csv", "cedar_study.md", "cedar_model.csv", "figures/cedar_error_vs_budget.dat",
+      "figures/cedar_error_vs_budget.gp", "figures/cedar_error_vs_budget.svg", "figures/cedar_error_vs_budget.png"};
+  return files;
+}
+
+/// Refusals before anything runs or is written: an --out that is a file, an output that is one of
+/// the run's files, and an earlier study's results without --force.
+void check_study_out(const StudyCli& cfg) {
+  std::error_code ec;
+  if (fs::exists(cfg.out, ec) && !fs::is_directory(cfg.out, ec))
+    arcal::throw_input("--out", cfg.out + " exists and is not a directory (cedar-study writes DIR/results.json, CSV, "
+                                "markdown and figures/)");
+  if (!cfg.run.empty()) {
+    std::vector<std::string> inputs;
+    for (const char* f : {"config.json", "checkpoint.pt", "model.pt", "log.jsonl", "summary.json", ".lock"})
+      inputs.push_back(cfg.run + "/" + f);
+    for (const auto& f : study_outputs()) arcal::check_output_not_input("--out", cfg.out + "/" + f, inputs);
+  }
+  if (fs::exists(cfg.out + "/results.json", ec) && !cfg.force)
+    arcal::throw_input("--out", cfg.out + "/results.json already exists (an earlier study); pass --force to replace its "
+                                "results (atomically, file by file) or choose another --out");
+}
+
 int run_study(StudyCli& cfg) {
+  validate_study_config(cfg.study);
+  check_study_out(cfg);
   std::error_code ec;
   fs::create_directories(cfg.out, ec);
   if (ec) arcal::throw_input("--out", "cannot create " + cfg.out + ": " + ec.message());
-  validate_study_config(cfg.study);
+  // A replaced study without --run must not leave the earlier one's model table beside it.
+  if (cfg.run.empty()) fs::remove(cfg.out + "/cedar_model.csv", ec);
   nlohmann::json results = {{"schema", "arcal.cedar_study/1"}, {"version", ARCAL_VERSION}};
   StudyResult clustered;
   {
@@ -271,34 +312,62 @@ int run_study(StudyCli& cfg) {
 arcal::cli::RunFn setup_study(CLI::App& app) {
   auto cfg = std::make_shared<StudyCli>();
   auto& s = cfg->study;
+  // Every numeric flag carries its range (core/limits.hpp; grid flags check each value); the grids
+  // against the chunk count, and the sizes against the array limit, are checked by
+  // validate_study_config before anything runs.
+  using arcal::cli::in_range;
+  namespace R = arcal::ranges;
   app.add_option("--out", cfg->out, "Output directory")->required();
-  app.add_option("--keys", s.n_keys, "Keys per head")->capture_default_str();
-  app.add_option("--chunk-size", s.chunk_size, "Keys per chunk (one cluster per chunk)")->capture_default_str();
-  app.add_option("--queries", s.n_queries, "Queries per head")->capture_default_str();
-  app.add_option("--dim", s.dim, "Head width d")->capture_default_str();
-  app.add_option("--heads", s.heads, "Heads")->capture_default_str();
+  app.add_option("--keys", s.n_keys, "Keys per head")->capture_default_str()->check(in_range(R::study_keys));
+  app.add_option("--chunk-size", s.chunk_size, "Keys per chunk (one cluster per chunk)")
+      ->capture_default_str()
+      ->check(in_range(R::study_chunk_size));
+  app.add_option("--queries", s.n_queries, "Queries per head")->capture_default_str()->check(in_range(R::study_queries));
+  app.add_option("--dim", s.dim, "Head width d")->capture_default_str()->check(in_range(R::study_dim));
+  app.add_option("--heads", s.heads, "Heads")->capture_default_str()->check(in_range(R::study_heads));
   app.add_option("--dispersions", s.dispersions, "Within-chunk dispersions (comma-separated)")
       ->delimiter(',')
-      ->capture_default_str();
-  app.add_option("--temperatures", s.temperatures, "Query temperatures")->delimiter(',')->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(R::study_dispersion));
+  app.add_option("--temperatures", s.temperatures, "Query temperatures")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(in_range(R::study_temperature));
   app.add_option("--query-clusters", s.query_clusters, "Clusters each query aims at")
       ->delimiter(',')
-      ->capture_default_str();
-  app.add_option("--budgets", s.budgets, "Exact-chunk budgets B")->delimiter(',')->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(R::study_query_clusters));
+  app.add_option("--budgets", s.budgets, "Exact-chunk budgets B")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(in_range(R::study_budget));
   app.add_option("--error-targets", s.error_targets, "Error targets of the variable-budget arm")
       ->delimiter(',')
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(R::study_error_target));
   app.add_option("--kv-correlation", s.key_value_correlation, "Within-chunk key-value correlation")
-      ->capture_default_str();
-  app.add_option("--seed", s.seed, "Seed of the data (and of the model study's bootstrap)")->capture_default_str();
-  app.add_option("--threads", s.threads, "Worker threads (0 = all cores)")->capture_default_str();
-  app.add_option("--run", cfg->run, "Also run the trained-model study on this run directory (a ViT preset)");
+      ->capture_default_str()
+      ->check(in_range(R::study_kv_correlation));
+  app.add_option("--seed", s.seed, "Seed of the data (and of the model study's bootstrap)")
+      ->capture_default_str()
+      ->check(arcal::cli::seed_check());
+  app.add_option("--threads", s.threads, "Worker threads (0 = all cores)")
+      ->capture_default_str()
+      ->check(in_range(R::worker_threads));
+  app.add_option("--run", cfg->run, "Also run the trained-model study on this run directory (a ViT preset)")
+      ->check(CLI::ExistingDirectory);
   app.add_option("--model-budgets", cfg->model.budgets, "Exact row chunks per query in the model study")
       ->delimiter(',')
-      ->capture_default_str();
-  app.add_option("--model-subset", cfg->model.subset, "First N test images (0 = all)")->capture_default_str();
-  app.add_option("--bootstrap", cfg->model.bootstrap, "Bootstrap resamples of the model study")->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(R::study_budget));
+  app.add_option("--model-subset", cfg->model.subset, "First N test images (0 = all)")
+      ->capture_default_str()
+      ->check(in_range(R::subset));
+  app.add_option("--bootstrap", cfg->model.bootstrap, "Bootstrap resamples of the model study")
+      ->capture_default_str()
+      ->check(in_range(R::bootstrap_draws));
   app.add_flag("--no-figure", cfg->no_figure, "Skip the gnuplot figure");
+  app.add_flag("--force", cfg->force, "Replace the results of an earlier study in --out (atomically, file by file)");
   app.add_flag("--json", cfg->json, "Print results.json on stdout");
   return [cfg] {
     cfg->model.seed = cfg->study.seed;

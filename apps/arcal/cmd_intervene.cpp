@@ -10,7 +10,9 @@
 #include "model_flags.hpp"
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
+#include "core/paths.hpp"
 #include "core/progress.hpp"
+#include "flag_checks.hpp"
 #include "model/intervene.hpp"
 #include "report/figures.hpp"
 #include "train/threads.hpp"
@@ -25,6 +27,7 @@ struct Options {
   std::int64_t subset = 0;
   std::uint64_t seed = 0;
   bool json = false;
+  bool force = false;
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -38,6 +41,11 @@ std::vector<std::string> split_list(const std::string& s) {
 nlohmann::json interval(const arcal::Interval& i) { return {i.low, i.high}; }
 
 int run(const Options& o) {
+  std::vector<std::string> inputs;
+  for (const char* f : {"config.json", "checkpoint.pt", "model.pt", "log.jsonl", "summary.json"}) inputs.push_back(o.run + "/" + f);
+  arcal::check_output_not_input("--out", o.out, inputs);
+  arcal::check_output_file("--out", o.out, o.force);
+  if (o.split != "test" && o.split != "val") arcal::throw_input("--split", "'" + o.split + "': expected test or val");
   arcal::set_compute_threads(o.threads);
   arcal::InterventionOptions io;
   io.families = split_list(o.families);
@@ -54,6 +62,7 @@ int run(const Options& o) {
   auto model = arcal::load_trained_model(o.run, &tc, o.load.options);
   auto data = arcal::load_dataset(tc.dataset, tc.data_dir, tc.val_fraction, tc.train_subset, tc.seed);
   auto split = o.split == "val" ? data.val : data.test;
+  if (split.size() == 0) arcal::throw_input("--split", o.split + " split of " + o.run + " is empty");
   if (o.subset > 0 && o.subset < split.size())
     split = {split.images.narrow(0, 0, o.subset), split.labels.narrow(0, 0, o.subset), split.classes};
   std::unique_ptr<arcal::ProgressBar> bar;
@@ -121,11 +130,16 @@ arcal::cli::RunFn setup(CLI::App& app) {
   app.add_option("--points", o->points, "Comma-separated routing points (default: all)");
   app.add_option("--families", o->families, "Source families: embedding,current,history")->capture_default_str();
   app.add_option("--split", o->split, "test | val")->capture_default_str();
-  app.add_option("--subset", o->subset, "Use only the first N examples of the split (0 = all)")->capture_default_str();
+  app.add_option("--subset", o->subset, "Use only the first N examples of the split (0 = all)")
+      ->capture_default_str()
+      ->check(arcal::cli::in_range(arcal::ranges::subset));
   o->load.add_to(app);
-  app.add_option("--bootstrap", o->bootstrap, "Bootstrap draws for the intervals")->capture_default_str();
-  app.add_option("--seed", o->seed, "Bootstrap seed")->capture_default_str();
-  app.add_option("--threads", o->threads, "Intra-op threads")->capture_default_str();
+  app.add_option("--bootstrap", o->bootstrap, "Bootstrap draws for the intervals")
+      ->capture_default_str()
+      ->check(arcal::cli::in_range(arcal::ranges::bootstrap_draws));
+  app.add_option("--seed", o->seed, "Bootstrap seed")->capture_default_str()->check(arcal::cli::seed_check());
+  app.add_option("--threads", o->threads, "Intra-op threads")->capture_default_str()->check(arcal::cli::in_range(arcal::ranges::threads));
+  app.add_flag("--force", o->force, "Replace an existing --out file (atomically)");
   app.add_flag("--json", o->json, "Print the JSON instead of the table");
   return [o]() { return run(*o); };
 }

@@ -8,6 +8,7 @@
 #include "calib/metrics.hpp"
 #include "calib/report_json.hpp"
 #include "command.hpp"
+#include "flag_checks.hpp"
 #include "io/trace.hpp"
 
 namespace {
@@ -66,11 +67,11 @@ ARCAL_COMMAND("metrics", "Calibration metrics of a trace file's predictions, wit
               [](CLI::App& app) -> arcal::cli::RunFn {
                 auto cfg = std::make_shared<MetricsConfig>();
                 app.add_option("file", cfg->input, "Trace file (.npz)")->required()->check(CLI::ExistingFile);
-                app.add_option("--bins", cfg->bins, "Confidence bins")->capture_default_str()->check(CLI::Range(1, 100000));
+                app.add_option("--bins", cfg->bins, "Confidence bins")->capture_default_str()->check(arcal::cli::in_range(arcal::ranges::metrics_bins));
                 app.add_option("--bootstrap", cfg->bootstrap, "Bootstrap resamples (0: none)")
                     ->capture_default_str()
-                    ->check(CLI::Range(0, 1000000));
-                app.add_option("--seed", cfg->seed, "Bootstrap seed")->capture_default_str();
+                    ->check(arcal::cli::in_range(arcal::ranges::bootstrap));
+                app.add_option("--seed", cfg->seed, "Bootstrap seed")->capture_default_str()->check(arcal::cli::seed_check());
                 app.add_flag("--json", cfg->json, "Print one JSON object");
                 return [cfg] { return run_metrics(*cfg); };
               });

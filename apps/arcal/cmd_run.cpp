@@ -28,7 +28,11 @@
 #include "command.hpp"
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
+#include "core/interrupt.hpp"
+#include "core/paths.hpp"
 #include "core/progress.hpp"
+#include "core/run_lock.hpp"
+#include "flag_checks.hpp"
 #include "io/trace.hpp"
 #include "report/report.hpp"
 #include "run/study.hpp"
@@ -39,8 +43,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-volatile sig_atomic_t g_interrupted = 0;
-void on_signal(int) { g_interrupted = 1; }
+/// The command that resumes this invocation (printed when it is interrupted).
+std::string g_resume_command = "arcal run";
+
+[[noreturn]] void interrupted(const std::string& what) {
+  throw arcal::Interrupted(std::string("run stopped by ") + arcal::interrupt_signal_name() + " " + what +
+                           "; finished runs and checkpoints are kept. Resume with: " + g_resume_command);
+}
 
 /// The running executable, as a path the children can exec even when build/arcal is rebuilt (the
 /// link resolves to the running binary's own inode, deleted or not).
@@ -70,7 +79,17 @@ struct Job {
   std::string progress;           ///< --progress-file of a training ("" = none)
   pid_t pid = -1;
   bool done = false;
+  bool signalled = false;  ///< the interrupt was forwarded to it
 };
+
+/// Forwards the interrupt to a running child, once: a second signal would make it stop without
+/// its checkpoint (core/interrupt.hpp).
+void forward_interrupt(Job& j) {
+  if (j.pid > 0 && !j.done && !j.signalled) {
+    kill(j.pid, arcal::interrupt_signal());
+    j.signalled = true;
+  }
+}
 
 pid_t spawn(const std::string& exe, const Job& job) {
   std::vector<std::string> argv_s{exe};
@@ -84,8 +103,15 @@ pid_t spawn(const std::string& exe, const Job& job) {
     posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, job.log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
   }
+  // Each child in its own process group: a terminal's Ctrl-C reaches only this process, which
+  // forwards it once to every child (a child that saw it twice would stop without its checkpoint).
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), environ);
+  const int rc = posix_spawn(&pid, exe.c_str(), &fa, &attr, argv.data(), environ);
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) throw std::runtime_error("cannot start " + exe + " " + job.label + ": " + std::strerror(rc));
   return pid;
@@ -101,13 +127,18 @@ std::pair<long long, long long> read_progress(const std::string& path) {
 
 /// Runs jobs `parallel` at a time with one progress bar. A failed job stops new launches; running
 /// ones finish (their work is kept and resumable); then InputError names the job and its log tail.
+/// On SIGINT/SIGTERM (or a child that was interrupted itself, exit 3) no job starts, the signal is
+/// forwarded to the running ones, which write their checkpoints, and Interrupted is thrown.
 void run_jobs(const std::string& exe, std::vector<Job>& jobs, int parallel, const std::string& label, bool bar_on) {
   if (jobs.empty()) return;
   arcal::ProgressBar bar(label, 1000, bar_on);
   std::size_t next = 0, running = 0, finished = 0;
   std::string failure;
+  int failure_code = 0;  // the failed child's exit code: 2 (its input) stays 2, anything else is 1
+  bool child_interrupted = false;
   while (finished < jobs.size()) {
-    while (failure.empty() && !g_interrupted && running < std::size_t(parallel) && next < jobs.size()) {
+    while (failure.empty() && !child_interrupted && !arcal::interrupt_requested() && running < std::size_t(parallel) &&
+           next < jobs.size()) {
       jobs[next].pid = spawn(exe, jobs[next]);
       ++running;
       ++next;
@@ -122,6 +153,13 @@ void run_jobs(const std::string& exe, std::vector<Job>& jobs, int parallel, cons
           --running;
           ++finished;
           const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+          const bool stopped = (WIFEXITED(status) && WEXITSTATUS(status) == 3) ||
+                               (j.signalled && WIFSIGNALED(status));
+          if (stopped) {
+            child_interrupted = true;
+            continue;
+          }
+          if (!ok && failure.empty()) failure_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
           if (!ok && failure.empty())
             failure = j.label + " failed (" +
                       (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
@@ -130,10 +168,8 @@ void run_jobs(const std::string& exe, std::vector<Job>& jobs, int parallel, cons
         }
       continue;
     }
-    if (g_interrupted) {
-      for (auto& j : jobs)
-        if (j.pid > 0 && !j.done) kill(j.pid, SIGTERM);
-    }
+    if (arcal::interrupt_requested())
+      for (auto& j : jobs) forward_interrupt(j);
     // Progress: finished jobs count 1, running trainings their step fraction.
     double frac = double(finished);
     long long steps = 0, total = 0;
@@ -151,8 +187,14 @@ void run_jobs(const std::string& exe, std::vector<Job>& jobs, int parallel, cons
   }
   bar.update(1000, fmt::format("{}/{} done", finished, jobs.size()));
   bar.finish();
-  if (g_interrupted) arcal::throw_input("arcal run", "interrupted; run the same command again to resume");
-  if (!failure.empty()) arcal::throw_input("arcal run", failure);
+  if (arcal::interrupt_requested()) interrupted("during " + label);
+  if (!failure.empty()) {
+    if (failure_code == 2) arcal::throw_input("arcal run", failure);
+    throw std::runtime_error("arcal run: " + failure);
+  }
+  if (child_interrupted)
+    throw arcal::Interrupted("run stopped: a " + label + " child was interrupted (exit 3) by a signal sent to it; finished "
+                             "runs and checkpoints are kept. Resume with: " + g_resume_command);
 }
 
 struct RunOptions {
@@ -174,15 +216,26 @@ int run_study(const RunOptions& o) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   const std::string dir = o.out.empty() ? "runs/" + st.name : o.out;
+  g_resume_command = "arcal run" + (o.config.empty() ? std::string() : " --config " + arcal::shell_quote(o.config)) +
+                     " --out " + arcal::shell_quote(dir) + (o.parallel > 0 ? " --parallel " + std::to_string(o.parallel) : "") +
+                     (o.no_report ? " --no-report" : "");
   std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) arcal::throw_input("--out", dir + " exists and is not a directory");
+  // The study file may be DIR/study.toml itself only when it is already the resolved study (then
+  // rewriting it changes nothing); any other file arcal run writes is never an input.
+  if (!o.config.empty() && (arcal::same_file(o.config, dir + "/results.json") ||
+                            (arcal::same_file(o.config, dir + "/study.toml") && arcal::read_file(o.config) != toml)))
+    arcal::throw_input("--config", o.config + " is a file arcal run rewrites in " + dir +
+                                       "; copy it elsewhere and pass the copy");
   fs::create_directories(dir + "/runs", ec);
   if (ec) arcal::throw_input("--out", "cannot create " + dir + "/runs: " + ec.message());
+  // One arcal run per study directory (each training child also locks its own run directory).
+  const arcal::DirLock lock(dir, "arcal run");
   const std::string study_hash = arcal::stable_hash(toml);
   arcal::write_file_atomic(dir + "/study.toml", toml);
   const std::string exe = self_exe();
   const bool bars = arcal::cli::progress_enabled();
-  signal(SIGINT, on_signal);
-  signal(SIGTERM, on_signal);
+  arcal::install_interrupt_handlers();
 
   const auto runs = arcal::expand_study(st);
   std::size_t audited = 0;
@@ -231,6 +284,7 @@ int run_study(const RunOptions& o) {
   nlohmann::json run_rows = nlohmann::json::array();
   std::vector<std::string> audit_traces;
   for (const auto& r : runs) {
+    if (arcal::interrupt_requested()) interrupted("while computing metrics");
     const std::string rd = dir + "/runs/" + r.dir_name();
     const std::string tf = rd + "/" + st.split + ".npz";
     const auto trace = arcal::load_trace(tf);
@@ -244,9 +298,10 @@ int run_study(const RunOptions& o) {
                           {"model", r.model}, {"residual", r.residual},        {"seed", r.seed},
                           {"audited", r.audited}, {"trace", "runs/" + r.dir_name() + "/" + st.split + ".npz"},
                           {"config_hash", r.hash}, {"metrics", arcal::calibration_report_json(rep)}};
-    if (!summary.is_discarded()) {
-      row["train_seconds"] = summary.value("wall_seconds", 0.0);
-      row["images_per_second"] = summary.value("images_per_second", 0.0);
+    if (summary.is_object()) {  // a damaged summary.json only loses these two numbers
+      for (const char* k : {"wall_seconds", "images_per_second"})
+        if (summary.contains(k) && summary[k].is_number())
+          row[std::string(k) == "wall_seconds" ? "train_seconds" : k] = summary[k].get<double>();
     }
     run_rows.push_back(row);
     if (r.audited) audit_traces.push_back(tf);
@@ -272,18 +327,28 @@ int run_study(const RunOptions& o) {
     j.args.insert(j.args.end(), {"--out", audit_dir});
     if (!bars) j.args.push_back("--quiet");
     // No log: the audit draws its own progress bars on the inherited terminal.
-    const pid_t pid = spawn(exe, j);
+    if (arcal::interrupt_requested()) interrupted("before the audit");
+    j.pid = spawn(exe, j);
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    for (;;) {
+      const pid_t got = waitpid(j.pid, &status, WNOHANG);
+      if (got == j.pid || (got < 0 && errno != EINTR)) break;
+      if (arcal::interrupt_requested()) forward_interrupt(j);  // the audit stops; it restarts on resume
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    if (g_interrupted) arcal::throw_input("arcal run", "interrupted; run the same command again to resume");
-    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-      arcal::throw_input("arcal run", "the audit failed (see the messages above); its traces are kept");
+    if (arcal::interrupt_requested()) interrupted("during the audit (it restarts on resume)");
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 2)
+        arcal::throw_input("arcal run", "the audit refused its input (see the message above); the traces are kept");
+      throw std::runtime_error("arcal run: the audit failed (see the messages above); the traces are kept");
+    }
   }
 
   // 5. DIR/results.json = the audit's results + the study section.
   nlohmann::json results = nlohmann::json::parse(arcal::read_file(audit_dir + "/results.json"), nullptr, false);
-  if (results.is_discarded()) arcal::throw_input("arcal run", audit_dir + "/results.json is not valid JSON");
+  if (!results.is_object())
+    arcal::throw_input("arcal run", audit_dir + "/results.json is not a JSON object (damaged? remove " + audit_dir +
+                                        " to rerun the audit)");
   results["study"] = {{"name", st.name},
                       {"config_hash", study_hash},
                       {"config_toml", toml},
@@ -297,8 +362,15 @@ int run_study(const RunOptions& o) {
   arcal::write_file_atomic(dir + "/results.json", results.dump(1));
 
   // 6. Report.
+  if (arcal::interrupt_requested()) interrupted("before the report");
   if (!o.no_report) {
-    const auto rep = arcal::write_report(dir, dir + "/report");
+    arcal::ReportOutput rep;
+    try {
+      rep = arcal::write_report(dir, dir + "/report");
+    } catch (const arcal::InputError&) {
+      if (arcal::interrupt_requested()) interrupted("while rendering the report");
+      throw;
+    }
     std::cout << fmt::format("\nreport: {}\n", rep.html);
     for (const auto& line : rep.verdict) std::cout << "  " << line << "\n";
   }
@@ -313,7 +385,8 @@ arcal::cli::RunFn setup(CLI::App& app) {
                  "Fashion-MNIST, AttnRes seeds 0-2 and a standard twin each)");
   app.add_option("--out", o->out, "Study directory (default: runs/NAME)");
   app.add_flag("--print-config", o->print_config, "Print the resolved study (TOML) and exit");
-  app.add_option("--parallel", o->parallel, "Override [execution] parallel (trainings at once)")->check(CLI::Range(0, 256));
+  app.add_option("--parallel", o->parallel, "Override [execution] parallel (trainings at once; 0 = the study's)")
+      ->check(arcal::cli::in_range(arcal::ranges::parallel_override));
   app.add_flag("--no-report", o->no_report, "Stop after results.json");
   return [o]() { return run_study(*o); };
 }

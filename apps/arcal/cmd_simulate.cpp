@@ -5,6 +5,9 @@
 
 #include "audit/simulate.hpp"
 #include "command.hpp"
+#include "core/limits.hpp"
+#include "core/paths.hpp"
+#include "flag_checks.hpp"
 #include "io/trace.hpp"
 
 namespace {
@@ -22,21 +25,27 @@ struct SimulateConfig {
   double wiggle = 0.0, wiggle_frequency = 3.0, output_effect = 0.0;
   double margin_mean = 4.0, margin_sd = 2.0;
   bool json = false;
+  bool force = false;
 };
 
 arcal::cli::RunFn setup_simulate(CLI::App& app) {
   auto cfg = std::make_shared<SimulateConfig>();
   app.add_option("--out", cfg->out, "Output trace file (.npz)")->required();
-  app.add_option("--n", cfg->n, "Examples")->check(CLI::Range(std::size_t{2}, std::size_t{100000000}));
-  app.add_option("--classes", cfg->classes, "Classes K")->check(CLI::Range(std::size_t{2}, std::size_t{100000}));
+  app.add_option("--n", cfg->n, "Examples")->check(arcal::cli::in_range(arcal::ranges::simulate_n));
+  app.add_option("--classes", cfg->classes, "Classes K")->check(arcal::cli::in_range(arcal::ranges::simulate_classes));
   app.add_option("--effect-nats", cfg->effect_nats, "Oracle gain E[KL(p*||q)] of the injected effect; 0 = exact null")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--seed", cfg->seed, "Seed of every random draw");
-  app.add_option("--points", cfg->points, "Routing points (point p has p + 2 sources)")->check(CLI::PositiveNumber);
+      ->check(arcal::cli::in_range(arcal::RealRange{0.0, 10.0, false}));
+  // Real-valued options through core/limits.hpp's ranges: CLI11's Range lets NaN through.
+  using arcal::cli::in_range;
+  using arcal::RealRange;
+  app.add_option("--seed", cfg->seed, "Seed of every random draw")->check(arcal::cli::seed_check());
+  app.add_flag("--force", cfg->force, "Replace an existing --out file (atomically)");
+  app.add_option("--points", cfg->points, "Routing points (point p has p + 2 sources)")
+      ->check(in_range(arcal::ranges::simulate_points));
   app.add_option("--confound", cfg->confound,
                  "Correlation rho of the routing signal with the outputs (s = h(outputs) + noise); the effect "
                  "is planted in the independent part only. 0 = routing independent of the outputs")
-      ->check(CLI::Range(0.0, 0.999));
+      ->check(in_range(RealRange{0.0, 0.999, false}));
   app.add_option("--confound-source", cfg->confound_source,
                  "What the routing signal tracks: confidence (h = logit c) or outputs (a nonlinear function of the "
                  "sorted probabilities)")
@@ -44,21 +53,34 @@ arcal::cli::RunFn setup_simulate(CLI::App& app) {
   app.add_option("--miscalibration", cfg->miscalibration,
                  "Temperature-type miscalibration T of the true accuracy curve: q(c) = sigmoid(logit(c) / T); "
                  "T > 1 is overconfident, 1 calibrated")
-      ->check(CLI::Range(0.05, 20.0));
+      ->check(in_range(RealRange{0.05, 20.0, false}));
   app.add_option("--wiggle", cfg->wiggle,
                  "Amplitude A of a non-smooth calibration curve: logit q += A sin(F logit c) (a reference that a "
-                 "smooth fit of c misses)");
-  app.add_option("--wiggle-frequency", cfg->wiggle_frequency, "Frequency F of --wiggle")->check(CLI::PositiveNumber);
+                 "smooth fit of c misses)")
+      ->check(in_range(RealRange{-100.0, 100.0, false}));
+  app.add_option("--wiggle-frequency", cfg->wiggle_frequency, "Frequency F of --wiggle")
+      ->check(in_range(RealRange{0.0, 1000.0, true}));
   app.add_option("--output-effect", cfg->output_effect,
                  "Dependence of correctness on the outputs beyond confidence: logit q += B sin(2 u2), u2 the "
-                 "standardised log(p_(2)/p_(3))");
+                 "standardised log(p_(2)/p_(3))")
+      ->check(in_range(RealRange{-100.0, 100.0, false}));
   app.add_option("--margin-mean", cfg->margin_mean,
                  "Mean of the predicted class's logit margin |N(mean, sd)|: larger means more confident (8 with "
                  "sd 3 puts most examples above 0.93 confidence, as trained classifiers)")
-      ->check(CLI::Range(0.0, 50.0));
-  app.add_option("--margin-sd", cfg->margin_sd, "Sd of the logit margin")->check(CLI::Range(0.0, 50.0));
+      ->check(in_range(RealRange{0.0, 50.0, false}));
+  app.add_option("--margin-sd", cfg->margin_sd, "Sd of the logit margin")->check(in_range(RealRange{0.0, 50.0, false}));
   app.add_flag("--json", cfg->json, "Print a JSON summary");
   return [cfg]() {
+    arcal::check_output_file("--out", cfg->out, cfg->force);
+    // The trace in memory: logits N x K doubles, routing and CLS routing N x P x S floats (S = P + 1).
+    std::uint64_t logits = 0, routing = 0;
+    if (!arcal::checked_mul(cfg->n, cfg->classes * 8, logits) ||
+        !arcal::checked_mul(cfg->n, cfg->points * (cfg->points + 1) * 8, routing) ||
+        !arcal::checked_add(logits, routing, logits))
+      logits = UINT64_MAX;
+    arcal::check_array_bytes(logits, "arcal simulate", "--n " + std::to_string(cfg->n) + " x --classes " +
+                                                           std::to_string(cfg->classes) + " x --points " +
+                                                           std::to_string(cfg->points));
     arcal::SimulationOptions o;
     o.n = cfg->n;
     o.classes = cfg->classes;

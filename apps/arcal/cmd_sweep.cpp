@@ -4,6 +4,7 @@
 // a Slurm array task) as child `arcal train` processes that inherit the environment, so each run is
 // data-parallel under torchrun/Slurm when RANK/WORLD_SIZE are set. Runs live in DIR/runs/<id>-<hash>,
 // the layout of `arcal run`, so a later `arcal run` on the same study finds them trained.
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 
@@ -15,8 +16,15 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
+#include <chrono>
+#include <thread>
+
 #include "command.hpp"
 #include "core/check.hpp"
+#include "core/interrupt.hpp"
+#include "core/paths.hpp"
+#include "flag_checks.hpp"
 #include "run/study.hpp"
 #include "train/distributed.hpp"
 #include "train/trainer.hpp"
@@ -72,11 +80,26 @@ int train_child(const std::vector<std::string>& args) {
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // The child in its own process group: SIGINT/SIGTERM reach the sweep, which forwards them once.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
   pid_t pid = -1;
-  if (const int rc = posix_spawn(&pid, argv_s[0].c_str(), nullptr, nullptr, argv.data(), environ); rc != 0)
-    throw std::runtime_error("arcal sweep: cannot start arcal train: " + std::string(std::strerror(rc)));
+  const int rc = posix_spawn(&pid, argv_s[0].c_str(), nullptr, &attr, argv.data(), environ);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) throw std::runtime_error("arcal sweep: cannot start arcal train: " + std::string(std::strerror(rc)));
   int status = 0;
-  waitpid(pid, &status, 0);
+  bool forwarded = false;
+  for (;;) {
+    const pid_t got = waitpid(pid, &status, WNOHANG);
+    if (got == pid || (got < 0 && errno != EINTR)) break;
+    if (arcal::interrupt_requested() && !forwarded) {
+      kill(pid, arcal::interrupt_signal());
+      forwarded = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
@@ -141,8 +164,15 @@ int run_sweep(const SweepOptions& o) {
   }
 
   if (primary) std::cout << fmt::format("arcal sweep: study '{}', {} of {} run(s) into {}\n", study.name, chosen.size(), runs.size(), dir);
+  arcal::install_interrupt_handlers();
+  const std::string resume = "arcal sweep --config " + arcal::shell_quote(o.config) +
+                             (o.out.empty() ? "" : " --out " + arcal::shell_quote(o.out)) +
+                             (o.index >= 0 ? " --index " + std::to_string(o.index) : "");
   int trained = 0, skipped = 0;
   for (auto i : chosen) {
+    if (arcal::interrupt_requested())
+      throw arcal::Interrupted(std::string("sweep stopped by ") + arcal::interrupt_signal_name() +
+                               "; trained runs are kept. Resume with: " + resume);
     const auto& r = runs[i];
     const std::string rd = dir + "/runs/" + r.dir_name();
     const std::string status = status_of(rd);
@@ -159,9 +189,16 @@ int run_sweep(const SweepOptions& o) {
     }
     args.insert(args.end(), {"--out", rd, "--quiet"});
     if (primary) std::cout << fmt::format("[{}] {} {}\n", i, r.id, status == "checkpoint" ? "resuming" : "training");
-    if (const int rc = train_child(args); rc != 0)
-      throw std::runtime_error(fmt::format("arcal sweep: run {} ({}) failed with exit code {}; fix it and rerun the "
-                                           "sweep (finished runs are skipped, interrupted ones resume)", i, r.id, rc));
+    const int rc = train_child(args);
+    if (rc == 3 || arcal::interrupt_requested())
+      throw arcal::Interrupted(std::string("sweep stopped: run ") + std::to_string(i) + " (" + r.id +
+                               ") was interrupted and keeps its checkpoint. Resume with: " + resume);
+    if (rc != 0) {
+      const std::string what = fmt::format("run {} ({}) failed with exit code {}; fix it and rerun the sweep (finished "
+                                           "runs are skipped, interrupted ones resume)", i, r.id, rc);
+      if (rc == 2) arcal::throw_input("arcal sweep", what);  // its input: exit 2 here too
+      throw std::runtime_error("arcal sweep: " + what);
+    }
     ++trained;
   }
   if (primary) std::cout << fmt::format("arcal sweep: {} trained, {} already trained\n", trained, skipped);
@@ -175,12 +212,13 @@ arcal::cli::RunFn setup(CLI::App& app) {
   app.add_flag("--list", o->list, "List the runs, their status and their arcal train command lines; train nothing");
   app.add_flag("--dry-run", o->dry_run, "List the runs with parameters and MACs per image; train nothing");
   app.add_option("--index", o->index, "Train only run I (0-based, as --list numbers them; e.g. $SLURM_ARRAY_TASK_ID)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(arcal::cli::in_range(arcal::IntRange{0, 1000000}));
   app.add_option("--device", o->device, "cpu | cuda, passed to every training")->capture_default_str();
   app.add_option("--precision", o->precision, "fp32 | bf16 | fp16, passed to every training (enters the run hash)")
       ->capture_default_str();
   app.add_option("--threads", o->threads, "Intra-op threads per training (0 = the study's threads_per_job)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(arcal::cli::in_range(arcal::IntRange{0, arcal::ranges::threads.hi}));
   app.add_flag("--json", o->json, "With --list/--dry-run: print the runs as JSON");
   return [o]() { return run_sweep(*o); };
 }

@@ -9,7 +9,9 @@
 #include "model_flags.hpp"
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
+#include "core/paths.hpp"
 #include "core/progress.hpp"
+#include "flag_checks.hpp"
 #include "model/trace_export.hpp"
 #include "train/threads.hpp"
 #include "train/trainer.hpp"
@@ -21,10 +23,20 @@ struct TraceOptions {
   int batch = 500;
   arcal::cli::ModelLoadFlags load;
   int threads = 1;
+  bool force = false;
 };
+
+/// The files of a run directory, which an output must never replace.
+std::vector<std::string> run_files(const std::string& run) {
+  std::vector<std::string> v;
+  for (const char* f : {"config.json", "checkpoint.pt", "model.pt", "log.jsonl", "summary.json", ".lock"}) v.push_back(run + "/" + f);
+  return v;
+}
 
 int run_trace(const TraceOptions& o) {
   if (o.split != "test" && o.split != "val") arcal::throw_input("--split", "'" + o.split + "': expected test or val");
+  arcal::check_output_not_input("--out", o.out, run_files(o.run));
+  arcal::check_output_file("--out", o.out, o.force);
   arcal::set_compute_threads(o.threads);
   arcal::TrainConfig tc;
   auto model = arcal::load_trained_model(o.run, &tc, o.load.options);
@@ -60,8 +72,9 @@ arcal::cli::RunFn setup(CLI::App& app) {
   app.add_option("--run", o->run, "Run directory written by arcal train")->required();
   app.add_option("--split", o->split, "test | val")->capture_default_str();
   app.add_option("--out", o->out, "Trace file to write (.npz)")->required();
-  app.add_option("--batch-size", o->batch, "Evaluation batch size")->capture_default_str();
-  app.add_option("--threads", o->threads, "Intra-op threads")->capture_default_str();
+  app.add_option("--batch-size", o->batch, "Evaluation batch size")->capture_default_str()->check(arcal::cli::in_range(arcal::ranges::batch_size));
+  app.add_option("--threads", o->threads, "Intra-op threads")->capture_default_str()->check(arcal::cli::in_range(arcal::ranges::threads));
+  app.add_flag("--force", o->force, "Replace an existing --out file (atomically, once the new trace is complete)");
   o->load.add_to(app);
   return [o]() { return run_trace(*o); };
 }

@@ -1,11 +1,15 @@
 // arcal: entry point. Parses the command line with CLI11 and dispatches to the registered
-// subcommand. Exit codes: 0 success, 1 internal/runtime failure, 2 bad input or usage.
+// subcommand. Exit codes (docs/interface.md): 0 success, 1 failure while working, 2 bad input or
+// usage, 3 interrupted by SIGINT/SIGTERM at a resumable point (the message says how to resume);
+// 130/143 only when a second signal ends the process.
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <map>
+#include <new>
 
 #include "command.hpp"
 #include "core/error.hpp"
@@ -47,6 +51,13 @@ int main(int argc, char** argv) {
     sub->add_flag("--quiet,-q", quiet, "No progress bars");
     runs[sub] = spec.setup(*sub);
   }
+  // A first argument that is neither an option nor a subcommand: name it (CLI11 would only say that a
+  // subcommand is required).
+  if (argc > 1 && argv[1][0] != '-' &&
+      std::none_of(registry.begin(), registry.end(), [&](const CommandSpec& c) { return c.name == argv[1]; })) {
+    std::cerr << "arcal: error: unknown subcommand '" << argv[1] << "' (arcal --help lists them)\n";
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -62,8 +73,24 @@ int main(int argc, char** argv) {
   } catch (const arcal::InputError& e) {
     std::cerr << "arcal: error: " << e.what() << "\n";
     return 2;
+  } catch (const arcal::Interrupted& e) {
+    std::cerr << "arcal: " << e.what() << "\n";
+    return 3;
+  } catch (const CLI::Error& e) {  // an option read back with a wrong conversion
+    std::cerr << "arcal: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "arcal: failed: out of memory (an input larger than this machine can hold? see the limits in "
+                 "docs/interface.md)\n";
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::cerr << "arcal: failed: " << e.what() << "\n";
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "arcal: failed: " << e.what() << "\n";
+    return 1;
+  } catch (...) {
+    std::cerr << "arcal: failed: unknown error\n";
     return 1;
   }
   return 2;

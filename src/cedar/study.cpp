@@ -8,8 +8,11 @@
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "core/check.hpp"
+#include "core/limits.hpp"
 #include "core/rng.hpp"
 #include "report/figures.hpp"
 
@@ -38,6 +41,20 @@ bool same_setting(const StudySetting& s, const StudyCell& c) {
   return s.dispersion == c.dispersion && s.temperature == c.temperature && s.query_clusters == c.query_clusters;
 }
 
+/// Refuses sizes whose q, k or v would exceed the array limit (core/limits.hpp), with overflow-safe
+/// products, before anything is allocated.
+void check_qkv_bytes(std::int64_t H, std::int64_t N, std::int64_t Nq, std::int64_t d, const std::string& f) {
+  for (auto [name, rows] : {std::pair<const char*, std::int64_t>{"q", Nq}, {"k", N}, {"v", N}}) {
+    std::uint64_t bytes = 0;
+    if (!checked_mul(std::uint64_t(H), std::uint64_t(rows), bytes) || !checked_mul(bytes, std::uint64_t(d), bytes) ||
+        !checked_mul(bytes, sizeof(float), bytes))
+      throw_input(f, std::string(name) + " [" + std::to_string(H) + ", " + std::to_string(rows) + ", " +
+                         std::to_string(d) + "] does not fit in 64 bits");
+    check_array_bytes(bytes, f, std::string(name) + " [" + std::to_string(H) + ", " + std::to_string(rows) + ", " +
+                                    std::to_string(d) + "] float32");
+  }
+}
+
 }  // namespace
 
 Qkv clustered_qkv(const ClusteredSpec& s) {
@@ -60,6 +77,7 @@ Qkv clustered_qkv(const ClusteredSpec& s) {
   if (!(std::abs(s.key_value_correlation) <= 1))
     throw_input(f, "key_value_correlation is " + num(s.key_value_correlation) + ", but must be in [-1, 1]");
   const std::int64_t H = s.heads, N = s.n_keys, Nq = s.n_queries, d = s.dim;
+  check_qkv_bytes(H, N, Nq, d, f);
   Qkv out;
   out.shape = {H, Nq, N, d};
   out.q.resize(std::size_t(H * Nq * d));
@@ -105,6 +123,26 @@ void validate_study_config(const StudyConfig& c) {
                          {"queries", c.n_queries},
                          {"dim", c.dim}})
     if (v <= 0) throw_input(f, std::string(name) + " is " + std::to_string(v) + ", but must be positive");
+  for (auto [name, v, r] : {std::tuple<const char*, std::int64_t, IntRange>{"heads", c.heads, ranges::study_heads},
+                            {"keys", c.n_keys, ranges::study_keys},
+                            {"chunk size", c.chunk_size, ranges::study_chunk_size},
+                            {"queries", c.n_queries, ranges::study_queries},
+                            {"dim", c.dim, ranges::study_dim}})
+    if (!in_range(r, v)) throw_input(f, std::string(name) + " is " + std::to_string(v) + ", but must be in " + range_text(r));
+  check_qkv_bytes(c.heads, c.n_keys, c.n_queries, c.dim, f);
+  for (auto [name, size] : {std::pair<const char*, std::size_t>{"dispersions", c.dispersions.size()},
+                            {"temperatures", c.temperatures.size()},
+                            {"query_clusters", c.query_clusters.size()},
+                            {"budgets", c.budgets.size()},
+                            {"error_targets", c.error_targets.size()}})
+    if (std::int64_t(size) > ranges::study_grid_values.hi)
+      throw_input(f, std::string(name) + " holds " + std::to_string(size) + " values, more than the limit " +
+                         std::to_string(ranges::study_grid_values.hi));
+  if (!in_range(ranges::study_kv_correlation, c.key_value_correlation))
+    throw_input(f, "key-value correlation is " + num(c.key_value_correlation) + ", but must be in " +
+                       range_text(ranges::study_kv_correlation));
+  if (!(c.query_noise >= 0) || !std::isfinite(c.query_noise))
+    throw_input(f, "query noise is " + num(c.query_noise) + ", but must be finite and >= 0");
   if (c.dispersions.empty() || c.temperatures.empty() || c.budgets.empty() || c.query_clusters.empty())
     throw_input(f, "the dispersion, temperature, query-cluster and budget grids must each hold at least one value");
   for (std::size_t i = 0; i < c.dispersions.size(); ++i)

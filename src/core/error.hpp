@@ -1,5 +1,7 @@
 // Error types shared by every layer of arcal.
 // InputError: the user's data, files or flags are wrong (exit code 2 in the CLI).
+// Interrupted: SIGINT/SIGTERM stopped the work at a resumable point (exit code 3); the message says
+// what was kept and how to resume.
 // Internal invariants use ARCAL_ASSERT, which stays on in release builds and aborts loudly.
 #pragma once
 
@@ -12,6 +14,12 @@ namespace arcal {
 
 /// A problem with user input (file, array, flag). Message names function, object, index, constraint.
 class InputError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// The work was stopped by SIGINT or SIGTERM at a point where it can be resumed (exit code 3).
+class Interrupted : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };

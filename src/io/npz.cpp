@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <sys/stat.h>
+
 #include <cstring>
 #include <map>
 #include <memory>
@@ -11,6 +13,7 @@
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/limits.hpp"
 
 namespace arcal {
 
@@ -18,6 +21,23 @@ namespace {
 
 [[noreturn]] void fail(const std::string& file, const std::string& name, const std::string& what) {
   throw InputError("npz: " + file + (name.empty() ? "" : ": array '" + name + "'") + ": " + what);
+}
+
+/// At most `max` characters of untrusted text for a message, control bytes shown as '?'.
+std::string printable(const std::string& s, std::size_t max = 160) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size() && i < max; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    out += (c < 0x20 || c == 0x7f) ? '?' : static_cast<char>(c);
+  }
+  if (s.size() > max) out += "... (" + std::to_string(s.size()) + " characters)";
+  return out;
+}
+
+std::string shape_text(const std::vector<std::size_t>& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
 }
 
 // ---- .npy header: a Python dict literal such as
@@ -66,7 +86,9 @@ class HeaderParser {
   }
 
  private:
-  [[noreturn]] void bad(const std::string& why) { fail(file_, name_, "malformed .npy header (" + why + "): " + s_); }
+  [[noreturn]] void bad(const std::string& why) {
+    fail(file_, name_, "malformed .npy header (" + why + "): " + printable(s_));
+  }
   char peek() { return pos_ < s_.size() ? s_[pos_] : '\0'; }
   void skip_ws() {
     while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\n' || s_[pos_] == '\t')) ++pos_;
@@ -107,14 +129,15 @@ class HeaderParser {
         break;
       }
       if (peek() < '0' || peek() > '9') bad("expected a dimension");
-      std::size_t v = 0;
+      std::uint64_t v = 0;
       while (peek() >= '0' && peek() <= '9') {
-        const std::size_t next = v * 10 + static_cast<std::size_t>(peek() - '0');
-        if (next / 10 != v) bad("dimension overflows");
-        v = next;
+        if (!checked_mul(v, 10, v) || !checked_add(v, static_cast<std::uint64_t>(peek() - '0'), v))
+          bad("dimension " + printable(s_.substr(pos_ - std::min<std::size_t>(pos_, 20), 40)) + " overflows 64 bits");
         ++pos_;
       }
-      dims.push_back(v);
+      if (dims.size() >= input_limits().max_ndim)
+        bad("more than " + std::to_string(input_limits().max_ndim) + " dimensions");
+      dims.push_back(static_cast<std::size_t>(v));
       skip_ws();
       if (peek() == ',') ++pos_;
     }
@@ -132,11 +155,12 @@ void decode_descr(const std::string& descr, const std::string& file, const std::
   if (descr.size() < 2) fail(file, name, "unsupported dtype '" + descr + "'");
   const char order = descr[0];
   const std::string type = descr.substr(1);
-  if (order == '>') fail(file, name, "big-endian dtype '" + descr + "' is not supported; save little-endian arrays");
+  if (order == '>')
+    fail(file, name, "big-endian dtype '" + printable(descr) + "' is not supported; save little-endian arrays");
   if (type == "O" || order == 'O')
     fail(file, name, "object dtype (pickled data) is not supported and is never unpickled");
   if (order != '<' && order != '|' && order != '=')
-    fail(file, name, "unsupported dtype '" + descr + "'");
+    fail(file, name, "unsupported dtype '" + printable(descr) + "'");
   if (type == "f4") {
     dtype = DType::f4;
     itemsize = 4;
@@ -154,19 +178,33 @@ void decode_descr(const std::string& descr, const std::string& file, const std::
     itemsize = 1;
   } else if (type[0] == 'U' && type.size() > 1 && type.find_first_not_of("0123456789", 1) == std::string::npos) {
     dtype = DType::unicode;
-    const std::size_t chars = std::stoull(type.substr(1));
+    std::uint64_t chars = 0;
+    for (std::size_t i = 1; i < type.size(); ++i)
+      if (!checked_mul(chars, 10, chars) || !checked_add(chars, std::uint64_t(type[i] - '0'), chars) ||
+          chars > input_limits().max_array_bytes / 4)
+        fail(file, name, "unicode dtype '" + printable(descr) + "' has more characters per element than the limit of " +
+                             std::to_string(input_limits().max_array_bytes / 4));
     if (chars == 0) fail(file, name, "zero-length unicode dtype '" + descr + "' is not supported");
-    itemsize = 4 * chars;
+    itemsize = static_cast<std::size_t>(4 * chars);
   } else {
     fail(file, name,
-         "unsupported dtype '" + descr + "' (supported: float32, float64, int32, int64, bool, unicode)");
+         "unsupported dtype '" + printable(descr) + "' (supported: float32, float64, int32, int64, bool, unicode)");
   }
 }
 
+/// Elements of a shape; false when the product overflows 64 bits.
+bool checked_product(const std::vector<std::size_t>& shape, std::uint64_t& n) {
+  n = 1;
+  for (auto d : shape)
+    if (!checked_mul(n, d, n)) return false;
+  return true;
+}
+
 std::size_t product(const std::vector<std::size_t>& shape) {
-  std::size_t n = 1;
-  for (auto d : shape) n *= d;
-  return n;
+  std::uint64_t n = 1;
+  if (!checked_product(shape, n))
+    throw InputError("npz: shape " + shape_text(shape) + " has more elements than fit in 64 bits");
+  return static_cast<std::size_t>(n);
 }
 
 void append_utf8(std::string& out, std::uint32_t cp) {
@@ -224,7 +262,7 @@ NpyArray from_plain(std::string name, DType dtype, const std::vector<T>& v, std:
   if (product(a.shape) != v.size())
     throw InputError("npz: array '" + a.name + "': " + std::to_string(v.size()) +
                      " values do not fill the shape given (" + std::to_string(product(a.shape)) + " elements)");
-  a.data.assign(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+  if (!v.empty()) a.data.assign(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
   return a;
 }
 
@@ -370,13 +408,28 @@ std::string dtype_descr(DType dtype, std::size_t unicode_chars) {
 
 std::size_t NpyArray::size() const { return product(shape); }
 
+namespace {
+/// The element count, after checking that `data` holds all of it (arrays built by hand may not).
+std::size_t checked_size(const NpyArray& a, const std::string& context) {
+  const std::size_t n = a.size();
+  std::uint64_t need = 0;
+  if (!checked_mul(n, a.itemsize, need) || a.data.size() != need)
+    throw InputError(context + ": array '" + a.name + "' holds " + std::to_string(a.data.size()) +
+                     " data bytes, but its shape " + shape_text(a.shape) + " needs " + std::to_string(n) + " x " +
+                     std::to_string(a.itemsize));
+  return n;
+}
+}  // namespace
+
 std::vector<double> NpyArray::as_double(const std::string& context) const {
-  const std::size_t n = size();
+  const std::size_t n = checked_size(*this, context);
   std::vector<double> out(n);
   const char* p = data.data();
   switch (dtype) {
     case DType::f4: for (std::size_t i = 0; i < n; ++i) out[i] = load_le<float>(p + 4 * i); break;
-    case DType::f8: std::memcpy(out.data(), p, 8 * n); break;
+    case DType::f8:
+      if (n > 0) std::memcpy(out.data(), p, 8 * n);  // memcpy's pointers must not be null, even for 0 bytes
+      break;
     case DType::i4: for (std::size_t i = 0; i < n; ++i) out[i] = load_le<std::int32_t>(p + 4 * i); break;
     case DType::i8:
       for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<double>(load_le<std::int64_t>(p + 8 * i));
@@ -391,8 +444,8 @@ std::vector<double> NpyArray::as_double(const std::string& context) const {
 
 std::vector<float> NpyArray::as_float(const std::string& context) const {
   if (dtype == DType::f4) {
-    std::vector<float> out(size());
-    std::memcpy(out.data(), data.data(), 4 * out.size());
+    std::vector<float> out(checked_size(*this, context));
+    if (!out.empty()) std::memcpy(out.data(), data.data(), 4 * out.size());
     return out;
   }
   const auto d = as_double(context);
@@ -400,12 +453,14 @@ std::vector<float> NpyArray::as_float(const std::string& context) const {
 }
 
 std::vector<std::int64_t> NpyArray::as_int64(const std::string& context) const {
-  const std::size_t n = size();
+  const std::size_t n = checked_size(*this, context);
   std::vector<std::int64_t> out(n);
   const char* p = data.data();
   switch (dtype) {
     case DType::i4: for (std::size_t i = 0; i < n; ++i) out[i] = load_le<std::int32_t>(p + 4 * i); break;
-    case DType::i8: std::memcpy(out.data(), p, 8 * n); break;
+    case DType::i8:
+      if (n > 0) std::memcpy(out.data(), p, 8 * n);
+      break;
     case DType::b1: for (std::size_t i = 0; i < n; ++i) out[i] = p[i] != 0; break;
     default:
       throw InputError(context + ": array '" + name + "' has dtype " + dtype_descr(dtype, itemsize / 4) +
@@ -418,14 +473,16 @@ std::vector<std::string> NpyArray::as_strings(const std::string& context) const 
   if (dtype != DType::unicode)
     throw InputError(context + ": array '" + name + "' has dtype " + dtype_descr(dtype) +
                      ", but must be a unicode string");
-  const std::size_t n = size(), chars = itemsize / 4;
+  const std::size_t n = checked_size(*this, context), chars = itemsize / 4;
   std::vector<std::string> out(n);
   for (std::size_t i = 0; i < n; ++i) {
     std::string s;
     for (std::size_t c = 0; c < chars; ++c) {
       const auto cp = load_le<std::uint32_t>(data.data() + i * itemsize + 4 * c);
       if (cp == 0) break;
-      if (cp > 0x10FFFF) throw InputError(context + ": array '" + name + "' holds an invalid code point");
+      if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        throw InputError(context + ": array '" + name + "' element " + std::to_string(i) + " holds the invalid code point " +
+                         std::to_string(cp));
       append_utf8(s, cp);
     }
     out[i] = std::move(s);
@@ -470,7 +527,7 @@ NpyArray NpyArray::from_strings(std::string name, const std::vector<std::string>
   a.itemsize = 4 * chars;
   a.data.assign(v.size() * a.itemsize, '\0');
   for (std::size_t i = 0; i < v.size(); ++i)
-    std::memcpy(&a.data[i * a.itemsize], cps[i].data(), 4 * cps[i].size());
+    if (!cps[i].empty()) std::memcpy(&a.data[i * a.itemsize], cps[i].data(), 4 * cps[i].size());
   return a;
 }
 NpyArray NpyArray::scalar_string(std::string name, const std::string& s) {
@@ -493,7 +550,9 @@ NpyArray parse_npy(const std::string& bytes, const std::string& file, const std:
   } else {
     fail(file, name, "unsupported .npy format version " + std::to_string(major));
   }
-  if (bytes.size() < offset + header_len) fail(file, name, "truncated .npy header");
+  if (bytes.size() - offset < header_len)
+    fail(file, name, "truncated .npy header (" + std::to_string(header_len) + " header bytes declared, " +
+                         std::to_string(bytes.size() - offset) + " present)");
   const std::string header_text = bytes.substr(offset, header_len);
   Header h = HeaderParser(header_text, file, name).parse();
   std::string payload = bytes.substr(offset + header_len);
@@ -503,9 +562,16 @@ NpyArray parse_npy(const std::string& bytes, const std::string& file, const std:
   a.name = name;
   decode_descr(h.descr, file, name, a.dtype, a.itemsize);
   a.shape = h.shape;
-  const std::size_t n = product(a.shape);
-  if (a.itemsize != 0 && n > (SIZE_MAX / a.itemsize)) fail(file, name, "shape is too large");
-  const std::size_t need = n * a.itemsize;
+  // Sizes from the header are untrusted: every product is checked before anything is allocated.
+  std::uint64_t n = 0, need64 = 0;
+  if (!checked_product(a.shape, n) || !checked_mul(n, a.itemsize, need64))
+    fail(file, name, "shape " + shape_text(a.shape) + " of " + std::to_string(a.itemsize) +
+                         "-byte elements overflows 64 bits (limit: " + byte_size(input_limits().max_array_bytes) +
+                         " per array)");
+  if (need64 > input_limits().max_array_bytes)
+    fail(file, name, "shape " + shape_text(a.shape) + " needs " + byte_size(need64) + ", more than the limit of " +
+                         byte_size(input_limits().max_array_bytes) + " per array (set ARCAL_MAX_ARRAY_BYTES to raise it)");
+  const std::size_t need = static_cast<std::size_t>(need64);
   const std::size_t have = payload.size();
   if (have < need)
     fail(file, name, "data is " + std::to_string(have) + " bytes, but the header's shape needs " +
@@ -539,59 +605,113 @@ std::string format_npy(const NpyArray& a) {
   return out;
 }
 
-std::vector<NpyArray> read_npz(const std::string& path) {
-  int errorp = 0;
-  zip_t* za = zip_open(path.c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &errorp);
-  if (!za) {
-    zip_error_t err;
-    zip_error_init_with_code(&err, errorp);
-    const std::string msg = zip_message(&err);
-    zip_error_fini(&err);
-    fail(path, "", "cannot open as a zip archive (truncated or corrupt?): " + msg);
-  }
+namespace {
+
+/// Reads every member of an open archive (`label` names it in messages). Each member's declared
+/// size is checked against the array limit, the memory available and what its compressed size can
+/// hold before anything is allocated, and inflating never produces more than the declared size.
+std::vector<NpyArray> read_archive(zip_t* za, const std::string& label) {
   std::unique_ptr<zip_t, void (*)(zip_t*)> guard(za, [](zip_t* z) { zip_discard(z); });
   const zip_int64_t entries = zip_get_num_entries(za, 0);
   std::vector<NpyArray> arrays;
   std::set<std::string> seen;
+  const InputLimits& limits = input_limits();
+  std::uint64_t total = 0;
   for (zip_int64_t i = 0; i < entries; ++i) {
     zip_stat_t st;
     zip_stat_init(&st);
     if (zip_stat_index(za, static_cast<zip_uint64_t>(i), 0, &st) != 0)
-      fail(path, "", std::string("cannot stat archive member: ") + zip_strerror(za));
+      fail(label, "", std::string("cannot stat archive member: ") + zip_strerror(za));
     std::string member = st.name ? st.name : "";
     std::string name = member;
     if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0) name.resize(name.size() - 4);
-    else fail(path, member, "archive member is not a .npy file");
-    if (!seen.insert(name).second) fail(path, name, "appears twice in the archive");
+    else fail(label, printable(member), "archive member is not a .npy file");
+    if (!seen.insert(name).second) fail(label, printable(name), "appears twice in the archive");
+    if (!(st.valid & ZIP_STAT_SIZE)) fail(label, printable(name), "the archive does not record the member's size");
+    const std::uint64_t declared = st.size;
+    // Deflate expands at most 1032:1; a larger declared size is a lie (or a decompression bomb).
+    if ((st.valid & ZIP_STAT_COMP_SIZE) && (st.valid & ZIP_STAT_COMP_METHOD)) {
+      std::uint64_t most = 0;
+      if (st.comp_method == ZIP_CM_STORE) most = st.comp_size;
+      else if (!checked_mul(st.comp_size, 1032, most) || !checked_add(most, 1024, most)) most = UINT64_MAX;
+      if (declared > most)
+        fail(label, printable(name), "declares " + byte_size(declared) + " uncompressed from " +
+                                         std::to_string(st.comp_size) + " compressed bytes, which " +
+                                         (st.comp_method == ZIP_CM_STORE ? "a stored member" : "deflate") +
+                                         " cannot produce (corrupt or crafted archive)");
+    }
+    check_array_bytes(declared, "npz: " + label + ": array '" + printable(name) + "'", "the member's declared size");
+    if (!checked_add(total, declared, total) || total > limits.max_total_bytes)
+      fail(label, printable(name), "the archive's members together exceed the limit of " +
+                                       byte_size(limits.max_total_bytes) + " per file");
     zip_file_t* zf = zip_fopen_index(za, static_cast<zip_uint64_t>(i), 0);
-    if (!zf) fail(path, name, std::string("cannot open member: ") + zip_strerror(za));
-    std::string bytes(static_cast<std::size_t>(st.size), '\0');
+    if (!zf) fail(label, printable(name), std::string("cannot open member: ") + zip_strerror(za));
+    std::string bytes(static_cast<std::size_t>(declared), '\0');
     std::size_t got = 0;
     while (got < bytes.size()) {
       const zip_int64_t r = zip_fread(zf, &bytes[got], bytes.size() - got);
       if (r < 0) {
         const std::string msg = zip_error_strerror(zip_file_get_error(zf));
         zip_fclose(zf);
-        fail(path, name, "corrupt compressed data: " + msg);
+        fail(label, printable(name), "corrupt compressed data: " + msg);
       }
       if (r == 0) break;
       got += static_cast<std::size_t>(r);
     }
-    // A zero-byte read past the end triggers libzip's CRC check on the whole member.
+    // One byte past the declared size: inflating stops there, and the zero-byte read at the end
+    // triggers libzip's CRC check on the whole member.
     char extra;
     const zip_int64_t tail = zip_fread(zf, &extra, 1);
     if (tail < 0) {
       const std::string msg = zip_error_strerror(zip_file_get_error(zf));
       zip_fclose(zf);
-      fail(path, name, "corrupt compressed data: " + msg);
+      fail(label, printable(name), "corrupt compressed data: " + msg);
     }
     zip_fclose(zf);
-    if (got != bytes.size() || tail != 0)
-      fail(path, name, "member is " + std::to_string(got) + " bytes, but the archive says " +
-                           std::to_string(bytes.size()));
-    arrays.push_back(parse_npy(bytes, path, name));
+    if (tail != 0)
+      fail(label, printable(name), "member inflates to more than the " + std::to_string(declared) +
+                                       " bytes the archive declares (corrupt or crafted archive)");
+    if (got != bytes.size())
+      fail(label, printable(name), "member is " + std::to_string(got) + " bytes, but the archive says " +
+                                       std::to_string(bytes.size()));
+    arrays.push_back(parse_npy(bytes, label, name));
   }
   return arrays;
+}
+
+[[noreturn]] void open_failed(const std::string& label, zip_error_t* err) {
+  const std::string msg = zip_message(err);
+  zip_error_fini(err);
+  fail(label, "", "cannot open as a zip archive (truncated or corrupt?): " + msg);
+}
+
+}  // namespace
+
+std::vector<NpyArray> read_npz(const std::string& path) {
+  struct stat sb {};
+  if (::stat(path.c_str(), &sb) == 0 && S_ISDIR(sb.st_mode)) fail(path, "", "is a directory, not an .npz file");
+  int errorp = 0;
+  zip_t* za = zip_open(path.c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &errorp);
+  if (!za) {
+    zip_error_t err;
+    zip_error_init_with_code(&err, errorp);
+    open_failed(path, &err);
+  }
+  return read_archive(za, path);
+}
+
+std::vector<NpyArray> read_npz_bytes(const std::string& bytes, const std::string& label) {
+  zip_error_t err;
+  zip_error_init(&err);
+  zip_source_t* src = zip_source_buffer_create(bytes.data(), bytes.size(), 0, &err);
+  if (!src) open_failed(label, &err);
+  zip_t* za = zip_open_from_source(src, ZIP_RDONLY | ZIP_CHECKCONS, &err);
+  if (!za) {
+    zip_source_free(src);
+    open_failed(label, &err);
+  }
+  zip_error_fini(&err);
+  return read_archive(za, label);
 }
 
 void write_npz(const std::string& path, const std::vector<NpyArray>& arrays, bool compress) {

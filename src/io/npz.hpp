@@ -52,7 +52,8 @@ struct NpyArray {
 /// byte-swapped, Fortran-order data transposed to C order, float16 widened to float32 (exactly),
 /// int8/int16/uint8/uint16 widened to int32 and uint32/uint64 to int64 (a uint64 above INT64_MAX is
 /// refused), so the result always has one of the DType dtypes.
-/// Throws InputError on a bad magic, unsupported version, object or other unsupported dtype, or data
+/// Throws InputError on a bad magic, unsupported version, object or other unsupported dtype, a shape
+/// whose byte size overflows or exceeds the array limit (core/limits.hpp), or data
 /// shorter/longer than the header's shape implies.
 NpyArray parse_npy(const std::string& bytes, const std::string& file, const std::string& name);
 
@@ -60,8 +61,13 @@ NpyArray parse_npy(const std::string& bytes, const std::string& file, const std:
 std::string format_npy(const NpyArray& array);
 
 /// Reads every array of an .npz file, in archive order; member "x.npy" becomes array "x".
-/// Throws InputError naming the file (and the member) for unreadable, truncated or corrupt archives.
+/// Throws InputError naming the file (and the member) for unreadable, truncated or corrupt archives,
+/// and before allocating for a member or shape beyond the limits of core/limits.hpp (one array,
+/// all arrays of the file, the memory available) or beyond what its compressed size can inflate to.
 std::vector<NpyArray> read_npz(const std::string& path);
+
+/// read_npz on an archive in memory; `label` stands for the file name in messages.
+std::vector<NpyArray> read_npz_bytes(const std::string& bytes, const std::string& label);
 
 /// Writes arrays as an .npz numpy can np.load, atomically (temp file + rename); deflate-compressed
 /// when `compress` is true (like np.savez_compressed), stored otherwise (like np.savez).

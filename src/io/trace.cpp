@@ -7,6 +7,7 @@
 
 #include "core/check.hpp"
 #include "core/error.hpp"
+#include "core/limits.hpp"
 #include "io/npz.hpp"
 
 namespace arcal {
@@ -26,6 +27,13 @@ std::string shape_str(const std::vector<std::size_t>& shape) {
   return s + "]";
 }
 
+/// a * b (* c), or a value no vector can have when the product overflows.
+std::size_t prod(std::size_t a, std::size_t b, std::size_t c = 1) {
+  std::uint64_t r = 0;
+  if (!checked_mul(a, b, r) || !checked_mul(r, c, r)) return SIZE_MAX;
+  return static_cast<std::size_t>(r);
+}
+
 struct Ctx {
   std::string fn;
   std::string path;
@@ -43,9 +51,9 @@ void validate(const Trace& t, const Ctx& c) {
   if (t.logits.empty() == t.probs.empty()) c.fail("exactly one of 'logits' and 'probs' must be present");
   const auto& scores = t.logits.empty() ? t.probs : t.logits;
   const char* sname = t.logits.empty() ? "probs" : "logits";
-  if (scores.size() != N * K)
+  if (scores.size() != prod(N, K))
     c.fail(std::string(sname) + " has " + std::to_string(scores.size()) + " values, but N*K = " +
-           std::to_string(N * K));
+           std::to_string(N) + "*" + std::to_string(K));
   if (t.labels.size() != N)
     c.fail("labels has " + std::to_string(t.labels.size()) + " entries, but " + sname + " has N = " +
            std::to_string(N) + " rows");
@@ -75,10 +83,11 @@ void validate(const Trace& t, const Ctx& c) {
     if (t.routing_sources.size() != P)
       c.fail("routing_sources has " + std::to_string(t.routing_sources.size()) + " entries, but routing has P = " +
              std::to_string(P) + " points");
-    if (t.routing.size() != N * P * S)
-      c.fail("routing has " + std::to_string(t.routing.size()) + " values, but N*P*S = " + std::to_string(N * P * S));
+    if (t.routing.size() != prod(N, P, S))
+      c.fail("routing has " + std::to_string(t.routing.size()) + " values, but N*P*S = " + std::to_string(N) + "*" +
+             std::to_string(P) + "*" + std::to_string(S));
     for (std::size_t p = 0; p < P; ++p)
-      if (t.routing_sources[p] < 1 || t.routing_sources[p] > static_cast<std::int32_t>(S))
+      if (t.routing_sources[p] < 1 || static_cast<std::uint64_t>(t.routing_sources[p]) > S)
         c.fail_index("routing_sources", std::to_string(p), std::to_string(t.routing_sources[p]),
                      "in [1, " + std::to_string(S) + "]");
     auto check_routing = [&](const std::vector<float>& r, const char* name) {
@@ -109,8 +118,9 @@ void validate(const Trace& t, const Ctx& c) {
     }
     auto check_stat = [&](const std::vector<float>& v, const char* name, double lo) {
       if (v.empty()) return;
-      if (v.size() != N * P)
-        c.fail(std::string(name) + " has " + std::to_string(v.size()) + " values, but N*P = " + std::to_string(N * P));
+      if (v.size() != prod(N, P))
+        c.fail(std::string(name) + " has " + std::to_string(v.size()) + " values, but N*P = " + std::to_string(N) + "*" +
+               std::to_string(P));
       for (std::size_t j = 0; j < v.size(); ++j)
         if (!std::isfinite(v[j]) || v[j] < lo - 1e-6)
           c.fail_index(name, std::to_string(j / P) + ", " + std::to_string(j % P), fmt_double(v[j]),
@@ -121,9 +131,9 @@ void validate(const Trace& t, const Ctx& c) {
     check_stat(t.routing_depth_var, "routing_depth_var", 0.0);
   }
   if (!t.features.empty() || t.num_features > 0) {
-    if (t.features.size() != N * t.num_features)
-      c.fail("features has " + std::to_string(t.features.size()) + " values, but N*F = " +
-             std::to_string(N * t.num_features));
+    if (t.features.size() != prod(N, t.num_features))
+      c.fail("features has " + std::to_string(t.features.size()) + " values, but N*F = " + std::to_string(N) + "*" +
+             std::to_string(t.num_features));
     for (std::size_t j = 0; j < t.features.size(); ++j)
       if (!std::isfinite(t.features[j]))
         c.fail_index("features", std::to_string(j / t.num_features) + ", " + std::to_string(j % t.num_features),
@@ -195,7 +205,7 @@ Trace trace_from_arrays(const std::vector<NpyArray>& list, const std::string& pa
     const auto src = rs->as_int64(ctx);
     t.routing_sources.resize(src.size());
     for (std::size_t p = 0; p < src.size(); ++p) {
-      if (src[p] < 1 || src[p] > static_cast<std::int64_t>(t.sources))
+      if (src[p] < 1 || static_cast<std::uint64_t>(src[p]) > t.sources)
         c.fail_index("routing_sources", std::to_string(p), std::to_string(src[p]),
                      "in [1, " + std::to_string(t.sources) + "]");
       t.routing_sources[p] = static_cast<std::int32_t>(src[p]);

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "io/npz.hpp"
+
 namespace arcal {
 
 struct NpyArray;

@@ -4,6 +4,9 @@
 #include <vector>
 
 #include "core/check.hpp"
+#include "core/limits.hpp"
+#include "core/text_input.hpp"
+#include "run/study.hpp"
 
 namespace arcal {
 
@@ -59,6 +62,12 @@ std::vector<int> ModelConfig::sources_per_point() const {
 
 namespace {
 
+// Bounds on every size a configuration (config.json, a checkpoint) can ask for, so a crafted file
+// cannot make the model constructor allocate terabytes.
+constexpr IntRange kImageSize{1, 4096}, kChannels{1, 64}, kDim{1, 16384}, kDepth{1, 1024}, kHeads{1, 1024},
+    kMlpRatio{1, 64}, kClasses{2, 1000000}, kWindow{1, 4096};
+constexpr double kMaxParameters = 4e9;
+
 std::string join(const std::vector<int>& v) {
   std::string s;
   for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
@@ -68,9 +77,14 @@ std::string join(const std::vector<int>& v) {
 void validate_swin(const ModelConfig& c) {
   const std::string f = "model config (" + c.preset + ")";
   const std::size_t n = c.stage_depths.size();
-  if (n == 0 || c.stage_dims.size() != n || c.stage_heads.size() != n)
-    throw_input(f, "stage_depths, stage_dims and stage_heads must be non-empty and of equal length (got " +
+  if (n == 0 || n > 8 || c.stage_dims.size() != n || c.stage_heads.size() != n)
+    throw_input(f, "stage_depths, stage_dims and stage_heads must hold 1 to 8 stages each, of equal length (got " +
                        join(c.stage_depths) + " / " + join(c.stage_dims) + " / " + join(c.stage_heads) + ")");
+  for (std::size_t s = 0; s < n; ++s)
+    if (!in_range(kDepth, c.stage_depths[s]) || !in_range(kDim, c.stage_dims[s]) || !in_range(kHeads, c.stage_heads[s]))
+      throw_input(f, "stage " + std::to_string(s) + ": depth, width and heads must be in " + range_text(kDepth) + ", " +
+                         range_text(kDim) + " and " + range_text(kHeads));
+  if (!in_range(kWindow, c.window)) throw_input(f, "window " + std::to_string(c.window) + " must be in " + range_text(kWindow));
   if (c.window < 1) throw_input(f, "window " + std::to_string(c.window) + " must be >= 1");
   const int grid = c.image_size / c.patch;
   const int merges = static_cast<int>(n) - 1;
@@ -111,14 +125,36 @@ void validate_model_config(const ModelConfig& c) {
   const std::string f = "model config";
   if (c.dim <= 0 || c.depth <= 0 || c.heads <= 0 || c.mlp_ratio <= 0 || c.classes < 2 || c.channels <= 0)
     throw_input(f, "dim, depth, heads, mlp_ratio and channels must be positive and classes >= 2");
+  auto bound = [&](const char* name, int v, const IntRange& r) {
+    if (!in_range(r, v)) throw_input(f, std::string(name) + " " + std::to_string(v) + " must be in " + range_text(r));
+  };
+  bound("image_size", c.image_size, kImageSize);
+  bound("channels", c.channels, kChannels);
+  bound("dim", c.dim, kDim);
+  bound("depth", c.depth, kDepth);
+  bound("heads", c.heads, kHeads);
+  bound("mlp_ratio", c.mlp_ratio, kMlpRatio);
+  bound("classes", c.classes, kClasses);
   if (c.dim % c.heads != 0)
     throw_input(f, "dim " + std::to_string(c.dim) + " is not divisible by heads " + std::to_string(c.heads));
   if (c.patch <= 0 || c.image_size % c.patch != 0)
     throw_input(f, "patch " + std::to_string(c.patch) + " must divide the image size " +
                        std::to_string(c.image_size));
-  if (c.norm_eps < 0) throw_input(f, "norm_eps must be >= 0");
+  if (!in_range(ranges::norm_eps, c.norm_eps)) throw_input(f, "norm_eps must be in " + range_text(ranges::norm_eps));
   if (c.arch != "vit" && c.arch != "swin") throw_input(f, "arch '" + c.arch + "' is not vit or swin");
   if (c.arch == "swin") validate_swin(c);
+  // Parameters, roughly (attention 4 d^2 + MLP 2 r d^2 per block, embeddings, head), in double so
+  // nothing overflows: a configuration beyond the limit is refused before anything is allocated.
+  double params = double(c.patch) * c.patch * c.channels * c.dim + double(c.dim) * c.classes +
+                  double(c.tokens()) * c.dim;
+  if (c.arch == "swin")
+    for (std::size_t s = 0; s < c.stage_depths.size(); ++s)
+      params += double(c.stage_depths[s]) * (4.0 + 2.0 * c.mlp_ratio) * double(c.stage_dims[s]) * c.stage_dims[s];
+  else
+    params += double(c.depth) * (4.0 + 2.0 * c.mlp_ratio) * double(c.dim) * c.dim;
+  if (params > kMaxParameters)
+    throw_input(f, "the model would have about " + std::to_string(static_cast<long long>(params)) +
+                       " parameters, more than the limit of " + std::to_string(static_cast<long long>(kMaxParameters)));
   if (c.residual == ResidualMode::Block) {
     if (c.arch == "swin") {
       const auto sl = c.stage_layers();
@@ -193,27 +229,55 @@ void to_json(nlohmann::json& j, const ModelConfig& c) {
   }
 }
 
-void from_json(const nlohmann::json& j, ModelConfig& c) {
-  c.preset = j.at("preset").get<std::string>();
-  c.image_size = j.at("image_size").get<int>();
-  c.channels = j.at("channels").get<int>();
-  c.patch = j.at("patch").get<int>();
-  c.dim = j.at("dim").get<int>();
-  c.depth = j.at("depth").get<int>();
-  c.heads = j.at("heads").get<int>();
-  c.mlp_ratio = j.at("mlp_ratio").get<int>();
-  c.classes = j.at("classes").get<int>();
-  c.residual = parse_residual_mode(j.at("residual").get<std::string>());
-  c.block_size = j.at("block_size").get<int>();
-  c.norm_eps = j.at("norm_eps").get<double>();
-  c.arch = j.value("arch", std::string("vit"));  // runs written before Swin have no arch
+void from_json(const nlohmann::json& j, ModelConfig& c) { c = model_config_from_json(j, "model config"); }
+
+std::string model_config_hash(const ModelConfig& c) {
+  nlohmann::json j;
+  to_json(j, c);
+  return stable_hash(j.dump());  // keys sorted by nlohmann's std::map: canonical
+}
+
+ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& where) {
+  // Typed reads with the key in every message (a config.json edited by hand or crafted); the
+  // ranges here only keep the conversions exact, validate_model_config checks the meaning.
+  const IntRange any_int{-2147483647LL - 1, 2147483647LL};
+  auto i = [&](const char* k) { return static_cast<int>(json_int(j, k, where, any_int)); };
+  auto ints = [&](const char* k) {
+    if (!j.contains(k) || !j[k].is_array() || j[k].size() > 64)
+      throw InputError(where + ": key '" + k + "' must be an array of at most 64 integers");
+    std::vector<int> v;
+    for (std::size_t n = 0; n < j[k].size(); ++n) {
+      const nlohmann::json one = {{k, j[k][n]}};
+      v.push_back(static_cast<int>(json_int(one, k, where, any_int)));
+    }
+    return v;
+  };
+  ModelConfig c;
+  c.preset = json_string(j, "preset", where);
+  c.image_size = i("image_size");
+  c.channels = i("channels");
+  c.patch = i("patch");
+  c.dim = i("dim");
+  c.depth = i("depth");
+  c.heads = i("heads");
+  c.mlp_ratio = i("mlp_ratio");
+  c.classes = i("classes");
+  c.residual = parse_residual_mode(json_string(j, "residual", where));
+  c.block_size = i("block_size");
+  c.norm_eps = json_real(j, "norm_eps", where);
+  c.arch = j.contains("arch") ? json_string(j, "arch", where) : "vit";  // runs written before Swin have no arch
   if (c.arch == "swin") {
-    c.stage_depths = j.at("stage_depths").get<std::vector<int>>();
-    c.stage_dims = j.at("stage_dims").get<std::vector<int>>();
-    c.stage_heads = j.at("stage_heads").get<std::vector<int>>();
-    c.window = j.at("window").get<int>();
+    c.stage_depths = ints("stage_depths");
+    c.stage_dims = ints("stage_dims");
+    c.stage_heads = ints("stage_heads");
+    c.window = i("window");
   }
-  validate_model_config(c);
+  try {
+    validate_model_config(c);
+  } catch (const InputError& e) {
+    throw InputError(where + ": " + e.what());
+  }
+  return c;
 }
 
 }  // namespace arcal

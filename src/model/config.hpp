@@ -1,5 +1,6 @@
 // Model configuration: presets (ar-vit-tiny, ar-deit-small, ar-swin-tiny) and residual modes
-// (standard, full, block).
+// (standard, full, block). Standard library and nlohmann-json only (compiled into arcal_std, so the
+// config readers can be fuzzed without LibTorch); every size is bounded (validate_model_config).
 // Presets are part of the public interface (docs/interface.md); everything a model needs is here
 // so that a run's config.json can rebuild it exactly.
 #pragma once
@@ -66,7 +67,15 @@ ModelConfig make_model_config(const std::string& preset, int image_size, int cha
 void validate_model_config(const ModelConfig& config);
 
 void to_json(nlohmann::json& j, const ModelConfig& c);
+/// Throws InputError naming the key for a missing, mistyped or invalid field.
 void from_json(const nlohmann::json& j, ModelConfig& c);
+
+/// from_json with `where` (e.g. "RUN/config.json: model") leading every message.
+ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& where);
+
+/// FNV-1a hash (16 hex digits) of the configuration's canonical JSON: what a checkpoint records so
+/// that loading it into a model of another configuration is refused.
+std::string model_config_hash(const ModelConfig& c);
 
 /// The preset names, for help texts and error messages.
 const std::vector<std::string>& model_presets();

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 
+#include "core/error.hpp"
+
 namespace arcal {
 
 Trace export_trace(ARViT& model, const TensorData& data, const std::string& meta_json, int batch_size,
                    const std::function<void(std::int64_t, std::int64_t)>& progress,
                    const RoutingAblation* ablation) {
+  if (batch_size < 1) throw InputError("export_trace: batch size " + std::to_string(batch_size) + " must be >= 1");
   torch::NoGradGuard guard;
   model->eval();
   const auto& cfg = model->config();

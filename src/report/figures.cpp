@@ -1,19 +1,29 @@
 #include "report/figures.hpp"
 
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <sstream>
 
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
+#include "core/subprocess.hpp"
 
 namespace arcal {
 
 namespace fs = std::filesystem;
 
+std::string gnuplot_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') out += "''";
+    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) out += ' ';  // a newline would end the command
+    else out += c;
+  }
+  return out + "'";
+}
+
 namespace {
-std::string quote(const std::string& s) { return "'" + s + "'"; }
+std::string quote(const std::string& s) { return gnuplot_quote(s); }
 }  // namespace
 
 std::vector<std::string> render_gnuplot_figure(const std::string& dir, const std::string& name, const std::string& data,
@@ -29,9 +39,13 @@ std::vector<std::string> render_gnuplot_figure(const std::string& dir, const std
   const std::string png_head = "set terminal pngcairo size " + std::to_string(width) + "," + std::to_string(height) +
                                " enhanced font 'sans,10'\nset output '" + name + ".png'\n";
   write_file_atomic(dir + "/" + name + ".png.gp", png_head + plot_body);
+  // gnuplot runs with an argument vector in DIR (no shell): the script is a file argument, so no
+  // path or name is ever parsed as a command.
   for (const std::string& script : {name + ".gp", name + ".png.gp"}) {
-    const std::string cmd = "cd " + quote(dir) + " && gnuplot " + quote(script) + " 2> " + quote(script + ".log");
-    if (std::system(cmd.c_str()) != 0)
+    SpawnOptions o;
+    o.cwd = dir;
+    o.stderr_path = dir + "/" + script + ".log";
+    if (run_program({"gnuplot", script}, o) != 0)
       throw_input("render_gnuplot_figure", "gnuplot failed on " + dir + "/" + script + " (see " + script + ".log)");
   }
   fs::remove(dir + "/" + name + ".png.gp");

@@ -1,5 +1,6 @@
 // Figures drawn by gnuplot (Debian's gnuplot-nox) from data files and .gp scripts kept beside them,
-// so a user can restyle a figure for a paper: NAME.dat + NAME.gp -> NAME.svg and NAME.png.
+// so a user can restyle a figure for a paper: NAME.dat + NAME.gp -> NAME.svg and NAME.png. gnuplot
+// is started with posix_spawnp and an argument vector, never through a shell.
 // Also the intervention figures (routing mass against causal effect; per-point effects).
 #pragma once
 
@@ -8,6 +9,10 @@
 #include <vector>
 
 namespace arcal {
+
+/// `s` as a gnuplot single-quoted string: quotes doubled, control characters (a newline would end
+/// the command and start another) replaced by spaces. Every text from data files goes through it.
+std::string gnuplot_quote(const std::string& s);
 
 /// Writes DIR/NAME.dat and DIR/NAME.gp (whose body draws from 'NAME.dat'; the terminal lines are
 /// added here), then runs gnuplot twice (svg, pngcairo) in DIR. Throws InputError when DIR cannot be

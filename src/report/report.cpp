@@ -1,17 +1,29 @@
+// Compiled with nlohmann's JSON_DIAGNOSTICS (CMakeLists.txt), under which GCC 12 reports a false
+// -Warray-bounds inside std::map's node allocation; the pragma covers this file only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Warray-bounds"
+#endif
 #include "report/report.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <map>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "core/atomic_file.hpp"
-#include "io/csv.hpp"
 #include "core/check.hpp"
+#include "core/limits.hpp"
+#include "core/paths.hpp"
+#include "core/text_input.hpp"
+#include "io/csv.hpp"
 #include "report/figures.hpp"
 
 namespace arcal {
@@ -25,29 +37,49 @@ const char* kFn = "arcal report";
 
 // ---------------------------------------------------------------- small helpers
 
+// Values missing from results.json print as "n/a" (a value of the wrong type is an error: num/str).
 std::string g(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : std::string("NaN"); }
-std::string f4(double v) { return fmt::format("{:.4f}", v); }
-std::string pct(double v) { return fmt::format("{:.2f} %", 100.0 * v); }
-std::string sgn(double v) { return fmt::format("{:+.5f}", v); }
-std::string pval(double p) { return p < 1e-3 ? fmt::format("{:.1e}", p) : fmt::format("{:.3f}", p); }
+std::string f4(double v) { return std::isfinite(v) ? fmt::format("{:.4f}", v) : std::string("n/a"); }
+std::string pct(double v) { return std::isfinite(v) ? fmt::format("{:.2f} %", 100.0 * v) : std::string("n/a"); }
+std::string sgn(double v) { return std::isfinite(v) ? fmt::format("{:+.5f}", v) : std::string("n/a"); }
+std::string pval(double p) {
+  if (!std::isfinite(p)) return "n/a";
+  return p < 1e-3 ? fmt::format("{:.1e}", p) : fmt::format("{:.3f}", p);
+}
 
+// The document is built from a mutable copy of results.json: operator[] on a missing key or index
+// then yields null instead of undefined behaviour, and a value of the wrong type throws nlohmann's
+// type_error, which names its JSON pointer (JSON_DIAGNOSTICS) and becomes an InputError.
+/// j[key] as a number; `fallback` when absent or null; type_error when of another type.
 double num(const json& j, const char* key, double fallback = NAN) {
-  if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return fallback;
+  if (!j.is_object() || !j.contains(key) || j[key].is_null()) return fallback;
   return j[key].get<double>();
 }
 std::string str(const json& j, const char* key, const std::string& fallback = "") {
-  if (!j.is_object() || !j.contains(key) || !j[key].is_string()) return fallback;
+  if (!j.is_object() || !j.contains(key) || j[key].is_null()) return fallback;
   return j[key].get<std::string>();
 }
 std::string ci(const json& a, int digits = 4) {
-  if (!a.is_array() || a.size() != 2 || !a[0].is_number()) return "-";
+  if (a.is_null()) return "-";
+  if (!a.is_array() || a.size() != 2) throw json::type_error::create(302, "an interval must be [low, high]", &a);
+  if (a[0].is_null() || a[1].is_null()) return "-";
   return fmt::format("[{:.{}f}, {:.{}f}]", a[0].get<double>(), digits, a[1].get<double>(), digits);
 }
-/// gnuplot single-quoted string.
-std::string q(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
-  return out + "'";
+/// An array of results.json to iterate: null (absent) iterates as empty; any other non-array is a
+/// type_error naming its JSON pointer (iterating an object or a number would read garbage).
+json& arr(json& j) {
+  static json empty = json::array();
+  if (j.is_null()) return empty;
+  if (!j.is_array()) throw json::type_error::create(302, std::string("type must be array, but is ") + j.type_name(), &j);
+  return j;
+}
+/// gnuplot single-quoted string (figures.hpp: quotes doubled, control characters replaced).
+std::string q(const std::string& s) { return gnuplot_quote(s); }
+/// Histogram bin of v in [lo, hi) with nb bins, clamped; 0 for values that are not finite.
+int bin_of(double v, double lo, double hi, int nb) {
+  const double x = (v - lo) / (hi - lo) * nb;
+  if (!std::isfinite(x) || x < 0) return 0;
+  return x >= nb ? nb - 1 : int(x);
 }
 std::string html_escape(const std::string& s) {
   std::string o;
@@ -115,10 +147,9 @@ struct RelRow {
   double conf, acc;
   std::size_t n;
 };
-std::vector<RelRow> rel_rows(const json& arr) {
+std::vector<RelRow> rel_rows(json& rows) {
   std::vector<RelRow> out;
-  if (!arr.is_array()) return out;
-  for (const auto& r : arr) {
+  for (auto& r : arr(rows)) {
     const std::size_t n = r.value("n", std::size_t(0));
     if (n == 0) continue;
     const double c = r.contains("confidence") ? r["confidence"].get<double>() : r.value("conf", 0.0);
@@ -135,12 +166,12 @@ struct SeedSummary {
   std::size_t seeds = 0;
   double accuracy = 0, accuracy_sd = NAN, ece = 0, ece_sd = NAN;
 };
-std::map<std::string, SeedSummary> seed_summaries(const json& study_runs) {
+std::map<std::string, SeedSummary> seed_summaries(json& study_runs) {
   std::map<std::string, std::vector<std::pair<double, double>>> by;
-  for (const auto& run : study_runs)
+  for (auto& run : arr(study_runs))
     by[str(run, "model") + " / " + str(run, "residual")].push_back({num(run["metrics"], "accuracy"), num(run["metrics"], "ece")});
   std::map<std::string, SeedSummary> out;
-  for (const auto& [k, xs] : by) {
+  for (auto& [k, xs] : by) {
     SeedSummary m;
     m.seeds = xs.size();
     for (auto [a, e] : xs) {
@@ -165,13 +196,19 @@ std::map<std::string, SeedSummary> seed_summaries(const json& study_runs) {
 
 class Writer {
  public:
-  explicit Writer(std::string fig_dir) : fig_dir_(std::move(fig_dir)) {}
+  /// dry: build the whole document (every value read and formatted) but write nothing.
+  Writer(std::string fig_dir, bool dry) : fig_dir_(std::move(fig_dir)), dry(dry) {}
 
   std::vector<std::string> figures;
   std::map<std::string, int> widths;  ///< pixel width per figure (the HTML shows it at most that wide)
 
+  void csv(const std::string& path, const Table& t) {
+    if (!dry) write_csv(path, t);
+  }
+
   void render(const std::string& name, const std::string& data, const std::string& body, int w, int h) {
     widths[name] = w;
+    if (dry) return;
     // Plain text labels: run and probe names hold underscores, which enhanced mode reads as subscripts.
     auto paths = render_gnuplot_figure(fig_dir_, name, data, "set termoption noenhanced\n" + body, w, h);
     figures.insert(figures.end(), paths.begin(), paths.end());
@@ -183,11 +220,11 @@ class Writer {
                    const std::vector<std::string>& series_names) {
     std::ostringstream d;
     d << "# blocks (index = panel * series + s): mean confidence, accuracy, n per non-empty bin\n";
-    for (const auto& [label, series] : panels)
-      for (const auto& rows : series) {
+    for (auto& [label, series] : panels)
+      for (auto& rows : series) {
         d << "# " << label << "\n";
         if (rows.empty()) d << "NaN NaN 0\n";
-        for (const auto& x : rows) d << g(x.conf) << " " << g(x.acc) << " " << x.n << "\n";
+        for (auto& x : rows) d << g(x.conf) << " " << g(x.acc) << " " << x.n << "\n";
         d << "\n\n";
       }
     const auto [rows, cols] = grid(panels.size());
@@ -210,6 +247,7 @@ class Writer {
   }
 
   std::string fig_dir_;
+  bool dry;
 };
 
 std::string now_utc() {
@@ -223,13 +261,14 @@ std::string now_utc() {
 
 // ---------------------------------------------------------------- verdict
 
-std::vector<std::string> report_verdict(const json& r) {
+std::vector<std::string> report_verdict(const json& results) {
+  json r = results;  // mutable: see num()
   std::vector<std::string> v;
   // 1. Accuracy and ECE by residual mode.
   if (r.contains("study") && r["study"].contains("runs")) {
     std::string line = "Accuracy / ECE (mean over seeds): ";
     bool first = true;
-    for (const auto& [k, m] : seed_summaries(r["study"]["runs"])) {
+    for (auto& [k, m] : seed_summaries(r["study"]["runs"])) {
       line += (first ? "" : "; ") + k + " " + pct(m.accuracy) + " / " + f4(m.ece) + " (" + std::to_string(m.seeds) + " seeds)";
       first = false;
     }
@@ -239,17 +278,17 @@ std::vector<std::string> report_verdict(const json& r) {
     std::string line = "Audited runs: " + std::to_string(n);
     if (n) {
       double a = 0;
-      for (const auto& run : r["runs"]) a += num(run, "accuracy") / double(n);
+      for (auto& run : arr(r["runs"])) a += num(run, "accuracy") / double(n);
       line += ", mean accuracy " + pct(a);
     }
     v.push_back(line + " (no study section: not written by arcal run).");
   }
   // 2. Diagnostic.
   {
-    const auto& d = r["diagnostic"];
+    auto& d = r["diagnostic"];
     const double alpha = num(d, "alpha", 0.05);
     std::size_t raw = 0, holm = 0, bh = 0, m = 0;
-    for (const auto& t : d["tests"]) {
+    for (auto& t : arr(d["tests"])) {
       ++m;
       raw += num(t, "p") <= alpha;
       holm += num(t, "p_holm") <= alpha;
@@ -257,7 +296,7 @@ std::vector<std::string> report_verdict(const json& r) {
     }
     std::size_t stable = 0, cells = 0;
     if (d.contains("stability"))
-      for (const auto& s : d["stability"]) {
+      for (auto& s : arr(d["stability"])) {
         ++cells;
         stable += s.value("stable", false);
       }
@@ -268,16 +307,16 @@ std::vector<std::string> report_verdict(const json& r) {
   // 3. AR-CondCal against the seed band.
   if (r.contains("condcal") && r["condcal"].contains("runs") && !r["condcal"]["runs"].empty()) {
     std::map<std::string, json> band;
-    for (const auto& b : r["condcal"]["seed_band"]) band[b["cell"].get<std::string>()] = b["cv_nll"]["ece"];
+    for (auto& b : arr(r["condcal"]["seed_band"])) band[b["cell"].get<std::string>()] = b["cv_nll"]["ece"];
     std::size_t beyond = 0, total = 0;
     double probe = 0, conf = 0;
-    for (const auto& e : r["condcal"]["runs"]) {
-      const auto& arms = e["rules"]["cv_nll"];
+    for (auto& e : arr(r["condcal"]["runs"])) {
+      auto& arms = e["rules"]["cv_nll"];
       const double p = num(arms["probe"], "ece"), c = num(arms["confidence_only"], "ece");
       probe += p;
       conf += c;
       ++total;
-      const auto& b = band[e["cell"].get<std::string>()];
+      auto& b = band[e["cell"].get<std::string>()];
       const double lo = num(b, "mean") - num(b, "sd", 0.0);
       if (p < lo) ++beyond;
     }
@@ -291,7 +330,7 @@ std::vector<std::string> report_verdict(const json& r) {
   if (r.contains("probes") && r["probes"].contains("tests")) {
     std::string line = "Probes (log-loss gain over control, random-effects mean over runs [95 % CI]): ";
     bool first = true;
-    for (const auto& t : r["probes"]["tests"]) {
+    for (auto& t : arr(r["probes"]["tests"])) {
       if (t.value("metric", "") != "log_loss") continue;
       const std::string c = t["comparison"].get<std::string>();
       if (c != "full_vector_vs_capacity_matched" && c != "full_vector_vs_shuffled_within_bins" &&
@@ -310,8 +349,8 @@ std::vector<std::string> report_verdict(const json& r) {
   // 5. Sensitivity and exact null.
   std::string line;
   if (r.contains("sensitivity")) {
-    const auto& s = r["sensitivity"];
-    for (const auto& x : s["verdicts"])
+    auto& s = r["sensitivity"];
+    for (auto& x : arr(s["verdicts"]))
       if (x["probe"] == "full_vector")
         line += fmt::format("Sensitivity: the full-vector probe recovers R = {:+.2f} {} of an injected {} nats ({} the {} "
                             "threshold: a null result would read '{}')",
@@ -322,7 +361,7 @@ std::vector<std::string> report_verdict(const json& r) {
     line += "Sensitivity: not run";
   }
   if (r.contains("exact_null")) {
-    for (const auto& p : r["exact_null"]["pooled"])
+    for (auto& p : arr(r["exact_null"]["pooled"]))
       if (p["comparison"] == "full_vector_vs_capacity_matched")
         line += fmt::format("; exact null, conditional permutation ({}): real gain {:+.5f}, null q95 {:+.5f}, p = {:.3f}",
                             p.value("variant", ""), num(p, "real_mean_gain"), num(p, "null_q95"), num(p, "p"));
@@ -335,25 +374,23 @@ std::vector<std::string> report_verdict(const json& r) {
 
 // ---------------------------------------------------------------- report
 
-ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
-  const std::string path = dir + "/results.json";
-  if (!fs::exists(path)) throw_input(kFn, path + " does not exist (run arcal audit --out DIR or arcal run first)");
-  const json r = json::parse(read_file(path), nullptr, false);
-  if (r.is_discarded()) throw_input(kFn, path + " is not valid JSON");
-  if (!r.is_object() || str(r, "schema").rfind("arcal.audit/", 0) != 0 || !r.contains("diagnostic"))
-    throw_input(kFn, path + " is not an arcal audit result (schema 'arcal.audit/1' with a diagnostic section)");
+namespace {
 
-  ReportOutput out;
+/// Builds the whole report from `r` (a mutable copy of results.json, see num()) into out_dir. With a
+/// dry writer nothing is written, but every value is read and formatted, so a wrong type surfaces
+/// before any file exists.
+void build_report(json& r, const std::string& path, const std::string& out_dir, Writer& w, ReportOutput& out) {
   const std::string figdir = out_dir + "/figures", tabdir = out_dir + "/tables";
-  std::error_code ec;
-  fs::create_directories(figdir, ec);
-  fs::create_directories(tabdir, ec);
-  if (ec) throw_input(kFn, "cannot create " + out_dir + ": " + ec.message());
-  Writer w(figdir);
+  if (!w.dry) {
+    std::error_code ec;
+    fs::create_directories(figdir, ec);
+    if (!ec) fs::create_directories(tabdir, ec);
+    if (ec) throw_input(kFn, "cannot create " + out_dir + ": " + ec.message());
+  }
   std::vector<Section> secs;
   const bool has_study = r.contains("study");
-  const json empty = json::array();
-  const json& summaries = r.contains("runs") ? r["runs"] : empty;
+  json empty = json::array();
+  json& summaries = r.contains("runs") ? r["runs"] : empty;
 
   // ---- Summary
   Section head{"Summary", {}};
@@ -368,7 +405,7 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
   if (has_study) {
     std::string seeds;
     std::map<std::string, bool> seen;
-    for (const auto& run : r["study"]["runs"]) {
+    for (auto& run : arr(r["study"]["runs"])) {
       const auto s = std::to_string(run["seed"].get<std::uint64_t>());
       if (!seen[s]) seeds += (seeds.empty() ? "" : ", ") + s;
       seen[s] = true;
@@ -386,8 +423,8 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
   if (has_study) {
     Section s{"Training runs: AttnRes and the standard twin", {}};
     Table t{{"run", "residual", "seed", "n", "accuracy", "95 % CI", "ECE-15", "95 % CI", "NLL", "Brier", "AUROC", "train s"}, {}};
-    for (const auto& run : r["study"]["runs"]) {
-      const auto& m = run["metrics"];
+    for (auto& run : arr(r["study"]["runs"])) {
+      auto& m = run["metrics"];
       t.rows.push_back({run["id"].get<std::string>(), run["residual"].get<std::string>(), std::to_string(run["seed"].get<std::uint64_t>()),
                         std::to_string(m.value("n", 0)), f4(num(m, "accuracy")), ci(m["ci"]["accuracy"]), f4(num(m, "ece")),
                         ci(m["ci"]["ece"]), f4(num(m, "nll")), f4(num(m, "brier")), f4(num(m, "auroc")),
@@ -397,14 +434,14 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
                  " split (95 % percentile bootstrap over examples, 1000 resamples).");
     // Mean and sd over seeds per (model, residual mode): the AttnRes vs standard-twin comparison.
     Table m{{"model / residual", "seeds", "accuracy mean", "sd", "ECE-15 mean", "sd"}, {}};
-    for (const auto& [k, x] : seed_summaries(r["study"]["runs"]))
+    for (auto& [k, x] : seed_summaries(r["study"]["runs"]))
       m.rows.push_back({k, std::to_string(x.seeds), f4(x.accuracy), x.seeds > 1 ? f4(x.accuracy_sd) : "-", f4(x.ece),
                         x.seeds > 1 ? f4(x.ece_sd) : "-"});
     s.tab(m, "Across seeds (sample sd).");
-    write_csv(tabdir + "/training.csv", t);
+    w.csv(tabdir + "/training.csv", t);
     out.tables.push_back(tabdir + "/training.csv");
     std::vector<std::pair<std::string, std::vector<std::vector<RelRow>>>> panels;
-    for (const auto& run : r["study"]["runs"]) panels.push_back({run["id"].get<std::string>(), {rel_rows(run["metrics"]["reliability"])}});
+    for (auto& run : arr(r["study"]["runs"])) panels.push_back({run["id"].get<std::string>(), {rel_rows(run["metrics"]["reliability"])}});
     w.reliability("reliability_runs", "Reliability per run (15 equal-width bins)", panels, {"accuracy per bin"});
     s.fig("reliability_runs", "Reliability diagram of every run (AttnRes and standard twins).");
     secs.push_back(s);
@@ -412,7 +449,7 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
     Section s{"Runs", {}};
     Table t{{"run", "n", "accuracy", "mean confidence", "ECE"}, {}};
     std::vector<std::pair<std::string, std::vector<std::vector<RelRow>>>> panels;
-    for (const auto& run : summaries) {
+    for (auto& run : arr(summaries)) {
       t.rows.push_back({short_run(run["run"]), std::to_string(run.value("n", 0)), f4(num(run, "accuracy")),
                         f4(num(run, "mean_confidence")), f4(num(run, "ece"))});
       panels.push_back({short_run(run["run"]), {rel_rows(run["reliability"])}});
@@ -428,10 +465,10 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
     Section s{"Routing", {}};
     std::vector<std::pair<std::string, std::vector<std::vector<RelRow>>>> panels;
     Table t{{"run", "statistic", "tertile", "n", "accuracy", "ECE"}, {}};
-    for (const auto& run : summaries) {
+    for (auto& run : arr(summaries)) {
       if (!run.contains("tertiles") || run["tertiles"].empty()) continue;
       std::vector<std::vector<RelRow>> series;
-      for (const auto& te : run["tertiles"]) {
+      for (auto& te : arr(run["tertiles"])) {
         series.push_back(rel_rows(te["reliability"]));
         t.rows.push_back({short_run(run["run"]), str(run, "tertile_statistic"), str(te, "tertile"), std::to_string(te.value("n", 0)),
                           f4(num(te, "accuracy")), f4(num(te, "ece"))});
@@ -444,18 +481,18 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
             "Reliability within the low, middle and high tertile of the first audited routing statistic (tertiles of the "
             "whole run; ties kept together).");
       s.tab(t);
-      write_csv(tabdir + "/tertiles.csv", t);
+      w.csv(tabdir + "/tertiles.csv", t);
       out.tables.push_back(tabdir + "/tertiles.csv");
     }
     // Heatmaps
     std::ostringstream d;
     std::vector<std::string> labels;
     std::size_t max_s = 0, max_p = 0;
-    for (const auto& run : summaries) {
+    for (auto& run : arr(summaries)) {
       if (!run.contains("routing_mean") || run["routing_mean"].is_null()) continue;
-      const auto& rm = run["routing_mean"];
-      const auto& mean = rm["mean"];
-      const auto& src = rm["sources"];
+      auto& rm = run["routing_mean"];
+      auto& mean = rm["mean"];
+      auto& src = rm["sources"];
       d << "# " << short_run(run["run"]) << ": point source mean_weight (NaN past the point's source count)\n";
       for (std::size_t p = 0; p < mean.size(); ++p) {
         for (std::size_t i = 0; i < mean[p].size(); ++i) {
@@ -488,7 +525,7 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
 
   // ---- Diagnostic
   {
-    const auto& d = r["diagnostic"];
+    auto& d = r["diagnostic"];
     Section s{"Matched-confidence diagnostic", {}};
     s.p(fmt::format("Family of {} declared tests (run x statistic); {} {} confidence bins (bins with fewer than {} examples "
                     "dropped); R = {} permutations; alpha = {}. Decision: residuals a - q(c) against a cross-fitted "
@@ -504,7 +541,7 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
     std::size_t i = 0;
     std::vector<std::string> titles;
     std::vector<double> gaps;
-    for (const auto& te : d["tests"]) {
+    for (auto& te : arr(d["tests"])) {
       ++i;
       const bool has_paper = te.contains("paper");
       t.rows.push_back({std::to_string(i), short_run(te["run"]), str(te, "statistic"), std::to_string(te.value("n_used", 0)),
@@ -515,8 +552,8 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
          << g(num(te, "p_holm")) << " " << g(num(te, "p_bh")) << "\n";
       hist << "# test " << i << ": bin centre, count\n";
       if (te.contains("null_histogram")) {
-        const auto& e = te["null_histogram"]["edges"];
-        const auto& c = te["null_histogram"]["counts"];
+        auto& e = te["null_histogram"]["edges"];
+        auto& c = te["null_histogram"]["counts"];
         for (std::size_t b = 0; b < c.size(); ++b)
           hist << g(0.5 * (e[b].get<double>() + e[b + 1].get<double>())) << " " << c[b].get<std::size_t>() << "\n";
       } else {
@@ -528,7 +565,7 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
     }
     s.tab(t, "p: the decision test's conditional permutation p; Holm and Benjamini-Hochberg adjustments over the whole "
              "family. paper: the seed paper's protocol (reported, not the decision).");
-    write_csv(tabdir + "/diagnostic.csv", t);
+    w.csv(tabdir + "/diagnostic.csv", t);
     out.tables.push_back(tabdir + "/diagnostic.csv");
     if (i > 0) {
       const auto [rows, cols] = grid(i);
@@ -555,7 +592,7 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
     }
     if (d.contains("stability")) {
       Table st{{"cell", "statistic", "seeds", "rejections (raw p)", "positive", "negative", "verdict"}, {}};
-      for (const auto& v : d["stability"])
+      for (auto& v : arr(d["stability"]))
         st.rows.push_back({str(v, "cell"), str(v, "statistic"), std::to_string(v.value("seeds", 0)), std::to_string(v.value("rejections", 0)),
                            std::to_string(v.value("rejections_positive", 0)), std::to_string(v.value("rejections_negative", 0)),
                            v.contains("verdict") ? str(v, "verdict") : (v.value("stable", false) ? "stable" : "not stable")});
@@ -566,33 +603,33 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
 
   // ---- AR-CondCal
   if (r.contains("condcal") && r["condcal"].contains("runs") && !r["condcal"]["runs"].empty()) {
-    const auto& c = r["condcal"];
+    auto& c = r["condcal"];
     Section s{"AR-CondCal", {}};
     const std::vector<std::string> arms = {"probe", "confidence_only", "predictive_entropy", "shuffled_within_bins"};
     Table t{{"run", "statistic", "rule", "arm", "ECE", "worst-tertile ECE", "NLL", "Brier", "multiples"}, {}};
     std::map<std::string, json> band;
-    for (const auto& b : c["seed_band"]) band[b["cell"].get<std::string>()] = b["cv_nll"];
+    for (auto& b : arr(c["seed_band"])) band[b["cell"].get<std::string>()] = b["cv_nll"];
     std::ostringstream pts, bnd;
     pts << "# x probe_ece conf_ece pe_ece shuf_ece uncal_ece probe_wt conf_wt pe_wt shuf_wt uncal_wt\n";
     bnd << "# x band_ece_lo band_ece_hi band_wt_lo band_wt_hi (confidence-only, mean -/+ sd over seeds)\n";
     std::string xtics;
     std::size_t x = 0;
-    for (const auto& e : c["runs"]) {
+    for (auto& e : arr(c["runs"])) {
       ++x;
       for (const char* rule : {"cv_nll", "oracle_ece"})
-        for (const auto& a : arms) {
-          const auto& sc = e["rules"][rule][a];
+        for (auto& a : arms) {
+          auto& sc = e["rules"][rule][a];
           t.rows.push_back({short_run(e["run"]), str(e, "statistic"), rule, a, f4(num(sc, "ece")), f4(num(sc, "worst_tertile_ece")),
                             f4(num(sc, "nll")), f4(num(sc, "brier")), sc.contains("multiple") ? sc["multiple"].dump() : ""});
         }
-      const auto& cv = e["rules"]["cv_nll"];
+      auto& cv = e["rules"]["cv_nll"];
       pts << x;
       for (const char* metric : {"ece", "worst_tertile_ece"}) {
-        for (const auto& a : arms) pts << " " << g(num(cv[a], metric));
+        for (auto& a : arms) pts << " " << g(num(cv[a], metric));
         pts << " " << g(num(e["uncalibrated"], metric));
       }
       pts << "\n";
-      const auto& b = band[str(e, "cell")];
+      auto& b = band[str(e, "cell")];
       for (double dx : {-0.45, 0.45}) {
         bnd << g(double(x) + dx);
         for (const char* metric : {"ece", "worst_tertile_ece"})
@@ -604,7 +641,7 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
     }
     s.tab(t, "Per run and statistic: the AR-CondCal probe (logit c, routing statistic) and its matched controls under the "
              "CV-NLL and oracle-ECE bandwidth rules (fold means over the two cross-fit halves).");
-    write_csv(tabdir + "/condcal.csv", t);
+    w.csv(tabdir + "/condcal.csv", t);
     out.tables.push_back(tabdir + "/condcal.csv");
     {
       std::ostringstream b;
@@ -637,9 +674,9 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
       for (std::size_t m = 0; m < mult.size(); ++m) {
         d << g(mult[m]);
         for (const char* metric : {"ece", "nll"})
-          for (const auto& a : arms) {
+          for (auto& a : arms) {
             double v = 0;
-            for (const auto& e : c["runs"]) v += num(e["rules"]["scott_multiples"][a][m], metric) / double(c["runs"].size());
+            for (auto& e : arr(c["runs"])) v += num(e["rules"]["scott_multiples"][a][m], metric) / double(c["runs"].size());
             d << " " << g(v);
           }
         d << "\n";
@@ -664,44 +701,45 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
 
   // ---- Probes
   if (r.contains("probes") && r["probes"].contains("runs")) {
-    const auto& p = r["probes"];
+    auto& p = r["probes"];
     Section s{"MLP probes and controls", {}};
     Table tt{{"comparison", "metric", "gain (random-effects mean)", "95 % CI", "p", "p Holm", "p Wilcoxon (min)", "p sign",
               "runs with interval above/below 0", "verdict"}, {}};
-    for (const auto& t : p["tests"])
+    for (auto& t : arr(p["tests"]))
       tt.rows.push_back({str(t, "comparison"), str(t, "metric"), sgn(-num(t, "mean_delta")),
                          fmt::format("[{}, {}]", sgn(-t["ci"][1].get<double>()), sgn(-t["ci"][0].get<double>())),
-                         pval(t.value("p", 1.0)), pval(num(t, "p_holm")),
-                         fmt::format("{} ({})", pval(num(t, "p_wilcoxon")), pval(t.value("p_rank_min", 1.0))),
+                         pval(num(t, "p")), pval(num(t, "p_holm")),
+                         fmt::format("{} ({})", pval(num(t, "p_wilcoxon")), pval(num(t, "p_rank_min"))),
                          pval(num(t, "p_sign")), fmt::format("{}/{}", t.value("runs_better", 0), t.value("runs_worse", 0)),
                          str(t, "verdict")});
     s.p("Gain = control's loss minus the probe's (positive: the probe is better). Per run: the mean over repeated "
         "cross-fit splits with the Nadeau-Bengio corrected interval. Across runs: random-effects (Hartung-Knapp) "
         "mean, interval and p; Holm over the whole probe family decides the verdict. Wilcoxon and sign tests are shown "
         "with the smallest p they can reach with this many runs. Run counts are counts, not tests.");
-    if (!p["tests"].empty() && p["tests"][0].contains("power_note")) s.p("Power: " + str(p["tests"][0], "power_note") + ".");
+    if (auto& tests = arr(p["tests"]); !tests.empty() && tests[0].contains("power_note"))
+      s.p("Power: " + str(tests[0], "power_note") + ".");
     s.tab(tt);
-    write_csv(tabdir + "/probe_tests.csv", tt);
+    w.csv(tabdir + "/probe_tests.csv", tt);
     out.tables.push_back(tabdir + "/probe_tests.csv");
     Table tp{{"run", "probe", "inputs", "parameters", "log-loss", "Brier", "ECE", "mean epochs"}, {}};
-    for (const auto& run : p["runs"])
-      for (const auto& [name, pr] : run["probes"].items())
+    for (auto& run : arr(p["runs"]))
+      for (auto& [name, pr] : run["probes"].items())
         tp.rows.push_back({short_run(run["run"]), name, std::to_string(pr.value("inputs", 0)), std::to_string(pr.value("parameters", 0)),
                            f4(num(pr, "log_loss")), f4(num(pr, "brier")), f4(num(pr, "ece")), fmt::format("{:.1f}", num(pr, "mean_epochs"))});
-    write_csv(tabdir + "/probes.csv", tp);
+    w.csv(tabdir + "/probes.csv", tp);
     out.tables.push_back(tabdir + "/probes.csv");
     // Figure: log-loss gain per comparison and run with CI, plus the across-run mean.
     std::ostringstream d0, d1;
     d0 << "# y gain ci_low ci_high (per run, paired bootstrap)\n";
     d1 << "# y mean_gain ci_low ci_high (across runs)\n";
     std::vector<std::string> comps;
-    for (const auto& t : p["tests"])
+    for (auto& t : arr(p["tests"]))
       if (str(t, "metric") == "log_loss") comps.push_back(str(t, "comparison"));
     const std::size_t nr = p["runs"].size();
     for (std::size_t ci_ = 0; ci_ < comps.size(); ++ci_) {
       std::size_t ri = 0;
-      for (const auto& run : p["runs"]) {
-        for (const auto& c : run["comparisons"])
+      for (auto& run : arr(p["runs"])) {
+        for (auto& c : arr(run["comparisons"]))
           if (str(c, "name") == comps[ci_]) {
             const double y = double(ci_ + 1) + 0.25 * (double(ri) - double(nr - 1) / 2.0) / std::max<double>(1.0, double(nr));
             d0 << g(y) << " " << g(-num(c["log_loss"], "delta")) << " " << g(-c["log_loss"]["ci"][1].get<double>()) << " "
@@ -709,7 +747,7 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
           }
         ++ri;
       }
-      for (const auto& t : p["tests"])
+      for (auto& t : arr(p["tests"]))
         if (str(t, "metric") == "log_loss" && str(t, "comparison") == comps[ci_])
           d1 << g(double(ci_ + 1) - 0.3) << " " << g(-num(t, "mean_delta")) << " " << g(-t["ci"][1].get<double>()) << " "
              << g(-t["ci"][0].get<double>()) << "\n";
@@ -730,32 +768,32 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
 
   // ---- Sensitivity
   if (r.contains("sensitivity")) {
-    const auto& se = r["sensitivity"];
+    auto& se = r["sensitivity"];
     Section s{"Sensitivity (injection) audit", {}};
     s.p(fmt::format("{} runs x {} synthetic label draws per effect; every probe refitted. Recovery R = (loss of the reference q(c) "
                     "- loss of the probe) / oracle gain. Threshold R >= {} at {} nats.",
                     se["runs"].size(), se.value("draws", 0), num(se, "threshold"), num(se, "threshold_effect")));
     Table t{{"effect [nats]", "probe", "R", "95 % CI", "gain [nats]", "95 % CI"}, {}};
     std::vector<std::string> probes;
-    for (const auto& e : se["by_effect"])
-      for (const auto& [name, pr] : e["probes"].items()) {
+    for (auto& e : arr(se["by_effect"]))
+      for (auto& [name, pr] : e["probes"].items()) {
         if (std::find(probes.begin(), probes.end(), name) == probes.end()) probes.push_back(name);
         t.rows.push_back({g(num(e, "effect_nats")), name, pr.contains("recovery") ? fmt::format("{:+.3f}", num(pr, "recovery")) : "-",
                           pr.contains("recovery_ci") ? ci(pr["recovery_ci"], 3) : "-", sgn(num(pr, "gain")), ci(pr["gain_ci"], 5)});
       }
     s.tab(t);
-    write_csv(tabdir + "/sensitivity.csv", t);
+    w.csv(tabdir + "/sensitivity.csv", t);
     out.tables.push_back(tabdir + "/sensitivity.csv");
     Table v{{"probe", "R at threshold effect", "95 % CI", "verdict"}, {}};
-    for (const auto& x : se["verdicts"])
+    for (auto& x : arr(se["verdicts"]))
       v.rows.push_back({str(x, "probe"), fmt::format("{:+.3f}", num(x, "recovery")), ci(x["recovery_ci"], 3), str(x, "verdict")});
     s.tab(v, "Verdict on the real labels: 'absent' only where the audit would have seen the threshold effect.");
     std::ostringstream d;
-    for (const auto& name : probes) {
+    for (auto& name : probes) {
       d << "# " << name << ": effect R ci_low ci_high\n";
       bool any = false;
-      for (const auto& e : se["by_effect"]) {
-        const auto& pr = e["probes"];
+      for (auto& e : arr(se["by_effect"])) {
+        auto& pr = e["probes"];
         if (!pr.contains(name) || !pr[name].contains("recovery") || pr[name]["recovery"].is_null()) continue;
         d << g(num(e, "effect_nats")) << " " << g(num(pr[name], "recovery")) << " " << g(pr[name]["recovery_ci"][0].get<double>())
           << " " << g(pr[name]["recovery_ci"][1].get<double>()) << "\n";
@@ -780,7 +818,7 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
 
   // ---- Exact null
   if (r.contains("exact_null")) {
-    const auto& x = r["exact_null"];
+    auto& x = r["exact_null"];
     Section s{"Exact-null audit", {}};
     s.p(fmt::format("Decision null: the routing profile permuted within matched groups of about {} examples whose outputs are "
                     "nearly identical (confidence: logit c; full_logit: the routing profile as predicted from the sorted probabilities, "
@@ -793,7 +831,7 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
                     x.value("group_size", 5), x.value("replicates", 0)));
     {
       Table mt{{"run", "variant", "groups", "mean within-group distance", "random-pair distance"}, {}};
-      for (const auto& run : x["runs"])
+      for (auto& run : arr(x["runs"]))
         if (run.contains("matching"))
           mt.rows.push_back({short_run(run["run"]), str(run, "variant"), std::to_string(run["matching"].value("groups", 0)),
                              fmt::format("{:.3g}", num(run["matching"], "mean_distance")),
@@ -802,11 +840,11 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
     }
     if (x.contains("model_based")) {
       Table mb{{"variant", "comparison", "runs", "real mean gain", "null q95", "p (model-based)"}, {}};
-      for (const auto& p : x["model_based"]["pooled"])
+      for (auto& p : arr(x["model_based"]["pooled"]))
         mb.rows.push_back({str(p, "variant"), str(p, "comparison"), std::to_string(p.value("runs", 0)),
                            sgn(num(p, "real_mean_gain")), sgn(num(p, "null_q95")), pval(num(p, "p"))});
       Table fitt{{"run", "variant", "Hosmer-Lemeshow", "df", "p"}, {}};
-      for (const auto& run : x["model_based"]["runs"])
+      for (auto& run : arr(x["model_based"]["runs"]))
         fitt.rows.push_back({short_run(run["run"]), str(run, "variant"), fmt::format("{:.1f}", num(run["reference_fit"], "statistic")),
                              fmt::format("{:.0f}", num(run["reference_fit"], "df")), pval(num(run["reference_fit"], "p"))});
       s.tab(mb, "Model-based null (labels drawn from a fitted reference): shown, not the decision; valid only if the "
@@ -814,25 +852,25 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
       s.tab(fitt, "Goodness of fit of the model-based null's reference on held-out halves (small p: misspecified).");
     }
     Table t{{"variant", "comparison", "runs", "real mean gain", "null mean", "null q95", "p"}, {}};
-    for (const auto& p : x["pooled"])
+    for (auto& p : arr(x["pooled"]))
       t.rows.push_back({str(p, "variant"), str(p, "comparison"), std::to_string(p.value("runs", 0)), sgn(num(p, "real_mean_gain")),
                         sgn(num(p, "null_mean")), sgn(num(p, "null_q95")), pval(num(p, "p"))});
     s.tab(t, "Pooled over runs: replicate j's mean gain over runs is one draw of the null of the mean gain.");
-    write_csv(tabdir + "/exact_null.csv", t);
+    w.csv(tabdir + "/exact_null.csv", t);
     out.tables.push_back(tabdir + "/exact_null.csv");
     // Pooled null per (variant, comparison): mean over runs of replicate j's gain.
     std::map<std::pair<std::string, std::string>, std::vector<std::vector<double>>> nulls;
-    for (const auto& run : x["runs"])
-      for (const auto& c : run["comparisons"])
+    for (auto& run : arr(x["runs"]))
+      for (auto& c : arr(run["comparisons"]))
         nulls[{str(run, "variant"), str(c, "comparison")}].push_back(c["null_gain"].get<std::vector<double>>());
     std::ostringstream d;
     std::vector<std::string> titles;
     std::vector<double> reals;
-    for (const auto& p : x["pooled"]) {
-      const auto& runs = nulls[{str(p, "variant"), str(p, "comparison")}];
+    for (auto& p : arr(x["pooled"])) {
+      auto& runs = nulls[{str(p, "variant"), str(p, "comparison")}];
       if (runs.empty()) continue;
       std::vector<double> pooled(runs[0].size(), 0.0);
-      for (const auto& v : runs)
+      for (auto& v : runs)
         for (std::size_t j = 0; j < pooled.size() && j < v.size(); ++j) pooled[j] += v[j] / double(runs.size());
       const double real = num(p, "real_mean_gain");
       double lo = real, hi = real;
@@ -845,7 +883,7 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
       hi += pad;
       const int nb = int(std::clamp<std::size_t>(pooled.size() / 4, 5, 30));
       std::vector<int> cnt(nb, 0);
-      for (double v : pooled) cnt[std::min(nb - 1, int((v - lo) / (hi - lo) * nb))]++;
+      for (double v : pooled) cnt[std::size_t(bin_of(v, lo, hi, nb))]++;
       d << "# " << str(p, "variant") << " " << str(p, "comparison") << ": bin centre, count\n";
       for (int k = 0; k < nb; ++k) d << g(lo + (k + 0.5) * (hi - lo) / nb) << " " << cnt[std::size_t(k)] << "\n";
       d << "\n\n";
@@ -889,10 +927,10 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
           "pre{background:#f6f8fa;padding:0.8em;overflow-x:auto;font-size:0.85em}.verdict td:first-child{width:1.5em}\n"
        << "</style></head><body>\n<h1>" << html_escape(title) << "</h1>\n";
   md << "# " << title << "\n\n";
-  for (const auto& sec : secs) {
+  for (auto& sec : secs) {
     html << "<h2>" << html_escape(sec.title) << "</h2>\n";
     md << "## " << sec.title << "\n\n";
-    for (const auto& bl : sec.blocks) {
+    for (auto& bl : sec.blocks) {
       switch (bl.kind) {
         case Block::text:
           html << "<p>" << html_escape(bl.body) << "</p>\n";
@@ -912,23 +950,23 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
           break;
         case Block::table: {
           html << "<table" << (sec.title == "Summary" ? " class=\"verdict\"" : "") << "><tr>";
-          for (const auto& h : bl.t.header) html << "<th>" << html_escape(h) << "</th>";
+          for (auto& h : bl.t.header) html << "<th>" << html_escape(h) << "</th>";
           html << "</tr>\n";
-          for (const auto& row : bl.t.rows) {
+          for (auto& row : bl.t.rows) {
             html << "<tr>";
-            for (const auto& c : row) html << "<td>" << html_escape(c) << "</td>";
+            for (auto& c : row) html << "<td>" << html_escape(c) << "</td>";
             html << "</tr>\n";
           }
           html << "</table>\n";
           if (!bl.caption.empty()) html << "<p><em>" << html_escape(bl.caption) << "</em></p>\n";
           md << "|";
-          for (const auto& h : bl.t.header) md << " " << h << " |";
+          for (auto& h : bl.t.header) md << " " << h << " |";
           md << "\n|";
           for (std::size_t i = 0; i < bl.t.header.size(); ++i) md << "---|";
           md << "\n";
-          for (const auto& row : bl.t.rows) {
+          for (auto& row : bl.t.rows) {
             md << "|";
-            for (const auto& c : row) {
+            for (auto& c : row) {
               std::string cell = c;
               std::replace(cell.begin(), cell.end(), '|', '/');
               md << " " << cell << " |";
@@ -947,9 +985,111 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
        << "</body></html>\n";
   out.html = out_dir + "/report.html";
   out.markdown = out_dir + "/report.md";
-  write_file_atomic(out.markdown, md.str());
-  write_file_atomic(out.html, html.str());
+  if (!w.dry) {
+    write_file_atomic(out.markdown, md.str());
+    write_file_atomic(out.html, html.str());
+  }
   out.figures = w.figures;
+}
+
+/// nlohmann's errors on results.json (type_error with the JSON pointer of the value) as InputError.
+template <class F>
+void with_named_errors(const std::string& path, F&& f) {
+  try {
+    f();
+  } catch (const json::exception& e) {
+    throw_input(kFn, path + ": a value has the wrong type or shape for an arcal audit result: " + e.what());
+  }
+}
+
+/// The report directory is replaced as a whole, so it must not hold the input and must be a report
+/// (or empty, or absent): anything else there would be lost.
+void check_report_target(const std::string& dir, const std::string& out_dir) {
+  if (path_within(dir, out_dir))
+    throw_input("--out", out_dir + " would contain the input " + dir + "/results.json, but the report directory is "
+                                   "replaced as a whole; choose a directory outside " + dir + " or below it (default " +
+                                   dir + "/report)");
+  std::error_code ec;
+  if (!fs::exists(out_dir, ec)) return;
+  if (!fs::is_directory(out_dir, ec)) throw_input("--out", out_dir + " exists and is not a directory");
+  const bool report = fs::exists(out_dir + "/report.html", ec) || fs::exists(out_dir + "/report.md", ec);
+  if (!report && !fs::is_empty(out_dir, ec))
+    throw_input("--out", out_dir + " exists and is not an arcal report (no report.html); the report directory is "
+                                   "replaced as a whole, so choose another --out or remove it yourself");
+}
+
+}  // namespace
+
+namespace {
+
+/// results.json text -> a checked audit result: size and nesting limits, JSON syntax, the schema,
+/// and every value the report reads (built once without writing).
+json parse_results(const std::string& text, const std::string& path) {
+  if (text.size() > input_limits().max_text_bytes)
+    throw_input(kFn, path + " is " + byte_size(text.size()) + ", more than the limit of " +
+                         byte_size(input_limits().max_text_bytes));
+  check_json_nesting(text, kFn, path);
+  json r = json::parse(text, nullptr, false);
+  if (r.is_discarded()) throw_input(kFn, path + " is not valid JSON");
+  if (!r.is_object() || !r.contains("schema") || !r["schema"].is_string() ||
+      r["schema"].get<std::string>().rfind("arcal.audit/", 0) != 0 || !r.contains("diagnostic") ||
+      !r["diagnostic"].is_object())
+    throw_input(kFn, path + " is not an arcal audit result (schema 'arcal.audit/1' with a diagnostic section)");
+  with_named_errors(path, [&] {
+    json copy = r;
+    Writer w("", true);
+    ReportOutput out;
+    build_report(copy, path, "", w, out);
+  });
+  return r;
+}
+
+}  // namespace
+
+void check_report_text(const std::string& text, const std::string& path) { parse_results(text, path); }
+
+ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
+  const std::string path = dir + "/results.json";
+  if (!fs::exists(path)) throw_input(kFn, path + " does not exist (run arcal audit --out DIR or arcal run first)");
+  json r = parse_results(read_text_file(path, kFn, "results.json", input_limits().max_text_bytes), path);
+  check_report_target(dir, out_dir);
+
+  // Rendered into a sibling temporary directory, then renamed over out_dir: an interrupted or
+  // failed report never leaves a partial directory, and an earlier report stays until the new one
+  // is complete.
+  const std::string tag = std::to_string(::getpid());
+  const std::string tmp = out_dir + ".tmp-" + tag, old = out_dir + ".old-" + tag;
+  std::error_code ec;
+  const fs::path parent = fs::path(out_dir).parent_path();
+  if (!parent.empty()) fs::create_directories(parent, ec);
+  fs::remove_all(tmp, ec);
+  ReportOutput out;
+  try {
+    Writer w(tmp + "/figures", false);
+    with_named_errors(path, [&] { build_report(r, path, tmp, w, out); });
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  const bool had = fs::exists(out_dir, ec);
+  if (had && std::rename(out_dir.c_str(), old.c_str()) != 0) {
+    fs::remove_all(tmp, ec);
+    throw_input(kFn, "cannot replace " + out_dir + ": " + std::strerror(errno));
+  }
+  if (std::rename(tmp.c_str(), out_dir.c_str()) != 0) {
+    const std::string err = std::strerror(errno);
+    if (had) std::rename(old.c_str(), out_dir.c_str());
+    fs::remove_all(tmp, ec);
+    throw_input(kFn, "cannot move the report into " + out_dir + ": " + err);
+  }
+  if (had) fs::remove_all(old, ec);
+  auto moved = [&](std::string& p) {
+    if (p.compare(0, tmp.size(), tmp) == 0) p = out_dir + p.substr(tmp.size());
+  };
+  moved(out.html);
+  moved(out.markdown);
+  for (auto& p : out.figures) moved(p);
+  for (auto& p : out.tables) moved(p);
   return out;
 }
 

@@ -12,7 +12,11 @@
 #include <set>
 #include <sstream>
 
+#include "core/atomic_file.hpp"
 #include "core/check.hpp"
+#include "core/limits.hpp"
+#include "core/text_input.hpp"
+#include "model/config.hpp"
 
 namespace arcal {
 
@@ -49,6 +53,13 @@ struct Reader {
     if (!v.is_integer()) bad(t, k, "an integer");
     return v.as_integer();
   }
+  /// An integer key read into an int field: values outside `r` are refused here, before any
+  /// narrowing could turn 2^32 + 3 into 3.
+  int bounded(const toml::value& v, const std::string& t, const std::string& k, const IntRange& r) const {
+    const std::int64_t x = integer(v, t, k);
+    if (!in_range(r, x)) bad(t, k, "an integer in " + range_text(r) + " (got " + std::to_string(x) + ")");
+    return static_cast<int>(x);
+  }
   double real(const toml::value& v, const std::string& t, const std::string& k) const {
     if (v.is_integer()) return double(v.as_integer());
     if (!v.is_floating()) bad(t, k, "a number");
@@ -66,6 +77,11 @@ struct Reader {
       out.push_back(e.as_string().str);
     }
     return out;
+  }
+  double bounded_real(const toml::value& v, const std::string& t, const std::string& k, const RealRange& r) const {
+    const double x = real(v, t, k);
+    if (!in_range(r, x)) bad(t, k, "a number in " + range_text(r));
+    return x;
   }
   std::vector<double> reals(const toml::value& v, const std::string& t, const std::string& k) const {
     if (!v.is_array()) bad(t, k, "an array of numbers");
@@ -85,6 +101,30 @@ struct Reader {
   }
 };
 
+/// A TOML basic string: quotes, backslashes and control characters escaped, so any value (a
+/// data_dir with quotes or a newline) prints as TOML that reads back to itself.
+std::string toml_string(const std::string& v) {
+  std::string s = "\"";
+  for (unsigned char ch : v) {
+    switch (ch) {
+      case '"': s += "\\\""; break;
+      case '\\': s += "\\\\"; break;
+      case '\n': s += "\\n"; break;
+      case '\t': s += "\\t"; break;
+      case '\r': s += "\\r"; break;
+      default:
+        if (ch < 0x20 || ch == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+          s += buf;
+        } else {
+          s += static_cast<char>(ch);
+        }
+    }
+  }
+  return s + "\"";
+}
+
 template <class T>
 std::string list(const std::vector<T>& v, bool quote) {
   std::string s = "[";
@@ -95,7 +135,7 @@ std::string list(const std::vector<T>& v, bool quote) {
       o << num(v[i]);
     else
       o << v[i];
-    s += quote ? "\"" + o.str() + "\"" : o.str();
+    s += quote ? toml_string(o.str()) : o.str();
   }
   return s + "]";
 }
@@ -111,15 +151,212 @@ std::string join(const std::vector<std::string>& v) {
 StudyConfig default_study() { return StudyConfig{}; }
 
 StudyConfig parse_study_toml(const std::string& path) {
+  return parse_study_toml_text(read_text_file(path, kFn, "study file", input_limits().max_study_bytes), path);
+}
+
+void check_toml_shape(const std::string& text, const std::string& path) {
+  const InputLimits& lim = input_limits();
+  if (text.size() > lim.max_study_bytes)
+    throw_input(kFn, path + ": study file is " + byte_size(text.size()) + ", more than the limit of " +
+                         byte_size(lim.max_study_bytes));
+  // A scan of the raw text, before toml11 sees it: toml11 parses nested arrays and tables
+  // recursively (20,000 levels overflow the stack) and long arrays slowly, so nesting depth, the
+  // components of dotted keys and the elements of each array are counted here. Strings and
+  // comments are skipped exactly as TOML delimits them, so brackets inside them do not count.
+  struct Frame {
+    char kind;  // '[' array, '{' inline table
+    std::uint64_t elements = 0;
+    bool expect_value = true;  // arrays: the next non-blank starts an element
+  };
+  // TOML is UTF-8 without control characters other than tab, CR and LF. toml11 3.7 reads past the
+  // end of its buffer on some invalid UTF-8 inside strings (found by tests/fuzz/fuzz_study_toml;
+  // reproducer tests/fuzz/corpus/study_toml/crash-invalid-utf8), so such text never reaches it.
   {
-    std::ifstream probe(path);
-    if (!probe) throw_input(kFn, "cannot read study file '" + path + "'");
+    std::size_t ln = 1;
+    for (std::size_t k = 0; k < text.size();) {
+      const unsigned char ch = static_cast<unsigned char>(text[k]);
+      if (ch == '\n') ++ln;
+      if ((ch < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') || ch == 0x7f)
+        throw_input(kFn, path + ": line " + std::to_string(ln) + ": control character " + std::to_string(int(ch)) +
+                             " (TOML allows only tab, CR and LF)");
+      const int len = ch < 0x80 ? 1 : (ch >> 5) == 6 ? 2 : (ch >> 4) == 14 ? 3 : (ch >> 3) == 30 ? 4 : 0;
+      bool ok = len > 0 && k + std::size_t(len) <= text.size();
+      for (int m = 1; ok && m < len; ++m) ok = (static_cast<unsigned char>(text[k + std::size_t(m)]) >> 6) == 2;
+      if (ok && len == 2) ok = ch >= 0xC2;  // no overlong encodings
+      if (ok && len == 3) {
+        const unsigned char c1 = static_cast<unsigned char>(text[k + 1]);
+        ok = !(ch == 0xE0 && c1 < 0xA0) && !(ch == 0xED && c1 >= 0xA0);  // overlong, surrogates
+      }
+      if (ok && len == 4) {
+        const unsigned char c1 = static_cast<unsigned char>(text[k + 1]);
+        ok = ch <= 0xF4 && !(ch == 0xF0 && c1 < 0x90) && !(ch == 0xF4 && c1 >= 0x90);
+      }
+      if (!ok) throw_input(kFn, path + ": line " + std::to_string(ln) + ": the file is not valid UTF-8 (TOML must be)");
+      k += std::size_t(len);
+    }
   }
+  std::vector<Frame> stack;
+  std::size_t i = 0, line = 1;
+  const std::size_t n = text.size();
+  bool key_context = true;  // reading a key (line start at the top level, or inside an inline table)
+  bool line_start = true;
+  int key_parts = 1;
+  auto fail = [&](const std::string& what) { throw_input(kFn, path + ": line " + std::to_string(line) + ": " + what); };
+  auto dot = [&] {
+    if (++key_parts > lim.max_toml_key_depth)
+      fail("a dotted key or table name has more than " + std::to_string(lim.max_toml_key_depth) + " parts (the limit)");
+  };
+  auto start_value = [&] {
+    if (!stack.empty() && stack.back().kind == '[' && stack.back().expect_value) {
+      stack.back().expect_value = false;
+      if (++stack.back().elements > lim.max_toml_array_elements)
+        fail("an array has more than " + std::to_string(lim.max_toml_array_elements) + " elements (the limit)");
+    }
+  };
+  auto skip_string = [&] {
+    const char q = text[i];
+    const bool triple = i + 2 < n && text[i + 1] == q && text[i + 2] == q;
+    i += triple ? 3 : 1;
+    while (i < n) {
+      const char ch = text[i];
+      if (ch == '\\' && q == '"') {
+        i += 2;
+        continue;
+      }
+      if (ch == '\n') {
+        if (!triple) return;  // unterminated single-line string: toml11 reports it
+        ++line;
+      }
+      if (ch == q) {
+        if (!triple) {
+          ++i;
+          return;
+        }
+        if (i + 2 < n && text[i + 1] == q && text[i + 2] == q) {
+          i += 3;
+          while (i < n && text[i] == q) ++i;  // up to two quotes may end the content
+          return;
+        }
+      }
+      ++i;
+    }
+  };
+  while (i < n) {
+    const char ch = text[i];
+    if (ch == '\n') {
+      ++line;
+      ++i;
+      if (stack.empty()) {
+        key_context = true;
+        line_start = true;
+        key_parts = 1;
+      }
+      continue;
+    }
+    if (ch == ' ' || ch == '\t' || ch == '\r') {
+      ++i;
+      continue;
+    }
+    if (ch == '#') {
+      while (i < n && text[i] != '\n') ++i;
+      continue;
+    }
+    if (ch == '"' || ch == '\'') {
+      if (!key_context) start_value();
+      skip_string();
+      line_start = false;
+      continue;
+    }
+    if (stack.empty() && line_start && ch == '[') {  // [table] or [[array of tables]]
+      key_parts = 1;
+      ++i;
+      while (i < n && text[i] != ']' && text[i] != '\n') {
+        if (text[i] == '"' || text[i] == '\'') {
+          skip_string();
+          continue;
+        }
+        if (text[i] == '.') dot();
+        ++i;
+      }
+      while (i < n && text[i] == ']') ++i;
+      line_start = false;
+      key_context = false;
+      continue;
+    }
+    line_start = false;
+    if (key_context) {
+      if (ch == '.') dot();
+      if (ch == '=') key_context = false;
+      if (ch == '}' && !stack.empty() && stack.back().kind == '{') {  // empty inline table
+        stack.pop_back();
+        key_context = false;
+      }
+      ++i;
+      continue;
+    }
+    if (ch == '[' || ch == '{') {
+      start_value();
+      if (stack.size() >= std::size_t(lim.max_nesting))
+        fail("arrays and inline tables nested more than " + std::to_string(lim.max_nesting) + " deep (the limit)");
+      stack.push_back({ch});
+      if (ch == '{') {
+        key_context = true;
+        key_parts = 1;
+      }
+      ++i;
+      continue;
+    }
+    if (ch == ']' || ch == '}') {
+      if (!stack.empty()) stack.pop_back();
+      ++i;
+      continue;
+    }
+    if (ch == ',') {
+      if (!stack.empty() && stack.back().kind == '[') stack.back().expect_value = true;
+      if (!stack.empty() && stack.back().kind == '{') {
+        key_context = true;
+        key_parts = 1;
+      }
+      ++i;
+      continue;
+    }
+    start_value();
+    ++i;
+  }
+}
+
+/// toml11's multi-line error (message, "--> file", the source line with a caret, hints) as one line:
+/// "message (line N: source: what the caret says)". arcal's errors are one line on stderr.
+std::string one_line_toml_error(const std::string& what) {
+  std::istringstream in(what);
+  std::string line, head, where;
+  while (std::getline(in, line)) {
+    const auto b = line.find_first_not_of(" \t");
+    if (b == std::string::npos) continue;
+    line = line.substr(b);
+    if (line.rfind("-->", 0) == 0 || line.rfind("Hint:", 0) == 0 || line == "|") continue;
+    const auto bar = line.find(" | ");
+    if (bar != std::string::npos && line.find_first_not_of("0123456789") == bar) {
+      where += (where.empty() ? "" : "; ") + std::string("line ") + line.substr(0, bar) + ": " + line.substr(bar + 3);
+    } else if (line.rfind("| ", 0) == 0) {
+      std::string note = line.substr(2);
+      note.erase(0, note.find_first_not_of(" ^-~"));
+      if (!note.empty()) where += " (" + note + ")";
+    } else {
+      head += (head.empty() ? "" : " ") + line;
+    }
+  }
+  return where.empty() ? head : head + " [" + where + "]";
+}
+
+StudyConfig parse_study_toml_text(const std::string& text, const std::string& path) {
+  check_toml_shape(text, path);
   toml::value root;
   try {
-    root = toml::parse(path);
+    std::istringstream in(text);
+    root = toml::parse(in, path);
   } catch (const std::exception& e) {
-    throw_input(kFn, "study file '" + path + "' is not valid TOML: " + std::string(e.what()));
+    throw_input(kFn, "study file '" + path + "' is not valid TOML: " + one_line_toml_error(e.what()));
   }
   StudyConfig c = default_study();
   Reader r{path};
@@ -132,30 +369,30 @@ StudyConfig parse_study_toml(const std::string& path) {
   keys["model"]["presets"] = [&](const toml::value& v) { c.models = r.strings(v, "model", "presets"); };
   keys["model"]["residuals"] = [&](const toml::value& v) { c.residuals = r.strings(v, "model", "residuals"); };
   keys["model"]["standard_twin"] = [&](const toml::value& v) { c.standard_twin = r.boolean(v, "model", "standard_twin"); };
-  keys["model"]["block_size"] = [&](const toml::value& v) { c.block_size = int(r.integer(v, "model", "block_size")); };
+  keys["model"]["block_size"] = [&](const toml::value& v) { c.block_size = r.bounded(v, "model", "block_size", ranges::block_size); };
   keys["train"]["seeds"] = [&](const toml::value& v) { c.seeds = r.seeds(v, "train", "seeds"); };
-  keys["train"]["epochs"] = [&](const toml::value& v) { c.epochs = int(r.integer(v, "train", "epochs")); };
+  keys["train"]["epochs"] = [&](const toml::value& v) { c.epochs = r.bounded(v, "train", "epochs", ranges::epochs); };
   keys["train"]["train_subset"] = [&](const toml::value& v) { c.train_subset = r.integer(v, "train", "train_subset"); };
   keys["train"]["max_steps"] = [&](const toml::value& v) { c.max_steps = r.integer(v, "train", "max_steps"); };
-  keys["train"]["batch_size"] = [&](const toml::value& v) { c.batch_size = int(r.integer(v, "train", "batch_size")); };
+  keys["train"]["batch_size"] = [&](const toml::value& v) { c.batch_size = r.bounded(v, "train", "batch_size", ranges::batch_size); };
   keys["train"]["lr"] = [&](const toml::value& v) { c.lr = r.real(v, "train", "lr"); };
   keys["train"]["weight_decay"] = [&](const toml::value& v) { c.weight_decay = r.real(v, "train", "weight_decay"); };
   keys["train"]["sbece_weight"] = [&](const toml::value& v) { c.sbece_weight = r.real(v, "train", "sbece_weight"); };
-  keys["execution"]["parallel"] = [&](const toml::value& v) { c.parallel = int(r.integer(v, "execution", "parallel")); };
+  keys["execution"]["parallel"] = [&](const toml::value& v) { c.parallel = r.bounded(v, "execution", "parallel", ranges::parallel); };
   keys["execution"]["threads_per_job"] = [&](const toml::value& v) {
-    c.threads_per_job = int(r.integer(v, "execution", "threads_per_job"));
+    c.threads_per_job = r.bounded(v, "execution", "threads_per_job", ranges::threads);
   };
   keys["trace"]["split"] = [&](const toml::value& v) { c.split = r.str(v, "trace", "split"); };
   keys["audit"]["stats"] = [&](const toml::value& v) { c.stats = r.strings(v, "audit", "stats"); };
-  keys["audit"]["permutations"] = [&](const toml::value& v) { c.permutations = int(r.integer(v, "audit", "permutations")); };
-  keys["audit"]["bins"] = [&](const toml::value& v) { c.bins = int(r.integer(v, "audit", "bins")); };
+  keys["audit"]["permutations"] = [&](const toml::value& v) { c.permutations = r.bounded(v, "audit", "permutations", ranges::permutations); };
+  keys["audit"]["bins"] = [&](const toml::value& v) { c.bins = r.bounded(v, "audit", "bins", ranges::bins); };
   keys["audit"]["seed"] = [&](const toml::value& v) {
     const auto s = r.integer(v, "audit", "seed");
     if (s < 0) r.bad("audit", "seed", "an integer >= 0");
     c.audit_seed = std::uint64_t(s);
   };
   keys["audit"]["probes"] = [&](const toml::value& v) { c.probes = r.boolean(v, "audit", "probes"); };
-  keys["audit"]["probe_restarts"] = [&](const toml::value& v) { c.probe_restarts = int(r.integer(v, "audit", "probe_restarts")); };
+  keys["audit"]["probe_restarts"] = [&](const toml::value& v) { c.probe_restarts = r.bounded(v, "audit", "probe_restarts", ranges::probe_restarts); };
   keys["audit"]["sensitivity"] = [&](const toml::value& v) { c.sensitivity = r.boolean(v, "audit", "sensitivity"); };
   keys["audit"]["sensitivity_effects"] = [&](const toml::value& v) {
     c.sensitivity_effects = r.reals(v, "audit", "sensitivity_effects");
@@ -167,12 +404,12 @@ StudyConfig parse_study_toml(const std::string& path) {
     c.sensitivity_threshold_effect = r.real(v, "audit", "sensitivity_threshold_effect");
   };
   keys["audit"]["sensitivity_draws"] = [&](const toml::value& v) {
-    c.sensitivity_draws = int(r.integer(v, "audit", "sensitivity_draws"));
+    c.sensitivity_draws = r.bounded(v, "audit", "sensitivity_draws", ranges::sensitivity_draws);
   };
   keys["audit"]["exact_null"] = [&](const toml::value& v) { c.exact_null = r.boolean(v, "audit", "exact_null"); };
-  keys["audit"]["null_replicates"] = [&](const toml::value& v) { c.null_replicates = int(r.integer(v, "audit", "null_replicates")); };
+  keys["audit"]["null_replicates"] = [&](const toml::value& v) { c.null_replicates = r.bounded(v, "audit", "null_replicates", ranges::null_replicates); };
   keys["audit"]["null_variants"] = [&](const toml::value& v) { c.null_variants = r.strings(v, "audit", "null_variants"); };
-  keys["audit"]["threads"] = [&](const toml::value& v) { c.threads = int(r.integer(v, "audit", "threads")); };
+  keys["audit"]["threads"] = [&](const toml::value& v) { c.threads = r.bounded(v, "audit", "threads", ranges::threads); };
 
   if (!root.is_table()) throw_input(kFn, "study file '" + path + "' has no top-level table");
   for (const auto& [k, v] : root.as_table()) {
@@ -201,57 +438,79 @@ void validate_study(const StudyConfig& c) {
   auto need = [](bool ok, const std::string& key, const std::string& rule) {
     if (!ok) throw_input(kFn, key + " " + rule);
   };
-  need(!c.name.empty() && c.name.find_first_of("/\\ ") == std::string::npos, "name", "must be non-empty without spaces or slashes");
+  // The same ranges as the flags these keys become (core/limits.hpp), so a study fails here, before
+  // anything runs, rather than in a child process.
+  auto in = [&](long long v, const IntRange& r, const std::string& key) {
+    need(in_range(r, v), key, "is " + std::to_string(v) + ", but must be in " + range_text(r));
+  };
+  auto in_real = [&](double v, const RealRange& r, const std::string& key) {
+    std::ostringstream o;
+    o << v;
+    need(in_range(r, v), key, "is " + o.str() + ", but must be in " + range_text(r));
+  };
+  // The name becomes a directory (runs/NAME): letters, digits, '.', '_' and '-', not starting with
+  // '.', so it can never be "..", hidden, or carry a separator, quote or newline.
+  need(!c.name.empty() && c.name.size() <= 100 && c.name[0] != '.' &&
+           c.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == std::string::npos,
+       "name", "must be 1-100 letters, digits, '.', '_' or '-', not starting with '.'");
   need(!c.datasets.empty(), "[data] datasets", "must name at least one dataset");
   for (const auto& d : c.datasets)
     need(d == "fashion-mnist" || d == "cifar10" || d == "cifar100", "[data] datasets", "entry '" + d + "' is not fashion-mnist, cifar10 or cifar100");
   need(!c.models.empty(), "[model] presets", "must name at least one preset");
+  for (const auto& m : c.models) {
+    const auto& known = model_presets();
+    need(std::find(known.begin(), known.end(), m) != known.end(), "[model] presets",
+         "entry '" + m + "' is not a known preset (ar-vit-tiny, ar-deit-small, ar-swin-tiny)");
+  }
   need(!c.residuals.empty() || c.standard_twin, "[model] residuals", "is empty and standard_twin is false: nothing to train");
   std::set<std::string> seen;
   for (const auto& m : c.residuals) {
     need(m == "full" || m == "block", "[model] residuals", "entry '" + m + "' is not full or block (the standard twin is standard_twin = true)");
     need(seen.insert(m).second, "[model] residuals", "lists '" + m + "' twice");
   }
-  need(c.block_size >= 1, "[model] block_size", "must be >= 1");
+  in(c.block_size, ranges::block_size, "[model] block_size");
   need(!c.seeds.empty(), "[train] seeds", "must list at least one seed");
   std::set<std::uint64_t> ss(c.seeds.begin(), c.seeds.end());
   need(ss.size() == c.seeds.size(), "[train] seeds", "has a repeated seed");
-  need(c.epochs >= 1, "[train] epochs", "must be >= 1");
-  need(c.train_subset >= 0, "[train] train_subset", "must be >= 0 (0 = all)");
-  need(c.max_steps >= 0, "[train] max_steps", "must be >= 0 (0 = no cap)");
-  need(c.batch_size >= 1, "[train] batch_size", "must be >= 1");
-  need(c.lr > 0 && std::isfinite(c.lr), "[train] lr", "must be > 0");
-  need(c.weight_decay >= 0 && std::isfinite(c.weight_decay), "[train] weight_decay", "must be >= 0");
-  need(c.sbece_weight >= 0 && std::isfinite(c.sbece_weight), "[train] sbece_weight", "must be >= 0");
-  need(c.parallel >= 1 && c.parallel <= 256, "[execution] parallel", "must be in [1, 256]");
-  need(c.threads_per_job >= 1 && c.threads_per_job <= 256, "[execution] threads_per_job", "must be in [1, 256]");
+  in(c.epochs, ranges::epochs, "[train] epochs");
+  in(c.train_subset, ranges::train_subset, "[train] train_subset");
+  in(c.max_steps, ranges::max_steps, "[train] max_steps");
+  in(c.batch_size, ranges::batch_size, "[train] batch_size");
+  in_real(c.lr, ranges::lr, "[train] lr");
+  in_real(c.weight_decay, ranges::weight_decay, "[train] weight_decay");
+  in_real(c.sbece_weight, ranges::sbece_weight, "[train] sbece_weight");
+  in(c.parallel, ranges::parallel, "[execution] parallel");
+  in(c.threads_per_job, ranges::threads, "[execution] threads_per_job");
   need(c.split == "test" || c.split == "val", "[trace] split", "must be test or val");
   need(!c.stats.empty(), "[audit] stats", "must name at least one statistic (the test family would be empty)");
-  need(c.permutations >= 1, "[audit] permutations", "must be >= 1");
-  need(c.bins >= 1 && c.bins <= 1000, "[audit] bins", "must be in [1, 1000]");
-  need(c.probe_restarts >= 1, "[audit] probe_restarts", "must be >= 1");
+  for (const auto& st : c.stats)
+    need(!st.empty() && st.size() <= 200 && st.find_first_of(", \t\n\r") == std::string::npos, "[audit] stats",
+         "entries must be non-empty names without commas or blanks");
+  in(c.permutations, ranges::permutations, "[audit] permutations");
+  in(c.bins, ranges::bins, "[audit] bins");
+  in(c.probe_restarts, ranges::probe_restarts, "[audit] probe_restarts");
   need(!c.sensitivity || !c.sensitivity_effects.empty(), "[audit] sensitivity_effects", "must not be empty");
   for (double e : c.sensitivity_effects) need(e >= 0 && std::isfinite(e), "[audit] sensitivity_effects", "entries must be finite and >= 0");
   need(!c.sensitivity || std::find(c.sensitivity_effects.begin(), c.sensitivity_effects.end(), c.sensitivity_threshold_effect) !=
                              c.sensitivity_effects.end(),
        "[audit] sensitivity_threshold_effect", "must be one of sensitivity_effects");
-  need(std::isfinite(c.sensitivity_threshold), "[audit] sensitivity_threshold", "must be a finite number");
-  need(c.sensitivity_draws >= 1, "[audit] sensitivity_draws", "must be >= 1");
-  need(c.null_replicates >= 1, "[audit] null_replicates", "must be >= 1");
+  in_real(c.sensitivity_threshold, ranges::sensitivity_threshold, "[audit] sensitivity_threshold");
+  in(c.sensitivity_draws, ranges::sensitivity_draws, "[audit] sensitivity_draws");
+  in(c.null_replicates, ranges::null_replicates, "[audit] null_replicates");
   for (const auto& v : c.null_variants)
     need(v == "confidence" || v == "full_logit", "[audit] null_variants", "entry '" + v + "' is not confidence or full_logit");
   need(!c.exact_null || !c.null_variants.empty(), "[audit] null_variants", "must not be empty");
-  need(c.threads >= 1 && c.threads <= 256, "[audit] threads", "must be in [1, 256]");
+  in(c.threads, ranges::threads, "[audit] threads");
   need(!c.residuals.empty(), "[model] residuals", "must name at least one AttnRes mode (the audit needs routing)");
 }
 
 std::string study_to_toml(const StudyConfig& c) {
   std::ostringstream o;
   o << "# arcal study (resolved). Every key is optional; omitted keys take these defaults.\n";
-  o << "name = \"" << c.name << "\"\n\n";
+  o << "name = " << toml_string(c.name) << "\n\n";
   o << "[data]\n";
   o << "datasets = " << list(c.datasets, true) << "   # fashion-mnist | cifar10 | cifar100\n";
-  o << "data_dir = \"" << c.data_dir << "\"   # \"\" = each dataset's default location\n\n";
+  o << "data_dir = " << toml_string(c.data_dir) << "   # \"\" = each dataset's default location\n\n";
   o << "[model]\n";
   o << "presets = " << list(c.models, true) << "\n";
   o << "residuals = " << list(c.residuals, true) << "   # AttnRes modes, audited: full | block\n";
@@ -270,7 +529,7 @@ std::string study_to_toml(const StudyConfig& c) {
   o << "parallel = " << c.parallel << "   # trainings and traces at once\n";
   o << "threads_per_job = " << c.threads_per_job << "\n\n";
   o << "[trace]\n";
-  o << "split = \"" << c.split << "\"\n\n";
+  o << "split = " << toml_string(c.split) << "\n\n";
   o << "[audit]\n";
   o << "stats = " << list(c.stats, true) << "\n";
   o << "permutations = " << c.permutations << "\n";

@@ -67,8 +67,16 @@ struct StudyRun {
 StudyConfig default_study();
 
 /// Reads a study TOML file over the defaults: every key is optional; unknown tables or keys, wrong
-/// types and invalid values throw InputError naming the file and the key.
+/// types and invalid values throw InputError naming the file and the key. Files beyond the limits
+/// of core/limits.hpp (size, nesting, dotted-key parts, array elements) are refused, naming the
+/// line and the limit, before the TOML parser sees them.
 StudyConfig parse_study_toml(const std::string& path);
+
+/// parse_study_toml on the file's text; `path` names the file in messages.
+StudyConfig parse_study_toml_text(const std::string& text, const std::string& path);
+
+/// The raw-text limits check of parse_study_toml_text on its own (throws InputError).
+void check_toml_shape(const std::string& text, const std::string& path);
 
 /// Checks ranges and names (InputError naming the key).
 void validate_study(const StudyConfig& study);

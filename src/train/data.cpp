@@ -60,6 +60,17 @@ DatasetSplits load_dataset(const std::string& name, const std::string& data_dir,
   }
   if (!(val_fraction >= 0.0 && val_fraction < 1.0))
     throw_input("load_dataset", "val_fraction is " + std::to_string(val_fraction) + ", but must be in [0, 1)");
+  if (train_subset < 0)
+    throw_input("--train-subset", std::to_string(train_subset) + " must be >= 0 (0 = the whole training split)");
+  if (test_set.n == 0) throw_input("load_dataset", name + " in " + dir + ": the test split is empty");
+  if (test_set.channels != train_set.channels || test_set.height != train_set.height || test_set.width != train_set.width)
+    throw_input("load_dataset", name + " in " + dir + ": test images are " + std::to_string(test_set.channels) + "x" +
+                                    std::to_string(test_set.height) + "x" + std::to_string(test_set.width) +
+                                    " but training images " + std::to_string(train_set.channels) + "x" +
+                                    std::to_string(train_set.height) + "x" + std::to_string(train_set.width));
+  if (train_set.height != train_set.width)
+    throw_input("load_dataset", name + " in " + dir + ": images are " + std::to_string(train_set.height) + "x" +
+                                    std::to_string(train_set.width) + "; the models need square images");
   TensorData all = to_tensor_data(train_set, name);
   std::vector<std::int64_t> perm(static_cast<std::size_t>(all.size()));
   std::iota(perm.begin(), perm.end(), 0);

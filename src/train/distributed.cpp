@@ -81,10 +81,12 @@ bool distributed_backend_available(const std::string& device) {
 struct DataParallelGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroup> group;
+  bool device_is_cuda = false;
 };
 
 DataParallelGroup::DataParallelGroup(const DistributedEnv& env, const std::string& device, double timeout_seconds)
     : env_(env), impl_(std::make_unique<Impl>()) {
+  impl_->device_is_cuda = device == "cuda";
   if (!distributed_backend_available(device))
     throw_input("distributed", "WORLD_SIZE > 1 on --device " + device + " needs c10d's " +
                                    (device == "cuda" ? "NCCL" : "Gloo") + " backend, which this LibTorch build lacks");
@@ -182,5 +184,16 @@ double DataParallelGroup::max_parameter_divergence(torch::nn::Module& module) {
 }
 
 void DataParallelGroup::barrier() { impl_->group->barrier()->wait(); }
+
+bool DataParallelGroup::any_rank(bool flag) {
+  const torch::Device device = impl_->device_is_cuda
+                                   ? torch::Device(torch::kCUDA, static_cast<torch::DeviceIndex>(env_.local_rank))
+                                   : torch::Device(torch::kCPU);
+  std::vector<torch::Tensor> t{torch::tensor({flag ? 1.0 : 0.0}, torch::TensorOptions().dtype(torch::kDouble).device(device))};
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::MAX;
+  impl_->group->allreduce(t, o)->wait();
+  return t[0].item<double>() > 0;
+}
 
 }  // namespace arcal

@@ -44,6 +44,8 @@ class DataParallelGroup {
   /// max |p_rank - p_rank0| over all parameters and ranks (collective; the same value on every rank).
   double max_parameter_divergence(torch::nn::Module& module);
   void barrier();
+  /// True on every rank when `flag` is true on any rank (collective; used to stop all ranks together).
+  bool any_rank(bool flag);
 
  private:
   struct Impl;

@@ -13,7 +13,11 @@
 
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
+#include "core/interrupt.hpp"
+#include "core/paths.hpp"
 #include "core/rng.hpp"
+#include "core/run_lock.hpp"
+#include "core/text_input.hpp"
 #include "calib/metrics.hpp"
 #include "model/cost.hpp"
 #include "train/distributed.hpp"
@@ -24,93 +28,12 @@ namespace arcal {
 
 namespace fs = std::filesystem;
 
-void to_json(nlohmann::json& j, const TrainConfig& c) {
-  j = nlohmann::json{{"dataset", c.dataset},
-                     {"data_dir", c.data_dir},
-                     {"model", c.model},
-                     {"residual", c.residual},
-                     {"block_size", c.block_size},
-                     {"epochs", c.epochs},
-                     {"max_steps", c.max_steps},
-                     {"train_subset", c.train_subset},
-                     {"batch_size", c.batch_size},
-                     {"lr", c.lr},
-                     {"weight_decay", c.weight_decay},
-                     {"warmup_fraction", c.warmup_fraction},
-                     {"sbece_weight", c.sbece_weight},
-                     {"sbece_bins", c.sbece_bins},
-                     {"sbece_temperature", c.sbece_temperature},
-                     {"val_fraction", c.val_fraction},
-                     {"seed", c.seed},
-                     {"threads", c.threads},
-                     {"device", c.device},
-                     {"precision", c.precision},
-                     {"world_size", c.world_size},
-                     {"checkpoint_every", c.checkpoint_every},
-                     {"norm_eps", c.norm_eps},
-                     {"patch", c.patch}};
-}
-
-void from_json(const nlohmann::json& j, TrainConfig& c) {
-  TrainConfig d;
-  auto get = [&](const char* k, auto& field) {
-    if (j.contains(k)) j.at(k).get_to(field);
-  };
-  c = d;
-  get("dataset", c.dataset);
-  get("data_dir", c.data_dir);
-  get("model", c.model);
-  get("residual", c.residual);
-  get("block_size", c.block_size);
-  get("epochs", c.epochs);
-  get("max_steps", c.max_steps);
-  get("train_subset", c.train_subset);
-  get("batch_size", c.batch_size);
-  get("lr", c.lr);
-  get("weight_decay", c.weight_decay);
-  get("warmup_fraction", c.warmup_fraction);
-  get("sbece_weight", c.sbece_weight);
-  get("sbece_bins", c.sbece_bins);
-  get("sbece_temperature", c.sbece_temperature);
-  get("val_fraction", c.val_fraction);
-  get("seed", c.seed);
-  get("threads", c.threads);
-  get("device", c.device);
-  get("precision", c.precision);
-  get("world_size", c.world_size);
-  get("checkpoint_every", c.checkpoint_every);
-  get("norm_eps", c.norm_eps);
-  get("patch", c.patch);  // absent in runs written before --patch: the preset's
-}
-
 void validate_train_config(const TrainConfig& c) {
-  if (c.dataset != "fashion-mnist" && c.dataset != "cifar10" && c.dataset != "cifar100")
-    throw_input("--dataset", "'" + c.dataset + "' is not a known dataset; expected fashion-mnist, cifar10 or cifar100");
-  parse_residual_mode(c.residual);
-  if (c.epochs < 1) throw_input("--epochs", std::to_string(c.epochs) + " must be >= 1");
-  if (c.patch < 0) throw_input("--patch", std::to_string(c.patch) + " must be >= 0 (0 = the preset's)");
-  if (c.max_steps < 0) throw_input("--max-steps", "must be >= 0 (0 = no cap)");
-  if (c.batch_size < 1) throw_input("--batch-size", std::to_string(c.batch_size) + " must be >= 1");
-  if (!(c.lr > 0)) throw_input("--lr", "must be > 0");
-  if (c.weight_decay < 0) throw_input("--weight-decay", "must be >= 0");
-  if (c.sbece_weight < 0) throw_input("--sbece-weight", "must be >= 0");
-  if (!(c.sbece_temperature > 0))
-    throw_input("--sbece-temperature", std::to_string(c.sbece_temperature) + " must be > 0 (method.md §2)");
-  if (c.sbece_bins < 1) throw_input("--sbece-bins", "must be >= 1");
-  if (c.threads < 1) throw_input("--threads", "must be >= 1");
-  if (c.device != "cpu" && c.device != "cuda") throw_input("--device", "'" + c.device + "': expected cpu or cuda");
+  check_train_config(c);
   if (c.device == "cuda" && !torch::cuda::is_available())
     throw_input("--device", "cuda requested, but this LibTorch build has no CUDA support or sees no CUDA device. "
                             "Build against the official CUDA LibTorch (cmake -DCMAKE_PREFIX_PATH=/path/to/libtorch, "
                             "README 'Paper scale') and run where a GPU is visible");
-  if (c.precision != "fp32" && c.precision != "bf16" && c.precision != "fp16")
-    throw_input("--precision", "'" + c.precision + "': expected fp32, bf16 or fp16");
-  if (c.precision == "fp16" && c.device != "cuda")
-    throw_input("--precision", "fp16 autocast needs --device cuda (LibTorch's CPU autocast runs bf16 only); use bf16");
-  if (c.world_size < 1) throw_input("world_size", "must be >= 1");
-  if (c.checkpoint_every < 1) throw_input("--checkpoint-every", "must be >= 1");
-  if (!(c.warmup_fraction >= 0 && c.warmup_fraction < 1)) throw_input("--warmup-fraction", "must be in [0, 1)");
-  if (c.residual == "block" && c.block_size < 1) throw_input("--block-size", "must be >= 1");
 }
 
 ModelConfig model_config_for(const TrainConfig& c, int image_size, int channels, int classes) {
@@ -159,6 +82,7 @@ double top_label_ece(const torch::Tensor& logits, const torch::Tensor& labels, i
 }
 
 EvalResult evaluate(ARViT& model, const TensorData& data, int batch_size) {
+  if (batch_size < 1) throw_input("evaluate", "batch size " + std::to_string(batch_size) + " must be >= 1");
   torch::NoGradGuard guard;
   const bool was_training = model->is_training();
   model->eval();
@@ -199,9 +123,69 @@ struct LossScaler {
   std::int64_t clean_steps = 0;
 };
 
+// ---- model identity: every checkpoint and model.pt records the model configuration (JSON) and its
+// hash, and loading compares both with the configuration the weights are loaded into; the shapes
+// of every parameter and buffer are compared too (LibTorch's load would silently resize them).
+
+void write_model_identity(torch::serialize::OutputArchive& archive, const ModelConfig& mc) {
+  nlohmann::json j = mc;
+  archive.write("arcal_model_config", c10::IValue(j.dump()));
+  archive.write("arcal_model_config_hash", c10::IValue(model_config_hash(mc)));
+}
+
+std::string model_summary(const ModelConfig& m) {
+  return m.preset + " (" + to_string(m.residual) + (m.residual == ResidualMode::Block ? " " + std::to_string(m.block_size) : "") +
+         ", dim " + std::to_string(m.dim) + ", depth " + std::to_string(m.depth) + ", " + std::to_string(m.image_size) +
+         "x" + std::to_string(m.image_size) + "x" + std::to_string(m.channels) + ", " + std::to_string(m.classes) +
+         " classes)";
+}
+
+/// Refuses `path` when the configuration it records is not `mc` (the run's config.json). Files
+/// written before issue 13 record none; for them only the shape check in load_weights applies.
+void check_model_identity(torch::serialize::InputArchive& archive, const ModelConfig& mc, const std::string& path,
+                          const std::string& fn) {
+  c10::IValue cfg, hash;
+  const bool has_cfg = archive.try_read("arcal_model_config", cfg);
+  const bool has_hash = archive.try_read("arcal_model_config_hash", hash);
+  if (!has_cfg && !has_hash) return;
+  if (!has_cfg || !has_hash || !cfg.isString() || !hash.isString())
+    throw_input(fn, path + ": the recorded model configuration or its hash is missing or damaged");
+  const ModelConfig stored = model_config_from_json(parse_json_text(cfg.toStringRef(), fn, path + ": recorded model config"),
+                                                    path + ": recorded model config");
+  if (model_config_hash(stored) != hash.toStringRef())
+    throw_input(fn, path + ": the recorded model configuration does not match its recorded hash (damaged file)");
+  if (hash.toStringRef() != model_config_hash(mc))
+    throw_input(fn, path + " holds the weights of " + model_summary(stored) + ", but the run's config.json describes " +
+                        model_summary(mc) + " (configuration hash " + hash.toStringRef() + " vs " + model_config_hash(mc) +
+                        "); weights of one configuration cannot be loaded into another");
+}
+
+/// module->load(archive) with a check that no parameter or buffer changed shape (a file from a
+/// different architecture with the same names would otherwise load without complaint).
+void load_weights(torch::nn::Module& module, torch::serialize::InputArchive& archive, const std::string& path,
+                  const std::string& fn) {
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> before;
+  for (const auto& kv : module.named_parameters()) before.push_back({kv.key(), kv.value().sizes().vec()});
+  for (const auto& kv : module.named_buffers()) before.push_back({kv.key(), kv.value().sizes().vec()});
+  module.load(archive);
+  std::map<std::string, std::vector<std::int64_t>> after;
+  for (const auto& kv : module.named_parameters()) after[kv.key()] = kv.value().sizes().vec();
+  for (const auto& kv : module.named_buffers()) after[kv.key()] = kv.value().sizes().vec();
+  auto text = [](const std::vector<std::int64_t>& v) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s + "]";
+  };
+  for (const auto& [name, shape] : before)
+    if (after[name] != shape)
+      throw_input(fn, path + ": tensor '" + name + "' has shape " + text(after[name]) + ", but the model of config.json needs " +
+                          text(shape) + "; the weights belong to another architecture");
+}
+
 void save_checkpoint(ARViT& model, torch::optim::AdamW& opt, std::int64_t step, const LossScaler& scaler,
                      const std::string& path) {
   torch::serialize::OutputArchive archive, model_archive, opt_archive;
+  write_model_identity(archive, model->config());
   model->save(model_archive);
   opt.save(opt_archive);
   archive.write("model", model_archive);
@@ -212,26 +196,35 @@ void save_checkpoint(ARViT& model, torch::optim::AdamW& opt, std::int64_t step, 
 }
 
 std::int64_t load_checkpoint(ARViT& model, torch::optim::AdamW& opt, const std::string& path,
-                             const torch::Device& device, LossScaler& scaler) {
+                             const torch::Device& device, LossScaler& scaler, std::int64_t total) {
   torch::serialize::InputArchive archive, model_archive, opt_archive;
+  std::int64_t step = 0;
   try {
     archive.load_from(path, device);  // parameters and optimizer state onto the training device
+    check_model_identity(archive, model->config(), path, "--resume");
+    archive.read("model", model_archive);
+    archive.read("optimizer", opt_archive);
+    load_weights(*model, model_archive, path, "--resume");
+    opt.load(opt_archive);
+    torch::Tensor t;
+    archive.read("step", t);
+    if (t.numel() != 1) throw_input("--resume", path + ": the recorded step is not a single number");
+    step = t.to(torch::kCPU).to(torch::kLong).item<std::int64_t>();
+    torch::Tensor ls;
+    if (archive.try_read("loss_scale", ls)) {  // absent in checkpoints written before issue 8
+      ls = ls.to(torch::kCPU).to(torch::kDouble);
+      if (ls.numel() != 2) throw_input("--resume", path + ": the recorded loss scale is not 2 numbers");
+      scaler.scale = ls[0].item<double>();
+      scaler.clean_steps = static_cast<std::int64_t>(ls[1].item<double>());
+    }
   } catch (const c10::Error& e) {
     throw_input("--resume", path + ": not a readable checkpoint (" + std::string(e.what_without_backtrace()) + ")");
   }
-  archive.read("model", model_archive);
-  archive.read("optimizer", opt_archive);
-  model->load(model_archive);
-  opt.load(opt_archive);
-  torch::Tensor step;
-  archive.read("step", step);
-  torch::Tensor ls;
-  if (archive.try_read("loss_scale", ls)) {  // absent in checkpoints written before issue 8
-    ls = ls.to(torch::kCPU);
-    scaler.scale = ls[0].item<double>();
-    scaler.clean_steps = static_cast<std::int64_t>(ls[1].item<double>());
-  }
-  return step.item<std::int64_t>();
+  if (step < 0) throw_input("--resume", path + ": the recorded step " + std::to_string(step) + " is negative");
+  if (step > total)
+    throw_input("--resume", path + " is at step " + std::to_string(step) + ", past the run's end at step " +
+                                std::to_string(total) + " (--max-steps or --epochs lowered below the steps already done?)");
+  return step;
 }
 
 /// Keeps the log's records up to `step` (a resumed run re-does what came after its checkpoint).
@@ -242,7 +235,8 @@ void truncate_log(const std::string& path, std::int64_t step) {
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.value("step", std::int64_t(0)) <= step) kept += line + "\n";
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<std::int64_t>() <= step)
+      kept += line + "\n";
   }
   write_file_atomic(path, kept);
 }
@@ -256,12 +250,12 @@ void append_line(const std::string& path, const std::string& line) {
 
 ARViT load_trained_model(const std::string& run_dir, TrainConfig* config_out, const LoadOptions& options) {
   const std::string cfg_path = run_dir + "/config.json";
+  if (!fs::is_directory(run_dir)) throw_input("load_trained_model", run_dir + " is not a directory (not an arcal run?)");
   if (!fs::exists(cfg_path)) throw_input("load_trained_model", cfg_path + " does not exist (not an arcal run?)");
-  auto cfg_json = nlohmann::json::parse(read_file(cfg_path), nullptr, false);
-  if (cfg_json.is_discarded() || !cfg_json.contains("train") || !cfg_json.contains("model"))
-    throw_input("load_trained_model", cfg_path + " is not an arcal run config");
-  TrainConfig tc = cfg_json.at("train").get<TrainConfig>();
-  ModelConfig mc = cfg_json.at("model").get<ModelConfig>();
+  const RunConfig rc = read_run_config(cfg_path);
+  TrainConfig tc = rc.train;
+  ModelConfig mc = rc.model;
+  const ModelConfig recorded = mc;
   if (options.norm_eps >= 0) mc.norm_eps = options.norm_eps;
   ARViT model(mc);
   const std::string model_path = run_dir + "/model.pt";
@@ -269,7 +263,8 @@ ARViT load_trained_model(const std::string& run_dir, TrainConfig* config_out, co
   torch::serialize::InputArchive archive;
   try {
     archive.load_from(model_path, torch::Device(torch::kCPU));  // a CUDA-trained run loads on the CPU too
-    model->load(archive);
+    check_model_identity(archive, recorded, model_path, "load_trained_model");
+    load_weights(*model, archive, model_path, "load_trained_model");
   } catch (const c10::Error& e) {
     throw_input("load_trained_model", model_path + ": cannot load (" + std::string(e.what_without_backtrace()) + ")");
   }
@@ -295,8 +290,98 @@ ARViT load_trained_model(const std::string& run_dir, TrainConfig* config_out, co
   return model;
 }
 
+namespace {
+
+std::string flag_of(const std::string& key) {
+  std::string f = "--" + key;
+  for (auto& ch : f)
+    if (ch == '_') ch = '-';
+  return f;
+}
+
+std::string resume_command(const std::string& run_dir) { return "arcal train --resume --out " + shell_quote(run_dir); }
+
+/// The stored configuration of a run being resumed, with the hyper-parameters given on the command
+/// line compared against it: equal values pass, a different value is refused unless --override
+/// names it (then it is applied and returned in `changes` as {"key": {"from": old, "to": new}}).
+TrainConfig resolve_resume(const TrainConfig& requested, const RunConfig& stored, const ResumeRequest& request,
+                           const std::string& config_path, nlohmann::json& changes) {
+  const auto& allowed = resume_overridable_keys();
+  nlohmann::json want = requested, have = stored.train;
+  for (const auto& k : request.overrides) {
+    if (!want.contains(k))
+      throw_input("--override", "'" + k + "' is not a training setting (use the flag names without dashes, e.g. lr,epochs)");
+    if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ",") + a;
+      throw_input("--override", "'" + k + "' cannot change on resume: it fixes the data, the model or the data order "
+                                "(start a new run instead); these can: " + list);
+    }
+    if (std::find(request.given.begin(), request.given.end(), k) == request.given.end())
+      throw_input("--override", "names '" + k + "', but " + flag_of(k) + " is not given with its new value");
+  }
+  for (const auto& k : request.given) {
+    if (k == "threads" || !want.contains(k)) continue;  // threads may always change (results do not depend on it)
+    if (want[k] == have[k]) continue;
+    if (std::find(request.overrides.begin(), request.overrides.end(), k) == request.overrides.end())
+      throw_input("--resume", flag_of(k) + " " + json_brief(want[k]) + " differs from the run's " + k + " = " +
+                                  json_brief(have[k]) + " in " + config_path + "; pass --override " + k +
+                                  " to change it for the rest of the run (recorded in config.json), or drop the flag");
+    changes[k] = {{"from", have[k]}, {"to", want[k]}};
+    have[k] = want[k];
+  }
+  TrainConfig c = train_config_from_json(have, "--override");
+  c.threads = requested.threads;
+  return c;
+}
+
+/// True when DIR holds nothing but the lock file (what a refused or interrupted start leaves).
+bool only_lock_file(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().filename() != ".lock") return false;
+  return !ec;
+}
+
+nlohmann::json train_locked(const TrainConfig& requested, const std::string& run_dir, bool resume,
+                            const TrainEvents& events, const ResumeRequest& request);
+
+}  // namespace
+
 nlohmann::json train_run(const TrainConfig& requested, const std::string& run_dir, bool resume,
-                         const TrainEvents& events) {
+                         const TrainEvents& events, const ResumeRequest& request) {
+  std::error_code ec;
+  if (run_dir.empty()) throw_input("--out", "the run directory path is empty");
+  if (fs::exists(run_dir, ec) && !fs::is_directory(run_dir, ec))
+    throw_input("--out", run_dir + " exists and is not a directory; --out names the run directory RUN/ (config.json, "
+                                   "checkpoint.pt, model.pt, ...): choose a directory path");
+  const DistributedEnv dist_env = distributed_env_from_environment();
+  if (!dist_env.primary()) return train_locked(requested, run_dir, resume, events, request);
+  // One writer per run directory: rank 0 holds RUN/.lock while it trains (other ranks only read).
+  bool created = false;
+  if (!fs::exists(run_dir, ec)) {
+    if (resume) throw_input("--resume", run_dir + " does not exist: nothing to resume (start without --resume)");
+    fs::create_directories(run_dir, ec);
+    if (ec) throw_input("--out", "cannot create " + run_dir + ": " + ec.message());
+    created = true;
+  }
+  auto lock = std::make_unique<DirLock>(run_dir, "arcal train");
+  try {
+    return train_locked(requested, run_dir, resume, events, request);
+  } catch (...) {
+    // A start refused on input (or interrupted before writing) leaves no directory behind.
+    if (created && only_lock_file(run_dir)) {
+      lock.reset();
+      fs::remove_all(run_dir, ec);
+    }
+    throw;
+  }
+}
+
+namespace {
+
+nlohmann::json train_locked(const TrainConfig& requested, const std::string& run_dir, bool resume,
+                            const TrainEvents& events, const ResumeRequest& request) {
   const std::string config_path = run_dir + "/config.json";
   const std::string ckpt_path = run_dir + "/checkpoint.pt";
   const std::string log_path = run_dir + "/log.jsonl";
@@ -304,16 +389,18 @@ nlohmann::json train_run(const TrainConfig& requested, const std::string& run_di
 
   TrainConfig c = requested;
   std::int64_t start_step = 0;
+  RunConfig stored;
+  nlohmann::json overrides = nlohmann::json::object();
   if (resume) {
     if (!fs::exists(config_path))
       throw_input("--resume", config_path + " does not exist: nothing to resume (start without --resume)");
-    auto j = nlohmann::json::parse(read_file(config_path), nullptr, false);
-    if (j.is_discarded() || !j.contains("train")) throw_input("--resume", config_path + " is not an arcal run config");
-    c = j.at("train").get<TrainConfig>();
-    c.threads = requested.threads;
+    stored = read_run_config(config_path);
+    c = resolve_resume(requested, stored, request, config_path, overrides);
   } else if (fs::exists(summary_path) || fs::exists(ckpt_path)) {
     throw_input("--out", run_dir + " already holds a run (" + (fs::exists(summary_path) ? "finished" : "with a checkpoint") +
                              "); pass --resume to continue it or choose another --out");
+  } else if (!request.overrides.empty()) {
+    throw_input("--override", "only applies with --resume");
   }
   const DistributedEnv dist_env = distributed_env_from_environment();
   if (resume && c.world_size != dist_env.world_size)
@@ -333,6 +420,13 @@ nlohmann::json train_run(const TrainConfig& requested, const std::string& run_di
   const auto& train = data.train;
   ModelConfig mc = model_config_for(c, static_cast<int>(train.images.size(2)), static_cast<int>(train.images.size(1)),
                                     train.classes);
+  if (resume && model_config_hash(mc) != model_config_hash(stored.model))
+    throw_input("--resume", config_path + ": its model section does not match the model its train section builds ("
+                                "edited by hand?); the checkpoint cannot be resumed safely");
+  if (interrupt_requested())
+    throw Interrupted(std::string("train stopped by ") + interrupt_signal_name() + " before training started; " +
+                      (resume ? "the checkpoint is unchanged: resume with " + resume_command(run_dir)
+                              : "nothing was written: run the same command again"));
   const torch::Device device = c.device == "cuda" ? torch::Device(torch::kCUDA, static_cast<torch::DeviceIndex>(dist_env.local_rank))
                                                 : torch::Device(torch::kCPU);
   std::unique_ptr<DataParallelGroup> group;
@@ -356,12 +450,24 @@ nlohmann::json train_run(const TrainConfig& requested, const std::string& run_di
   // is skipped), doubled after 2000 clean steps, as torch.cuda.amp.GradScaler does.
   LossScaler scaler;
   if (c.precision == "fp16") scaler.scale = 65536.0;
-  if (primary) fs::create_directories(run_dir);
   if (resume && fs::exists(ckpt_path)) {
-    start_step = load_checkpoint(model, opt, ckpt_path, device, scaler);
+    start_step = load_checkpoint(model, opt, ckpt_path, device, scaler, total);
     if (primary) truncate_log(log_path, start_step);
     say_primary("resuming " + run_dir + " from step " + std::to_string(start_step) + " of " + std::to_string(total));
-  } else if (primary) {
+  }
+  if (primary && resume && !overrides.empty()) {
+    // The changed settings become the run's configuration; the history says what changed and when.
+    nlohmann::json cfg = stored.json;
+    cfg["train"] = c;
+    cfg["train"]["threads"] = stored.train.threads;
+    if (!cfg.contains("resume_overrides") || !cfg["resume_overrides"].is_array()) cfg["resume_overrides"] = nlohmann::json::array();
+    cfg["resume_overrides"].push_back({{"step", start_step}, {"changes", overrides}});
+    write_file_atomic(config_path, cfg.dump(2) + "\n");
+    for (const auto& [k, v] : overrides.items())
+      say_primary("override: " + k + " " + json_brief(v["from"]) + " -> " + json_brief(v["to"]) + " from step " +
+                  std::to_string(start_step) + " (recorded in config.json)");
+  }
+  if (primary && !(resume && fs::exists(ckpt_path)) && !(resume && !overrides.empty())) {
     nlohmann::json cfg = {{"train", c}, {"model", mc}, {"version", ARCAL_VERSION},
                           {"parameters", parameter_count(*model)}};
     write_file_atomic(config_path, cfg.dump(2) + "\n");
@@ -393,7 +499,20 @@ nlohmann::json train_run(const TrainConfig& requested, const std::string& run_di
   double loss_sum = 0;
   std::int64_t loss_count = 0;
   model->train();
+  std::int64_t checkpoint_step = resume && fs::exists(ckpt_path) ? start_step : -1;
+  // SIGINT/SIGTERM (core/interrupt.hpp): between steps every rank agrees to stop, rank 0 writes a
+  // checkpoint of the steps done, and Interrupted (exit code 3) says how to resume.
+  auto stop_if_interrupted = [&](std::int64_t done) {
+    bool stop = interrupt_requested();
+    if (group) stop = group->any_rank(stop);
+    if (!stop) return;
+    if (primary && checkpoint_step != done) save_checkpoint(model, opt, done, scaler, ckpt_path);
+    throw Interrupted(std::string("train stopped by ") + (interrupt_requested() ? interrupt_signal_name() : "another rank") +
+                      " after step " + std::to_string(done) + " of " + std::to_string(total) + "; " + ckpt_path +
+                      " holds it. Resume with: " + resume_command(run_dir));
+  };
   for (std::int64_t step = start_step; step < total; ++step) {
+    stop_if_interrupted(step);
     const int epoch = static_cast<int>(step / per_epoch);
     if (epoch != order_epoch) {
       order.resize(static_cast<std::size_t>(train.size()));
@@ -470,8 +589,12 @@ nlohmann::json train_run(const TrainConfig& requested, const std::string& run_di
       append_line(log_path, rec.dump());
       if (ev.on_eval) ev.on_eval(rec);
     }
-    if (epoch_end || (step + 1) % c.checkpoint_every == 0) save_checkpoint(model, opt, step + 1, scaler, ckpt_path);
+    if (epoch_end || (step + 1) % c.checkpoint_every == 0) {
+      save_checkpoint(model, opt, step + 1, scaler, ckpt_path);
+      checkpoint_step = step + 1;
+    }
   }
+  stop_if_interrupted(total);
 
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   double divergence = 0;
@@ -482,6 +605,7 @@ nlohmann::json train_run(const TrainConfig& requested, const std::string& run_di
   }
   EvalResult test = evaluate(model, data.test);
   torch::serialize::OutputArchive final_archive;
+  write_model_identity(final_archive, model->config());
   model->save(final_archive);
   save_archive_atomic(final_archive, run_dir + "/model.pt");
   nlohmann::json summary = {{"test_accuracy", test.accuracy},
@@ -502,5 +626,7 @@ nlohmann::json train_run(const TrainConfig& requested, const std::string& run_di
   write_file_atomic(summary_path, summary.dump(2) + "\n");
   return summary;
 }
+
+}  // namespace
 
 }  // namespace arcal

@@ -11,42 +11,12 @@
 
 #include "model/ar_vit.hpp"
 #include "train/data.hpp"
+#include "train/train_config.hpp"
 
 namespace arcal {
 
-struct TrainConfig {
-  std::string dataset = "fashion-mnist";
-  std::string data_dir;  ///< "" = the dataset's default location
-  std::string model = "ar-vit-tiny";
-  std::string residual = "full";
-  int block_size = 2;
-  int epochs = 10;
-  std::int64_t max_steps = 0;     ///< 0 = no cap; otherwise stop (and end the schedule) here
-  std::int64_t train_subset = 0;  ///< 0 = the whole training split
-  int batch_size = 128;
-  double lr = 1e-3;
-  double weight_decay = 0.05;
-  double warmup_fraction = 0.05;  ///< of the total steps
-  double sbece_weight = 0.5;
-  int sbece_bins = 15;
-  double sbece_temperature = 0.01;
-  double val_fraction = 0.05;
-  std::uint64_t seed = 0;
-  int threads = 1;
-  std::string device = "cpu";
-  std::string precision = "fp32";  ///< fp32 | bf16 | fp16: autocast dtype of the training forward pass
-  int world_size = 1;              ///< data-parallel ranks (from WORLD_SIZE); batch_size is per rank
-  std::int64_t checkpoint_every = 200;  ///< steps; a checkpoint is also written at every epoch end
-  double norm_eps = 1e-6;
-  int patch = 0;  ///< > 0: the ViT presets' patch size instead of the preset's (more tokens per image)
-
-  std::int64_t steps_per_epoch(std::int64_t train_size) const { return train_size / batch_size; }
-};
-
-void to_json(nlohmann::json& j, const TrainConfig& c);
-void from_json(const nlohmann::json& j, TrainConfig& c);
-
-/// Throws InputError naming the flag for values out of range (before any file is written).
+/// check_train_config (train/train_config.hpp), plus: --device cuda needs a CUDA LibTorch and device.
+/// Throws InputError naming the flag (before any file is written).
 void validate_train_config(const TrainConfig& c);
 
 /// Model configuration implied by a training configuration and its dataset's image geometry.
@@ -85,8 +55,21 @@ struct TrainEvents {
 /// as one process with that batch), gradients are averaged every step, and only rank 0 writes
 /// files or calls `events`; the other ranks return {"rank": r}. All ranks read the checkpoint on
 /// resume, so RUN/ must be on a file system they share.
+/// What the command line asked of a resumed run: the train-config keys it gave (flag names with
+/// '_': "lr", "max_steps") and those --override allows to change. On resume a given value that
+/// differs from config.json is refused unless overridden; overridden values are applied from the
+/// checkpoint's step on and recorded in config.json ("resume_overrides").
+struct ResumeRequest {
+  std::vector<std::string> given;
+  std::vector<std::string> overrides;
+};
+
+/// Rank 0 holds RUN/.lock (core/run_lock.hpp) for the whole run: a second process on the same RUN/
+/// is refused naming the holder. SIGINT/SIGTERM (after install_interrupt_handlers) stop the run
+/// between steps with a checkpoint and throw Interrupted. RUN/ existing as a file, a missing RUN/
+/// with --resume, and a refused start leave nothing behind (a RUN/ created here is removed).
 nlohmann::json train_run(const TrainConfig& config, const std::string& run_dir, bool resume,
-                         const TrainEvents& events = {});
+                         const TrainEvents& events = {}, const ResumeRequest& request = {});
 
 struct LoadOptions {
   /// "" loads the run as trained. "full" or "block" loads a standard-residual run as AttnRes with

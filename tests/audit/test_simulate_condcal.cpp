@@ -114,8 +114,8 @@ TEST(CondCal, BinaryEceAndBand) {
   // Two bins: {0.1, 0.1} with accuracy 0 and {0.9, 0.9} with accuracy 1: ECE = 0.1.
   EXPECT_NEAR(binary_ece({0.1, 0.1, 0.9, 0.9}, {0, 0, 1, 1}, 15), 0.1, 1e-15);
   CondCalResult a, b;
-  a.arms.push_back({"confidence_only", 1, {0.1, 0.2, 0.3, 0.4}, {}, {}, {}});
-  b.arms.push_back({"confidence_only", 1, {0.3, 0.2, 0.5, 0.4}, {}, {}, {}});
+  a.arms.push_back({"confidence_only", 1, {0.1, 0.2, 0.3, 0.4}, {}, {}, {}, {}});
+  b.arms.push_back({"confidence_only", 1, {0.3, 0.2, 0.5, 0.4}, {}, {}, {}, {}});
   const auto band = seed_variance_band({a, b});
   EXPECT_NEAR(band.ece.mean, 0.2, 1e-15);
   EXPECT_NEAR(band.ece.sd, std::sqrt(0.02), 1e-15);

@@ -117,7 +117,9 @@ TEST(Consistency, IntervalShape) {
   const auto cal = data(2000, 10, 1.0, 5);
   const auto miscal = data(2000, 10, 1.6, 6);
   const auto a = scaled_family_interval(top_label_cells(cal.conf, cal.correct, 15, false), CellError::l1, 0.95, 1000, 1);
-  if (a.consistency_p > 0.025) EXPECT_EQ(a.low, 0.0);
+  if (a.consistency_p > 0.025) {
+    EXPECT_EQ(a.low, 0.0);
+  }
   const auto cells = top_label_cells(miscal.conf, miscal.correct, 15, false);
   const auto b = scaled_family_interval(cells, CellError::l1, 0.95, 1000, 1);
   EXPECT_LT(b.consistency_p, 0.01);

@@ -166,7 +166,22 @@ TEST(CliCedar, BadInputsExitTwoWithNamedMessages) {
   arcal::write_npz(dir + "/same.npz", {q, k, v}, false);
   const auto r = run(kArcal + " cedar --qkv " + dir + "/same.npz --out " + dir + "/same.npz", dir, "same");
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("is the input file"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("is the input"), std::string::npos) << r.err;
+  // An existing output is replaced only with --force (then atomically).
+  arcal::write_npz(dir + "/taken.npz", {NpyArray::from_float("x", {1.f}, {1})}, false);
+  const auto taken = run(kArcal + " cedar --qkv " + dir + "/same.npz --out " + dir + "/taken.npz", dir, "taken");
+  EXPECT_EQ(taken.code, 2);
+  EXPECT_NE(taken.err.find("pass --force"), std::string::npos) << taken.err;
+  EXPECT_EQ(read(dir + "/taken.npz").count("out"), 0u);
+  const auto forced = run(kArcal + " cedar --qkv " + dir + "/same.npz --out " + dir + "/taken.npz --force", dir, "forced");
+  EXPECT_EQ(forced.code, 0) << forced.err;
+  EXPECT_EQ(read(dir + "/taken.npz").count("out"), 1u);
+  // Numeric flags are range-checked before the file is read (NaN included).
+  for (const std::string flags : {"--chunk-size 0", "--budget -1", "--error-target nan", "--threads -2"}) {
+    const auto bad = run(kArcal + " cedar --qkv " + dir + "/same.npz --out " + dir + "/flag.npz " + flags, dir, "flag");
+    EXPECT_EQ(bad.code, 2) << flags;
+    EXPECT_FALSE(fs::exists(dir + "/flag.npz")) << flags;
+  }
 }
 
 TEST(CliCedarStudy, TinyGridWritesResultsCsvFigureAndMarkdown) {
@@ -198,9 +213,15 @@ TEST(CliCedarStudy, TinyGridWritesResultsCsvFigureAndMarkdown) {
             std::string::npos);
   // Invalid grids are refused before anything runs.
   const auto bad =
-      run(kArcal + " cedar-study --out " + dir + "/b --keys 512 --chunk-size 32 --budgets 0,2", dir, "bad");
+      run(kArcal + " cedar-study --out " + dir + "/b --keys 512 --chunk-size 32 --budgets 17,2", dir, "bad");
   EXPECT_EQ(bad.code, 2);
-  EXPECT_NE(bad.err.find("budgets[0] is 0"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("budgets[0] is 17"), std::string::npos) << bad.err;
+  EXPECT_FALSE(fs::exists(dir + "/b"));
+  // An earlier study's results are replaced only with --force.
+  const auto again = run(kArcal + " cedar-study --out " + dir + "/s --keys 64 --chunk-size 32 --query-clusters 1 --budgets 1", dir, "again");
+  EXPECT_EQ(again.code, 2);
+  EXPECT_NE(again.err.find("pass --force"), std::string::npos) << again.err;
+  EXPECT_EQ(nlohmann::json::parse(arcal::testing::slurp(dir + "/s/results.json")), j);
 }
 
 TEST(CliCedarStudy, TrainedModelStudyOnATinySyntheticRun) {

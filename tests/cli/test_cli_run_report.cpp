@@ -101,7 +101,9 @@ TEST(CliReport, EveryReferencedFigureExistsAndParsesAndTheScreenshotIsNotBlank) 
   const std::string html = arcal::read_file(html_path);
   EXPECT_TRUE(fs::exists(dir + "/audit/report/report.md"));
   for (const char* t : {"training", "diagnostic", "condcal", "probe_tests", "sensitivity", "exact_null"})
-    if (std::string(t) != "training") EXPECT_TRUE(fs::exists(dir + "/audit/report/tables/" + std::string(t) + ".csv")) << t;
+    if (std::string(t) != "training") {
+      EXPECT_TRUE(fs::exists(dir + "/audit/report/tables/" + std::string(t) + ".csv")) << t;
+    }
 
   // Every file the HTML references exists; SVGs parse as XML, PNGs have a valid header.
   std::set<std::string> refs;

@@ -101,3 +101,45 @@ TEST(Study, ErrorsNameTheFileAndTheKey) {
   EXPECT_NE(error_of("[train]\nepochs = 0\n").find("bad.toml"), std::string::npos);
   EXPECT_THROW(parse_study_toml("/nonexistent/study.toml"), InputError);
 }
+
+// ---- hostile study files (issue 13): the raw text is checked before toml11 parses it.
+
+TEST(StudyLimits, NestingArraysKeysAndEncodingAreCheckedBeforeParsing) {
+  auto err = [](const std::string& text) { return arcal::testing::input_error_message([&] { check_toml_shape(text, "s.toml"); }); };
+  EXPECT_NE(err("x = " + std::string(20000, '[') + std::string(20000, ']')).find("s.toml: line 1: arrays and inline tables nested more than 64 deep"),
+            std::string::npos);
+  std::string tables = "x = ";
+  for (int i = 0; i < 100; ++i) tables += "{a=";
+  EXPECT_NE(err(tables + "1" + std::string(100, '}')).find("nested more than 64 deep"), std::string::npos);
+  std::string seeds = "\n[train]\nseeds = [";
+  for (int i = 0; i < 10001; ++i) seeds += std::to_string(i) + ",";
+  EXPECT_NE(err(seeds + "]\n").find("line 3: an array has more than 10000 elements"), std::string::npos);
+  std::string dotted = "a";
+  for (int i = 0; i < 20; ++i) dotted += ".a";
+  EXPECT_NE(err(dotted + " = 1\n").find("more than 16 parts"), std::string::npos);
+  EXPECT_NE(err("[" + dotted + "]\n").find("more than 16 parts"), std::string::npos);
+  EXPECT_NE(err("name = \"a\xff\"\n").find("not valid UTF-8"), std::string::npos);
+  EXPECT_NE(err("name = \"a\x01\"\n").find("control character 1"), std::string::npos);
+  EXPECT_NE(err(std::string(2 << 20, '#')).find("more than the limit of 1.0 MiB"), std::string::npos);
+  // Brackets, dots and commas inside strings and comments are not structure.
+  EXPECT_NO_THROW(check_toml_shape("name = \"[[[[a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r]]]]\" # [[[[{{{{ a.b.c\n"
+                                   "[data]\ndata_dir = '''[[[\n[[[[['''\n",
+                                   "s.toml"));
+}
+
+TEST(StudyLimits, IntegersOutsideTheirRangeAreNotNarrowed) {
+  EXPECT_NE(error_of("[train]\nepochs = 4294967297\n").find("[train] epochs must be an integer in [1, 100000] (got 4294967297)"),
+            std::string::npos);
+  EXPECT_NE(error_of("[train]\nbatch_size = 0\n").find("batch_size"), std::string::npos);
+  EXPECT_NE(error_of("name = \"..\"\n").find("name must be"), std::string::npos);
+  EXPECT_NE(error_of("[model]\npresets = [\"ar-vit-huge\"]\n").find("not a known preset"), std::string::npos);
+}
+
+TEST(StudyLimits, PrintedStudyWithQuotesAndNewlinesReadsBack) {
+  StudyConfig c = default_study();
+  c.data_dir = "/data/a \"b\"\\c\nd\te";
+  const std::string printed = study_to_toml(c);
+  const StudyConfig back = parse_study_toml_text(printed, "printed.toml");
+  EXPECT_EQ(back.data_dir, c.data_dir);
+  EXPECT_EQ(study_to_toml(back), printed);
+}

@@ -1,0 +1,738 @@
+#!/usr/bin/env python3
+"""The bad-input regression suite of issue 13: runs `arcal` on every hostile case (corrupt and crafted
+files, wrong dtypes and shapes, NaN logits, labels out of range, empty splits, bad flags, odd paths,
+concurrent runs, signals), checks each exit code and message, and writes the table of docs/hostile_cases.md.
+
+usage: hostile_cases.py --arcal BUILD/arcal --work DIR --table docs/hostile_cases.md [--update] [--only SUBSTR]
+
+Every case states the exit code it must give and a piece of its message; the table records the first
+line of stderr (paths under the work directory shown as $W; pids, hosts, times and step numbers that
+vary between runs shown as PID, HOST, TIME, N). Without --update the committed table must equal the
+one this run produces (the test fails on drift and prints the difference); with --update the table
+is rewritten. Exit status: 0 all cases pass and the table matches, 1 otherwise, 77 (ctest: skipped)
+when Debian's dataset-fashion-mnist is not installed.
+"""
+import argparse
+import difflib
+import gzip
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import warnings
+import zipfile
+
+import numpy as np
+
+FMNIST = "/usr/share/datasets/fashion-mnist"
+
+
+class Runner:
+    def __init__(self, arcal, work):
+        self.arcal = arcal
+        self.work = work
+        self.rows = []
+        self.failures = []
+        self.area = ""
+        self.n = 0
+
+    def path(self, *parts):
+        return os.path.join(self.work, *parts)
+
+    def norm(self, s):
+        s = s.replace(self.work, "$W")
+        s = s.replace(self.arcal, "arcal")
+        s = re.sub(r"pid \d+", "pid PID", s)
+        s = s.replace("host " + socket.gethostname(), "host HOST")
+        s = re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", "TIME", s)
+        s = re.sub(r"after step \d+ of \d+", "after step N of N", s)
+        s = re.sub(r"is at step \d+", "is at step N", s)
+        s = re.sub(r"\.tmp\.\d+", ".tmp.PID", s)
+        return s
+
+    def show_cmd(self, argv):
+        """The command as a shell would take it, with the work directory as $W (in double quotes where
+        the argument needs quoting, so $W still expands)."""
+        if argv and argv[0].startswith("("):
+            return " ".join(argv)
+        out = []
+        for a in argv:
+            a = self.norm(a)
+            if a == "" or re.search(r"[\s'\"\\;|&`]", a):
+                a = '"' + a.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`") + '"'
+            out.append(a.replace("\n", "\\n"))
+        return " ".join(["arcal"] + out)
+
+    def show_raw(self, argv):
+        return self.show_cmd(argv)
+
+    def record(self, what, argv, code, err, want_code, want_text, extra_ok=True, extra_why="", out="", then=""):
+        self.n += 1
+        # The last line: arcal's own message (signal notices and warnings come before it); for a
+        # success without one, the last line of stdout.
+        first = next((line for line in reversed(err.splitlines()) if line.strip()), "")
+        if not first and code == 0:
+            first = next((line.strip() for line in reversed(out.splitlines()) if line.strip()), "")
+        first = self.norm(first)
+        ok = code == want_code and (want_text is None or want_text in err) and extra_ok
+        if not ok:
+            self.failures.append("case %d (%s): exit %s (want %s), stderr: %s%s" % (
+                self.n, what, code, want_code, err.strip()[:600], " / " + extra_why if extra_why else ""))
+        msg = first.replace("|", "\\|")
+        cmd = "`%s`" % self.show_cmd(argv).replace("|", "\\|").replace("`", "'") + (", then " + then if then else "")
+        self.rows.append("| %d | %s | %s | %s | %s | %s |" % (self.n, self.area, what, cmd, code, msg))
+
+    def run(self, what, argv, want_code, want_text, timeout=300, check=None, env=None):
+        try:
+            p = subprocess.run([self.arcal] + argv, capture_output=True, text=True, timeout=timeout, env=env,
+                               errors="replace")
+            code, err, out = p.returncode, p.stderr, p.stdout
+        except subprocess.TimeoutExpired:
+            code, err, out = "timeout", "(no exit within %d s)" % timeout, ""
+        extra_ok, why = True, ""
+        if check is not None:
+            why = check(code, out, err) or ""
+            extra_ok = not why
+        self.record(what, argv, code, err, want_code, want_text, extra_ok, why, out)
+        return code, out, err
+
+
+# ---------------------------------------------------------------- input files
+
+def npy_bytes(arr):
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    return buf.getvalue()
+
+
+def raw_npy(header, data=b""):
+    h = header.encode("latin1")
+    h = h + b" " * ((64 - (10 + len(h) + 1) % 64) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h + data
+
+
+def write_zip(path, members, compress=False, declared=None):
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED) as z:
+        for name, data in members:
+            z.writestr(name, data)
+    if declared is not None:  # replace the declared uncompressed size of every member
+        b = bytearray(open(path, "rb").read())
+        for sig, off in ((b"PK\x03\x04", 22), (b"PK\x01\x02", 24)):
+            i = 0
+            while (i := b.find(sig, i)) >= 0:
+                struct.pack_into("<I", b, i + off, declared)
+                i += 4
+        open(path, "wb").write(bytes(b))
+
+
+def trace(n=40, k=3, routing=False, seed=0):
+    rng = np.random.default_rng(seed)
+    a = {"logits": rng.standard_normal((n, k)).astype(np.float32), "labels": np.arange(n, dtype=np.int64) % k}
+    if routing:
+        p, s = 2, 3
+        src = np.array([2, 3], dtype=np.int32)
+        r = np.zeros((n, p, s), dtype=np.float32)
+        for j in range(p):
+            w = rng.random((n, src[j])) + 0.1
+            r[:, j, : src[j]] = w / w.sum(1, keepdims=True)
+        a.update(routing=r, routing_sources=src)
+    return a
+
+
+def save(path, arrays, compress=False):
+    (np.savez_compressed if compress else np.savez)(path, **arrays)
+    return path
+
+
+def idx_files(d, prefix, n, h, w, img_magic=2051, pixels=None, labels=None):
+    os.makedirs(d, exist_ok=True)
+    img = struct.pack(">IIII", img_magic, n, h, w) + (pixels if pixels is not None else bytes(n * h * w))
+    lab = struct.pack(">II", 2049, n) + (labels if labels is not None else bytes(i % 10 for i in range(n)))
+    open(os.path.join(d, prefix + "-images-idx3-ubyte.gz"), "wb").write(gzip.compress(img, mtime=0))
+    open(os.path.join(d, prefix + "-labels-idx1-ubyte.gz"), "wb").write(gzip.compress(lab, mtime=0))
+
+
+def wait_for(path, timeout=240, proc=None):
+    t0 = time.time()
+    while not os.path.exists(path):
+        if proc is not None and proc.poll() is not None:
+            return False
+        if time.time() - t0 > timeout:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+# ---------------------------------------------------------------- the cases
+
+def files_cases(r):
+    r.area = "npz files"
+    W = r.path
+    good = save(W("good.npz"), trace())
+    data = open(good, "rb").read()
+    open(W("trunc.npz"), "wb").write(data[: len(data) // 2])
+    r.run("truncated npz", ["metrics", W("trunc.npz")], 2, "cannot open as a zip archive")
+    open(W("random.npz"), "wb").write(bytes(range(256)) * 4)
+    r.run("not a zip archive", ["metrics", W("random.npz")], 2, "cannot open as a zip archive")
+    open(W("empty.npz"), "wb").write(b"")
+    r.run("empty file", ["metrics", W("empty.npz")], 2, "empty.npz")
+    r.run("missing file", ["metrics", W("missing.npz")], 2, "missing.npz")
+    os.makedirs(W("adir.npz"), exist_ok=True)
+    r.run("a directory instead of a file", ["metrics", W("adir.npz")], 2, "adir.npz")
+    lab = npy_bytes(np.zeros(2, dtype=np.int64))
+    write_zip(W("overflow.npz"), [("logits.npy", raw_npy("{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }")),
+                                  ("labels.npy", lab)])
+    r.run("npy shape product overflows 64 bits", ["metrics", W("overflow.npz")], 2, "overflows 64 bits")
+    write_zip(W("huge.npz"), [("logits.npy", raw_npy("{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000, 1000), }")),
+                              ("labels.npy", lab)])
+    r.run("npy shape of 8 TB", ["metrics", W("huge.npz")], 2, "more than the limit")
+    write_zip(W("declared.npz"), [("logits.npy", npy_bytes(np.zeros((2, 2))))], declared=0xFFFFFFF0)
+    r.run("zip member declares 4 GB it cannot hold", ["metrics", W("declared.npz")], 2, "cannot produce")
+    bomb = npy_bytes(np.zeros((2, 2))) + bytes(50 << 20)
+    write_zip(W("bomb.npz"), [("logits.npy", bomb), ("labels.npy", lab)], compress=True)
+    r.run("deflate bomb within the array limit: extra data refused", ["metrics", W("bomb.npz")], 2, "more than the header's shape needs")
+    env = dict(os.environ, ARCAL_MAX_ARRAY_BYTES=str(16 << 20))
+    r.run("deflate bomb beyond ARCAL_MAX_ARRAY_BYTES", ["metrics", W("bomb.npz")], 2, "more than the limit", env=env)
+    # A member that inflates past what it declares.
+    write_zip(W("lying.npz"), [("logits.npy", npy_bytes(np.zeros((2, 2)))), ("labels.npy", lab)], compress=True)
+    b = bytearray(open(W("lying.npz"), "rb").read())
+    for sig, off in ((b"PK\x03\x04", 22), (b"PK\x01\x02", 24)):
+        i = b.find(sig)
+        struct.pack_into("<I", b, i + off, 64)
+    open(W("lying.npz"), "wb").write(bytes(b))
+    r.run("member inflates past its declared size", ["metrics", W("lying.npz")], 2, "lying.npz")
+    for what, descr, text in [("big-endian dtype", ">f8", "big-endian"), ("object (pickled) dtype", "|O", "never unpickled"),
+                              ("complex dtype", "<c16", "unsupported dtype"),
+                              ("unicode dtype of 10^15 characters", "<U999999999999999", "more characters per element")]:
+        write_zip(W("dt.npz"), [("logits.npy", raw_npy("{'descr': '%s', 'fortran_order': False, 'shape': (2, 2), }" % descr, bytes(64))),
+                                ("labels.npy", lab)])
+        r.run(what, ["metrics", W("dt.npz")], 2, text)
+    write_zip(W("fortran.npz"), [("logits.npy", raw_npy("{'descr': '<f8', 'fortran_order': True, 'shape': (2, 2), }", bytes(32))),
+                                 ("labels.npy", lab)])
+    r.run("Fortran-order array", ["metrics", W("fortran.npz")], 2, "Fortran-order")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns about the duplicate, which is the point
+        write_zip(W("dup.npz"), [("labels.npy", lab), ("labels.npy", lab)])
+    r.run("member name appears twice", ["metrics", W("dup.npz")], 2, "dup.npz")
+    write_zip(W("txt.npz"), [("notes.txt", b"hello")])
+    r.run("member that is not .npy", ["metrics", W("txt.npz")], 2, "not a .npy file")
+    a = trace()
+    a["logits"] = np.zeros((40, 3), dtype=np.float32)
+    write_zip(W("trunc_member.npz"), [("logits.npy", npy_bytes(a["logits"])[:-10]), ("labels.npy", npy_bytes(a["labels"]))])
+    r.run("npy data shorter than its shape", ["metrics", W("trunc_member.npz")], 2, "but the header's shape needs")
+
+    r.area = "trace arrays"
+    cases = []
+    a = trace(); a["logits"] = a["logits"].astype(np.int32); cases.append(("logits of integer dtype", a, "must be float32 or float64"))
+    a = trace(); a["labels"] = a["labels"].astype(np.float64); cases.append(("labels of float dtype", a, "must be int64 or int32"))
+    a = trace(); a["logits"] = a["logits"][:, 0].copy(); cases.append(("logits 1-D", a, "must be [N, K]"))
+    a = trace(); a["labels"] = a["labels"][:-1]; cases.append(("labels shorter than logits", a, "labels has 39 entries"))
+    a = trace(); a["probs"] = np.full((40, 3), 1 / 3); cases.append(("both logits and probs", a, "has both"))
+    a = trace(); del a["logits"]; cases.append(("neither logits nor probs", a, "has neither"))
+    a = trace(); del a["labels"]; cases.append(("no labels", a, "no 'labels'"))
+    a = trace(); a["logits"][3, 1] = np.nan; cases.append(("NaN logit", a, "logits[3, 1] is nan"))
+    a = trace(); a["logits"][0, 2] = np.inf; cases.append(("infinite logit", a, "logits[0, 2] is inf"))
+    a = trace(); a["labels"][5] = 3; cases.append(("label equal to K", a, "labels[5] is 3"))
+    a = trace(); a["labels"][7] = -1; cases.append(("negative label", a, "labels[7] is -1"))
+    a = trace(); del a["logits"]; a["probs"] = np.full((40, 3), 0.3); cases.append(("probs rows not summing to 1", a, "sums to 0.9"))
+    a = trace(); del a["logits"]; p = np.full((40, 3), 0.5); p[:, 2] = 0.0; p[1, 0] = -0.5; p[1, 1] = 1.5
+    cases.append(("negative probability", a | {"probs": p}, "probs[1, 0] is -0.5"))
+    a = trace(routing=True); del a["routing_sources"]; cases.append(("routing without routing_sources", a, "no 'routing_sources'"))
+    a = trace(routing=True); a["routing"][2, 1, 0] += 0.5; cases.append(("routing row not summing to 1", a, "routing[2, 1, :3] sums to"))
+    a = trace(routing=True); a["routing_sources"] = np.array([2, 9], dtype=np.int32); cases.append(("routing_sources beyond S", a, "routing_sources[1] is 9"))
+    a = trace(routing=True); a["routing_cls"] = a["routing"][:, :1]; cases.append(("routing_cls of another shape", a, "routing_cls has shape"))
+    a = trace(); a["features"] = np.zeros((40, 2)); a["features"][4, 1] = np.nan; cases.append(("NaN feature", a, "features[4, 1] is nan"))
+    a = trace(); a["features"] = np.zeros((40, 2)); a["feature_names"] = np.array(["a"]); cases.append(("feature_names count", a, "feature_names has 1 names"))
+    a = trace(); a["logits"] = np.zeros((0, 3), dtype=np.float32); a["labels"] = np.zeros(0, dtype=np.int64)
+    cases.append(("empty trace (N = 0)", a, "no examples"))
+    a = trace(); a["logits"] = a["logits"][:, :1].copy(); a["labels"][:] = 0; cases.append(("one class (K = 1)", a, "must be >= 2"))
+    a = trace(); a["meta"] = np.array(["a", "b"]); cases.append(("meta not a 0-d string", a, "meta has shape"))
+    for i, (what, arrays, text) in enumerate(cases):
+        f = save(W("t%02d.npz" % i), arrays)
+        r.run(what, ["metrics", f], 2, text)
+    # An invalid code point (a UTF-16 surrogate) in a string array.
+    write_zip(W("surrogate.npz"), [("logits.npy", npy_bytes(trace()["logits"])), ("labels.npy", npy_bytes(trace()["labels"])),
+                                   ("meta.npy", raw_npy("{'descr': '<U1', 'fortran_order': False, 'shape': (), }", b"\x00\xd8\x00\x00"))])
+    r.run("surrogate code point in meta", ["metrics", W("surrogate.npz")], 2, "invalid code point")
+
+
+def flag_cases(r):
+    r.area = "flags"
+    W = r.path
+    good = save(W("good.npz"), trace())
+    r.run("metrics --bins 0", ["metrics", good, "--bins", "0"], 2, "--bins")
+    r.run("metrics --seed -1", ["metrics", good, "--seed", "-1"], 2, "is not a seed")
+    r.run("metrics --bootstrap -5", ["metrics", good, "--bootstrap", "-5"], 2, "outside [0, 1000000]")
+    r.run("train --batch-size 0", ["train", "--batch-size", "0", "--out", W("r_bs")], 2, "--batch-size: 0 is outside [1, 65536]")
+    r.run("train --train-subset -5 (was: all data)", ["train", "--train-subset", "-5", "--out", W("r_ts")], 2, "--train-subset: -5 is outside")
+    r.run("train --epochs 0", ["train", "--epochs", "0", "--out", W("r_ep")], 2, "--epochs: 0 is outside")
+    r.run("train --lr 0", ["train", "--lr", "0", "--out", W("r_lr")], 2, "--lr: 0 is outside (0, 10]")
+    r.run("train --lr nan", ["train", "--lr", "nan", "--out", W("r_lr")], 2, "--lr: nan is outside")
+    r.run("train --lr inf", ["train", "--lr", "inf", "--out", W("r_lr")], 2, "--lr: inf is outside")
+    r.run("train --lr abc", ["train", "--lr", "abc", "--out", W("r_lr")], 2, "--lr")
+    r.run("train --threads 0", ["train", "--threads", "0", "--out", W("r_th")], 2, "--threads: 0 is outside")
+    r.run("train --epochs 2^32 + 1", ["train", "--epochs", "4294967297", "--out", W("r_ep")], 2, "--epochs")
+    r.run("train --override without --resume", ["train", "--override", "lr", "--lr", "0.1", "--out", W("r_ov")], 2, "only applies with --resume")
+    r.run("trace --batch-size 0 (was: hang)", ["trace", "--run", W("nowhere"), "--batch-size", "0", "--out", W("x.npz")], 2,
+          "--batch-size: 0 is outside", timeout=60)
+    r.run("intervene --subset -1 (was: all data)", ["intervene", "--run", W("nowhere"), "--subset", "-1", "--out", W("x.json")], 2,
+          "--subset: -1 is outside")
+    r.run("audit --permutations 0", ["audit", good, "--permutations", "0", "--out", W("a0")], 2, "--permutations: 0 is outside")
+    r.run("audit --alpha nan (CLI11's Range lets NaN through)", ["audit", good, "--alpha", "nan", "--out", W("a1")], 2,
+          "--alpha: nan is outside")
+    r.run("audit --null-group-size 0", ["audit", good, "--null-group-size", "0", "--out", W("a2")], 2,
+          "--null-group-size: 0 is outside [2, 10]")
+    r.run("audit --null-group-size -3", ["audit", good, "--null-group-size", "-3", "--out", W("a2")], 2,
+          "--null-group-size: -3 is outside [2, 10]")
+    r.run("audit --null-group-size nan", ["audit", good, "--null-group-size", "nan", "--out", W("a2")], 2,
+          "--null-group-size: 'nan' is not an integer")
+    r.run("audit --correction-ridge -2 (-1: chosen by inner CV)", ["audit", good, "--correction-ridge", "-2", "--out", W("a3")], 2,
+          "--correction-ridge: -2 is outside [-1, 1e+09]")
+    r.run("audit --correction-ridge nan", ["audit", good, "--correction-ridge", "nan", "--out", W("a3")], 2,
+          "--correction-ridge: nan is outside")
+    r.run("audit --probe-repeats 0", ["audit", good, "--probe-repeats", "0", "--out", W("a4")], 2,
+          "--probe-repeats: 0 is outside [1, 100]")
+    r.run("simulate --effect-nats inf", ["simulate", "--effect-nats", "inf", "--out", W("s.npz")], 2, "--effect-nats: inf is outside")
+    r.run("simulate --n 1", ["simulate", "--n", "1", "--out", W("s.npz")], 2, "--n")
+    r.run("simulate beyond the memory limit", ["simulate", "--n", "100000000", "--classes", "100000", "--out", W("s.npz")], 2,
+          "more than the limit")
+    r.run("run --parallel 300", ["run", "--parallel", "300", "--print-config"], 2, "--parallel")
+    r.run("sweep --index -1", ["sweep", "--config", W("x.toml"), "--index", "-1"], 2, "--index")
+    r.run("unknown flag", ["metrics", good, "--binz", "3"], 2, "--binz")
+    r.run("unknown subcommand", ["frobnicate"], 2, "frobnicate")
+    r.run("no subcommand", [], 2, "subcommand")
+
+
+def toml_cases(r):
+    r.area = "study TOML"
+    W = r.path
+
+    def study(name, text):
+        open(W(name), "w").write(text)
+        return W(name)
+
+    r.run("arrays nested 20,000 deep (was: segfault)", ["run", "--config", study("deep.toml", "x = " + "[" * 20000 + "]" * 20000 + "\n"),
+                                                        "--print-config"], 2, "nested more than 64 deep", timeout=60)
+    r.run("inline tables nested 20,000 deep", ["run", "--config", study("deep2.toml", "x = " + "{a=" * 20000 + "1" + "}" * 20000 + "\n"),
+                                               "--print-config"], 2, "nested more than 64 deep", timeout=60)
+    r.run("array of 1.4 M elements (was: > 60 s; now the size limit)", ["run", "--config", study("long.toml", "[train]\nseeds = [" + ",".join(["1"] * 1400000) + "]\n"),
+                                                     "--print-config"], 2, "more than the limit", timeout=60)
+    r.run("array of 20,000 elements", ["run", "--config", study("long2.toml", "[train]\nseeds = [" + ",".join(str(i) for i in range(20000)) + "]\n"),
+                                       "--print-config"], 2, "more than 10000 elements", timeout=60)
+    r.run("dotted key of 200 parts", ["run", "--config", study("dots.toml", "a" + ".a" * 200 + " = 1\n"), "--print-config"], 2, "parts")
+    r.run("unknown key", ["run", "--config", study("unk.toml", "[train]\nepoch = 3\n"), "--print-config"], 2, "unknown key 'epoch' in [train]")
+    r.run("epochs = 2^32 + 1 (was: wrapped to 1)", ["run", "--config", study("big.toml", "[train]\nepochs = 4294967297\n"), "--print-config"], 2,
+          "[train] epochs must be an integer in [1, 100000]")
+    r.run("epochs as a string", ["run", "--config", study("str.toml", "[train]\nepochs = \"3\"\n"), "--print-config"], 2, "must be an integer")
+    r.run("negative train_subset", ["run", "--config", study("neg.toml", "[train]\ntrain_subset = -5\n"), "--print-config"], 2, "train_subset")
+    r.run("name '..' (a directory outside runs/)", ["run", "--config", study("dd.toml", "name = \"..\"\n"), "--print-config"], 2, "name must be")
+    r.run("unknown preset", ["run", "--config", study("pre.toml", "[model]\npresets = [\"ar-vit-huge\"]\n"), "--print-config"], 2,
+          "is not a known preset")
+    r.run("study file of 2 MiB", ["run", "--config", study("large.toml", "# " + "x" * (2 << 20) + "\n"), "--print-config"], 2, "more than the limit")
+    r.run("invalid TOML", ["run", "--config", study("syntax.toml", "[train\nseeds = [1,\n"), "--print-config"], 2, "is not valid TOML")
+    q = study("quote.toml", '[data]\ndata_dir = "/data/a \\"b\\"\\nc"\n')
+
+    def roundtrip(code, out, err):
+        if code != 0:
+            return "print-config failed"
+        open(W("printed.toml"), "w").write(out)
+        p = subprocess.run([r.arcal, "run", "--config", W("printed.toml"), "--print-config"], capture_output=True, text=True)
+        return "" if p.returncode == 0 and p.stdout == out else "printed study does not read back: " + p.stderr
+    r.run("data_dir with quotes and a newline: printed study reads back", ["run", "--config", q, "--print-config"], 0, None, check=roundtrip)
+
+
+def report_cases(r):
+    r.area = "report"
+    W = r.path
+    # A real results.json: arcal audit over a simulated trace (diagnostic and AR-CondCal, no probes).
+    subprocess.run([r.arcal, "simulate", "--out", W("rep_sim.npz"), "--n", "600", "--classes", "3", "--points", "2"],
+                   check=True, capture_output=True)
+    subprocess.run([r.arcal, "audit", W("rep_sim.npz"), "--out", W("rep_ok"), "--permutations", "50", "--no-probes", "--quiet"],
+                   check=True, capture_output=True)
+    good_doc = json.load(open(W("rep_ok", "results.json")))
+    results_doc = lambda: json.loads(json.dumps(good_doc))
+    doc = results_doc()
+    doc["diagnostic"]["tests"][0]["p"] = "0.2"
+    os.makedirs(W("rep_type"), exist_ok=True)
+    json.dump(doc, open(W("rep_type", "results.json"), "w"))
+    r.run("results.json with a p-value as a string (was: 'nan' and a partial directory)", ["report", W("rep_type")], 2,
+          "(/diagnostic/tests/0/p) type must be number",
+          check=lambda c, o, e: "" if not os.path.exists(W("rep_type", "report")) else "a report directory was left")
+    doc = results_doc()
+    doc["runs"][0]["reliability"] = {"n": "many"}
+    os.makedirs(W("rep_type2"), exist_ok=True)
+    json.dump(doc, open(W("rep_type2", "results.json"), "w"))
+    r.run("results.json with reliability rows as an object", ["report", W("rep_type2")], 2, "(/runs/0/reliability) type must be array")
+    doc = results_doc()
+    doc["exact_null"] = {"group_size": 5, "replicates": 9, "runs": {"run": "x"}, "pooled": []}
+    os.makedirs(W("rep_type3"), exist_ok=True)
+    json.dump(doc, open(W("rep_type3", "results.json"), "w"))
+    r.run("results.json with exact-null runs as an object", ["report", W("rep_type3")], 2, "(/exact_null/runs) type must be array",
+          check=lambda c, o, e: "" if not os.path.exists(W("rep_type3", "report")) else "a report directory was left")
+    doc = results_doc()
+    doc["exact_null"] = {"group_size": 5, "replicates": 9, "runs": [], "pooled": [], "model_based": {"pooled": 3, "runs": []}}
+    os.makedirs(W("rep_type4"), exist_ok=True)
+    json.dump(doc, open(W("rep_type4", "results.json"), "w"))
+    r.run("results.json with the model-based null's pooled rows as a number", ["report", W("rep_type4")], 2,
+          "(/exact_null/model_based/pooled) type must be array")
+    os.makedirs(W("rep_deep"), exist_ok=True)
+    open(W("rep_deep", "results.json"), "w").write('{"schema": "arcal.audit/1", "diagnostic": ' + "[" * 100000 + "]" * 100000 + "}")
+    r.run("results.json nested 100,000 deep", ["report", W("rep_deep")], 2, "nested more than 64 deep")
+    os.makedirs(W("rep_bad"), exist_ok=True)
+    open(W("rep_bad", "results.json"), "w").write('{"schema": ')
+    r.run("results.json not JSON", ["report", W("rep_bad")], 2, "is not valid JSON")
+    r.run("report --out equal to DIR (would replace the input)", ["report", W("rep_ok"), "--out", W("rep_ok")], 2, "would contain the input")
+    os.makedirs(W("precious"), exist_ok=True)
+    open(W("precious", "notes.txt"), "w").write("mine")
+    r.run("report --out onto a directory that is not a report", ["report", W("rep_ok"), "--out", W("precious")], 2, "is not an arcal report",
+          check=lambda c, o, e: "" if os.path.exists(W("precious", "notes.txt")) else "notes.txt was deleted")
+    evil = W("rep'; touch INJECTED; echo '")
+    os.makedirs(evil, exist_ok=True)
+    shutil.copy(W("rep_ok", "results.json"), os.path.join(evil, "results.json"))
+
+    def no_injection(code, out, err):
+        bad = [p for p in (W("INJECTED"), os.path.join(os.getcwd(), "INJECTED"), os.path.join(evil, "report", "figures", "INJECTED"))
+               if os.path.exists(p)]
+        if bad:
+            return "the shell ran: " + ", ".join(bad)
+        return "" if os.path.exists(os.path.join(evil, "report", "report.html")) else "no report written"
+    r.run("report DIR with a quote and shell command in its name (was: injection)", ["report", evil], 0, None, check=no_injection)
+    nl = W("odd dir\nwith newline")
+    os.makedirs(nl, exist_ok=True)
+    shutil.copy(W("rep_ok", "results.json"), os.path.join(nl, "results.json"))
+    r.run("report DIR with a space and a newline in its name", ["report", nl], 0, None,
+          check=lambda c, o, e: "" if os.path.exists(os.path.join(nl, "report", "report.html")) else "no report written")
+    os.makedirs(W("rep_nognuplot"), exist_ok=True)
+    shutil.copy(W("rep_ok", "results.json"), W("rep_nognuplot", "results.json"))
+    r.run("gnuplot not installed: a failure while working, no partial report", ["report", W("rep_nognuplot")], 1, "cannot start gnuplot",
+          env=dict(os.environ, PATH="/nonexistent"),
+          check=lambda c, o, e: "" if os.listdir(W("rep_nognuplot")) == ["results.json"] else "left: %s" % os.listdir(W("rep_nognuplot")))
+
+
+def path_cases(r):
+    r.area = "outputs"
+    W = r.path
+    good = save(W("in.npz"), trace(200, 3))
+    before = open(good, "rb").read()
+    same = lambda c, o, e: "" if open(good, "rb").read() == before else "the input changed"
+    r.run("calibrate --out equal to its input (was: input destroyed)", ["calibrate", good, "--method", "temperature", "--out", good], 2,
+          "writing it would destroy the input", check=same)
+    os.makedirs(W("sub"), exist_ok=True)
+    r.run("calibrate --out the input by another path", ["calibrate", good, "--method", "temperature", "--out", W("sub", "..", "in.npz")], 2,
+          "is the input", check=same)
+    if os.path.lexists(W("link.npz")):
+        os.remove(W("link.npz"))
+    os.symlink(good, W("link.npz"))
+    r.run("calibrate --out a symlink to its input", ["calibrate", good, "--method", "temperature", "--out", W("link.npz")], 2,
+          "is the input", check=same)
+    os.link(good, W("hard.npz")) if not os.path.exists(W("hard.npz")) else None
+    r.run("calibrate --out a hard link to its input", ["calibrate", good, "--method", "temperature", "--out", W("hard.npz")], 2,
+          "is the input", check=same)
+    open(W("exists.npz"), "wb").write(b"keep me")
+    r.run("calibrate --out onto an existing file", ["calibrate", good, "--method", "temperature", "--out", W("exists.npz")], 2,
+          "pass --force", check=lambda c, o, e: "" if open(W("exists.npz"), "rb").read() == b"keep me" else "the file changed")
+    r.run("calibrate --out onto an existing file with --force", ["calibrate", good, "--method", "temperature", "--out", W("exists.npz"),
+                                                                 "--force"], 0, None)
+    r.run("simulate --out a directory", ["simulate", "--out", W("sub"), "--n", "100", "--classes", "3"], 2, "is a directory")
+    odd = W("a b'c\nd.npz")
+    r.run("simulate --out with a space, quote and newline", ["simulate", "--out", odd, "--n", "200", "--classes", "3"], 0, None)
+    r.run("metrics on that file", ["metrics", odd], 0, None)
+    open(W("afile"), "w").write("x")
+    r.run("train --out onto an existing file (was: exit 1, no message)", ["train", "--max-steps", "1", "--out", W("afile")], 2,
+          "exists and is not a directory")
+    r.run("audit on a simulated trace", ["audit", odd, "--out", W("aud"), "--permutations", "50", "--no-probes", "--no-condcal"], 0, None)
+    r.run("audit --out holding an earlier audit", ["audit", odd, "--out", W("aud"), "--permutations", "50", "--no-probes", "--no-condcal"], 2,
+          "pass --force")
+
+
+def cedar_cases(r):
+    r.area = "cedar"
+    W = r.path
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((2, 6, 8)).astype(np.float32)
+    k = rng.standard_normal((2, 40, 8)).astype(np.float32)
+    v = rng.standard_normal((2, 40, 8)).astype(np.float32)
+    good = save(W("qkv.npz"), {"q": q, "k": k, "v": v})
+    before = open(good, "rb").read()
+    same = lambda c, o, e: "" if open(good, "rb").read() == before else "the input changed"
+    out = W("attn.npz")
+    no_out = lambda c, o, e: "" if not os.path.exists(out) else "an output was written"
+    # --json: the text summary prints timings, which would make the table differ between runs.
+    r.run("cedar on a valid q/k/v file", ["cedar", "--qkv", good, "--chunk-size", "8", "--budget", "2", "--out", out, "--json"], 0, None,
+          check=lambda c, o, e: "" if c != 0 or json.loads(o).get("schema") == "arcal.cedar/1" else "no arcal.cedar/1 JSON")
+    os.remove(out)
+    r.run("cedar: k and v of different shapes", ["cedar", "--qkv", save(W("qkv_kv.npz"), {"q": q, "k": k, "v": v[:, :39]}),
+                                                 "--out", out], 2, "they must match", check=no_out)
+    r.run("cedar: q of another head width", ["cedar", "--qkv", save(W("qkv_d.npz"), {"q": q[:, :, :4].copy(), "k": k, "v": v}),
+                                             "--out", out], 2, "head width d = 4", check=no_out)
+    qn = q.copy()
+    qn[1, 4, 2] = np.nan
+    r.run("cedar: NaN in q", ["cedar", "--qkv", save(W("qkv_nan.npz"), {"q": qn, "k": k, "v": v}), "--out", out], 2,
+          "q[1, 4, 2] is nan, but must be finite", check=no_out)
+    r.run("cedar: int64 k", ["cedar", "--qkv", save(W("qkv_int.npz"), {"q": q, "k": k.astype(np.int64), "v": v}), "--out", out], 2,
+          "but must be float32", check=no_out)
+    r.run("cedar: q 1-D", ["cedar", "--qkv", save(W("qkv_1d.npz"), {"q": q.ravel(), "k": k, "v": v}), "--out", out], 2,
+          "must be [H, Nq, d] or [Nq, d]", check=no_out)
+    r.run("cedar: chunk_starts not increasing",
+          ["cedar", "--qkv", save(W("qkv_starts.npz"), {"q": q, "k": k, "v": v, "chunk_starts": np.array([0, 20, 10], np.int64)}),
+           "--out", out], 2, "chunk_starts[2] is 10", check=no_out)
+    r.run("cedar --chunk-size 0", ["cedar", "--qkv", good, "--chunk-size", "0", "--out", out], 2, "--chunk-size: 0 is outside",
+          check=no_out)
+    r.run("cedar --error-target nan", ["cedar", "--qkv", good, "--error-target", "nan", "--out", out], 2,
+          "--error-target: nan is outside", check=no_out)
+    r.run("cedar --budget -1", ["cedar", "--qkv", good, "--budget", "-1", "--out", out], 2, "--budget: -1 is outside", check=no_out)
+    r.run("cedar --method topk --budget 0 (keeps no key)", ["cedar", "--qkv", good, "--method", "topk", "--budget", "0", "--out", out],
+          2, "keeps no key", check=no_out)
+    r.run("cedar --out equal to --qkv", ["cedar", "--qkv", good, "--out", good], 2, "writing it would destroy the input", check=same)
+    if os.path.lexists(W("qkv_link.npz")):
+        os.remove(W("qkv_link.npz"))
+    os.symlink(good, W("qkv_link.npz"))
+    r.run("cedar --out a symlink to --qkv", ["cedar", "--qkv", good, "--out", W("qkv_link.npz")], 2, "is the input", check=same)
+    open(W("taken.npz"), "wb").write(b"keep me")
+    r.run("cedar --out onto an existing file", ["cedar", "--qkv", good, "--out", W("taken.npz")], 2, "pass --force",
+          check=lambda c, o, e: "" if open(W("taken.npz"), "rb").read() == b"keep me" else "the file changed")
+    tiny = ["--keys", "64", "--chunk-size", "16", "--queries", "4", "--dim", "4", "--heads", "1", "--dispersions", "0.1",
+            "--temperatures", "1", "--query-clusters", "1", "--budgets", "1", "--error-targets", "0.5", "--no-figure", "--threads", "1"]
+    r.run("cedar-study --chunk-size 0", ["cedar-study", "--out", W("cs0"), "--chunk-size", "0"], 2, "--chunk-size: 0 is outside",
+          check=lambda c, o, e: "" if not os.path.exists(W("cs0")) else "an output directory was created")
+    r.run("cedar-study --budgets 0", ["cedar-study", "--out", W("cs1"), "--budgets", "1,0"], 2, "--budgets: 0 is outside")
+    r.run("cedar-study --temperatures nan", ["cedar-study", "--out", W("cs2"), "--temperatures", "nan"], 2,
+          "--temperatures: nan is outside")
+    r.run("cedar-study --budgets above the chunk count", ["cedar-study", "--out", W("cs3"), "--keys", "64", "--chunk-size", "16",
+                                                                "--budgets", "5"], 2,
+          "budgets[0] is 5")
+    r.run("cedar-study q/k/v beyond the array limit",
+          ["cedar-study", "--out", W("cs4"), "--heads", "64", "--keys", "1048576", "--dim", "4096"], 2, "more than the limit",
+          check=lambda c, o, e: "" if not os.path.exists(W("cs4")) else "an output directory was created")
+    open(W("csfile"), "w").write("x")
+    r.run("cedar-study --out an existing file", ["cedar-study", "--out", W("csfile")] + tiny, 2, "exists and is not a directory")
+    r.run("cedar-study, a tiny grid", ["cedar-study", "--out", W("cs")] + tiny, 0, None)
+    r.run("cedar-study --out holding an earlier study", ["cedar-study", "--out", W("cs")] + tiny, 2, "pass --force")
+    r.run("cedar-study --run a missing directory", ["cedar-study", "--out", W("cs5"), "--run", W("nowhere")] + tiny, 2, "--run")
+    r.area = "flags"
+    r.run("train --patch 3 (does not divide 28)", ["train", "--patch", "3", "--dry-run"], 2, "patch 3 must divide the image size")
+    r.run("train --patch -1", ["train", "--patch", "-1", "--dry-run"], 2, "--patch: -1 is outside")
+    r.run("train --patch on a Swin preset", ["train", "--model", "ar-swin-tiny", "--dataset", "cifar10", "--patch", "4", "--dry-run"],
+          2, "applies to the ViT presets")
+
+
+def data_cases(r):
+    r.area = "datasets"
+    W = r.path
+    d = W("data_magic")
+    idx_files(d, "train", 4, 28, 28, img_magic=2049)
+    idx_files(d, "t10k", 4, 28, 28)
+    r.run("IDX with a wrong magic number", ["train", "--data-dir", d, "--max-steps", "1", "--out", W("r_d1")], 2, "magic number is 2049")
+    d = W("data_count")
+    idx_files(d, "train", 4000000000, 28, 28, pixels=b"", labels=b"")
+    idx_files(d, "t10k", 4, 28, 28)
+    r.run("IDX header promising 4 billion images", ["train", "--data-dir", d, "--max-steps", "1", "--out", W("r_d2")], 2, "exceed the limit")
+    d = W("data_size")
+    idx_files(d, "train", 4, 0, 28)
+    idx_files(d, "t10k", 4, 28, 28)
+    r.run("IDX images of 0 rows", ["train", "--data-dir", d, "--max-steps", "1", "--out", W("r_d3")], 2, "outside [1, 4096]")
+    d = W("data_label")
+    idx_files(d, "train", 4, 28, 28, labels=bytes([0, 1, 12, 3]))
+    idx_files(d, "t10k", 4, 28, 28)
+    r.run("IDX label out of range", ["train", "--data-dir", d, "--max-steps", "1", "--out", W("r_d4")], 2, "labels[2] is 12")
+    d = W("data_empty_test")
+    idx_files(d, "train", 256, 28, 28)
+    idx_files(d, "t10k", 0, 28, 28)
+    r.run("empty test split", ["train", "--data-dir", d, "--max-steps", "1", "--out", W("r_d5")], 2, "the test split is empty",
+          check=lambda c, o, e: "" if not os.path.exists(W("r_d5")) else "a run directory was left behind")
+    d = W("cifar")
+    os.makedirs(d, exist_ok=True)
+    for i in range(1, 6):
+        open(os.path.join(d, "data_batch_%d.bin" % i), "wb").write(bytes(3073 * 2))
+    open(os.path.join(d, "test_batch.bin"), "wb").write(bytes(3000))
+    r.run("CIFAR file of the wrong size", ["train", "--dataset", "cifar10", "--data-dir", d, "--max-steps", "1", "--out", W("r_d6")], 2,
+          "is not a positive multiple of the 3073-byte record")
+
+
+TRAIN = ["train", "--train-subset", "512", "--batch-size", "64", "--max-steps", "4", "--checkpoint-every", "2", "--threads", "1",
+         "--seed", "3", "--quiet"]
+
+
+def train_cases(r):
+    r.area = "runs"
+    W = r.path
+    run = W("run")
+    shutil.rmtree(run, ignore_errors=True)
+    r.run("train a tiny run (setup)", TRAIN + ["--out", run], 0, None)
+    r.run("train again on the same --out", TRAIN + ["--out", run], 2, "already holds a run")
+    r.run("--resume with a changed --lr (was: silently ignored)", ["train", "--resume", "--lr", "0.01", "--out", run], 2,
+          "--lr 0.01 differs from the run's lr = 0.001")
+    r.run("--resume with the same values", ["train", "--resume", "--lr", "0.001", "--max-steps", "4", "--threads", "1", "--out", run], 0, None)
+
+    def recorded(code, out, err):
+        cfg = json.load(open(os.path.join(run, "config.json")))
+        ov = cfg.get("resume_overrides", [])
+        if not ov or ov[-1]["changes"].get("max_steps", {}).get("to") != 6 or cfg["train"]["max_steps"] != 6:
+            return "override not recorded in config.json: %s" % ov
+        return ""
+    r.run("--resume --max-steps 6 --override max_steps", ["train", "--resume", "--max-steps", "6", "--override", "max_steps", "--out", run],
+          0, None, check=recorded)
+    r.run("--override of a setting that fixes the data", ["train", "--resume", "--seed", "4", "--override", "seed", "--out", run], 2,
+          "cannot change on resume")
+    r.run("--override naming a flag not given", ["train", "--resume", "--override", "lr", "--out", run], 2, "is not given")
+    r.run("--resume of a directory that does not exist", ["train", "--resume", "--out", W("no_run")], 2, "does not exist",
+          check=lambda c, o, e: "" if not os.path.exists(W("no_run")) else "a directory was created")
+
+    # Weights of another architecture: a block run's model.pt in a full run's directory.
+    other = W("run_block")
+    shutil.rmtree(other, ignore_errors=True)
+    r.run("train a second run, Block AttnRes (setup)", TRAIN + ["--residual", "block", "--block-size", "4", "--out", other], 0, None)
+    mixed = W("run_mixed")
+    shutil.rmtree(mixed, ignore_errors=True)
+    shutil.copytree(run, mixed)
+    shutil.copy(os.path.join(other, "model.pt"), os.path.join(mixed, "model.pt"))
+    r.run("model.pt of another configuration (was: accuracy 0.08, no error)", ["trace", "--run", mixed, "--out", W("mixed.npz")], 2,
+          "holds the weights of ar-vit-tiny (block 4")
+    shutil.copy(os.path.join(other, "checkpoint.pt"), os.path.join(mixed, "checkpoint.pt"))
+    r.run("checkpoint of another configuration on --resume", ["train", "--resume", "--out", mixed], 2, "holds the weights of")
+    cfg = json.load(open(os.path.join(run, "config.json")))
+    cfg["model"]["dim"] = "64"
+    bad = W("run_badcfg")
+    shutil.rmtree(bad, ignore_errors=True)
+    shutil.copytree(run, bad)
+    json.dump(cfg, open(os.path.join(bad, "config.json"), "w"))
+    r.run("config.json with a wrong type", ["trace", "--run", bad, "--out", W("bad.npz")], 2, "key 'dim' must be an integer")
+    cfg["model"]["dim"] = 1 << 30
+    json.dump(cfg, open(os.path.join(bad, "config.json"), "w"))
+    r.run("config.json asking for a 2^30-wide model", ["trace", "--run", bad, "--out", W("bad.npz")], 2, "dim 1073741824 must be in")
+    r.run("trace --out onto the run's model.pt", ["trace", "--run", run, "--out", os.path.join(run, "model.pt")], 2, "is the input")
+    r.run("trace --split bogus", ["trace", "--run", run, "--split", "bogus", "--out", W("t.npz")], 2, "expected test or val")
+
+
+def long_train(out, steps=400):
+    return ["train", "--train-subset", "2048", "--batch-size", "64", "--max-steps", str(steps), "--checkpoint-every", "1",
+            "--threads", "1", "--seed", "3", "--quiet", "--out", out]
+
+
+def concurrency_cases(r):
+    r.area = "signals and locks"
+    W = r.path
+    busy = W("busy")
+    shutil.rmtree(busy, ignore_errors=True)
+    p = subprocess.Popen([r.arcal] + long_train(busy), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    ok = wait_for(os.path.join(busy, "checkpoint.pt"), proc=p)
+    r.run("a second train on a run directory in use (was: interleaved checkpoints)", long_train(busy), 2,
+          "is in use by another arcal process (pid", check=lambda c, o, e: "" if ok else "the first run did not start")
+    p.send_signal(signal.SIGTERM)
+    try:
+        _, err = p.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, err = p.communicate()
+    r.record("SIGTERM during train: checkpoint, exit 3, resume command", long_train(busy), p.returncode, err, 3,
+             "Resume with: arcal train --resume --out", then="SIGTERM")
+    r.run("--resume --max-steps below the checkpoint's step", ["train", "--resume", "--max-steps", "1", "--override", "max_steps", "--out", busy],
+          2, "past the run's end")
+    r.run("resume after SIGTERM", ["train", "--resume", "--max-steps", "200", "--override", "max_steps", "--out", busy, "--quiet"], 0, None)
+    intr = W("intr")
+    shutil.rmtree(intr, ignore_errors=True)
+    p = subprocess.Popen([r.arcal] + long_train(intr), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for(os.path.join(intr, "checkpoint.pt"), proc=p)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    r.record("SIGINT during train", long_train(intr), p.returncode, err, 3, "stopped by SIGINT", then="SIGINT")
+    # The second signal goes once the first one's notice is on stderr (so they cannot arrive together).
+    errfile = W("intr2.stderr")
+    with open(errfile, "w") as ef:
+        p = subprocess.Popen([r.arcal] + long_train(W("intr2")), stdout=subprocess.DEVNULL, stderr=ef)
+        wait_for(os.path.join(W("intr2"), "checkpoint.pt"), proc=p)
+        p.send_signal(signal.SIGINT)
+        t0 = time.time()
+        while "stopping at the next resumable point" not in open(errfile).read() and time.time() - t0 < 30:
+            time.sleep(0.001)
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=120)
+    err = open(errfile).read()
+    # A second signal ends the process with the signal itself (the shell shows 128 + 15 = 143).
+    code = 128 + (-p.returncode) if p.returncode < 0 else p.returncode
+    r.record("a second signal ends train at once", long_train(W("intr2")), code, err, 143, None, then="SIGINT, SIGTERM")
+
+    study = W("tiny.toml")
+    open(study, "w").write("name = \"tiny\"\n[train]\nseeds = [3]\nepochs = 3\ntrain_subset = 4096\nmax_steps = 0\nbatch_size = 64\n"
+                           "[model]\nstandard_twin = false\n[trace]\nsplit = \"val\"\n[audit]\npermutations = 100\nbins = 5\n"
+                           "probes = false\nsensitivity = false\nexact_null = false\n")
+    out = W("study")
+    shutil.rmtree(out, ignore_errors=True)
+    argv = ["run", "--config", study, "--out", out]
+    p = subprocess.Popen([r.arcal] + argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    started = False
+    t0 = time.time()
+    while time.time() - t0 < 240 and p.poll() is None:
+        runs = os.path.join(out, "runs")
+        if os.path.isdir(runs) and any(os.path.exists(os.path.join(runs, d, "checkpoint.pt")) for d in os.listdir(runs)):
+            started = True
+            break
+        time.sleep(0.05)
+    r.run("a second arcal run on a study directory in use", argv, 2, "is in use by another arcal process",
+          check=lambda c, o, e: "" if started else "the first study did not start")
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=180)
+    r.record("SIGTERM during arcal run (was: exit 2, no word)", argv, p.returncode, err, 3,
+             "Resume with: arcal run --config", then="SIGTERM")
+    rd = [d for d in os.listdir(os.path.join(out, "runs"))]
+    kept = any(os.path.exists(os.path.join(out, "runs", d, "checkpoint.pt")) for d in rd)
+    r.record("the interrupted study's training kept its checkpoint", ["(check: $W/study/runs/*/checkpoint.pt exists)"], 0 if kept else 1,
+             "", 0, None, out="checkpoint kept" if kept else "")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--arcal", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--table", required=True)
+    ap.add_argument("--update", action="store_true")
+    ap.add_argument("--only", default="")
+    a = ap.parse_args()
+    if not os.path.exists(os.path.join(FMNIST, "train-images-idx3-ubyte.gz")):
+        print("SKIP: dataset-fashion-mnist is not installed")
+        return 77
+    work = os.path.realpath(a.work)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    r = Runner(os.path.realpath(a.arcal), work)
+    t0 = time.time()
+    groups = [files_cases, flag_cases, toml_cases, report_cases, path_cases, cedar_cases, data_cases, train_cases, concurrency_cases]
+    for g in groups:
+        if a.only and a.only not in g.__name__:
+            continue
+        g(r)
+    head = ["# Hostile input: every case and its answer", "",
+            "Generated by `tests/hostile/hostile_cases.py` (ctest `hostile_cases`, which fails when this file differs from",
+            "what the cases produce; `--update` rewrites it). Exit codes: 0 ok, 1 failure while working, 2 usage or",
+            "input error, 3 interrupted (resumable), 143 ended by a second signal. Messages: the last line of stderr, with the",
+            "work directory as `$W` and pids, hosts, times and step numbers as PID, HOST, TIME, N. See docs/hostile_input.md.",
+            "", "| # | area | case | command | exit | message |", "|---|---|---|---|---|---|"]
+    table = "\n".join(head + r.rows) + "\n"
+    open(os.path.join(work, "hostile_cases.md"), "w").write(table)
+    print("%d cases in %.0f s; %d failed" % (r.n, time.time() - t0, len(r.failures)))
+    for f in r.failures:
+        print("FAIL " + f)
+    status = 1 if r.failures else 0
+    if a.only:
+        return status
+    if a.update:
+        open(a.table, "w").write(table)
+        print("wrote " + a.table)
+    else:
+        old = open(a.table).read() if os.path.exists(a.table) else ""
+        if old != table:
+            print("DRIFT: %s differs from what the cases produce (rerun with --update after checking):" % a.table)
+            sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), table.splitlines(True), a.table, "produced"))
+            status = 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
