@@ -4,9 +4,8 @@
 # (default /tmp/arcal-build.lock) so they never overlap other builds.
 #
 # Debian's LibTorch, OpenBLAS and Python are not instrumented. Sanitizer options, and why:
-#   detect_odr_violation=0  arcal::BinScheme and NadarayaWatsonOptions are each defined twice (known;
-#                           a later redesign removes the duplicates), and uninstrumented LibTorch
-#                           globals trip the check too;
+#   detect_odr_violation=2  (ASan's default, stated) on: BinScheme and NadarayaWatsonOptions are each
+#                           defined once now, and the uninstrumented LibTorch globals do not trip it;
 #   detect_leaks=0          LibTorch and OpenBLAS keep their thread pools and caches until exit, which
 #                           LeakSanitizer reports as leaks in every test process;
 #   alloc_dealloc_mismatch=0  LibTorch frees with free() some buffers allocated with new[];
@@ -14,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lock=${ARCAL_BUILD_LOCK:-/tmp/arcal-build.lock}
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_odr_violation=0:detect_leaks=0:alloc_dealloc_mismatch=0:abort_on_error=1}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_odr_violation=2:detect_leaks=0:alloc_dealloc_mismatch=0:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 if [ ! -f build-asan/build.ninja ]; then
   launcher=()

@@ -548,7 +548,9 @@ ARCAL_CEDAR_CLONES void run_prepare(const Context& cx, Work& w, std::int64_t h, 
       auto& c = P.chosen[std::size_t(t)];
       std::sort(c.begin(), c.end());
       w.count[q] = std::int32_t(c.size());
-      std::copy(c.begin(), c.end(), &w.chosen[q * std::size_t(w.cap)]);
+      // Only when there is something to copy: with cap 0 (summary-only) w.chosen is empty, and
+      // w.chosen[0] would bind a reference past its end (UBSan: reference binding to null pointer).
+      if (!c.empty()) std::copy(c.begin(), c.end(), &w.chosen[q * std::size_t(w.cap)]);
     }
 }
 

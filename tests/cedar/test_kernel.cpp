@@ -168,6 +168,8 @@ TEST(CedarKernel, FullBudgetEqualsDense) {
   }
 }
 
+// Also the sanitizer regression of the cap-0 hand-over (scripts/asan.sh): budget 0 leaves no room for
+// expanded chunks, and copying a query's empty list once indexed the empty vector (UBSan).
 TEST(CedarKernel, ZeroBudgetEqualsSummaryOnly) {
   const Qkv x = random_qkv(2, 40, 512, 24, 5);
   const ChunkLayout ch = fixed_chunks(512, 32);
