@@ -32,15 +32,6 @@ namespace {
 
 constexpr double kAlpha = 0.05;
 
-/// [lo, hi] with P(X < lo) <= 0.005 and P(X > hi) <= 0.005, X ~ Bin(n, p).
-std::pair<std::size_t, std::size_t> band_99(std::size_t n, double p) {
-  std::size_t lo = 0;
-  while (lo < n && binomial_cdf(lo, n, p) <= 0.005) ++lo;
-  std::size_t hi = n;
-  while (hi > 0 && 1.0 - binomial_cdf(hi - 1, n, p) <= 0.005) --hi;
-  return {lo, hi};
-}
-
 /// The null families (method.md §6.1, §6.6). Every family's routing carries nothing beyond what the
 /// test conditions on unless an effect is planted (in ε, the part independent of the outputs).
 struct Family {
@@ -106,7 +97,7 @@ struct Row {
 
 std::string verdict(const Row& r) {
   if (r.effect > 0) return "power " + std::to_string(int(100.0 * double(r.rejections) / double(r.datasets) + 0.5)) + " %";
-  const auto b = band_99(r.datasets, r.level);
+  const auto b = binomial_band_99(r.datasets, r.level);
   if (r.rejections > b.second) return "**above the band**";
   if (r.rejections < b.first) return "below the band";
   return "in band";
@@ -124,7 +115,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 void say(const Row& r) {
-  const auto b = band_99(r.datasets, r.level);
+  const auto b = binomial_band_99(r.datasets, r.level);
   std::fprintf(stderr, "  %-44s %-22s effect %-6s %3zu / %3zu  band [%zu, %zu]  %s  (%.0f s)\n", r.test.c_str(),
                r.family.c_str(), fmt_effect(r.effect).c_str(), r.rejections, r.datasets, b.first, b.second,
                verdict(r).c_str(), r.seconds);
@@ -294,7 +285,7 @@ int main(int argc, char** argv) {
   md << "| test | family | planted effect (nats) | data sets | N | rejections | 99 % band of the nominal rate | result |\n"
      << "|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows) {
-    const auto b = band_99(r.datasets, r.level);
+    const auto b = binomial_band_99(r.datasets, r.level);
     md << "| " << r.test << (r.note.empty() ? "" : ", " + r.note) << " | " << r.family << " | " << fmt_effect(r.effect)
        << " | " << r.datasets << " | " << r.n << " | " << r.rejections << " / " << r.datasets << " | "
        << (r.effect > 0 ? std::string("—")
@@ -324,7 +315,7 @@ int main(int argc, char** argv) {
     std::ofstream f(csv);
     f << "test,family,effect,datasets,n,rejections,band_low,band_high,result,seconds\n";
     for (const auto& r : rows) {
-      const auto b = band_99(r.datasets, r.level);
+      const auto b = binomial_band_99(r.datasets, r.level);
       f << '"' << r.test << "\"," << r.family << ',' << r.effect << ',' << r.datasets << ',' << r.n << ',' << r.rejections
         << ',' << b.first << ',' << b.second << ",\"" << verdict(r) << "\"," << r.seconds << '\n';
     }

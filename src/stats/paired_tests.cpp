@@ -26,6 +26,14 @@ double binomial_cdf(std::size_t k, std::size_t n, double p) {
   return std::min(1.0, sum);
 }
 
+std::pair<std::size_t, std::size_t> binomial_band_99(std::size_t n, double p) {
+  std::size_t lo = 0;
+  while (lo < n && binomial_cdf(lo, n, p) <= 0.005) ++lo;  // P(X <= lo - 1) <= 0.005 stays true below
+  std::size_t hi = n;
+  while (hi > 0 && 1.0 - binomial_cdf(hi - 1, n, p) <= 0.005) --hi;
+  return {lo, hi};
+}
+
 WilcoxonResult wilcoxon_signed_rank(const std::vector<double>& d, bool continuity, std::size_t exact_max) {
   const char* fn = "wilcoxon_signed_rank";
   WilcoxonResult r;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 namespace arcal {
@@ -38,6 +39,10 @@ SignTestResult sign_test(const std::vector<double>& d);
 
 /// P(X <= k) for X ~ Binomial(n, p), summed in log space (exact to rounding for any n).
 double binomial_cdf(std::size_t k, std::size_t n, double p);
+
+/// The 99 % acceptance band of a rejection count X ~ Bin(n, p): [lo, hi] with P(X < lo) <= 0.005 and
+/// P(X > hi) <= 0.005 (what the type-I checks and docs/audit_validation.md compare counts with).
+std::pair<std::size_t, std::size_t> binomial_band_99(std::size_t n, double p);
 
 /// Standard normal CDF.
 double normal_cdf(double x);

@@ -13,14 +13,8 @@
 
 namespace arcal::test_util {
 
-/// [lo, hi] rejection counts with P(X < lo) <= 0.005 and P(X > hi) <= 0.005, X ~ Bin(n, p).
-inline std::pair<std::size_t, std::size_t> binomial_band_99(std::size_t n, double p) {
-  std::size_t lo = 0;
-  while (lo < n && binomial_cdf(lo, n, p) <= 0.005) ++lo;  // P(X <= lo - 1) <= 0.005 stays true below
-  std::size_t hi = n;
-  while (hi > 0 && 1.0 - binomial_cdf(hi - 1, n, p) <= 0.005) --hi;
-  return {lo, hi};
-}
+/// The 99 % binomial band of stats/paired_tests.hpp, under the name the tests use.
+using arcal::binomial_band_99;
 
 /// True when ARCAL_LONG_TESTS=1 (ctest -L long sets it).
 inline bool long_tests() {

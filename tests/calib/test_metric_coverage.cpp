@@ -107,14 +107,6 @@ void draw(std::size_t n, double temperature, std::uint64_t seed, std::vector<dou
   }
 }
 
-std::pair<std::size_t, std::size_t> band_99(std::size_t n, double p) {
-  std::size_t lo = 0;
-  while (lo < n && binomial_cdf(lo, n, p) <= 0.005) ++lo;
-  std::size_t hi = n;
-  while (hi > 0 && 1.0 - binomial_cdf(hi - 1, n, p) <= 0.005) --hi;
-  return {lo, hi};
-}
-
 }  // namespace
 
 class MetricCoverage : public ::testing::TestWithParam<double> {};
@@ -123,7 +115,7 @@ TEST_P(MetricCoverage, EveryIntervalCoversThePopulationValue) {
   const double temperature = GetParam();
   const auto pop = population(temperature);
   const std::size_t datasets = 200, n = 2000;
-  const auto band = band_99(datasets, 0.95);
+  const auto band = binomial_band_99(datasets, 0.95);
   std::map<std::string, std::size_t> covered, excludes_point;
   std::vector<double> probs;
   std::vector<std::int64_t> labels;
