@@ -1,7 +1,7 @@
 // arcal audit: the routing-conditional audit over one or many runs' traces. Loads each trace,
 // derives confidence, correctness, predictive entropy and the requested statistics, then calls the
 // library (audit/torch/audit_pipeline.hpp, also behind the Python module's arcal.audit), which
-// validates the whole input before computing, and writes DIR/results.json (schema "arcal.audit/1")
+// validates the whole input before computing, and writes DIR/results.json (schema "arcal.audit/2")
 // and CSV tables atomically.
 #include <algorithm>
 #include <cmath>

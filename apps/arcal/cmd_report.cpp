@@ -18,7 +18,7 @@ int run_report(const ReportOptions& o) {
   const auto rep = arcal::write_report(o.dir, out);
   std::cout << fmt::format("wrote {} ({} figures, {} tables) and {}\n", rep.html, rep.figures.size() / 2, rep.tables.size(),
                            rep.markdown);
-  for (const auto& line : rep.verdict) std::cout << "  " << line << "\n";
+  std::cout << "  " << rep.verdict << "\n";
   return 0;
 }
 

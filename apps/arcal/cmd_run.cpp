@@ -25,6 +25,8 @@
 
 #include "calib/metrics.hpp"
 #include "calib/report_json.hpp"
+#include "audit/audit.hpp"
+#include "results/study.hpp"
 #include "command.hpp"
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
@@ -281,7 +283,7 @@ int run_study(const RunOptions& o) {
   run_jobs(exe, trace_jobs, st.parallel, "trace", bars);
 
   // 3. Metrics of every run (seconds; recomputed each time from the traces).
-  nlohmann::json run_rows = nlohmann::json::array();
+  arcal::StudyResults study_results;
   std::vector<std::string> audit_traces;
   for (const auto& r : runs) {
     if (arcal::interrupt_requested()) interrupted("while computing metrics");
@@ -292,18 +294,25 @@ int run_study(const RunOptions& o) {
     ro.bins = st.bins;
     ro.draws = 1000;
     ro.seed = st.audit_seed;
-    const auto rep = arcal::calibration_report(arcal::trace_probabilities(trace), trace.n, trace.classes, trace.labels, ro);
-    nlohmann::json summary = nlohmann::json::parse(arcal::read_file(rd + "/summary.json"), nullptr, false);
-    nlohmann::json row = {{"id", r.id},       {"dir", "runs/" + r.dir_name()}, {"dataset", r.dataset},
-                          {"model", r.model}, {"residual", r.residual},        {"seed", r.seed},
-                          {"audited", r.audited}, {"trace", "runs/" + r.dir_name() + "/" + st.split + ".npz"},
-                          {"config_hash", r.hash}, {"metrics", arcal::calibration_report_json(rep)}};
+    arcal::StudyRunResult row;
+    row.id = r.id;
+    row.dir = "runs/" + r.dir_name();
+    row.dataset = r.dataset;
+    row.model = r.model;
+    row.residual = r.residual;
+    row.seed = r.seed;
+    row.audited = r.audited;
+    row.trace = "runs/" + r.dir_name() + "/" + st.split + ".npz";
+    row.config_hash = r.hash;
+    row.metrics = arcal::calibration_report(arcal::trace_probabilities(trace), trace.n, trace.classes, trace.labels, ro);
+    const nlohmann::json summary = nlohmann::json::parse(arcal::read_file(rd + "/summary.json"), nullptr, false);
     if (summary.is_object()) {  // a damaged summary.json only loses these two numbers
-      for (const char* k : {"wall_seconds", "images_per_second"})
-        if (summary.contains(k) && summary[k].is_number())
-          row[std::string(k) == "wall_seconds" ? "train_seconds" : k] = summary[k].get<double>();
+      if (summary.contains("wall_seconds") && summary["wall_seconds"].is_number())
+        row.train_seconds = summary["wall_seconds"].get<double>();
+      if (summary.contains("images_per_second") && summary["images_per_second"].is_number())
+        row.images_per_second = summary["images_per_second"].get<double>();
     }
-    run_rows.push_back(row);
+    study_results.runs.push_back(std::move(row));
     if (r.audited) audit_traces.push_back(tf);
   }
 
@@ -313,7 +322,14 @@ int run_study(const RunOptions& o) {
   for (const auto& a : audit_args) akey += a + '\0';
   for (const auto& t : audit_traces) akey += t + '\0';
   const std::string audit_dir = dir + "/audit-" + arcal::stable_hash(akey).substr(0, 8);
+  // An audit written by an earlier arcal (another results schema) is redone, not reused.
+  bool audit_current = false;
   if (fs::exists(audit_dir + "/results.json")) {
+    const auto prior = nlohmann::json::parse(arcal::read_file(audit_dir + "/results.json"), nullptr, false);
+    audit_current = prior.is_object() && prior.value("schema", "") == arcal::kAuditSchema;
+    if (!audit_current) std::cout << "  audit " << audit_dir << " was written by an earlier arcal: re-running it\n";
+  }
+  if (audit_current) {
     std::cout << "  audit " << audit_dir << " complete (skipped)\n";
   } else {
     std::cout << fmt::format("audit: {} traces; sensitivity {}, exact null {} ({} replicates)\n", audit_traces.size(),
@@ -325,6 +341,7 @@ int run_study(const RunOptions& o) {
     j.args.insert(j.args.end(), audit_traces.begin(), audit_traces.end());
     j.args.insert(j.args.end(), audit_args.begin(), audit_args.end());
     j.args.insert(j.args.end(), {"--out", audit_dir});
+    if (fs::exists(audit_dir + "/results.json")) j.args.push_back("--force");  // an earlier arcal's audit
     if (!bars) j.args.push_back("--quiet");
     // No log: the audit draws its own progress bars on the inherited terminal.
     if (arcal::interrupt_requested()) interrupted("before the audit");
@@ -349,16 +366,18 @@ int run_study(const RunOptions& o) {
   if (!results.is_object())
     arcal::throw_input("arcal run", audit_dir + "/results.json is not a JSON object (damaged? remove " + audit_dir +
                                         " to rerun the audit)");
-  results["study"] = {{"name", st.name},
-                      {"config_hash", study_hash},
-                      {"config_toml", toml},
-                      {"config_source", o.config.empty() ? "embedded default" : o.config},
-                      {"version", ARCAL_VERSION},
-                      {"split", st.split},
-                      {"audit_dir", fs::path(audit_dir).filename().string()},
-                      {"runs", run_rows}};
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  results["study"]["wall_seconds_this_invocation"] = seconds;
+  study_results.name = st.name;
+  study_results.config_hash = study_hash;
+  study_results.config_toml = toml;
+  study_results.config_source = o.config.empty() ? "embedded default" : o.config;
+  study_results.version = ARCAL_VERSION;
+  study_results.split = st.split;
+  study_results.audit_dir = fs::path(audit_dir).filename().string();
+  study_results.groups = arcal::summarise_groups(study_results.runs);
+  study_results.wall_seconds_this_invocation =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds = study_results.wall_seconds_this_invocation;
+  results["study"] = study_results;
   arcal::write_file_atomic(dir + "/results.json", results.dump(1));
 
   // 6. Report.
@@ -372,7 +391,7 @@ int run_study(const RunOptions& o) {
       throw;
     }
     std::cout << fmt::format("\nreport: {}\n", rep.html);
-    for (const auto& line : rep.verdict) std::cout << "  " << line << "\n";
+    std::cout << "  " << rep.verdict << "\n";
   }
   std::cout << fmt::format("done in {:.0f} s; results: {}/results.json\n", seconds, dir);
   return 0;

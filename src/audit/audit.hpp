@@ -1,6 +1,6 @@
 // The audit over many runs' traces: validates the inputs as a whole, runs the declared diagnostic
 // family (every run x statistic) and AR-CondCal per run and statistic, and writes DIR/results.json
-// (schema "arcal.audit/1", docs/interface.md) plus CSV tables, atomically. Input arrays are plain
+// (schema "arcal.audit/2", docs/interface.md) plus CSV tables, atomically. Input arrays are plain
 // vectors so the engine is independent of how traces were loaded.
 #pragma once
 
@@ -19,7 +19,8 @@
 
 namespace arcal {
 
-inline constexpr const char* kAuditSchema = "arcal.audit/1";
+/// Version 2 added `verdict` and the reliability rows' `band` (docs/interface.md); readers refuse 1.
+inline constexpr const char* kAuditSchema = "arcal.audit/2";
 
 /// One run's audit input; every vector is [n].
 struct AuditRunInput {
@@ -81,6 +82,7 @@ void validate_audit_inputs(const std::vector<AuditRunInput>& runs, const AuditOp
 /// validate_audit_inputs, then the diagnostic family and (if enabled) AR-CondCal and seed bands.
 AuditResults run_audit(const std::vector<AuditRunInput>& runs, const AuditOptions& options);
 
+/// The results.json object (to_json of results/audit_json.hpp).
 nlohmann::json audit_results_json(const AuditResults& results);
 
 /// Writes DIR/diagnostic.csv, DIR/condcal.csv, DIR/probes.csv (when has_probes), DIR/sensitivity.csv

@@ -26,7 +26,8 @@ std::vector<ReliabilityRow> reliability(const std::vector<double>& conf, const s
   double e = 0;
   for (std::size_t b = 0; b < table.size(); ++b) {
     if (table[b].n == 0) continue;
-    out.push_back({b, table[b].n, table[b].mean_conf, table[b].accuracy});
+    const auto band = calibrated_accuracy_band(table[b].n, table[b].mean_conf);
+    out.push_back({b, table[b].n, table[b].mean_conf, table[b].accuracy, band.low, band.high});
     e += double(table[b].n) / double(rows.size()) * std::abs(table[b].accuracy - table[b].mean_conf);
   }
   *ece = e;

@@ -17,6 +17,9 @@ struct ReliabilityRow {
   std::size_t bin = 0;  ///< index of the equal-width bin
   std::size_t n = 0;
   double confidence = 0, accuracy = 0;
+  /// Consistency band: the central 95 % of a calibrated model's accuracy in this bin
+  /// (calibrated_accuracy_band); NaN when unknown (not computed).
+  double band_low = 0, band_high = 0;
 };
 
 struct RunSummary {

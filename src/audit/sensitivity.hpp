@@ -158,6 +158,7 @@ struct ExactNullPooled {
   std::string variant, comparison;
   double real_mean_gain = 0.0, null_mean = 0.0, null_q95 = 0.0, p = 1.0;
   std::size_t runs = 0;
+  std::vector<double> null_mean_gain;  ///< [replicates] replicate j's gain averaged over runs: the pooled null
 };
 
 /// The exact-null audit. The decision null (runs, pooled) permutes the routing profile within matched

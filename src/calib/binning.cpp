@@ -1,6 +1,7 @@
 #include "calib/binning.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <string>
 
@@ -58,6 +59,31 @@ std::vector<BinRow> bin_table(const std::vector<double>& conf, const std::vector
       rows[b].accuracy = sa[b] / static_cast<double>(rows[b].n);
     }
   return rows;
+}
+
+AccuracyBand calibrated_accuracy_band(std::size_t n, double c, double level) {
+  const double nan = std::nan("");
+  if (n == 0 || !(c >= 0.0 && c <= 1.0) || !(level > 0.0 && level < 1.0)) return {nan, nan};
+  if (c == 0.0) return {0.0, 0.0};
+  if (c == 1.0) return {1.0, 1.0};
+  const double lo_q = 0.5 * (1.0 - level), hi_q = 1.0 - lo_q;
+  const double lp = std::log(c), lq = std::log1p(-c), dn = double(n);
+  double log_pmf = dn * lq, cdf = 0.0;
+  std::size_t lo = n, hi = n;
+  bool have_lo = false;
+  for (std::size_t k = 0; k <= n; ++k) {
+    if (k > 0) log_pmf += std::log((dn - double(k) + 1.0) / double(k)) + lp - lq;
+    cdf += std::exp(log_pmf);
+    if (!have_lo && cdf >= lo_q) {
+      lo = k;
+      have_lo = true;
+    }
+    if (cdf >= hi_q) {
+      hi = k;
+      break;
+    }
+  }
+  return {double(lo) / dn, double(hi) / dn};
 }
 
 }  // namespace arcal

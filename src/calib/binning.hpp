@@ -1,6 +1,7 @@
 // Confidence binning for calibration metrics (method.md §4): equal-width bins with interior edges
 // belonging to the upper bin, and equal-mass bins over sorted ranks where tied values never straddle
-// a boundary. Also the per-bin reliability table (n, mean confidence, mean target).
+// a boundary. Also the per-bin reliability table (n, mean confidence, mean target) and the
+// consistency band of a reliability diagram.
 #pragma once
 
 #include <cstddef>
@@ -61,5 +62,15 @@ struct BinRow {
 /// in [0, B). Returns B rows. Throws InputError on size mismatch or out-of-range assignment.
 std::vector<BinRow> bin_table(const std::vector<double>& conf, const std::vector<double>& target,
                               const std::vector<int>& assign, int bins);
+
+/// Consistency band of one reliability-diagram bin (relplot / Bröcker & Smith 2007): the central
+/// `level` interval of the accuracy a perfectly calibrated model would show in a bin of n examples with
+/// mean confidence c, i.e. of Binomial(n, c) / n (exact quantiles, summed in log space, O(n)). Examples
+/// with different confidences inside the bin make the count Poisson-binomial, whose variance is smaller,
+/// so the band is conservative. Returns {low, high} in [0, 1]; n = 0 or c outside [0, 1] gives {NaN, NaN}.
+struct AccuracyBand {
+  double low, high;
+};
+AccuracyBand calibrated_accuracy_band(std::size_t n, double c, double level = 0.95);
 
 }  // namespace arcal

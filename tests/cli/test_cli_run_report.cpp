@@ -1,6 +1,7 @@
 // `arcal report` and `arcal run` end to end. The report test audits three simulated traces (every
 // audit part, tiny sizes), renders the report, checks every file the HTML references exists and parses
-// (SVG as XML via Python's xml.etree, PNG signature and IHDR), and screenshots report.html with
+// (SVG as XML via Python's xml.etree, PNG signature and IHDR), checks that report.html embeds every
+// figure and loads nothing, and screenshots a copy of report.html alone in an empty directory with
 // headless Chromium: the screenshot must not be blank, judged against a screenshot of an empty page.
 // The run test drives a tiny study through training, tracing, audit and report, then checks that a
 // re-run skips everything, that a run with its summary removed resumes, and that a bad study file
@@ -105,36 +106,48 @@ TEST(CliReport, EveryReferencedFigureExistsAndParsesAndTheScreenshotIsNotBlank) 
       EXPECT_TRUE(fs::exists(dir + "/audit/report/tables/" + std::string(t) + ".csv")) << t;
     }
 
-  // Every file the HTML references exists; SVGs parse as XML, PNGs have a valid header.
-  std::set<std::string> refs;
-  const std::regex attr("(?:src|href)=\"([^\"#:]+)\"");
-  for (auto it = std::sregex_iterator(html.begin(), html.end(), attr); it != std::sregex_iterator(); ++it) refs.insert((*it)[1]);
-  std::set<std::string> figures;
-  for (const auto& ref : refs) {
-    const std::string p = dir + "/audit/report/" + ref;
-    ASSERT_TRUE(fs::exists(p)) << ref;
-    if (ref.size() > 4 && ref.substr(ref.size() - 4) == ".svg") {
-      figures.insert(ref);
-      EXPECT_EQ(run(kPy + " -c \"import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).getroot(); "
-                          "sys.exit(0 if r.tag.endswith('svg') else 1)\" " + p, dir, "xml").code, 0) << ref;
-      // The PNG twin of every SVG.
-      const std::string png = p.substr(0, p.size() - 4) + ".png";
-      const auto info = png_info(png);
-      EXPECT_TRUE(info.ok) << png;
-      EXPECT_GT(info.width, 100u);
-    }
-  }
+  // The HTML stands alone: every figure is an inline SVG data URI and nothing is loaded from disk.
+  const std::regex local("(?:src)=\"(?!data:)([^\"]+)\"");
+  EXPECT_FALSE(std::regex_search(html, local)) << "report.html loads a file";
+  std::size_t inline_svgs = 0;
+  for (std::size_t p = html.find("src=\"data:image/svg+xml;base64,"); p != std::string::npos;
+       p = html.find("src=\"data:image/svg+xml;base64,", p + 1))
+    ++inline_svgs;
   // All ten figure kinds of the report (reliability per run and per tertile, routing heatmap,
   // permutation nulls, p-values, AR-CondCal band, bandwidth sensitivity, probe gains, recovery, exact null).
-  EXPECT_EQ(figures.size(), 10u);
+  EXPECT_EQ(inline_svgs, 10u);
+  // The same figures are kept for editing: figures/NAME.svg parses as XML, its PNG twin has a valid header.
+  std::size_t files = 0;
+  for (const auto& e : fs::directory_iterator(dir + "/audit/report/figures")) {
+    const std::string p = e.path().string();
+    if (p.size() < 4 || p.substr(p.size() - 4) != ".svg") continue;
+    ++files;
+    EXPECT_EQ(run(kPy + " -c \"import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).getroot(); "
+                        "sys.exit(0 if r.tag.endswith('svg') else 1)\" " + p, dir, "xml").code, 0) << p;
+    const auto info = png_info(p.substr(0, p.size() - 4) + ".png");
+    EXPECT_TRUE(info.ok) << p;
+    EXPECT_GT(info.width, 100u);
+    const std::string stem = p.substr(0, p.size() - 4);
+    EXPECT_TRUE(fs::exists(stem + ".dat") && fs::exists(stem + ".gp")) << p;
+  }
+  EXPECT_EQ(files, 10u);
+  // The verdict opens the report and is the one stored in results.json.
+  const auto results = nlohmann::json::parse(arcal::read_file(dir + "/audit/results.json"));
+  const std::string summary = results["verdict"]["summary"].get<std::string>();
+  EXPECT_FALSE(summary.empty());
+  EXPECT_NE(html.find("class=\"verdict\""), std::string::npos);
+  EXPECT_NE(r.out.find(summary), std::string::npos) << r.out;
 
   const std::string browser = chromium();
   if (browser.empty()) {
     if (std::getenv("ARCAL_SKIP_BROWSER")) GTEST_SKIP() << "no chromium and ARCAL_SKIP_BROWSER set";
     FAIL() << "chromium not found (scripts/setup.sh installs Debian's chromium; ARCAL_SKIP_BROWSER=1 skips this check)";
   }
+  // Screenshot of report.html copied alone into an empty directory (as if mailed).
+  fs::create_directories(dir + "/mailed");
+  fs::copy_file(html_path, dir + "/mailed/report.html");
   const std::string shot = dir + "/report.png", blank_html = dir + "/blank.html", blank_shot = dir + "/blank.png";
-  ASSERT_EQ(screenshot(html_path, shot, dir), "");
+  ASSERT_EQ(screenshot(dir + "/mailed/report.html", shot, dir), "");
   arcal::write_file_atomic(blank_html, "<!DOCTYPE html><html><body></body></html>");
   ASSERT_EQ(screenshot(blank_html, blank_shot, dir), "");
   const auto page = png_info(shot), blank = png_info(blank_shot);

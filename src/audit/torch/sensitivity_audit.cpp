@@ -337,6 +337,7 @@ std::vector<ExactNullPooled> pool(const std::vector<ExactNullRun>& runs, const s
       p.null_mean = m / double(null.size());
       p.null_q95 = quantile_of(null, 0.95);
       p.p = monte_carlo_p(p.real_mean_gain, null);
+      p.null_mean_gain = std::move(null);
       out.push_back(std::move(p));
     }
   }

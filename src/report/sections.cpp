@@ -1,0 +1,216 @@
+#include "report/sections.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <set>
+
+namespace arcal::report {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string f4(double v) { return std::isfinite(v) ? fmt::format("{:.4f}", v) : std::string("n/a"); }
+std::string pct(double v) { return std::isfinite(v) ? fmt::format("{:.2f} %", 100.0 * v) : std::string("n/a"); }
+std::string sgn(double v) { return std::isfinite(v) ? fmt::format("{:+.5f}", v) : std::string("n/a"); }
+std::string pval(double p) {
+  if (!std::isfinite(p)) return "n/a";
+  return p < 1e-3 ? fmt::format("{:.1e}", p) : fmt::format("{:.3f}", p);
+}
+std::string ci(const Interval& i, int digits = 4) {
+  if (!std::isfinite(i.low) || !std::isfinite(i.high)) return "-";
+  return fmt::format("[{:.{}f}, {:.{}f}]", i.low, digits, i.high, digits);
+}
+/// A probe delta (probe - control) shown as a gain (control - probe), interval flipped.
+Interval gain_ci(const Interval& delta_ci) { return {-delta_ci.high, -delta_ci.low}; }
+
+std::string now_utc() {
+  std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
+  return buf;
+}
+
+std::vector<RelPoint> rel_points(const std::vector<ReliabilityRow>& rows) {
+  std::vector<RelPoint> out;
+  for (const auto& r : rows)
+    if (r.n > 0) out.push_back({r.confidence, r.accuracy, r.n, r.band_low, r.band_high});
+  return out;
+}
+std::vector<RelPoint> rel_points(const CalibrationReport& m) {
+  std::vector<RelPoint> out;
+  for (const auto& r : m.reliability)
+    if (r.n > 0) {
+      const auto band = calibrated_accuracy_band(r.n, r.mean_conf);
+      out.push_back({r.mean_conf, r.accuracy, r.n, band.low, band.high});
+    }
+  return out;
+}
+
+std::string evidence_row_test(const VerdictEvidence& e) {
+  if (e.test == "exact_null.conditional_permutation") return "exact null, conditional permutation (" + e.variant + ")";
+  if (e.test == "probes.across_runs") return "probes across runs (Hartung-Knapp, Holm)";
+  if (e.test == "diagnostic") return "matched-confidence diagnostic (smallest Holm p)";
+  return e.test;
+}
+
+}  // namespace
+
+std::string short_run(const std::string& run) {
+  std::string s = fs::path(run).filename().string();
+  if (s.size() > 4 && s.substr(s.size() - 4) == ".npz") {
+    const auto parent = fs::path(run).parent_path().filename().string();
+    s = parent.empty() ? s.substr(0, s.size() - 4) : parent;
+  }
+  return s;
+}
+
+Section summary_section(Context& c) {
+  const auto& v = c.doc.verdict;
+  Section s{"Verdict", {}};
+  s.verdict(v.summary);
+  Table t{{"evidence", "comparison", "runs", "gain [nats]", "95 % CI", "p"}, {}};
+  for (const VerdictEvidence* e : {&v.primary, &v.across_runs, &v.beyond_outputs})
+    if (!e->test.empty())
+      t.rows.push_back({evidence_row_test(*e), e->comparison, std::to_string(e->runs),
+                        e->test == "diagnostic" ? fmt::format("G = {:+.5f}", e->effect) : sgn(e->effect), ci(e->effect_ci, 5),
+                        pval(e->p)});
+  if (std::isfinite(v.recovery))
+    t.rows.push_back({fmt::format("sensitivity: recovery R of an injected {} nats (threshold {})", v.threshold_effect, v.threshold),
+                      "full_vector", "", fmt::format("R = {:+.2f}", v.recovery), ci(v.recovery_ci, 2), "-"});
+  s.tab(t, fmt::format("What the verdict rests on (answer: {}; alpha = {}). Gains are log-loss gains of the full routing "
+                       "vector's probe over its capacity-matched control (positive: routing helps).",
+                       v.answer, v.alpha));
+  const auto& a = c.doc.audit;
+  std::string prov = "arcal " + (c.doc.has_study ? c.doc.study.version : std::string(ARCAL_VERSION)) + "; results: " +
+                     c.results_path + "; report generated " + now_utc() + ".";
+  if (c.doc.has_study) {
+    std::set<std::uint64_t> seeds;
+    for (const auto& r : c.doc.study.runs) seeds.insert(r.seed);
+    std::string list;
+    for (auto x : seeds) list += (list.empty() ? "" : ", ") + std::to_string(x);
+    prov += " Study '" + c.doc.study.name + "' (" + c.doc.study.config_source + "), configuration hash " +
+            c.doc.study.config_hash + ", training seeds " + list + ".";
+  }
+  prov += fmt::format(" Audit seed {}; {} runs audited.", a.diagnostic.options.seed, a.run_summaries.size());
+  s.p(prov);
+  return s;
+}
+
+Section training_section(Context& c) {
+  const auto& st = c.doc.study;
+  Section s{"Training runs: AttnRes and the standard twin", {}};
+  Table t{{"run", "residual", "seed", "n", "accuracy", "95 % CI", "ECE-15", "95 % CI", "NLL", "Brier", "AUROC", "train s"}, {}};
+  std::vector<RelPanel> panels;
+  for (const auto& r : st.runs) {
+    const auto& m = r.metrics;
+    t.rows.push_back({r.id, r.residual, std::to_string(r.seed), std::to_string(m.n), f4(m.accuracy.value), ci(m.accuracy.ci),
+                      f4(m.ece.value), ci(m.ece.ci), f4(m.nll.value), f4(m.brier.value), f4(m.auroc.value),
+                      std::isfinite(r.train_seconds) ? fmt::format("{:.0f}", r.train_seconds) : "-"});
+    panels.push_back({fmt::format("{} (n = {})", r.id, m.n), {{"accuracy per bin", rel_points(m)}}});
+  }
+  s.tab(t, "Metrics of every trained run on its traced " + st.split +
+               " split (accuracy: percentile bootstrap; ECE: inversion of the consistency test; docs/method.md §4).");
+  c.csv.push_back({"training.csv", t});
+  Table m{{"model / residual", "seeds", "accuracy mean", "sd", "ECE-15 mean", "sd"}, {}};
+  for (const auto& g : st.groups)
+    m.rows.push_back({g.model + " / " + g.residual, std::to_string(g.seeds), f4(g.accuracy_mean), f4(g.accuracy_sd),
+                      f4(g.ece_mean), f4(g.ece_sd)});
+  s.tab(m, "Across seeds (sample sd; n/a with one seed).");
+  const int bins = st.runs.empty() ? 15 : st.runs.front().metrics.bins;
+  reliability_figure(c.figures, "reliability_runs", "Reliability per run", panels, bins);
+  s.fig("reliability_runs",
+        fmt::format("Reliability diagram of every run ({} equal-width bins; n per panel): accuracy per bin against mean "
+                    "confidence, the grey band where a calibrated model's accuracy falls in 95 % of draws, and the "
+                    "examples per bin as bars (right axis).",
+                    bins));
+  return s;
+}
+
+Section runs_section(Context& c) {
+  Section s{"Runs", {}};
+  Table t{{"run", "n", "accuracy", "mean confidence", "ECE"}, {}};
+  std::vector<RelPanel> panels;
+  int bins = 15;
+  for (const auto& r : c.doc.audit.run_summaries) {
+    t.rows.push_back({short_run(r.run), std::to_string(r.n), f4(r.accuracy), f4(r.mean_confidence), f4(r.ece)});
+    panels.push_back({fmt::format("{} (n = {})", short_run(r.run), r.n), {{"accuracy per bin", rel_points(r.reliability)}}});
+    bins = int(r.bins);
+  }
+  s.tab(t);
+  reliability_figure(c.figures, "reliability_runs", "Reliability per run", panels, bins);
+  s.fig("reliability_runs", fmt::format("Reliability diagram of every audited run ({} equal-width bins; grey: a calibrated "
+                                        "model's 95 % band; bars: examples per bin).",
+                                        bins));
+  return s;
+}
+
+Section routing_section(Context& c) {
+  Section s{"Routing", {}};
+  std::vector<RelPanel> panels;
+  Table t{{"run", "statistic", "tertile", "n", "accuracy", "ECE"}, {}};
+  const char* names[3] = {"low", "middle", "high"};
+  int bins = 15;
+  for (const auto& r : c.doc.audit.run_summaries) {
+    if (r.tertile_statistic.empty()) continue;
+    RelPanel p{fmt::format("{} by {} (n = {})", short_run(r.run), r.tertile_statistic, r.n), {}};
+    for (std::size_t g = 0; g < 3; ++g) {
+      p.series.push_back({fmt::format("{} tertile (n = {})", names[g], r.tertile_n[g]), rel_points(r.tertile_reliability[g])});
+      t.rows.push_back({short_run(r.run), r.tertile_statistic, names[g], std::to_string(r.tertile_n[g]),
+                        f4(r.tertile_accuracy[g]), f4(r.tertile_ece[g])});
+    }
+    panels.push_back(p);
+    bins = int(r.bins);
+  }
+  if (!panels.empty()) {
+    reliability_figure(c.figures, "reliability_tertiles", "Reliability per routing tertile", panels, bins);
+    s.fig("reliability_tertiles",
+          "Reliability within the low, middle and high tertile of the first audited routing statistic (tertiles of the "
+          "whole run; ties kept together); bars: examples per bin in each tertile. Tertiles differ in confidence too, "
+          "so a difference here is not yet evidence: the diagnostic below matches on confidence.");
+    s.tab(t);
+    c.csv.push_back({"tertiles.csv", t});
+  }
+  std::vector<HeatPanel> heat;
+  for (const auto& r : c.doc.audit.run_summaries)
+    if (!r.routing_mean.empty())
+      heat.push_back({fmt::format("{} (n = {})", short_run(r.run), r.n), r.points, r.sources, r.routing_sources, r.routing_mean});
+  if (!heat.empty()) {
+    heatmap_figure(c.figures, "routing_heatmap", "Mean routing weight (token mean, averaged over examples)", heat);
+    s.fig("routing_heatmap", "Mean routing weight per routing point (rows) and source (columns) on a log colour scale "
+                             "(weights below 0.001 share the darkest colour); blank cells are past the point's sources.");
+  }
+  return s;
+}
+
+Section configuration_section(Context& c) {
+  Section s{"Configuration", {}};
+  s.p("The resolved study (arcal run --config FILE reproduces it; every run directory also holds its config.json):");
+  s.code(c.doc.study.config_toml);
+  return s;
+}
+
+Document build_document(Context& c) {
+  Document d;
+  d.title = c.doc.has_study ? "arcal report: " + c.doc.study.name : std::string("arcal audit report");
+  d.sections.push_back(summary_section(c));
+  if (c.doc.has_study) d.sections.push_back(training_section(c));
+  else if (!c.doc.audit.run_summaries.empty()) d.sections.push_back(runs_section(c));
+  if (!c.doc.audit.run_summaries.empty()) {
+    auto s = routing_section(c);
+    if (!s.blocks.empty()) d.sections.push_back(std::move(s));
+  }
+  d.sections.push_back(diagnostic_section(c));
+  if (c.doc.audit.options.run_condcal && !c.doc.audit.condcal.empty()) d.sections.push_back(condcal_section(c));
+  if (c.doc.audit.has_probes) d.sections.push_back(probes_section(c));
+  if (c.doc.audit.has_sensitivity) d.sections.push_back(sensitivity_section(c));
+  if (c.doc.audit.has_exact_null) d.sections.push_back(exact_null_section(c));
+  if (c.doc.has_study) d.sections.push_back(configuration_section(c));
+  return d;
+}
+
+}  // namespace arcal::report
