@@ -10,7 +10,7 @@
 
 #include "model/ar_vit.hpp"
 #include "stats/bootstrap.hpp"
-#include "train/data.hpp"
+#include "data/tensor_data.hpp"
 
 namespace arcal {
 

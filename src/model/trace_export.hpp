@@ -8,7 +8,7 @@
 
 #include "io/trace.hpp"
 #include "model/ar_vit.hpp"
-#include "train/data.hpp"
+#include "data/tensor_data.hpp"
 
 namespace arcal {
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "model/ar_vit.hpp"
-#include "train/data.hpp"
+#include "data/tensor_data.hpp"
 #include "train/train_config.hpp"
 
 namespace arcal {

@@ -82,6 +82,16 @@ std::string screenshot(const std::string& html, const std::string& png, const st
   return r.code == 0 ? "" : r.err;
 }
 
+/// Validates a JSON file against docs/schema/NAME with Debian's python3-jsonschema; "" when valid.
+std::string schema_errors(const std::string& file, const std::string& schema, const std::string& dir) {
+  const auto r = run(kPy + " -c \"import json, sys, jsonschema; s = json.load(open(sys.argv[1])); "
+                           "v = jsonschema.Draft7Validator(s); errs = list(v.iter_errors(json.load(open(sys.argv[2])))); "
+                           "[print(list(e.absolute_path), e.message[:300]) for e in errs[:5]]; sys.exit(1 if errs else 0)\" " +
+                         std::string(ARCAL_SOURCE_DIR) + "/docs/schema/" + schema + " " + file,
+                     dir, "schema");
+  return r.code == 0 ? "" : r.out + r.err;
+}
+
 }  // namespace
 
 TEST(CliReport, EveryReferencedFigureExistsAndParsesAndTheScreenshotIsNotBlank) {
@@ -96,6 +106,18 @@ TEST(CliReport, EveryReferencedFigureExistsAndParsesAndTheScreenshotIsNotBlank) 
                          "--sensitivity-draws 1 --sensitivity-effects 0.01,0.02 --exact-null --null-replicates 3 --quiet",
                      dir, "audit");
   ASSERT_EQ(a.code, 0) << a.err;
+  // results.json with every part (probes, sensitivity, exact null with its model-based null) meets its schema.
+  EXPECT_EQ(schema_errors(dir + "/audit/results.json", "audit.schema.json", dir), "");
+  {  // ... and the schema rejects an old version or a missing verdict (the check can fail).
+    auto j = nlohmann::json::parse(arcal::read_file(dir + "/audit/results.json"));
+    j["schema"] = "arcal.audit/1";
+    arcal::write_file_atomic(dir + "/old.json", j.dump());
+    EXPECT_NE(schema_errors(dir + "/old.json", "audit.schema.json", dir), "");
+    j["schema"] = "arcal.audit/2";
+    j.erase("verdict");
+    arcal::write_file_atomic(dir + "/old.json", j.dump());
+    EXPECT_NE(schema_errors(dir + "/old.json", "audit.schema.json", dir), "");
+  }
   const auto r = run(kArcal + " report " + dir + "/audit", dir, "report");
   ASSERT_EQ(r.code, 0) << r.err;
   const std::string html_path = dir + "/audit/report/report.html";
@@ -189,6 +211,7 @@ TEST(CliRun, TinyStudyEndToEndThenSkipsAndResumes) {
   EXPECT_NE(r.out.find("report: " + out + "/report/report.html"), std::string::npos) << r.out;
   const auto results = nlohmann::json::parse(arcal::read_file(out + "/results.json"));
   ASSERT_TRUE(results.contains("study"));
+  EXPECT_EQ(schema_errors(out + "/results.json", "audit.schema.json", dir), "");
   EXPECT_EQ(results["study"]["runs"].size(), 2u);
   EXPECT_EQ(results["diagnostic"]["tests"].size(), 2u);  // 1 AttnRes run x (re, rdv)
   EXPECT_TRUE(results.contains("condcal"));

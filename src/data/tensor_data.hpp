@@ -1,4 +1,5 @@
-// Training data in memory: normalised float images (N,C,H,W) and int64 labels, the seeded
+// Image data as tensors (used by training, tracing and interventions; in src/data so that model/
+// does not depend on train/). In memory: normalised float images (N,C,H,W) and int64 labels, the seeded
 // train/validation split, and batch augmentation (random crop with zero padding in pixel space,
 // horizontal flip) driven by arcal's own seeded RNG so a resumed run sees the same batches.
 #pragma once

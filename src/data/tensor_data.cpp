@@ -1,4 +1,4 @@
-#include "train/data.hpp"
+#include "data/tensor_data.hpp"
 
 #include <numeric>
 
