@@ -98,14 +98,18 @@ std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double
   return fit_predict_mlp_probes_rows({&x_train}, n, f, ys, {&x_eval}, m, o, infos, offsets);
 }
 
-std::vector<std::vector<double>> fit_predict_mlp_probes_rows(const std::vector<const std::vector<double>*>& x_trains,
-                                                             std::size_t n, std::size_t f,
-                                                             const std::vector<const std::vector<double>*>& ys,
-                                                             const std::vector<const std::vector<double>*>& x_evals,
-                                                             std::size_t m, const MlpProbeOptions& o,
-                                                             std::vector<MlpProbeInfo>* infos,
-                                                             const MlpOffsets* offsets) {
-  const char* fn = "fit_predict_mlp_probes";
+namespace {
+
+constexpr const char* kProbeFn = "fit_predict_mlp_probes";
+
+/// The checks of fit_predict_mlp_probes_rows: row sets (1 or one per label vector) of n x f and m x f
+/// finite values, at least 10 training rows, labels 0/1 (probabilities with soft_labels), a warm start
+/// of the network's shape and offsets of the rows' sizes. Throws InputError naming the argument.
+void check_probe_inputs(const std::vector<const std::vector<double>*>& x_trains, std::size_t n, std::size_t f,
+                        const std::vector<const std::vector<double>*>& ys,
+                        const std::vector<const std::vector<double>*>& x_evals, std::size_t m,
+                        const MlpProbeOptions& o, const MlpOffsets* offsets) {
+  const char* fn = kProbeFn;
   if (f == 0) throw_input(fn, "no features (f = 0)");
   if (ys.empty()) throw_input(fn, "no label vectors (ys is empty)");
   for (const auto* part : {&x_trains, &x_evals}) {
@@ -165,9 +169,22 @@ std::vector<std::vector<double>> fit_predict_mlp_probes_rows(const std::vector<c
       }
     }
   }
-  torch::NoGradGuard outer_guard;
-  const auto R = static_cast<std::int64_t>(ys.size());
-  // Rows [Rx, n, f] and [Rx, m, f] (Rx = 1: shared), each row set standardised by its own training rows.
+}
+
+/// The R replicates' data as tensors: rows standardised by their own training rows.
+struct StackedData {
+  std::int64_t R = 0;
+  torch::Tensor Xtr, Xev;  ///< [Rx, n, f], [Rx, m, f] float32 (Rx = 1: rows shared by every replicate)
+  torch::Tensor Y;         ///< [R, n] float32
+  torch::Tensor Otr, Oev;  ///< [R, n], [R, m] float32 offsets (zeros without offsets: adding them changes nothing)
+  bool per_replicate_rows = false;
+};
+
+StackedData stack_data(const std::vector<const std::vector<double>*>& x_trains, std::size_t n, std::size_t f,
+                       const std::vector<const std::vector<double>*>& ys,
+                       const std::vector<const std::vector<double>*>& x_evals, std::size_t m, const MlpOffsets* offsets) {
+  StackedData d;
+  const auto R = d.R = static_cast<std::int64_t>(ys.size());
   auto stack_rows = [](const std::vector<const std::vector<double>*>& parts, std::size_t rows, std::size_t cols) {
     std::vector<torch::Tensor> t;
     for (const auto* v : parts)
@@ -184,17 +201,16 @@ std::vector<std::vector<double>> fit_predict_mlp_probes_rows(const std::vector<c
     auto sd_flat = sd.reshape({-1}).contiguous();
     for (std::int64_t j = 0; j < sd_flat.numel(); ++j)
       if (!(sd_flat.data_ptr<double>()[j] > 0))
-        throw_input(fn, "feature column " + std::to_string(std::size_t(j) % f) + " is constant on the training rows" +
-                            (Xtr.size(0) > 1 ? " of replicate " + std::to_string(std::size_t(j) / f) : std::string()));
+        throw_input(kProbeFn, "feature column " + std::to_string(std::size_t(j) % f) + " is constant on the training rows" +
+                                  (Xtr.size(0) > 1 ? " of replicate " + std::to_string(std::size_t(j) / f) : std::string()));
   }
-  Xtr = ((Xtr - mean) / sd).to(torch::kFloat);
-  Xev = ((Xev - mean) / sd).to(torch::kFloat);
-  const bool per_replicate_rows = Xtr.size(0) > 1;
+  d.Xtr = ((Xtr - mean) / sd).to(torch::kFloat);
+  d.Xev = ((Xev - mean) / sd).to(torch::kFloat);
+  d.per_replicate_rows = d.Xtr.size(0) > 1;
   std::vector<float> yflat(std::size_t(R) * n);
   for (std::int64_t r = 0; r < R; ++r)
     for (std::size_t i = 0; i < n; ++i) yflat[std::size_t(r) * n + i] = float((*ys[std::size_t(r)])[i]);
-  auto Y = torch::from_blob(yflat.data(), {R, long(n)}, torch::kFloat).clone();
-  // Offsets [R, n] and [R, m] (zeros without offsets: adding them changes nothing).
+  d.Y = torch::from_blob(yflat.data(), {R, long(n)}, torch::kFloat).clone();
   auto offset_tensor = [&](const std::vector<std::vector<double>>* rows, std::size_t cols) {
     if (!rows) return torch::zeros({R, long(cols)}, torch::kFloat);
     std::vector<float> flat(std::size_t(R) * cols);
@@ -204,143 +220,214 @@ std::vector<std::vector<double>> fit_predict_mlp_probes_rows(const std::vector<c
     }
     return torch::from_blob(flat.data(), {R, long(cols)}, torch::kFloat).clone();
   };
-  const auto Otr = offset_tensor(offsets ? &offsets->train : nullptr, n);
-  const auto Oev = offset_tensor(offsets ? &offsets->eval : nullptr, m);
+  d.Otr = offset_tensor(offsets ? &offsets->train : nullptr, n);
+  d.Oev = offset_tensor(offsets ? &offsets->eval : nullptr, m);
+  return d;
+}
 
+/// The still-training replicates' parameters, AdamW moments and rows (fit and inner-validation).
+struct ActiveSet {
+  std::vector<std::int64_t> ids;  ///< original replicate indices
+  Params p, exp_avg, exp_avg_sq;
+  torch::Tensor Xf, Xv, Yf, Yv, Of, Ov;
+  std::int64_t step = 0;  ///< AdamW steps taken
+};
+
+/// One epoch of minibatch AdamW over the fit rows in a fresh order drawn from rng; the loss is the sum
+/// of the replicates' mean losses, so replicate r's gradient is that of its own loss.
+void adamw_epoch(ActiveSet& a, std::vector<std::int64_t>& order, Rng& rng, const MlpProbeOptions& o) {
+  const double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // torch's AdamW defaults
+  const auto nf = static_cast<std::int64_t>(order.size());
+  std::iota(order.begin(), order.end(), 0);
+  rng.shuffle(order);
+  auto ord = torch::tensor(order, torch::kLong);
+  for (std::int64_t s = 0; s < nf; s += o.batch_size) {
+    auto idx = ord.narrow(0, s, std::min<std::int64_t>(o.batch_size, nf - s));
+    for (auto& t : a.p) t.requires_grad_(true);
+    torch::Tensor loss;
+    {
+      torch::AutoGradMode enable(true);
+      loss = replicate_bce(stacked_forward(a.p, a.Xf.index_select(1, idx)) + a.Of.index_select(1, idx),
+                           a.Yf.index_select(1, idx))
+                 .sum();
+      loss.backward();
+    }
+    // AdamW exactly as torch::optim::AdamW (decoupled decay, then the bias-corrected Adam step).
+    ++a.step;
+    const double bc1 = 1 - std::pow(beta1, double(a.step)), bc2 = 1 - std::pow(beta2, double(a.step));
+    for (std::size_t k = 0; k < a.p.size(); ++k) {
+      auto g = a.p[k].grad();
+      a.p[k].mul_(1 - o.lr * o.weight_decay);
+      a.exp_avg[k].mul_(beta1).add_(g, 1 - beta1);
+      a.exp_avg_sq[k].mul_(beta2).addcmul_(g, g, 1 - beta2);
+      auto denom = (a.exp_avg_sq[k].sqrt() / std::sqrt(bc2)).add_(eps);
+      a.p[k].addcdiv_(a.exp_avg[k], denom, -o.lr / bc1);
+      a.p[k].mutable_grad().reset();
+    }
+  }
+}
+
+/// Early stopping per replicate: the best inner-validation loss so far, its epoch and weights.
+struct BestState {
+  Params p;
+  std::vector<double> loss;
+  std::vector<int> epoch, since;
+  std::vector<bool> has;
+};
+
+/// After an epoch: replicates whose inner-validation loss improved by more than 1e-6 store their
+/// weights; those without improvement for `patience` epochs leave the active set (the cost of an
+/// epoch stays proportional to the replicates still improving).
+void early_stopping_step(ActiveSet& a, BestState& best, int epoch, int patience, bool per_replicate_rows) {
+  auto vl = replicate_bce(stacked_forward(a.p, a.Xv) + a.Ov, a.Yv).to(torch::kDouble).contiguous();
+  std::vector<std::int64_t> improved_pos, improved_id, keep_pos, keep_id;
+  for (std::size_t i = 0; i < a.ids.size(); ++i) {
+    const auto r = std::size_t(a.ids[i]);
+    const double v = vl.data_ptr<double>()[i];
+    bool keep = true;
+    if (v < best.loss[r] - 1e-6) {
+      best.loss[r] = v;
+      best.epoch[r] = epoch + 1;
+      best.since[r] = 0;
+      best.has[r] = true;
+      improved_pos.push_back(std::int64_t(i));
+      improved_id.push_back(a.ids[i]);
+    } else if (++best.since[r] >= patience) {
+      keep = false;
+    }
+    if (keep) {
+      keep_pos.push_back(std::int64_t(i));
+      keep_id.push_back(a.ids[i]);
+    }
+  }
+  if (!improved_pos.empty()) {
+    auto pos = torch::tensor(improved_pos, torch::kLong), id = torch::tensor(improved_id, torch::kLong);
+    for (std::size_t k = 0; k < a.p.size(); ++k) best.p[k].index_copy_(0, id, a.p[k].index_select(0, pos));
+  }
+  if (keep_pos.size() != a.ids.size()) {
+    auto pos = torch::tensor(keep_pos, torch::kLong);
+    for (std::size_t k = 0; k < a.p.size(); ++k) {
+      a.p[k] = a.p[k].index_select(0, pos);
+      a.exp_avg[k] = a.exp_avg[k].index_select(0, pos);
+      a.exp_avg_sq[k] = a.exp_avg_sq[k].index_select(0, pos);
+    }
+    a.Yf = a.Yf.index_select(0, pos);
+    a.Yv = a.Yv.index_select(0, pos);
+    a.Of = a.Of.index_select(0, pos);
+    a.Ov = a.Ov.index_select(0, pos);
+    if (per_replicate_rows) {
+      a.Xf = a.Xf.index_select(0, pos);
+      a.Xv = a.Xv.index_select(0, pos);
+    }
+    a.ids = std::move(keep_id);
+  }
+}
+
+/// One restart for every replicate: a seeded inner split shared by the replicates, starting weights
+/// (seeded, or the warm start; an offset model's output layer at zero so that it starts at the
+/// offset), minibatch AdamW with early stopping. Returns the best-epoch state.
+BestState fit_restart(const StackedData& d, std::size_t n, std::size_t f, const MlpProbeOptions& o, std::uint64_t seed,
+                      bool has_offsets) {
+  const auto R = d.R;
+  std::vector<std::int64_t> perm(n);
+  std::iota(perm.begin(), perm.end(), 0);
+  Rng rng(seed);
+  rng.shuffle(perm);
+  const std::size_t n_val = std::max<std::size_t>(1, static_cast<std::size_t>(o.inner_val * double(n)));
+  auto val_idx = torch::tensor(std::vector<std::int64_t>(perm.begin(), perm.begin() + n_val), torch::kLong);
+  std::vector<std::int64_t> fit_rows(perm.begin() + n_val, perm.end());
+  auto fit_idx = torch::tensor(fit_rows, torch::kLong);
+
+  ActiveSet a;
+  a.Xv = d.Xtr.index_select(1, val_idx);
+  a.Xf = d.Xtr.index_select(1, fit_idx);
+  a.Yv = d.Y.index_select(1, val_idx);
+  a.Yf = d.Y.index_select(1, fit_idx);
+  a.Ov = d.Otr.index_select(1, val_idx);
+  a.Of = d.Otr.index_select(1, fit_idx);
+  // Starting weights (shared by every replicate), their AdamW moments, and the best-epoch state.
+  a.p = o.warm_start ? warm_params(*o.warm_start) : seeded_init(int(f), o.hidden1, o.hidden2, seed);
+  if (has_offsets && !o.warm_start) {
+    // A correction starts as "no change": the output layer at zero, so the start is the offset.
+    a.p[4].zero_();
+    a.p[5].zero_();
+  }
+  for (auto& t : a.p) t = t.expand([&] {
+                         auto s = t.sizes().vec();
+                         s[0] = R;
+                         return s;
+                       }()).contiguous();
+  BestState best;
+  for (auto& t : a.p) {
+    best.p.push_back(t.clone());
+    a.exp_avg.push_back(torch::zeros_like(t));
+    a.exp_avg_sq.push_back(torch::zeros_like(t));
+  }
+  best.loss.assign(std::size_t(R), std::numeric_limits<double>::infinity());
+  best.epoch.assign(std::size_t(R), 0);
+  best.since.assign(std::size_t(R), 0);
+  best.has.assign(std::size_t(R), false);
+  if (o.warm_start || has_offsets) {
+    // The starting point competes with the trained epochs, so a refit can keep the warm weights and
+    // a correction can keep "no change".
+    auto vl = replicate_bce(stacked_forward(a.p, a.Xv) + a.Ov, a.Yv).to(torch::kDouble).contiguous();
+    for (std::int64_t r = 0; r < R; ++r) {
+      best.loss[std::size_t(r)] = vl.data_ptr<double>()[r];
+      best.has[std::size_t(r)] = true;
+    }
+  }
+  a.ids.resize(static_cast<std::size_t>(R));
+  std::iota(a.ids.begin(), a.ids.end(), 0);
+  std::vector<std::int64_t> order(fit_rows.size());
+  for (int epoch = 0; epoch < o.max_epochs && !a.ids.empty(); ++epoch) {
+    adamw_epoch(a, order, rng, o);
+    early_stopping_step(a, best, epoch, o.patience, d.per_replicate_rows);
+  }
+  for (std::int64_t r = 0; r < R; ++r)
+    // Without a warm start the state is empty only when no epoch improved on +inf (max_epochs = 0
+    // or a NaN loss).
+    if (!best.has[std::size_t(r)])
+      throw_input(kProbeFn, "training of replicate " + std::to_string(r) + " produced no finite inner-validation loss");
+  return best;
+}
+
+/// Adds the restart's predicted probabilities on the evaluation rows, / restarts, to avg [R][m]; in
+/// chunks of replicates, so [chunk, m, h] activations stay small.
+void add_predictions(std::vector<std::vector<double>>& avg, const Params& best_p, const StackedData& d, std::size_t m,
+                     const MlpProbeOptions& o) {
+  const auto R = d.R;
+  const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t(1) << 22) / std::max<std::int64_t>(1, std::int64_t(m) * std::max(o.hidden1, o.hidden2)));
+  for (std::int64_t r0 = 0; r0 < R; r0 += chunk) {
+    const auto len = std::min(chunk, R - r0);
+    Params pc;
+    for (const auto& t : best_p) pc.push_back(t.narrow(0, r0, len));
+    auto xe = d.per_replicate_rows ? d.Xev.narrow(0, r0, len) : d.Xev;
+    auto pred = torch::sigmoid(stacked_forward(pc, xe) + d.Oev.narrow(0, r0, len)).to(torch::kDouble).contiguous();
+    const double* pp = pred.data_ptr<double>();
+    for (std::int64_t r = 0; r < len; ++r)
+      for (std::size_t i = 0; i < m; ++i) avg[std::size_t(r0 + r)][i] += pp[std::size_t(r) * m + i] / o.restarts;
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<double>> fit_predict_mlp_probes_rows(const std::vector<const std::vector<double>*>& x_trains,
+                                                             std::size_t n, std::size_t f,
+                                                             const std::vector<const std::vector<double>*>& ys,
+                                                             const std::vector<const std::vector<double>*>& x_evals,
+                                                             std::size_t m, const MlpProbeOptions& o,
+                                                             std::vector<MlpProbeInfo>* infos,
+                                                             const MlpOffsets* offsets) {
+  check_probe_inputs(x_trains, n, f, ys, x_evals, m, o, offsets);
+  torch::NoGradGuard outer_guard;
+  const StackedData d = stack_data(x_trains, n, f, ys, x_evals, m, offsets);
+  const auto R = d.R;
   std::vector<std::vector<double>> avg(std::size_t(R), std::vector<double>(m, 0.0));
   std::vector<double> epochs_sum(std::size_t(R), 0.0);
   if (infos) infos->assign(std::size_t(R), MlpProbeInfo{});
-  const double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // torch's AdamW defaults
   for (int restart = 0; restart < o.restarts; ++restart) {
     const std::uint64_t seed = derive_seed(o.seed, static_cast<std::uint64_t>(restart));
-    // Inner split for early stopping, shared by every replicate.
-    std::vector<std::int64_t> perm(n);
-    std::iota(perm.begin(), perm.end(), 0);
-    Rng rng(seed);
-    rng.shuffle(perm);
-    const std::size_t n_val = std::max<std::size_t>(1, static_cast<std::size_t>(o.inner_val * double(n)));
-    auto val_idx = torch::tensor(std::vector<std::int64_t>(perm.begin(), perm.begin() + n_val), torch::kLong);
-    std::vector<std::int64_t> fit_rows(perm.begin() + n_val, perm.end());
-    auto fit_idx = torch::tensor(fit_rows, torch::kLong);
-    auto Xv = Xtr.index_select(1, val_idx), Xf = Xtr.index_select(1, fit_idx);
-    auto Yv = Y.index_select(1, val_idx), Yf = Y.index_select(1, fit_idx);
-    auto Ov = Otr.index_select(1, val_idx), Of = Otr.index_select(1, fit_idx);
-    const auto nf = static_cast<std::int64_t>(fit_rows.size());
-
-    // Starting weights (shared by every replicate), their AdamW moments, and the best-epoch state.
-    Params p = o.warm_start ? warm_params(*o.warm_start) : seeded_init(int(f), o.hidden1, o.hidden2, seed);
-    if (offsets && !o.warm_start) {
-      // A correction starts as "no change": the output layer at zero, so the start is the offset.
-      p[4].zero_();
-      p[5].zero_();
-    }
-    for (auto& t : p) t = t.expand([&] {
-                           auto s = t.sizes().vec();
-                           s[0] = R;
-                           return s;
-                         }()).contiguous();
-    Params best_p, exp_avg, exp_avg_sq;
-    for (auto& t : p) {
-      best_p.push_back(t.clone());
-      exp_avg.push_back(torch::zeros_like(t));
-      exp_avg_sq.push_back(torch::zeros_like(t));
-    }
-    std::vector<double> best(std::size_t(R), std::numeric_limits<double>::infinity());
-    std::vector<int> best_epoch(std::size_t(R), 0), since(std::size_t(R), 0);
-    std::vector<bool> has_best(std::size_t(R), false);
-    if (o.warm_start || offsets) {
-      // The starting point competes with the trained epochs, so a refit can keep the warm weights and
-      // a correction can keep "no change".
-      auto vl = replicate_bce(stacked_forward(p, Xv) + Ov, Yv).to(torch::kDouble).contiguous();
-      for (std::int64_t r = 0; r < R; ++r) {
-        best[std::size_t(r)] = vl.data_ptr<double>()[r];
-        has_best[std::size_t(r)] = true;
-      }
-    }
-    // Replicates still training (original indices); a stopped replicate leaves the stack, so the cost
-    // of an epoch is proportional to the replicates still improving.
-    std::vector<std::int64_t> active(static_cast<std::size_t>(R));
-    std::iota(active.begin(), active.end(), 0);
-    auto Yf_a = Yf, Yv_a = Yv, Of_a = Of, Ov_a = Ov, Xf_a = Xf, Xv_a = Xv;
-    std::vector<std::int64_t> order(static_cast<std::size_t>(nf));
-    std::int64_t step = 0;
-    for (int epoch = 0; epoch < o.max_epochs && !active.empty(); ++epoch) {
-      std::iota(order.begin(), order.end(), 0);
-      rng.shuffle(order);
-      auto ord = torch::tensor(order, torch::kLong);
-      for (std::int64_t s = 0; s < nf; s += o.batch_size) {
-        auto idx = ord.narrow(0, s, std::min<std::int64_t>(o.batch_size, nf - s));
-        for (auto& t : p) t.requires_grad_(true);
-        torch::Tensor loss;
-        {
-          torch::AutoGradMode enable(true);
-          // The sum of the replicates' mean losses: replicate r's gradient is that of its own loss.
-          loss = replicate_bce(stacked_forward(p, Xf_a.index_select(1, idx)) + Of_a.index_select(1, idx),
-                               Yf_a.index_select(1, idx))
-                     .sum();
-          loss.backward();
-        }
-        // AdamW exactly as torch::optim::AdamW (decoupled decay, then the bias-corrected Adam step).
-        ++step;
-        const double bc1 = 1 - std::pow(beta1, double(step)), bc2 = 1 - std::pow(beta2, double(step));
-        for (std::size_t k = 0; k < p.size(); ++k) {
-          auto g = p[k].grad();
-          p[k].mul_(1 - o.lr * o.weight_decay);
-          exp_avg[k].mul_(beta1).add_(g, 1 - beta1);
-          exp_avg_sq[k].mul_(beta2).addcmul_(g, g, 1 - beta2);
-          auto denom = (exp_avg_sq[k].sqrt() / std::sqrt(bc2)).add_(eps);
-          p[k].addcdiv_(exp_avg[k], denom, -o.lr / bc1);
-          p[k].mutable_grad().reset();
-        }
-      }
-      auto vl = replicate_bce(stacked_forward(p, Xv_a) + Ov_a, Yv_a).to(torch::kDouble).contiguous();
-      std::vector<std::int64_t> improved_pos, improved_id, keep_pos, keep_id;
-      for (std::size_t a = 0; a < active.size(); ++a) {
-        const auto r = std::size_t(active[a]);
-        const double v = vl.data_ptr<double>()[a];
-        bool keep = true;
-        if (v < best[r] - 1e-6) {
-          best[r] = v;
-          best_epoch[r] = epoch + 1;
-          since[r] = 0;
-          has_best[r] = true;
-          improved_pos.push_back(std::int64_t(a));
-          improved_id.push_back(active[a]);
-        } else if (++since[r] >= o.patience) {
-          keep = false;
-        }
-        if (keep) {
-          keep_pos.push_back(std::int64_t(a));
-          keep_id.push_back(active[a]);
-        }
-      }
-      if (!improved_pos.empty()) {
-        auto pos = torch::tensor(improved_pos, torch::kLong), id = torch::tensor(improved_id, torch::kLong);
-        for (std::size_t k = 0; k < p.size(); ++k) best_p[k].index_copy_(0, id, p[k].index_select(0, pos));
-      }
-      if (keep_pos.size() != active.size()) {
-        auto pos = torch::tensor(keep_pos, torch::kLong);
-        for (std::size_t k = 0; k < p.size(); ++k) {
-          p[k] = p[k].index_select(0, pos);
-          exp_avg[k] = exp_avg[k].index_select(0, pos);
-          exp_avg_sq[k] = exp_avg_sq[k].index_select(0, pos);
-        }
-        Yf_a = Yf_a.index_select(0, pos);
-        Yv_a = Yv_a.index_select(0, pos);
-        Of_a = Of_a.index_select(0, pos);
-        Ov_a = Ov_a.index_select(0, pos);
-        if (per_replicate_rows) {
-          Xf_a = Xf_a.index_select(0, pos);
-          Xv_a = Xv_a.index_select(0, pos);
-        }
-        active = std::move(keep_id);
-      }
-    }
-    for (std::int64_t r = 0; r < R; ++r)
-      // Without a warm start the state is empty only when no epoch improved on +inf (max_epochs = 0
-      // or a NaN loss).
-      if (!has_best[std::size_t(r)])
-        throw_input(fn, "training of replicate " + std::to_string(r) + " produced no finite inner-validation loss");
+    const BestState best = fit_restart(d, n, f, o, seed, offsets != nullptr);
     if (infos && restart == 0)
       for (std::int64_t r = 0; r < R; ++r) {
         auto& w = (*infos)[std::size_t(r)].weights;
@@ -348,24 +435,13 @@ std::vector<std::vector<double>> fit_predict_mlp_probes_rows(const std::vector<c
         w.hidden1 = o.hidden1;
         w.hidden2 = o.hidden2;
         w.tensors.clear();
-        for (const auto& t : best_p) {
+        for (const auto& t : best.p) {
           auto c = t[r].contiguous();
           w.tensors.emplace_back(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
         }
       }
-    // Predictions in chunks of replicates, so [chunk, m, h] activations stay small.
-    const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t(1) << 22) / std::max<std::int64_t>(1, std::int64_t(m) * std::max(o.hidden1, o.hidden2)));
-    for (std::int64_t r0 = 0; r0 < R; r0 += chunk) {
-      const auto len = std::min(chunk, R - r0);
-      Params pc;
-      for (const auto& t : best_p) pc.push_back(t.narrow(0, r0, len));
-      auto xe = per_replicate_rows ? Xev.narrow(0, r0, len) : Xev;
-      auto pred = torch::sigmoid(stacked_forward(pc, xe) + Oev.narrow(0, r0, len)).to(torch::kDouble).contiguous();
-      const double* pp = pred.data_ptr<double>();
-      for (std::int64_t r = 0; r < len; ++r)
-        for (std::size_t i = 0; i < m; ++i) avg[std::size_t(r0 + r)][i] += pp[std::size_t(r) * m + i] / o.restarts;
-    }
-    for (std::int64_t r = 0; r < R; ++r) epochs_sum[std::size_t(r)] += best_epoch[std::size_t(r)];
+    add_predictions(avg, best.p, d, m, o);
+    for (std::int64_t r = 0; r < R; ++r) epochs_sum[std::size_t(r)] += best.epoch[std::size_t(r)];
   }
   if (infos)
     for (std::int64_t r = 0; r < R; ++r) {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <functional>
 #include <numeric>
 #include <thread>
 
@@ -195,6 +196,77 @@ bool reads_profile(const ProbeDesign& d, const ProbeDesign::Spec& spec) {
   return false;
 }
 
+namespace {
+
+/// logit(p[from .. from + count)), clipped to [1e-7, 1 - 1e-7] first.
+std::vector<double> logit_slice(const std::vector<double>& p, std::size_t from, std::size_t count) {
+  std::vector<double> out(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const double c = std::min(std::max(p[from + i], 1e-7), 1.0 - 1e-7);
+    out[i] = std::log(c) - std::log1p(-c);
+  }
+  return out;
+}
+
+/// Runs job(list[t]) for every t on min(threads, |list|) workers (the calling thread is one of them).
+/// The jobs write disjoint slots, so the result depends on neither the thread count nor the order.
+void run_on_workers(const std::vector<std::size_t>& list, int threads, const std::function<void(std::size_t)>& job) {
+  const std::size_t workers = std::min<std::size_t>(std::size_t(std::max(1, threads)), list.size());
+  if (workers <= 1) {
+    for (auto j : list) job(j);
+    return;
+  }
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t t; (t = next.fetch_add(1)) < list.size();) job(list[t]);
+  };
+  std::vector<std::thread> pool;
+  for (std::size_t t = 1; t < workers; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+}
+
+/// Which MLP specs correct another's output (base_of[a] = the spec whose logits are a's offsets, -1
+/// for none) and which are such a base.
+struct CorrectionBases {
+  std::vector<int> base_of;
+  std::vector<bool> is_base;
+};
+
+CorrectionBases correction_bases(const ProbeDesign& d) {
+  CorrectionBases cb{std::vector<int>(d.mlps.size(), -1), std::vector<bool>(d.mlps.size(), false)};
+  for (std::size_t a = 0; a < d.mlps.size(); ++a)
+    for (std::size_t b = 0; b < d.mlps.size(); ++b)
+      if (!d.mlps[a].base.empty() && d.mlps[b].name == d.mlps[a].base) {
+        cb.base_of[a] = int(b);
+        cb.is_base[b] = true;
+      }
+  return cb;
+}
+
+/// The linear probe (Platt scaling of the confidence) of every replicate and fold into out[j].eval[0];
+/// a replicate with replicate 0's halves and labels copies its fit.
+void fit_linear_replicates(std::vector<ProbeRefit>& out, const ProbeDesign& d,
+                           const std::vector<std::array<const std::vector<double>*, 2>>& ys,
+                           const std::vector<const std::array<SplitIndices, 2>*>& folds, bool shared_folds,
+                           const std::array<bool, 2>& same_labels) {
+  for (std::size_t j = 0; j < out.size(); ++j) {
+    out[j].names.push_back("linear");
+    out[j].parameters[0] = 2;
+    for (std::size_t f = 0; f < 2; ++f) {
+      if (j > 0 && shared_folds && same_labels[f]) {
+        out[j].eval[0][f] = out[0].eval[0][f];
+        continue;
+      }
+      const auto& s = (*folds[j])[f];
+      const auto platt = fit_platt(pick(d.confidence, s.calibration), pick(*ys[j][f], s.calibration));
+      out[j].eval[0][f] = apply_platt(platt, pick(d.confidence, s.evaluation));
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
                                                     const std::vector<std::array<const std::vector<double>*, 2>>& ys,
                                                     const MlpProbeOptions& mlp, const std::array<std::uint64_t, 2>& seeds,
@@ -216,9 +288,9 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
     throw_input(fn, "warm has " + std::to_string(warm->size()) + " probes, but the design fits " +
                         std::to_string(probes));
   const std::size_t R = ys.size();
-  auto folds_of = [&](std::size_t j) -> const std::array<SplitIndices, 2>& {
-    return specs && (*specs)[j].folds ? *(*specs)[j].folds : d.folds;
-  };
+  std::vector<const std::array<SplitIndices, 2>*> fold_sets(R);  // replicate j's halves
+  for (std::size_t j = 0; j < R; ++j) fold_sets[j] = specs && (*specs)[j].folds ? (*specs)[j].folds : &d.folds;
+  auto folds_of = [&](std::size_t j) -> const std::array<SplitIndices, 2>& { return *fold_sets[j]; };
   auto perm_of = [&](std::size_t j) -> const std::vector<std::size_t>* {
     return specs ? (*specs)[j].profile_permutation : nullptr;
   };
@@ -255,19 +327,7 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
   }
   std::size_t k = 0;
   if (linear) {
-    for (std::size_t j = 0; j < R; ++j) {
-      out[j].names.push_back("linear");
-      out[j].parameters[0] = 2;
-      for (std::size_t f = 0; f < 2; ++f) {
-        if (j > 0 && shared_folds && same_labels[f]) {
-          out[j].eval[0][f] = out[0].eval[0][f];
-          continue;
-        }
-        const auto& s = folds_of(j)[f];
-        const auto platt = fit_platt(pick(d.confidence, s.calibration), pick(*ys[j][f], s.calibration));
-        out[j].eval[0][f] = apply_platt(platt, pick(d.confidence, s.evaluation));
-      }
-    }
+    fit_linear_replicates(out, d, ys, fold_sets, shared_folds, same_labels);
     ++k;
   }
   // One stacked fit per (MLP probe, fold): independent jobs, run on mlp.threads workers; each job
@@ -277,24 +337,11 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
   std::vector<double> epochs(R * jobs, 0.0);  // [replicate][job] mean epochs, summed over folds below
   // Correction probes read their base's fitted logits on the calibration rows (training offsets) and
   // on the evaluation rows (prediction offsets): the base probes run first and keep them.
-  std::vector<int> base_of(d.mlps.size(), -1);
-  std::vector<bool> is_base(d.mlps.size(), false);
-  for (std::size_t a = 0; a < d.mlps.size(); ++a)
-    for (std::size_t b = 0; b < d.mlps.size(); ++b)
-      if (!d.mlps[a].base.empty() && d.mlps[b].name == d.mlps[a].base) {
-        base_of[a] = int(b);
-        is_base[b] = true;
-      }
+  const CorrectionBases bases = correction_bases(d);
+  const std::vector<int>& base_of = bases.base_of;
+  const std::vector<bool>& is_base = bases.is_base;
   // base_logit[job][j] = {calibration-row logits, evaluation-row logits} of replicate j (bases only).
   std::vector<std::vector<std::array<std::vector<double>, 2>>> base_logit(jobs);
-  auto to_logit = [](const std::vector<double>& p, std::size_t from, std::size_t count) {
-    std::vector<double> out(count);
-    for (std::size_t i = 0; i < count; ++i) {
-      const double c = std::min(std::max(p[from + i], 1e-7), 1.0 - 1e-7);
-      out[i] = std::log(c) - std::log1p(-c);
-    }
-    return out;
-  };
   auto run_job = [&](std::size_t job) {
     try {
       const auto& spec = d.mlps[job / 2];
@@ -365,7 +412,7 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
       if (is_base[job / 2]) {
         base_logit[job].resize(R);
         for (std::size_t j = 0; j < R; ++j) {
-          base_logit[job][j] = {to_logit(pred[j], 0, nc), to_logit(pred[j], nc, ne)};
+          base_logit[job][j] = {logit_slice(pred[j], 0, nc), logit_slice(pred[j], nc, ne)};
           pred[j].erase(pred[j].begin(), pred[j].begin() + long(nc));
         }
       }
@@ -384,19 +431,7 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
     std::vector<std::size_t> list;
     for (std::size_t job = 0; job < jobs; ++job)
       if ((base_of[job / 2] >= 0) == (phase == 1)) list.push_back(job);
-    const std::size_t workers = std::min<std::size_t>(std::size_t(std::max(1, mlp.threads)), list.size());
-    if (workers <= 1) {
-      for (auto job : list) run_job(job);
-    } else {
-      std::atomic<std::size_t> next{0};
-      auto worker = [&] {
-        for (std::size_t t; (t = next.fetch_add(1)) < list.size();) run_job(list[t]);
-      };
-      std::vector<std::thread> pool;
-      for (std::size_t t = 1; t < workers; ++t) pool.emplace_back(worker);
-      worker();
-      for (auto& t : pool) t.join();
-    }
+    run_on_workers(list, mlp.threads, run_job);
     for (const auto& e : errors)
       if (e) std::rethrow_exception(e);  // the first failing job in (probe, fold) order
   }
