@@ -129,6 +129,16 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& path
   const nlohmann::json j = parse_json_text(text, fn, path);
   if (!j.is_object() || !j.contains("train") || !j.contains("model"))
     throw InputError(fn + ": " + path + " is not an arcal run config (needs the objects 'train' and 'model')");
+  if (j.contains("schema")) {  // absent in runs written before it was added: version 1
+    const auto& s = j["schema"];
+    if (!s.is_string() || s.get<std::string>() != kTrainConfigSchema)
+      throw InputError(fn + ": " + path + ": schema is " + json_brief(s) + ", but this arcal reads \"" +
+                       kTrainConfigSchema + "\" (a run written by " +
+                       (s.is_string() && s.get<std::string>().rfind("arcal.train_config/", 0) == 0
+                            ? "another arcal version"
+                            : "something else") +
+                       "?)");
+  }
   RunConfig r;
   r.train = train_config_from_json(j["train"], fn + ": " + path + ": train");
   try {

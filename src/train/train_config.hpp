@@ -52,15 +52,19 @@ TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& w
 /// Throws InputError naming the flag. Needs no LibTorch (validate_train_config adds the CUDA check).
 void check_train_config(const TrainConfig& c);
 
-/// RUN/config.json: {"train": ..., "model": ..., "version": ..., "parameters": ...}.
+/// `schema` of RUN/config.json (docs/schema/train_config.schema.json). Runs written before it was
+/// added have none and are read as version 1.
+inline constexpr const char* kTrainConfigSchema = "arcal.train_config/1";
+
+/// RUN/config.json: {"schema": ..., "train": ..., "model": ..., "version": ..., "parameters": ...}.
 struct RunConfig {
   TrainConfig train;
   ModelConfig model;
   nlohmann::json json;  ///< the whole document (resume history and other keys are kept)
 };
 
-/// Parses a run's config.json text (size and nesting limits, typed fields, ranges); `path` names
-/// the file in messages. Throws InputError.
+/// Parses a run's config.json text (size and nesting limits, typed fields, ranges, a `schema` other
+/// than kTrainConfigSchema refused by name); `path` names the file in messages. Throws InputError.
 RunConfig parse_run_config_text(const std::string& text, const std::string& path);
 /// Reads and parses RUN/config.json (InputError for a missing, oversized or invalid file).
 RunConfig read_run_config(const std::string& path);

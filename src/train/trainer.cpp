@@ -380,34 +380,207 @@ nlohmann::json train_run(const TrainConfig& requested, const std::string& run_di
 
 namespace {
 
-nlohmann::json train_locked(const TrainConfig& requested, const std::string& run_dir, bool resume,
-                            const TrainEvents& events, const ResumeRequest& request) {
-  const std::string config_path = run_dir + "/config.json";
-  const std::string ckpt_path = run_dir + "/checkpoint.pt";
-  const std::string log_path = run_dir + "/log.jsonl";
-  const std::string summary_path = run_dir + "/summary.json";
+/// The files of a run directory.
+struct RunPaths {
+  std::string config, checkpoint, log, summary, model;
+  explicit RunPaths(const std::string& run_dir)
+      : config(run_dir + "/config.json"), checkpoint(run_dir + "/checkpoint.pt"), log(run_dir + "/log.jsonl"),
+        summary(run_dir + "/summary.json"), model(run_dir + "/model.pt") {}
+};
 
-  TrainConfig c = requested;
-  std::int64_t start_step = 0;
-  RunConfig stored;
-  nlohmann::json overrides = nlohmann::json::object();
+/// The run's settings once the command line and, on resume, RUN/config.json are reconciled.
+struct ResolvedRun {
+  TrainConfig config;
+  RunConfig stored;                                     ///< RUN/config.json (resume only)
+  nlohmann::json overrides = nlohmann::json::object();  ///< --override changes: {"key": {"from", "to"}}
+  DistributedEnv dist;
+};
+
+/// Refuses a start over an existing run and a resume of nothing (or with another WORLD_SIZE), applies
+/// --override, and validates the resulting configuration. Touches no file.
+ResolvedRun resolve_run(const TrainConfig& requested, const std::string& run_dir, bool resume,
+                        const ResumeRequest& request, const RunPaths& paths) {
+  ResolvedRun run;
+  run.config = requested;
   if (resume) {
-    if (!fs::exists(config_path))
-      throw_input("--resume", config_path + " does not exist: nothing to resume (start without --resume)");
-    stored = read_run_config(config_path);
-    c = resolve_resume(requested, stored, request, config_path, overrides);
-  } else if (fs::exists(summary_path) || fs::exists(ckpt_path)) {
-    throw_input("--out", run_dir + " already holds a run (" + (fs::exists(summary_path) ? "finished" : "with a checkpoint") +
+    if (!fs::exists(paths.config))
+      throw_input("--resume", paths.config + " does not exist: nothing to resume (start without --resume)");
+    run.stored = read_run_config(paths.config);
+    run.config = resolve_resume(requested, run.stored, request, paths.config, run.overrides);
+  } else if (fs::exists(paths.summary) || fs::exists(paths.checkpoint)) {
+    throw_input("--out", run_dir + " already holds a run (" + (fs::exists(paths.summary) ? "finished" : "with a checkpoint") +
                              "); pass --resume to continue it or choose another --out");
   } else if (!request.overrides.empty()) {
     throw_input("--override", "only applies with --resume");
   }
-  const DistributedEnv dist_env = distributed_env_from_environment();
-  if (resume && c.world_size != dist_env.world_size)
-    throw_input("--resume", run_dir + " was trained with " + std::to_string(c.world_size) + " rank(s) but WORLD_SIZE is " +
-                                std::to_string(dist_env.world_size) + ": the data order depends on it; resume with the same count");
-  c.world_size = dist_env.world_size;
-  validate_train_config(c);
+  run.dist = distributed_env_from_environment();
+  if (resume && run.config.world_size != run.dist.world_size)
+    throw_input("--resume", run_dir + " was trained with " + std::to_string(run.config.world_size) +
+                                " rank(s) but WORLD_SIZE is " + std::to_string(run.dist.world_size) +
+                                ": the data order depends on it; resume with the same count");
+  run.config.world_size = run.dist.world_size;
+  validate_train_config(run.config);
+  return run;
+}
+
+/// Rank 0's RUN/config.json: on a resume with --override the stored document with the new values and
+/// the change history (resume_overrides); on a fresh start the resolved configuration (and an empty
+/// log.jsonl). A plain resume from a checkpoint keeps the file as it is.
+void record_run_config(const ResolvedRun& run, const ModelConfig& mc, std::int64_t parameters, bool resume,
+                       bool from_checkpoint, std::int64_t start_step, const RunPaths& paths,
+                       const std::function<void(const std::string&)>& say) {
+  if (resume && !run.overrides.empty()) {
+    // The changed settings become the run's configuration; the history says what changed and when.
+    nlohmann::json cfg = run.stored.json;
+    cfg["schema"] = kTrainConfigSchema;
+    cfg["train"] = run.config;
+    cfg["train"]["threads"] = run.stored.train.threads;
+    if (!cfg.contains("resume_overrides") || !cfg["resume_overrides"].is_array()) cfg["resume_overrides"] = nlohmann::json::array();
+    cfg["resume_overrides"].push_back({{"step", start_step}, {"changes", run.overrides}});
+    write_file_atomic(paths.config, cfg.dump(2) + "\n");
+    for (const auto& [k, v] : run.overrides.items())
+      say("override: " + k + " " + json_brief(v["from"]) + " -> " + json_brief(v["to"]) + " from step " +
+          std::to_string(start_step) + " (recorded in config.json)");
+    return;
+  }
+  if (from_checkpoint) return;
+  const nlohmann::json cfg = {{"schema", kTrainConfigSchema}, {"train", run.config}, {"model", mc},
+                              {"version", ARCAL_VERSION},     {"parameters", parameters}};
+  write_file_atomic(paths.config, cfg.dump(2) + "\n");
+  write_file_atomic(paths.log, "");
+}
+
+/// Autocast of the training forward pass (precision bf16/fp16); the loss and the routing softmax run
+/// in fp32. Off for fp32.
+struct Autocast {
+  bool enabled = false;
+  at::ScalarType dtype = at::kBFloat16;
+  bool cuda = false;
+
+  Autocast(const std::string& precision, const torch::Device& device)
+      : enabled(precision != "fp32"), dtype(precision == "fp16" ? at::kHalf : at::kBFloat16), cuda(device.is_cuda()) {}
+
+  void set(bool on) const {
+    if (!enabled) return;
+    if (cuda) {
+      at::autocast::set_autocast_gpu_dtype(dtype);
+      at::autocast::set_enabled(on);
+    } else {
+      at::autocast::set_autocast_cpu_dtype(dtype);
+      at::autocast::set_cpu_enabled(on);
+    }
+    if (!on) at::autocast::clear_cache();
+  }
+};
+
+/// The epoch's example order: a permutation of the training split seeded by (seed, epoch), the same on
+/// every rank and on resume.
+void shuffle_for_epoch(std::vector<std::int64_t>& order, std::int64_t size, std::uint64_t seed, int epoch) {
+  order.resize(static_cast<std::size_t>(size));
+  std::iota(order.begin(), order.end(), 0);
+  Rng rng(derive_seed(seed, 1000 + static_cast<std::uint64_t>(epoch)));
+  rng.shuffle(order);
+}
+
+/// Step `step`'s batch for this rank, augmented, on `device`: the global batch is what one process
+/// with batch b x world would draw (same order, same augmentation seed); rank r trains on rows
+/// [r b, (r+1) b) of it.
+std::pair<torch::Tensor, torch::Tensor> rank_batch(const TensorData& train, std::vector<std::int64_t>& order,
+                                                   std::int64_t step, std::int64_t per_epoch, std::int64_t global_batch,
+                                                   int pad, const TrainConfig& c, int rank, const torch::Device& device) {
+  const auto offset = (step % per_epoch) * global_batch;
+  auto idx = torch::from_blob(order.data() + offset, {global_batch}, torch::kLong);
+  auto x = augment_batch(train.images.index_select(0, idx), pad, derive_seed(c.seed, 5000000 + static_cast<std::uint64_t>(step)), c.dataset);
+  auto y = train.labels.index_select(0, idx);
+  if (c.world_size > 1) {
+    x = x.narrow(0, std::int64_t(rank) * c.batch_size, c.batch_size);
+    y = y.narrow(0, std::int64_t(rank) * c.batch_size, c.batch_size);
+  }
+  return {x.to(device), y.to(device)};
+}
+
+/// fp16 loss scaling: divides every gradient by the scale and reports whether all are finite; an
+/// overflow halves the scale (the step is then skipped), 2000 clean steps double it, as
+/// torch.cuda.amp.GradScaler does. No-op (true) at scale 1.
+bool unscale_gradients(ARViT& model, LossScaler& scaler) {
+  if (scaler.scale == 1.0) return true;
+  bool finite = true;
+  torch::NoGradGuard ng;
+  for (auto& p : model->parameters())
+    if (p.grad().defined()) {
+      p.grad().div_(scaler.scale);
+      finite = finite && torch::isfinite(p.grad()).all().item<bool>();
+    }
+  if (!finite) {
+    scaler.scale /= 2;
+    scaler.clean_steps = 0;
+  } else if (++scaler.clean_steps % 2000 == 0) {
+    scaler.scale *= 2;
+  }
+  return finite;
+}
+
+struct StepResult {
+  torch::Tensor logits;  ///< (b, K) float32
+  double loss = 0;
+};
+
+/// One optimizer step on (x, y) at learning rate lr: forward under autocast, cross-entropy + beta
+/// SB-ECE in fp32 (with several ranks the SB-ECE term is a per-rank batch statistic: its bins see b
+/// examples), backward (scaled for fp16), gradients averaged over the ranks, then AdamW unless fp16
+/// gradients overflowed.
+StepResult optimizer_step(ARViT& model, torch::optim::AdamW& opt, const torch::Tensor& x, const torch::Tensor& y,
+                          double lr, const TrainConfig& c, const Autocast& autocast, LossScaler& scaler,
+                          DataParallelGroup* group) {
+  for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+  opt.zero_grad();
+  autocast.set(true);
+  auto logits = model->forward(x);
+  autocast.set(false);
+  logits = logits.to(torch::kFloat);
+  auto loss = torch::cross_entropy_loss(logits, y);
+  if (c.sbece_weight > 0) loss = loss + c.sbece_weight * soft_binned_ece(logits, y, c.sbece_bins, c.sbece_temperature);
+  (scaler.scale != 1.0 ? loss * scaler.scale : loss).backward();
+  if (group) group->average_gradients(*model);
+  if (unscale_gradients(model, scaler)) opt.step();
+  return {logits, loss.item<double>()};
+}
+
+/// After the last step (rank 0): model.pt with its configuration, and summary.json from the test split.
+nlohmann::json write_final_outputs(ARViT& model, const TensorData& test_split, const TrainConfig& c, const RunPaths& paths,
+                                   std::int64_t total, std::int64_t per_epoch, std::int64_t start_step, double wall,
+                                   double train_seconds, std::int64_t images_seen, double divergence) {
+  EvalResult test = evaluate(model, test_split);
+  torch::serialize::OutputArchive final_archive;
+  write_model_identity(final_archive, model->config());
+  model->save(final_archive);
+  save_archive_atomic(final_archive, paths.model);
+  nlohmann::json summary = {{"schema", kTrainSummarySchema},
+                            {"test_accuracy", test.accuracy},
+                            {"test_nll", test.nll},
+                            {"test_ece15", test.ece},
+                            {"test_n", test.n},
+                            {"steps", total},
+                            {"epochs", double(total) / double(per_epoch)},
+                            {"resumed_from_step", start_step},
+                            {"wall_seconds", wall},
+                            {"train_seconds", train_seconds},
+                            {"images_per_second", train_seconds > 0 ? double(images_seen) / train_seconds : 0.0},
+                            {"threads", c.threads},
+                            {"world_size", c.world_size},
+                            {"precision", c.precision},
+                            {"max_parameter_divergence", divergence},
+                            {"parameters", parameter_count(*model)}};
+  write_file_atomic(paths.summary, summary.dump(2) + "\n");
+  return summary;
+}
+
+nlohmann::json train_locked(const TrainConfig& requested, const std::string& run_dir, bool resume,
+                            const TrainEvents& events, const ResumeRequest& request) {
+  const RunPaths paths(run_dir);
+  const ResolvedRun run = resolve_run(requested, run_dir, resume, request, paths);
+  const TrainConfig& c = run.config;
+  const DistributedEnv& dist_env = run.dist;
   const bool primary = dist_env.primary();
   TrainEvents ev = primary ? events : TrainEvents{};
   auto say_primary = [&](const std::string& s) {
@@ -420,9 +593,9 @@ nlohmann::json train_locked(const TrainConfig& requested, const std::string& run
   const auto& train = data.train;
   ModelConfig mc = model_config_for(c, static_cast<int>(train.images.size(2)), static_cast<int>(train.images.size(1)),
                                     train.classes);
-  if (resume && model_config_hash(mc) != model_config_hash(stored.model))
-    throw_input("--resume", config_path + ": its model section does not match the model its train section builds ("
-                                "edited by hand?); the checkpoint cannot be resumed safely");
+  if (resume && model_config_hash(mc) != model_config_hash(run.stored.model))
+    throw_input("--resume", paths.config + ": its model section does not match the model its train section builds ("
+                                           "edited by hand?); the checkpoint cannot be resumed safely");
   if (interrupt_requested())
     throw Interrupted(std::string("train stopped by ") + interrupt_signal_name() + " before training started; " +
                       (resume ? "the checkpoint is unchanged: resume with " + resume_command(run_dir)
@@ -446,50 +619,20 @@ nlohmann::json train_locked(const TrainConfig& requested, const std::string& run
   std::int64_t total = per_epoch * c.epochs;
   if (c.max_steps > 0) total = std::min(total, c.max_steps);
 
-  // fp16 needs loss scaling (bf16 has fp32's exponent range): dynamic, halved on overflow (the step
-  // is skipped), doubled after 2000 clean steps, as torch.cuda.amp.GradScaler does.
+  // fp16 needs loss scaling (bf16 has fp32's exponent range): dynamic, from 65536 (unscale_gradients).
   LossScaler scaler;
   if (c.precision == "fp16") scaler.scale = 65536.0;
-  if (resume && fs::exists(ckpt_path)) {
-    start_step = load_checkpoint(model, opt, ckpt_path, device, scaler, total);
-    if (primary) truncate_log(log_path, start_step);
+  const bool from_checkpoint = resume && fs::exists(paths.checkpoint);
+  std::int64_t start_step = 0;
+  if (from_checkpoint) {
+    start_step = load_checkpoint(model, opt, paths.checkpoint, device, scaler, total);
+    if (primary) truncate_log(paths.log, start_step);
     say_primary("resuming " + run_dir + " from step " + std::to_string(start_step) + " of " + std::to_string(total));
   }
-  if (primary && resume && !overrides.empty()) {
-    // The changed settings become the run's configuration; the history says what changed and when.
-    nlohmann::json cfg = stored.json;
-    cfg["train"] = c;
-    cfg["train"]["threads"] = stored.train.threads;
-    if (!cfg.contains("resume_overrides") || !cfg["resume_overrides"].is_array()) cfg["resume_overrides"] = nlohmann::json::array();
-    cfg["resume_overrides"].push_back({{"step", start_step}, {"changes", overrides}});
-    write_file_atomic(config_path, cfg.dump(2) + "\n");
-    for (const auto& [k, v] : overrides.items())
-      say_primary("override: " + k + " " + json_brief(v["from"]) + " -> " + json_brief(v["to"]) + " from step " +
-                  std::to_string(start_step) + " (recorded in config.json)");
-  }
-  if (primary && !(resume && fs::exists(ckpt_path)) && !(resume && !overrides.empty())) {
-    nlohmann::json cfg = {{"train", c}, {"model", mc}, {"version", ARCAL_VERSION},
-                          {"parameters", parameter_count(*model)}};
-    write_file_atomic(config_path, cfg.dump(2) + "\n");
-    write_file_atomic(log_path, "");
-  }
+  if (primary) record_run_config(run, mc, parameter_count(*model), resume, from_checkpoint, start_step, paths, say_primary);
   if (group) group->barrier();  // every rank has checked RUN/ before rank 0 writes checkpoints into it
 
-  // Autocast for the training forward pass; the loss and the routing softmax run in fp32.
-  const bool autocast = c.precision != "fp32";
-  const auto autocast_dtype = c.precision == "fp16" ? at::kHalf : at::kBFloat16;
-  auto set_autocast = [&](bool on) {
-    if (!autocast) return;
-    if (device.is_cuda()) {
-      at::autocast::set_autocast_gpu_dtype(autocast_dtype);
-      at::autocast::set_enabled(on);
-    } else {
-      at::autocast::set_autocast_cpu_dtype(autocast_dtype);
-      at::autocast::set_cpu_enabled(on);
-    }
-    if (!on) at::autocast::clear_cache();
-  };
-
+  const Autocast autocast(c.precision, device);
   const int pad = train.images.size(2) == 28 ? 2 : 4;
   const auto t0 = std::chrono::steady_clock::now();
   double train_seconds = 0;
@@ -499,84 +642,45 @@ nlohmann::json train_locked(const TrainConfig& requested, const std::string& run
   double loss_sum = 0;
   std::int64_t loss_count = 0;
   model->train();
-  std::int64_t checkpoint_step = resume && fs::exists(ckpt_path) ? start_step : -1;
+  std::int64_t checkpoint_step = from_checkpoint ? start_step : -1;
   // SIGINT/SIGTERM (core/interrupt.hpp): between steps every rank agrees to stop, rank 0 writes a
   // checkpoint of the steps done, and Interrupted (exit code 3) says how to resume.
   auto stop_if_interrupted = [&](std::int64_t done) {
     bool stop = interrupt_requested();
     if (group) stop = group->any_rank(stop);
     if (!stop) return;
-    if (primary && checkpoint_step != done) save_checkpoint(model, opt, done, scaler, ckpt_path);
+    if (primary && checkpoint_step != done) save_checkpoint(model, opt, done, scaler, paths.checkpoint);
     throw Interrupted(std::string("train stopped by ") + (interrupt_requested() ? interrupt_signal_name() : "another rank") +
-                      " after step " + std::to_string(done) + " of " + std::to_string(total) + "; " + ckpt_path +
+                      " after step " + std::to_string(done) + " of " + std::to_string(total) + "; " + paths.checkpoint +
                       " holds it. Resume with: " + resume_command(run_dir));
   };
   for (std::int64_t step = start_step; step < total; ++step) {
     stop_if_interrupted(step);
     const int epoch = static_cast<int>(step / per_epoch);
     if (epoch != order_epoch) {
-      order.resize(static_cast<std::size_t>(train.size()));
-      std::iota(order.begin(), order.end(), 0);
-      Rng rng(derive_seed(c.seed, 1000 + static_cast<std::uint64_t>(epoch)));
-      rng.shuffle(order);
+      shuffle_for_epoch(order, train.size(), c.seed, epoch);
       order_epoch = epoch;
     }
     const auto t_step = std::chrono::steady_clock::now();
-    // The global batch is what one process with batch b x world would draw (same order, same
-    // augmentation seed); rank r trains on rows [r b, (r+1) b) of it.
-    const auto offset = (step % per_epoch) * global_batch;
-    auto idx = torch::from_blob(order.data() + offset, {global_batch}, torch::kLong);
-    auto x = augment_batch(train.images.index_select(0, idx), pad, derive_seed(c.seed, 5000000 + static_cast<std::uint64_t>(step)), c.dataset);
-    auto y = train.labels.index_select(0, idx);
-    if (c.world_size > 1) {
-      x = x.narrow(0, std::int64_t(dist_env.rank) * c.batch_size, c.batch_size);
-      y = y.narrow(0, std::int64_t(dist_env.rank) * c.batch_size, c.batch_size);
-    }
-    x = x.to(device);
-    y = y.to(device);
-    for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr_at(c, step, total));
-    opt.zero_grad();
-    set_autocast(true);
-    auto logits = model->forward(x);
-    set_autocast(false);
-    logits = logits.to(torch::kFloat);
-    // With several ranks the SB-ECE term is a per-rank batch statistic (its bins see b examples).
-    auto loss = torch::cross_entropy_loss(logits, y);
-    if (c.sbece_weight > 0) loss = loss + c.sbece_weight * soft_binned_ece(logits, y, c.sbece_bins, c.sbece_temperature);
-    (scaler.scale != 1.0 ? loss * scaler.scale : loss).backward();
-    if (group) group->average_gradients(*model);
-    bool finite = true;
-    if (scaler.scale != 1.0) {
-      torch::NoGradGuard ng;
-      for (auto& p : model->parameters())
-        if (p.grad().defined()) {
-          p.grad().div_(scaler.scale);
-          finite = finite && torch::isfinite(p.grad()).all().item<bool>();
-        }
-      if (!finite) {
-        scaler.scale /= 2;
-        scaler.clean_steps = 0;
-      } else if (++scaler.clean_steps % 2000 == 0) {
-        scaler.scale *= 2;
-      }
-    }
-    if (finite) opt.step();
-    const double lv = loss.item<double>();
-    if (!std::isfinite(lv)) throw std::runtime_error("training diverged: loss is " + std::to_string(lv) + " at step " + std::to_string(step));
-    loss_sum += lv;
+    const auto [x, y] = rank_batch(train, order, step, per_epoch, global_batch, pad, c, dist_env.rank, device);
+    const StepResult r = optimizer_step(model, opt, x, y, lr_at(c, step, total), c, autocast, scaler, group.get());
+    if (!std::isfinite(r.loss))
+      throw std::runtime_error("training diverged: loss is " + std::to_string(r.loss) + " at step " + std::to_string(step));
+    loss_sum += r.loss;
     ++loss_count;
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
     train_seconds += dt;
     images_seen += global_batch;
     if (ev.on_step) {
-      const double acc = logits.argmax(-1).eq(y).to(torch::kFloat).mean().item<double>();
-      ev.on_step(step + 1, total, epoch, lv, acc, double(images_seen) / std::max(train_seconds, 1e-9));
+      const double acc = r.logits.argmax(-1).eq(y).to(torch::kFloat).mean().item<double>();
+      ev.on_step(step + 1, total, epoch, r.loss, acc, double(images_seen) / std::max(train_seconds, 1e-9));
     }
     const bool epoch_end = (step + 1) % per_epoch == 0 || step + 1 == total;
     if (!primary) continue;  // evaluation, log and checkpoints belong to rank 0
     if (epoch_end) {
       EvalResult v = evaluate(model, data.val);
-      nlohmann::json rec = {{"step", step + 1},
+      nlohmann::json rec = {{"schema", kTrainLogSchema},
+                            {"step", step + 1},
                             {"epoch", double(step + 1) / double(per_epoch)},
                             {"train_loss", loss_sum / double(std::max<std::int64_t>(1, loss_count))},
                             {"val_accuracy", v.accuracy},
@@ -586,11 +690,11 @@ nlohmann::json train_locked(const TrainConfig& requested, const std::string& run
                             {"lr", lr_at(c, step, total)}};
       loss_sum = 0;
       loss_count = 0;
-      append_line(log_path, rec.dump());
+      append_line(paths.log, rec.dump());
       if (ev.on_eval) ev.on_eval(rec);
     }
     if (epoch_end || (step + 1) % c.checkpoint_every == 0) {
-      save_checkpoint(model, opt, step + 1, scaler, ckpt_path);
+      save_checkpoint(model, opt, step + 1, scaler, paths.checkpoint);
       checkpoint_step = step + 1;
     }
   }
@@ -603,28 +707,8 @@ nlohmann::json train_locked(const TrainConfig& requested, const std::string& run
     group->barrier();
     if (!primary) return {{"rank", dist_env.rank}, {"max_parameter_divergence", divergence}};
   }
-  EvalResult test = evaluate(model, data.test);
-  torch::serialize::OutputArchive final_archive;
-  write_model_identity(final_archive, model->config());
-  model->save(final_archive);
-  save_archive_atomic(final_archive, run_dir + "/model.pt");
-  nlohmann::json summary = {{"test_accuracy", test.accuracy},
-                            {"test_nll", test.nll},
-                            {"test_ece15", test.ece},
-                            {"test_n", test.n},
-                            {"steps", total},
-                            {"epochs", double(total) / double(per_epoch)},
-                            {"resumed_from_step", start_step},
-                            {"wall_seconds", wall},
-                            {"train_seconds", train_seconds},
-                            {"images_per_second", train_seconds > 0 ? double(images_seen) / train_seconds : 0.0},
-                            {"threads", c.threads},
-                            {"world_size", c.world_size},
-                            {"precision", c.precision},
-                            {"max_parameter_divergence", divergence},
-                            {"parameters", parameter_count(*model)}};
-  write_file_atomic(summary_path, summary.dump(2) + "\n");
-  return summary;
+  return write_final_outputs(model, data.test, c, paths, total, per_epoch, start_step, wall, train_seconds, images_seen,
+                             divergence);
 }
 
 }  // namespace
