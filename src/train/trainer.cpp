@@ -486,8 +486,9 @@ void shuffle_for_epoch(std::vector<std::int64_t>& order, std::int64_t size, std:
 /// with batch b x world would draw (same order, same augmentation seed); rank r trains on rows
 /// [r b, (r+1) b) of it.
 std::pair<torch::Tensor, torch::Tensor> rank_batch(const TensorData& train, std::vector<std::int64_t>& order,
-                                                   std::int64_t step, std::int64_t per_epoch, std::int64_t global_batch,
-                                                   int pad, const TrainConfig& c, int rank, const torch::Device& device) {
+                                                   std::int64_t step, std::int64_t per_epoch,
+                                                   std::int64_t global_batch, int pad, const TrainConfig& c, int rank,
+                                                   const torch::Device& device) {
   const auto offset = (step % per_epoch) * global_batch;
   auto idx = torch::from_blob(order.data() + offset, {global_batch}, torch::kLong);
   auto x = augment_batch(train.images.index_select(0, idx), pad, derive_seed(c.seed, 5000000 + static_cast<std::uint64_t>(step)), c.dataset);
@@ -547,9 +548,10 @@ StepResult optimizer_step(ARViT& model, torch::optim::AdamW& opt, const torch::T
 }
 
 /// After the last step (rank 0): model.pt with its configuration, and summary.json from the test split.
-nlohmann::json write_final_outputs(ARViT& model, const TensorData& test_split, const TrainConfig& c, const RunPaths& paths,
-                                   std::int64_t total, std::int64_t per_epoch, std::int64_t start_step, double wall,
-                                   double train_seconds, std::int64_t images_seen, double divergence) {
+nlohmann::json write_final_outputs(ARViT& model, const TensorData& test_split, const TrainConfig& c,
+                                   const RunPaths& paths, std::int64_t total, std::int64_t per_epoch,
+                                   std::int64_t start_step, double wall, double train_seconds, std::int64_t images_seen,
+                                   double divergence) {
   EvalResult test = evaluate(model, test_split);
   torch::serialize::OutputArchive final_archive;
   write_model_identity(final_archive, model->config());
@@ -629,7 +631,8 @@ nlohmann::json train_locked(const TrainConfig& requested, const std::string& run
     if (primary) truncate_log(paths.log, start_step);
     say_primary("resuming " + run_dir + " from step " + std::to_string(start_step) + " of " + std::to_string(total));
   }
-  if (primary) record_run_config(run, mc, parameter_count(*model), resume, from_checkpoint, start_step, paths, say_primary);
+  if (primary)
+    record_run_config(run, mc, parameter_count(*model), resume, from_checkpoint, start_step, paths, say_primary);
   if (group) group->barrier();  // every rank has checked RUN/ before rank 0 writes checkpoints into it
 
   const Autocast autocast(c.precision, device);
@@ -665,7 +668,8 @@ nlohmann::json train_locked(const TrainConfig& requested, const std::string& run
     const auto [x, y] = rank_batch(train, order, step, per_epoch, global_batch, pad, c, dist_env.rank, device);
     const StepResult r = optimizer_step(model, opt, x, y, lr_at(c, step, total), c, autocast, scaler, group.get());
     if (!std::isfinite(r.loss))
-      throw std::runtime_error("training diverged: loss is " + std::to_string(r.loss) + " at step " + std::to_string(step));
+      throw std::runtime_error("training diverged: loss is " + std::to_string(r.loss) + " at step " +
+                               std::to_string(step));
     loss_sum += r.loss;
     ++loss_count;
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();

@@ -182,7 +182,8 @@ struct StackedData {
 
 StackedData stack_data(const std::vector<const std::vector<double>*>& x_trains, std::size_t n, std::size_t f,
                        const std::vector<const std::vector<double>*>& ys,
-                       const std::vector<const std::vector<double>*>& x_evals, std::size_t m, const MlpOffsets* offsets) {
+                       const std::vector<const std::vector<double>*>& x_evals, std::size_t m,
+                       const MlpOffsets* offsets) {
   StackedData d;
   const auto R = d.R = static_cast<std::int64_t>(ys.size());
   auto stack_rows = [](const std::vector<const std::vector<double>*>& parts, std::size_t rows, std::size_t cols) {
@@ -201,8 +202,9 @@ StackedData stack_data(const std::vector<const std::vector<double>*>& x_trains, 
     auto sd_flat = sd.reshape({-1}).contiguous();
     for (std::int64_t j = 0; j < sd_flat.numel(); ++j)
       if (!(sd_flat.data_ptr<double>()[j] > 0))
-        throw_input(kProbeFn, "feature column " + std::to_string(std::size_t(j) % f) + " is constant on the training rows" +
-                                  (Xtr.size(0) > 1 ? " of replicate " + std::to_string(std::size_t(j) / f) : std::string()));
+        throw_input(kProbeFn,
+                    "feature column " + std::to_string(std::size_t(j) % f) + " is constant on the training rows" +
+                        (Xtr.size(0) > 1 ? " of replicate " + std::to_string(std::size_t(j) / f) : std::string()));
   }
   d.Xtr = ((Xtr - mean) / sd).to(torch::kFloat);
   d.Xev = ((Xev - mean) / sd).to(torch::kFloat);
