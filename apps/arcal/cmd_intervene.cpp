@@ -67,7 +67,7 @@ int run(const Options& o) {
     split = {split.images.narrow(0, 0, o.subset), split.labels.narrow(0, 0, o.subset), split.classes};
   std::unique_ptr<arcal::ProgressBar> bar;
   auto rep = arcal::run_interventions(model, split, io, [&](int done, int total) {
-    if (!bar) bar = std::make_unique<arcal::ProgressBar>("intervene", total, arcal::cli::progress_enabled());
+    if (!bar) bar = arcal::cli::stderr_progress_bar("intervene", total);
     bar->update(done);
   });
   if (bar) bar->finish();

@@ -69,7 +69,7 @@ arcal::cli::RunFn setup_simulate(CLI::App& app) {
                  "sd 3 puts most examples above 0.93 confidence, as trained classifiers)")
       ->check(in_range(RealRange{0.0, 50.0, false}));
   app.add_option("--margin-sd", cfg->margin_sd, "Sd of the logit margin")->check(in_range(RealRange{0.0, 50.0, false}));
-  app.add_flag("--json", cfg->json, "Print a JSON summary");
+  app.add_flag("--json", cfg->json, "Print a JSON summary (schema arcal.simulate/1)");
   return [cfg]() {
     arcal::check_output_file("--out", cfg->out, cfg->force);
     // The trace in memory: logits N x K doubles, routing and CLS routing N x P x S floats (S = P + 1).
@@ -105,11 +105,14 @@ arcal::cli::RunFn setup_simulate(CLI::App& app) {
     acc /= static_cast<double>(o.n);
     conf /= static_cast<double>(o.n);
     if (cfg->json) {
-      nlohmann::json j = {{"out", cfg->out}, {"n", o.n}, {"classes", o.classes}, {"effect_nats", o.effect_nats},
+      nlohmann::json j = {{"schema", "arcal.simulate/1"}, {"out", cfg->out}, {"n", o.n}, {"classes", o.classes},
+                          {"effect_nats", o.effect_nats},
                           {"delta", sim.delta}, {"seed", o.seed},
                           {"confound", o.confound}, {"confound_source", o.confound_source},
                           {"miscalibration", cfg->miscalibration}, {"wiggle", o.wiggle},
-                          {"output_effect", o.output_effect}, {"accuracy", acc}, {"mean_confidence", conf}};
+                          {"wiggle_frequency", o.wiggle_frequency}, {"output_effect", o.output_effect},
+                          {"margin_mean", o.margin_mean}, {"margin_sd", o.margin_sd}, {"points", o.points},
+                          {"accuracy", acc}, {"mean_confidence", conf}};
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       std::printf("wrote %s: n %zu, classes %zu, effect %.6g nats (delta %.6g), accuracy %.4f, mean confidence %.4f\n",

@@ -143,7 +143,11 @@ int run_sweep(const SweepOptions& o) {
       rows.push_back(row);
     }
     if (o.json) {
-      std::cout << rows.dump(2) << "\n";
+      // An object, not the bare array of earlier versions, so that the output carries its schema.
+      const nlohmann::json doc = {{"schema", "arcal.sweep/1"}, {"study", study.name}, {"config", o.config},
+                                  {"dir", dir},       {"dry_run", o.dry_run},     {"total_runs", runs.size()},
+                                  {"runs", rows}};
+      std::cout << doc.dump(2) << "\n";
       return 0;
     }
     std::cout << fmt::format("arcal sweep: study '{}', {} run(s), directory {}\n", study.name, runs.size(), dir);
@@ -163,7 +167,11 @@ int run_sweep(const SweepOptions& o) {
     return 0;
   }
 
-  if (primary) std::cout << fmt::format("arcal sweep: study '{}', {} of {} run(s) into {}\n", study.name, chosen.size(), runs.size(), dir);
+  // Progress lines go to stderr (--quiet silences them); the last line, the tally, is the result.
+  std::ostream& log = arcal::cli::log_stream();
+  if (primary)
+    log << fmt::format("arcal sweep: study '{}', {} of {} run(s) into {}", study.name, chosen.size(), runs.size(), dir)
+        << std::endl;
   arcal::install_interrupt_handlers();
   const std::string resume = "arcal sweep --config " + arcal::shell_quote(o.config) +
                              (o.out.empty() ? "" : " --out " + arcal::shell_quote(o.out)) +
@@ -178,7 +186,7 @@ int run_sweep(const SweepOptions& o) {
     const std::string status = status_of(rd);
     if (status == "trained") {
       ++skipped;
-      if (primary) std::cout << fmt::format("[{}] {} trained (skipped)\n", i, r.id);
+      if (primary) log << fmt::format("[{}] {} trained (skipped)", i, r.id) << std::endl;
       continue;
     }
     std::vector<std::string> args{"train"};
@@ -188,7 +196,8 @@ int run_sweep(const SweepOptions& o) {
       args.insert(args.end(), r.train_args.begin(), r.train_args.end());
     }
     args.insert(args.end(), {"--out", rd, "--quiet"});
-    if (primary) std::cout << fmt::format("[{}] {} {}\n", i, r.id, status == "checkpoint" ? "resuming" : "training");
+    if (primary)
+      log << fmt::format("[{}] {} {}", i, r.id, status == "checkpoint" ? "resuming" : "training") << std::endl;
     const int rc = train_child(args);
     if (rc == 3 || arcal::interrupt_requested())
       throw arcal::Interrupted(std::string("sweep stopped: run ") + std::to_string(i) + " (" + r.id +
@@ -219,7 +228,7 @@ arcal::cli::RunFn setup(CLI::App& app) {
   app.add_option("--threads", o->threads, "Intra-op threads per training (0 = the study's threads_per_job)")
       ->capture_default_str()
       ->check(arcal::cli::in_range(arcal::IntRange{0, arcal::ranges::threads.hi}));
-  app.add_flag("--json", o->json, "With --list/--dry-run: print the runs as JSON");
+  app.add_flag("--json", o->json, "With --list/--dry-run: print the runs as one JSON object (schema arcal.sweep/1)");
   return [o]() { return run_sweep(*o); };
 }
 

@@ -49,10 +49,10 @@ int run_trace(const TraceOptions& o) {
                          {"run", std::filesystem::path(o.run).filename().string()},
                          {"run_dir", o.run},    {"version", ARCAL_VERSION},
                          {"as_attnres", o.load.options.as_attnres}};
-  arcal::ProgressBar bar("trace", split.size(), arcal::cli::progress_enabled());
+  auto bar = arcal::cli::stderr_progress_bar("trace", split.size());
   auto trace = arcal::export_trace(model, split, meta.dump(), o.batch,
-                                   [&](std::int64_t done, std::int64_t) { bar.update(done); });
-  bar.finish();
+                                   [&](std::int64_t done, std::int64_t) { bar->update(done); });
+  bar->finish();
   arcal::save_trace(trace, o.out);
   std::size_t correct = 0;
   for (std::size_t i = 0; i < trace.n; ++i) {

@@ -1,5 +1,7 @@
 // arcal train: one option table filled into TrainConfig, the resolved configuration printed as a
-// table, then the library's train_run with a progress bar.
+// table, then the library's train_run with a progress bar. The table, the evaluation lines and the
+// bar are log output (stderr, silenced by --quiet); stdout carries the result: one line, or with
+// --json summary.json only.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -28,9 +30,13 @@ void report_progress(const std::string& path, std::int64_t step, std::int64_t to
   arcal::write_file_atomic(path, std::to_string(step) + " " + std::to_string(total) + "\n");
 }
 
+/// `schema` of `arcal train --dry-run --json` (docs/schema/train_dry_run.schema.json).
+constexpr const char* kDryRunSchema = "arcal.train_dry_run/1";
+
 int run_dry(const TrainConfig& cfg, bool json) {
   auto d = arcal::describe_model(cfg);
   if (json) {
+    d["schema"] = kDryRunSchema;
     std::cout << d.dump(2) << "\n";
     return 0;
   }
@@ -60,37 +66,36 @@ int run_train(const TrainConfig& cfg, const std::string& out, bool resume, bool 
     arcal::train_run(cfg, out, resume, {}, request);
     return 0;
   }
-  std::cout << "arcal train: " << (resume ? "resuming " : "") << out
-            << (dist.active() ? fmt::format(" (rank 0 of {})", dist.world_size) : std::string()) << "\n";
+  std::ostream& log = arcal::cli::log_stream();
+  log << "arcal train: " << (resume ? "resuming " : "") << out
+      << (dist.active() ? fmt::format(" (rank 0 of {})", dist.world_size) : std::string()) << "\n";
   nlohmann::json j = cfg;
   if (!resume)
-    for (auto& [k, v] : j.items()) std::cout << fmt::format("  {:<18} {}\n", k, v.dump());
-  arcal::ProgressBar* bar = nullptr;
-  std::unique_ptr<arcal::ProgressBar> holder;
+    for (auto& [k, v] : j.items()) log << fmt::format("  {:<18} {}\n", k, v.dump());
+  log.flush();
+  std::unique_ptr<arcal::ProgressBar> bar;
   arcal::TrainEvents ev;
-  ev.on_message = [](const std::string& s) { std::cout << s << "\n"; };
+  ev.on_message = [&log](const std::string& s) { log << s << std::endl; };
   ev.on_step = [&](std::int64_t step, std::int64_t total, int epoch, double loss, double acc, double ips) {
     report_progress(progress_file, step, total);
-    if (!holder) {
-      holder = std::make_unique<arcal::ProgressBar>("train", total, arcal::cli::progress_enabled());
-      bar = holder.get();
-    }
+    if (!bar) bar = arcal::cli::stderr_progress_bar("train", total);
     bar->update(step, fmt::format("ep {} loss {:.3f} acc {:.3f} {:.0f} img/s", epoch + 1, loss, acc, ips));
   };
   ev.on_eval = [&](const nlohmann::json& rec) {
-    if (arcal::cli::progress_enabled()) std::cout << "\n";
-    std::cout << fmt::format("  step {:>6} epoch {:>5.2f}  train loss {:.4f}  val acc {:.4f}  val nll {:.4f}  val ece {:.4f}\n",
-                             rec["step"].get<std::int64_t>(), rec["epoch"].get<double>(), rec["train_loss"].get<double>(),
-                             rec["val_accuracy"].get<double>(), rec["val_nll"].get<double>(), rec["val_ece"].get<double>());
+    if (arcal::cli::progress_enabled_on(STDERR_FILENO)) log << "\n";
+    log << fmt::format("  step {:>6} epoch {:>5.2f}  train loss {:.4f}  val acc {:.4f}  val nll {:.4f}  val ece {:.4f}",
+                       rec["step"].get<std::int64_t>(), rec["epoch"].get<double>(), rec["train_loss"].get<double>(),
+                       rec["val_accuracy"].get<double>(), rec["val_nll"].get<double>(), rec["val_ece"].get<double>())
+        << std::endl;
   };
   nlohmann::json summary;
   try {
     summary = arcal::train_run(cfg, out, resume, ev, request);
   } catch (const arcal::Interrupted&) {
-    if (holder) holder->finish();
+    if (bar) bar->finish();
     throw;
   }
-  if (holder) holder->finish();
+  if (bar) bar->finish();
   if (json) {
     std::cout << summary.dump(2) << "\n";
   } else {
@@ -175,7 +180,7 @@ arcal::cli::RunFn setup(CLI::App& app) {
                  "Write 'step total' to this file about once a second (for arcal run's combined progress bar)");
   app.add_flag("--dry-run", *dry, "Print the resolved model, its parameter count and FLOPs per image; train nothing");
   app.add_flag("--resume", *resume, "Continue an interrupted run in --out from its checkpoint");
-  app.add_flag("--json", *json, "Print summary.json at the end");
+  app.add_flag("--json", *json, "Print summary.json at the end (stdout holds nothing else; logs go to stderr)");
   return [=]() {
     if (*dry) return run_dry(*cfg, *json);
     if (out->empty()) arcal::throw_input("--out", "is required (the run directory), except with --dry-run");

@@ -4,9 +4,15 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
 #include <functional>
+#include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
+
+#include "core/progress.hpp"
 
 namespace arcal::cli {
 
@@ -27,11 +33,25 @@ struct Registrar {
   }
 };
 
+// Output conventions (docs/interface.md "Output conventions"): stdout carries results only (with
+// --json exactly one JSON document); progress bars and log lines go to stderr, and --quiet silences
+// them; errors are printed by main.cpp whatever --quiet says.
+
 /// True when progress bars should be drawn (stdout is a terminal and --quiet was not given).
 bool progress_enabled();
 /// The same for a bar drawn on file descriptor fd (STDERR_FILENO for commands whose stdout carries JSON).
 bool progress_enabled_on(int fd);
 void set_quiet(bool quiet);
+/// True when --quiet was given.
+bool quiet();
+/// Where a subcommand's log lines go ("resuming from step 200", "wrote F", the resolved
+/// configuration): stderr, or a stream that discards them under --quiet.
+std::ostream& log_stream();
+/// A progress bar on stderr, drawn when stderr is a terminal and --quiet was not given (on the heap:
+/// a ProgressBar finishes its line when destroyed, so it is never copied).
+inline std::unique_ptr<arcal::ProgressBar> stderr_progress_bar(std::string label, long long total) {
+  return std::make_unique<arcal::ProgressBar>(std::move(label), total, progress_enabled_on(STDERR_FILENO), stderr);
+}
 
 }  // namespace arcal::cli
 

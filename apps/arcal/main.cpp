@@ -26,8 +26,13 @@ namespace {
 bool g_quiet = false;
 }
 void set_quiet(bool quiet) { g_quiet = quiet; }
+bool quiet() { return g_quiet; }
 bool progress_enabled() { return !g_quiet && ::isatty(STDOUT_FILENO); }
 bool progress_enabled_on(int fd) { return !g_quiet && ::isatty(fd); }
+std::ostream& log_stream() {
+  static std::ostream discard(nullptr);  // no buffer: every write is dropped
+  return g_quiet ? discard : std::cerr;
+}
 
 }  // namespace arcal::cli
 
@@ -39,7 +44,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("arcal ") + ARCAL_VERSION);
   app.require_subcommand(1);
   bool quiet = false;
-  app.add_flag("--quiet,-q", quiet, "No progress bars")->configurable(false);
+  const char* quiet_help = "No progress bars or log lines on stderr (errors are still printed)";
+  app.add_flag("--quiet,-q", quiet, quiet_help)->configurable(false);
 
   auto& registry = command_registry();
   std::sort(registry.begin(), registry.end(),
@@ -48,7 +54,7 @@ int main(int argc, char** argv) {
   for (auto& spec : registry) {
     CLI::App* sub = app.add_subcommand(spec.name, spec.description);
     sub->option_defaults()->always_capture_default();  // --help shows every default
-    sub->add_flag("--quiet,-q", quiet, "No progress bars");
+    sub->add_flag("--quiet,-q", quiet, quiet_help);
     runs[sub] = spec.setup(*sub);
   }
   // A first argument that is neither an option nor a subcommand: name it (CLI11 would only say that a

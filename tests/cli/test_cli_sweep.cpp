@@ -45,7 +45,10 @@ TEST(Sweep, ListsSizesAndTrainsOneRunOfAStudy) {
 
   auto r = sh(base + " --dry-run --json");
   ASSERT_EQ(r.code, 0) << r.err;
-  auto rows = nlohmann::json::parse(r.out);
+  auto doc = nlohmann::json::parse(r.out);  // exactly one document on stdout
+  EXPECT_EQ(doc["schema"], "arcal.sweep/1");
+  EXPECT_EQ(doc["total_runs"], 6);
+  auto rows = doc["runs"];
   ASSERT_EQ(rows.size(), 6u);  // 3 presets x (block + standard twin) x 1 seed
   EXPECT_EQ(rows[0]["id"], "cifar10-ar-vit-tiny-block-s0");
   EXPECT_EQ(rows[3]["id"], "cifar10-ar-deit-small-standard-s0");
@@ -60,14 +63,14 @@ TEST(Sweep, ListsSizesAndTrainsOneRunOfAStudy) {
 
   r = sh(base + " --index 1 --threads 1");
   ASSERT_EQ(r.code, 0) << r.err;
-  rows = nlohmann::json::parse(sh(base + " --list --json").out);
+  rows = nlohmann::json::parse(sh(base + " --list --json").out)["runs"];
   const std::string dir = rows[1]["dir"];
   EXPECT_TRUE(fs::exists(dir + "/summary.json")) << dir;
   EXPECT_EQ(rows[1]["status"], "trained");
   EXPECT_EQ(rows[0]["status"], "to train");  // only the chosen index ran
   r = sh(base + " --index 1 --threads 1");
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("trained (skipped)"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("trained (skipped)"), std::string::npos) << r.err;  // progress lines: stderr
 
   r = sh(base + " --index 6");
   EXPECT_EQ(r.code, 2);
