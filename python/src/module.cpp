@@ -117,11 +117,12 @@ seed : seed of the bootstrap and the label redraws. bootstrap : resamples when c
 
 Returns
 -------
-dict with the keys of `arcal metrics --json` (docs/interface.md): n, classes, bins, bootstrap, seed,
-level, accuracy, ece, mce, rmsce, ada_ece, classwise_ece, debiased_ece,
-smece, smece_sigma, nll, brier, auroc (None where undefined), ci {metric: [low, high] or None},
-bias_corrected, consistency, reliability [{n, conf, acc}], ...; the same values the CLI computes from
-the same data.
+dict with the keys of `arcal metrics --json` (docs/interface.md, docs/schema/metrics.schema.json):
+schema ("arcal.metrics/1"), n, classes, bins, bootstrap, seed, level, accuracy, ece, mce, rmsce,
+ada_ece, classwise_ece, debiased_ece, smece, smece_sigma, nll, brier, auroc (None where undefined),
+ci {metric: [low, high] or None}, bias_corrected, consistency, reliability [{n, confidence, accuracy}]
+(None in an empty bin; conf and acc repeat them, deprecated), ...; the same values the CLI computes
+from the same data.
 
 Raises ValueError for bad input, with the CLI's message (e.g. "calibration_report: labels[5] is 4, but
 must be in [0, 3]"). The computation runs without the GIL.

@@ -19,6 +19,7 @@ nlohmann::json calibration_report_json(const CalibrationReport& r) {
       {"debiased_ece", &r.debiased_ece}, {"smece", &r.smece}, {"smece_sigma", &r.smece_sigma},
       {"nll", &r.nll},           {"brier", &r.brier},     {"auroc", &r.auroc}};
   nlohmann::json j;
+  j["schema"] = kMetricsSchema;
   j["n"] = r.n;
   j["classes"] = r.classes;
   j["bins"] = r.bins;
@@ -44,8 +45,14 @@ nlohmann::json calibration_report_json(const CalibrationReport& r) {
                       {"p_top_label", value_json(r.consistency_p)},
                       {"p_classwise", value_json(r.classwise_consistency_p)},
                       {"null", "labels redrawn from the model's own probabilities (a calibrated model)"}};
+  // confidence/accuracy are the audit's names; conf/acc (the same values) stay for existing scripts
+  // (deprecated, docs/interface.md). An empty bin has no mean: null, not 0.
   nlohmann::json rel = nlohmann::json::array();
-  for (const auto& b : r.reliability) rel.push_back({{"n", b.n}, {"conf", b.mean_conf}, {"acc", b.accuracy}});
+  for (const auto& b : r.reliability) {
+    const nlohmann::json conf = b.n ? nlohmann::json(b.mean_conf) : nlohmann::json(nullptr);
+    const nlohmann::json acc = b.n ? nlohmann::json(b.accuracy) : nlohmann::json(nullptr);
+    rel.push_back({{"n", b.n}, {"confidence", conf}, {"accuracy", acc}, {"conf", conf}, {"acc", acc}});
+  }
   j["reliability"] = rel;
   return j;
 }

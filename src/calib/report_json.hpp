@@ -8,8 +8,12 @@
 
 namespace arcal {
 
-/// n, classes, bins, bootstrap, seed, level, debiased_ece_clipped, every metric
-/// (null where undefined), ci {metric: [low, high] or null}, reliability [{n, conf, acc}] (15 rows).
+/// The `schema` string of the object (docs/schema/metrics.schema.json).
+inline constexpr const char* kMetricsSchema = "arcal.metrics/1";
+
+/// schema, n, classes, bins, bootstrap, seed, level, debiased_ece_clipped, every metric (null where
+/// undefined), ci {metric: [low, high] or null}, bias_corrected, intervals, consistency, reliability
+/// [{n, confidence, accuracy, conf, acc}] (one row per equal-width bin; null means in an empty bin).
 nlohmann::json calibration_report_json(const CalibrationReport& report);
 
 }  // namespace arcal
