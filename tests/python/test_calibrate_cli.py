@@ -3,18 +3,16 @@ the output, --params from --save, --json's calibrator and before/after metrics (
 applied file), outputs that would overwrite an input refused, mode errors; the one-file split mode kept."""
 import json
 import os
+import sys
 
-import jsonschema
 import numpy as np
 import pytest
 
 import arcal
 from conftest import SOURCE, make_predictions, simulated_trace, softmax
 
-
-def schema(name):
-    with open(os.path.join(SOURCE, "docs", "schema", name)) as f:
-        return json.load(f)
+sys.path.insert(0, os.path.join(SOURCE, "tests", "schema"))
+import arcal_schemas  # noqa: E402  (docs/schema with their cross-file references resolved)
 
 
 @pytest.fixture
@@ -53,7 +51,7 @@ def test_params_applies_the_saved_calibrator(cli, files):
     d, _, _ = files
     assert cli("calibrate", "--fit", d / "val.npz", "--apply", d / "test.npz", "--method", "isotonic", "--out",
                d / "g1.npz", "--save", d / "p.json").code == 0
-    jsonschema.validate(json.loads((d / "p.json").read_text()), schema("calibrator.schema.json"))
+    arcal_schemas.validate(json.loads((d / "p.json").read_text()), "calibrator.schema.json")
     r = cli("calibrate", "--params", d / "p.json", "--apply", d / "test.npz", "--out", d / "g2.npz")
     assert r.code == 0, r.err
     a, b = np.load(d / "g1.npz"), np.load(d / "g2.npz")
@@ -69,7 +67,7 @@ def test_json_reports_parameters_and_before_after_metrics(cli, files):
     r = cli("calibrate", "--fit", d / "val.npz", "--apply", d / "test.npz", "--method", "vector", "--out",
             d / "g.npz", "--json", "--bootstrap", 30, "--seed", 2)
     j = r.json()
-    jsonschema.validate(j, schema("calibrate.schema.json"))
+    arcal_schemas.validate(j, "calibrate.schema.json")
     assert j["schema"] == "arcal.calibrate/1" and j["mode"] == "fit" and j["method"] == "vector"
     assert j["n_fit"] == 2000 and j["n_apply"] == 1500 and len(j["calibrator"]["w"]) == 5
     g = np.load(d / "g.npz")
