@@ -21,6 +21,8 @@
 #include "core/paths.hpp"
 #include "core/progress.hpp"
 #include "flag_checks.hpp"
+#include "option_binding.hpp"
+#include "results/verdict.hpp"
 #include "io/trace.hpp"
 
 namespace {
@@ -28,31 +30,7 @@ namespace {
 struct AuditConfig {
   std::vector<std::string> traces;
   std::string out;
-  std::string stats = "re,rdv";
-  int permutations = 10000;
-  std::uint64_t seed = 0;
-  std::size_t bins = 15;
-  bool equal_mass = false;
-  double alpha = 0.05;
-  bool no_condcal = false;
-  bool probes = true;
-  int probe_restarts = 1;
-  int probe_repeats = 5;
-  bool sensitivity = false;
-  std::string sensitivity_effects = "0.002,0.005,0.010,0.020";
-  int sensitivity_draws = 20;
-  double sensitivity_threshold = 0.5;
-  double sensitivity_threshold_effect = 0.010;
-  double correction_ridge = -1.0;
-  bool exact_null = false;
-  std::size_t null_group_size = 5;
-  bool null_model_based = true;
-  int null_replicates = 200;
-  std::string null_variants = "confidence,full_logit";
-  int refit_restarts = 1;
-  int refit_patience = 3;
-  bool refit_cold = false;
-  int threads = 0;
+  arcal::FullAuditOptions options;  ///< every audit option, bound from audit_option_table()
   bool json = false;
   bool force = false;
 };
@@ -70,15 +48,6 @@ void check_audit_out(const AuditConfig& cfg) {
   if (fs::exists(cfg.out + "/results.json", ec) && !cfg.force)
     arcal::throw_input("--out", cfg.out + "/results.json already exists (an earlier audit); pass --force to replace its "
                                 "results (atomically, file by file) or choose another --out");
-}
-
-std::vector<std::string> split_names(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
 }
 
 arcal::AuditRunInput load_run(const std::string& path, const std::vector<std::string>& stats) {
@@ -157,95 +126,15 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
   auto cfg = std::make_shared<AuditConfig>();
   app.add_option("traces", cfg->traces, "Trace files (.npz), one per run")->required()->check(CLI::ExistingFile);
   app.add_option("--out", cfg->out, "Output directory (results.json, diagnostic.csv, condcal.csv)")->required();
-  app.add_option("--stat", cfg->stats, "Statistics to audit: re, rdv or feature names, comma-separated");
-  using arcal::cli::in_range;
-  namespace R = arcal::ranges;
-  app.add_option("--permutations", cfg->permutations, "Within-bin permutations R")->check(in_range(R::permutations));
-  app.add_option("--seed", cfg->seed, "Seed of permutations, splits and shuffles")->check(arcal::cli::seed_check());
   app.add_flag("--force", cfg->force, "Replace the results of an earlier audit in --out");
-  app.add_option("--bins", cfg->bins, "Confidence bins (15; sensitivity: 10 with --equal-mass)")
-      ->check(in_range(R::bins));
-  app.add_flag("--equal-mass", cfg->equal_mass, "Equal-mass confidence bins (sensitivity analysis)");
-  app.add_option("--alpha", cfg->alpha, "Test level")->check(in_range(arcal::RealRange{1e-9, 0.999, false}));
-  app.add_flag("--no-condcal", cfg->no_condcal, "Skip AR-CondCal (diagnostic only)");
-  app.add_flag("--probes,!--no-probes", cfg->probes, "MLP correctness probes and their controls (default on)");
-  app.add_option("--probe-restarts", cfg->probe_restarts, "Seeded restarts averaged per MLP probe and split")
-      ->check(in_range(R::probe_restarts));
-  app.add_option("--probe-repeats", cfg->probe_repeats,
-                 "Repeated 2-fold cross-fits per run (the per-run test's variance includes the refits')")
-      ->check(in_range(R::probe_repeats));
-  app.add_flag("--sensitivity", cfg->sensitivity, "Sensitivity (injection) audit, method.md §6.5 (refits every probe)");
-  app.add_option("--sensitivity-effects", cfg->sensitivity_effects, "Injected oracle gains in nats, comma-separated");
-  app.add_option("--sensitivity-draws", cfg->sensitivity_draws, "Synthetic label draws per run and effect")
-      ->check(in_range(R::sensitivity_draws));
-  app.add_option("--sensitivity-threshold", cfg->sensitivity_threshold, "Recovery R needed for the verdict \"absent\"")
-      ->check(in_range(R::sensitivity_threshold));
-  app.add_option("--sensitivity-threshold-effect", cfg->sensitivity_threshold_effect,
-                 "Effect (nats, one of --sensitivity-effects) at which the threshold applies");
-  app.add_option("--correction-ridge", cfg->correction_ridge,
-                 "L2 penalty of the correction probe's cubic g(z); negative: chosen per fit by 5-fold inner CV")
-      ->check(in_range(R::correction_ridge));
-  app.add_flag("--exact-null", cfg->exact_null, "Exact-null audit, method.md §6.6 (refits every probe)");
-  app.add_option("--null-group-size", cfg->null_group_size,
-                 "Matched-group size of the conditional permutation null (examples with nearly identical outputs)")
-      ->check(in_range(R::null_group_size));
-  app.add_flag("--null-model-based,!--no-null-model-based", cfg->null_model_based,
-               "Also run the model-based null (labels from a fitted reference; not the decision)");
-  app.add_option("--null-replicates", cfg->null_replicates, "Null label replicates per run and variant")
-      ->check(in_range(R::null_replicates));
-  app.add_option("--null-variants", cfg->null_variants, "Exact-null references: confidence, full_logit (comma-separated)");
-  app.add_option("--refit-restarts", cfg->refit_restarts, "Restarts per MLP refit (sensitivity, exact null)")
-      ->check(in_range(R::probe_restarts));
-  app.add_option("--refit-patience", cfg->refit_patience, "Early-stopping patience of the refits")
-      ->check(in_range(R::refit_patience));
-  app.add_flag("--refit-cold", cfg->refit_cold, "Refits start from a seeded random initialisation instead of the soft-reference fit");
-  app.add_option("--threads", cfg->threads,
-                 "Worker threads for the MLP fits, one fit per thread (0 = all cores); results do not depend on it")
-      ->check(in_range(R::audit_threads))
-      ->capture_default_str();
-  app.add_flag("--json", cfg->json, "Print results.json to stdout as well");
+  arcal::cli::bind_options(app, arcal::audit_option_table(), cfg->options);
+  app.add_flag("--json", cfg->json, "Print results.json to stdout instead of the summary");
   return [cfg]() {
     check_audit_out(*cfg);
-    const auto stats = split_names(cfg->stats);
-    if (stats.empty()) arcal::throw_input("arcal audit", "--stat names no statistic, so the test family would be empty");
-    arcal::FullAuditOptions opt;
-    opt.permutations = cfg->permutations;
-    opt.seed = cfg->seed;
-    opt.bins = cfg->bins;
-    opt.equal_mass = cfg->equal_mass;
-    opt.alpha = cfg->alpha;
-    opt.condcal = !cfg->no_condcal;
-    opt.probes = cfg->probes;
-    opt.probe_restarts = cfg->probe_restarts;
-    opt.probe_repeats = cfg->probe_repeats;
-    opt.sensitivity = cfg->sensitivity;
-    opt.sensitivity_effects.clear();
-    for (const auto& e : split_names(cfg->sensitivity_effects)) {
-      std::size_t used = 0;
-      double v = -1;
-      try {
-        v = std::stod(e, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != e.size() || !(v >= 0) || !std::isfinite(v))
-        arcal::throw_input("arcal audit", "--sensitivity-effects entry '" + e + "' is not a finite number >= 0");
-      opt.sensitivity_effects.push_back(v);
-    }
-    opt.sensitivity_draws = cfg->sensitivity_draws;
-    opt.sensitivity_threshold = cfg->sensitivity_threshold;
-    opt.sensitivity_threshold_effect = cfg->sensitivity_threshold_effect;
-    opt.correction_ridge = cfg->correction_ridge;
-    opt.exact_null = cfg->exact_null;
-    opt.null_replicates = cfg->null_replicates;
-    opt.null_variants = split_names(cfg->null_variants);
-    opt.null_group_size = cfg->null_group_size;
-    opt.null_model_based = cfg->null_model_based;
-    opt.refit_restarts = cfg->refit_restarts;
-    opt.refit_patience = cfg->refit_patience;
-    opt.refit_cold = cfg->refit_cold;
-    opt.threads = cfg->threads;
+    arcal::FullAuditOptions opt = cfg->options;
+    arcal::validate_audit_options(opt, "arcal audit");
     opt.progress = arcal::cli::progress_enabled();
+    const auto& stats = opt.stats;
     std::vector<arcal::AuditRunInput> runs;
     for (const auto& path : cfg->traces) {
       if (opt.progress) std::fprintf(stderr, "loading %s\n", path.c_str());
@@ -258,14 +147,15 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
     } else {
       std::size_t raw = 0, holm = 0;
       for (const auto& t : res.diagnostic.tests) {
-        raw += t.result.p <= cfg->alpha;
-        holm += t.p_holm <= cfg->alpha;
+        raw += t.result.p <= opt.alpha;
+        holm += t.p_holm <= opt.alpha;
       }
       std::printf("%zu tests: %zu reject at alpha = %g (raw), %zu after Holm; wrote %s/results.json\n",
-                  res.diagnostic.family_size, raw, cfg->alpha, holm, cfg->out.c_str());
+                  res.diagnostic.family_size, raw, opt.alpha, holm, cfg->out.c_str());
       if (res.has_probes) std::printf("%s", probe_summary(res.probes).c_str());
       if (res.has_sensitivity) std::printf("%s", sensitivity_summary(res.sensitivity).c_str());
       if (res.has_exact_null) std::printf("%s", exact_null_summary(res.exact_null).c_str());
+      std::printf("verdict: %s\n", arcal::make_verdict(res).summary.c_str());
     }
     return 0;
   };

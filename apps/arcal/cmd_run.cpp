@@ -26,6 +26,8 @@
 #include "calib/metrics.hpp"
 #include "calib/report_json.hpp"
 #include "audit/audit.hpp"
+#include "audit/run_input.hpp"
+#include "audit/torch/audit_pipeline.hpp"
 #include "results/study.hpp"
 #include "command.hpp"
 #include "core/atomic_file.hpp"
@@ -291,9 +293,9 @@ int run_study(const RunOptions& o) {
     const std::string tf = rd + "/" + st.split + ".npz";
     const auto trace = arcal::load_trace(tf);
     arcal::ReportOptions ro;
-    ro.bins = st.bins;
+    ro.bins = int(st.audit.bins);
     ro.draws = 1000;
-    ro.seed = st.audit_seed;
+    ro.seed = st.audit.seed;
     arcal::StudyRunResult row;
     row.id = r.id;
     row.dir = "runs/" + r.dir_name();
@@ -316,11 +318,10 @@ int run_study(const RunOptions& o) {
     if (r.audited) audit_traces.push_back(tf);
   }
 
-  // 4. Audit over the AttnRes traces.
-  const auto audit_args = arcal::study_audit_args(st);
-  std::string akey;
-  for (const auto& a : audit_args) akey += a + '\0';
-  for (const auto& t : audit_traces) akey += t + '\0';
+  // 4. Audit over the AttnRes traces, in this process (the library call `arcal audit` makes). Its
+  // directory is keyed by the typed audit options and the trace paths.
+  std::string akey = arcal::study_audit_hash(st);
+  for (const auto& t : audit_traces) akey += '\0' + t;
   const std::string audit_dir = dir + "/audit-" + arcal::stable_hash(akey).substr(0, 8);
   // An audit written by an earlier arcal (another results schema) is redone, not reused.
   bool audit_current = false;
@@ -333,32 +334,18 @@ int run_study(const RunOptions& o) {
     std::cout << "  audit " << audit_dir << " complete (skipped)\n";
   } else {
     std::cout << fmt::format("audit: {} traces; sensitivity {}, exact null {} ({} replicates)\n", audit_traces.size(),
-                             st.sensitivity ? "on" : "off", st.exact_null ? "on" : "off", st.null_replicates);
+                             st.audit.sensitivity ? "on" : "off", st.audit.exact_null ? "on" : "off",
+                             st.audit.null_replicates);
     std::cout.flush();
-    Job j;
-    j.label = "audit";
-    j.args = {"audit"};
-    j.args.insert(j.args.end(), audit_traces.begin(), audit_traces.end());
-    j.args.insert(j.args.end(), audit_args.begin(), audit_args.end());
-    j.args.insert(j.args.end(), {"--out", audit_dir});
-    if (fs::exists(audit_dir + "/results.json")) j.args.push_back("--force");  // an earlier arcal's audit
-    if (!bars) j.args.push_back("--quiet");
-    // No log: the audit draws its own progress bars on the inherited terminal.
     if (arcal::interrupt_requested()) interrupted("before the audit");
-    j.pid = spawn(exe, j);
-    int status = 0;
-    for (;;) {
-      const pid_t got = waitpid(j.pid, &status, WNOHANG);
-      if (got == j.pid || (got < 0 && errno != EINTR)) break;
-      if (arcal::interrupt_requested()) forward_interrupt(j);  // the audit stops; it restarts on resume
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    arcal::FullAuditOptions ao = st.audit;
+    ao.progress = bars;
+    std::vector<arcal::AuditRunInput> inputs;
+    for (const auto& t : audit_traces) inputs.push_back(arcal::make_audit_run_input(arcal::load_trace(t), t, ao.stats));
+    // A first SIGINT/SIGTERM is honoured when the audit returns (it restarts on resume); a second exits.
+    const auto res = arcal::run_full_audit(inputs, ao);
     if (arcal::interrupt_requested()) interrupted("during the audit (it restarts on resume)");
-    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-      if (WIFEXITED(status) && WEXITSTATUS(status) == 2)
-        arcal::throw_input("arcal run", "the audit refused its input (see the message above); the traces are kept");
-      throw std::runtime_error("arcal run: the audit failed (see the messages above); the traces are kept");
-    }
+    arcal::write_audit_results(res, audit_dir);
   }
 
   // 5. DIR/results.json = the audit's results + the study section.

@@ -25,71 +25,23 @@ std::vector<std::string> split_names(const std::string& s) {
   return out;
 }
 
-void set_extra_option(arcal::FullAuditOptions& o, const std::string& key, py::handle v) {
-  const std::string fn = "arcal.audit";
-  try {
-    if (key == "sensitivity_effects") o.sensitivity_effects = v.cast<std::vector<double>>();
-    else if (key == "sensitivity_draws") o.sensitivity_draws = v.cast<int>();
-    else if (key == "sensitivity_threshold") o.sensitivity_threshold = v.cast<double>();
-    else if (key == "sensitivity_threshold_effect") o.sensitivity_threshold_effect = v.cast<double>();
-    else if (key == "correction_ridge") o.correction_ridge = v.cast<double>();
-    else if (key == "null_replicates") o.null_replicates = v.cast<int>();
-    else if (key == "null_variants") o.null_variants = v.cast<std::vector<std::string>>();
-    else if (key == "null_group_size") o.null_group_size = v.cast<std::size_t>();
-    else if (key == "null_model_based") o.null_model_based = v.cast<bool>();
-    else if (key == "refit_restarts") o.refit_restarts = v.cast<int>();
-    else if (key == "refit_patience") o.refit_patience = v.cast<int>();
-    else if (key == "refit_cold") o.refit_cold = v.cast<bool>();
-    else
-      value_error(fn, "unknown option '" + key +
-                          "' (sensitivity_effects, sensitivity_draws, sensitivity_threshold, sensitivity_threshold_effect, "
-                          "correction_ridge, null_replicates, null_variants, null_group_size, null_model_based, refit_restarts, refit_patience, refit_cold)");
-  } catch (const py::cast_error&) {
-    value_error(fn, "option '" + key + "' has the wrong type");
-  }
-}
-
-// Ranges the CLI's option table checks before the library sees them.
-void check_ranges(const arcal::FullAuditOptions& o) {
-  const std::string fn = "arcal.audit";
-  auto need = [&](bool ok, const std::string& what) {
-    if (!ok) value_error(fn, what);
-  };
-  need(o.permutations >= 1, "permutations is " + std::to_string(o.permutations) + ", but must be >= 1");
-  need(o.bins >= 1 && o.bins <= 1000, "bins is " + std::to_string(o.bins) + ", but must be in [1, 1000]");
-  need(o.alpha > 0 && o.alpha < 1, "alpha must be in (0, 1)");
-  need(o.probe_restarts >= 1 && o.probe_restarts <= 100, "probe_restarts must be in [1, 100]");
-  need(o.probe_repeats >= 1 && o.probe_repeats <= 100, "probe_repeats must be in [1, 100]");
-  need(o.sensitivity_draws >= 1, "sensitivity_draws must be >= 1");
-  for (double e : o.sensitivity_effects) need(e >= 0 && std::isfinite(e), "sensitivity_effects must be finite and >= 0");
-  need(o.null_replicates >= 1, "null_replicates must be >= 1");
-  need(o.null_group_size >= 2 && o.null_group_size <= 10, "null_group_size must be in [2, 10]");
-  need(o.correction_ridge == -1 || (o.correction_ridge >= 0 && std::isfinite(o.correction_ridge)),
-       "correction_ridge must be -1 (chosen by inner CV) or finite and >= 0");
-  need(o.refit_restarts >= 1 && o.refit_restarts <= 100, "refit_restarts must be in [1, 100]");
-  need(o.refit_patience >= 1, "refit_patience must be >= 1");
-  need(o.threads >= 0, "threads must be >= 0 (0 = all cores)");
-}
-
 py::dict audit(py::object traces, py::object stats, int permutations, std::uint64_t seed, bool sensitivity,
                bool exact_null, std::size_t bins, bool equal_mass, double alpha, bool condcal, bool probes,
                int probe_restarts, int probe_repeats, int threads, py::object names, py::object out, py::kwargs kwargs) {
   const std::string fn = "arcal.audit";
+  // Every option goes through the audit family's option table (audit/audit_options.hpp): the same
+  // names, types and ranges as `arcal audit`'s flags and the study file's [audit] keys.
+  nlohmann::json opts = {{"permutations", permutations}, {"seed", seed}, {"sensitivity", sensitivity},
+                      {"exact_null", exact_null}, {"bins", bins}, {"equal_mass", equal_mass}, {"alpha", alpha},
+                      {"condcal", condcal}, {"probes", probes}, {"probe_restarts", probe_restarts},
+                      {"probe_repeats", probe_repeats}, {"threads", threads}};
+  for (auto item : kwargs) {
+    const std::string key = item.first.cast<std::string>();
+    if (key == "stats" || opts.contains(key)) value_error(fn, "option '" + key + "' given twice");
+    opts[key] = py_to_json(item.second, key);
+  }
   arcal::FullAuditOptions o;
-  o.permutations = permutations;
-  o.seed = seed;
-  o.sensitivity = sensitivity;
-  o.exact_null = exact_null;
-  o.bins = bins;
-  o.equal_mass = equal_mass;
-  o.alpha = alpha;
-  o.condcal = condcal;
-  o.probes = probes;
-  o.probe_restarts = probe_restarts;
-  o.probe_repeats = probe_repeats;
-  o.threads = threads;
-  for (auto item : kwargs) set_extra_option(o, item.first.cast<std::string>(), item.second);
-  check_ranges(o);
+  arcal::options_from_json(arcal::audit_option_table(), opts, o, fn);  // InputError -> ValueError
 
   if (py::isinstance<py::str>(traces) || py::isinstance<py::dict>(traces) || !py::hasattr(traces, "__iter__"))
     value_error(fn, "traces must be a list of trace file paths or dicts of arrays");

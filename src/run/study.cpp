@@ -101,6 +101,39 @@ struct Reader {
   }
 };
 
+/// One option of an option table from its TOML value, typed by the field it sets; ranges and
+/// choices are checked afterwards on the whole struct (check_options, by key).
+template <class C>
+void read_option(const Reader& r, const std::string& table, const Option<C>& o, const toml::value& v, C& c) {
+  std::visit(
+      [&](auto member) {
+        auto& x = c.*member;
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, bool>) x = r.boolean(v, table, o.key);
+        else if constexpr (std::is_same_v<T, std::string>) x = r.str(v, table, o.key);
+        else if constexpr (std::is_same_v<T, double>) x = r.real(v, table, o.key);
+        else if constexpr (std::is_same_v<T, std::vector<std::string>>) x = r.strings(v, table, o.key);
+        else if constexpr (std::is_same_v<T, std::vector<double>>) x = r.reals(v, table, o.key);
+        else if constexpr (std::is_same_v<T, std::vector<std::uint64_t>>) x = r.seeds(v, table, o.key);
+        else if constexpr (std::is_same_v<T, std::uint64_t>) {
+          const auto i = r.integer(v, table, o.key);
+          if (i < 0) r.bad(table, o.key, "an integer >= 0");
+          x = std::uint64_t(i);
+        } else {
+          // int / int64: refused here when out of range, before narrowing could wrap the value.
+          const auto i = r.integer(v, table, o.key);
+          if (std::holds_alternative<IntRange>(o.range) && !in_range(std::get<IntRange>(o.range), i))
+            r.bad(table, o.key, "an integer in " + range_text(std::get<IntRange>(o.range)) + " (got " + std::to_string(i) + ")");
+          x = static_cast<T>(i);
+        }
+      },
+      o.field);
+}
+
+/// One option as a TOML line "key = value   # help".
+template <class C>
+std::string option_line(const Option<C>& o, const C& c);
+
 /// A TOML basic string: quotes, backslashes and control characters escaped, so any value (a
 /// data_dir with quotes or a newline) prints as TOML that reads back to itself.
 std::string toml_string(const std::string& v) {
@@ -140,13 +173,38 @@ std::string list(const std::vector<T>& v, bool quote) {
   return s + "]";
 }
 
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + v[i];
-  return s;
+template <class C>
+std::string option_line(const Option<C>& o, const C& c) {
+  std::string value;
+  std::visit(
+      [&](auto member) {
+        const auto& x = c.*member;
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, bool>) value = x ? "true" : "false";
+        else if constexpr (std::is_same_v<T, std::string>) value = toml_string(x);
+        else if constexpr (std::is_same_v<T, double>) value = num(x);
+        else if constexpr (std::is_same_v<T, std::vector<std::string>>) value = list(x, true);
+        else if constexpr (std::is_same_v<T, std::vector<double>> || std::is_same_v<T, std::vector<std::uint64_t>>) value = list(x, false);
+        else value = std::to_string(x);
+      },
+      o.field);
+  std::string help = o.help;
+  for (char& ch : help)
+    if (ch == '\n') ch = ' ';
+  return o.key + " = " + value + "   # " + help + "\n";
 }
 
 }  // namespace
+
+FullAuditOptions default_study_audit() {
+  FullAuditOptions a;
+  a.probe_restarts = 5;
+  a.sensitivity = true;
+  a.exact_null = true;
+  a.null_replicates = 100;
+  a.threads = 2;
+  return a;
+}
 
 StudyConfig default_study() { return StudyConfig{}; }
 
@@ -383,33 +441,8 @@ StudyConfig parse_study_toml_text(const std::string& text, const std::string& pa
     c.threads_per_job = r.bounded(v, "execution", "threads_per_job", ranges::threads);
   };
   keys["trace"]["split"] = [&](const toml::value& v) { c.split = r.str(v, "trace", "split"); };
-  keys["audit"]["stats"] = [&](const toml::value& v) { c.stats = r.strings(v, "audit", "stats"); };
-  keys["audit"]["permutations"] = [&](const toml::value& v) { c.permutations = r.bounded(v, "audit", "permutations", ranges::permutations); };
-  keys["audit"]["bins"] = [&](const toml::value& v) { c.bins = r.bounded(v, "audit", "bins", ranges::bins); };
-  keys["audit"]["seed"] = [&](const toml::value& v) {
-    const auto s = r.integer(v, "audit", "seed");
-    if (s < 0) r.bad("audit", "seed", "an integer >= 0");
-    c.audit_seed = std::uint64_t(s);
-  };
-  keys["audit"]["probes"] = [&](const toml::value& v) { c.probes = r.boolean(v, "audit", "probes"); };
-  keys["audit"]["probe_restarts"] = [&](const toml::value& v) { c.probe_restarts = r.bounded(v, "audit", "probe_restarts", ranges::probe_restarts); };
-  keys["audit"]["sensitivity"] = [&](const toml::value& v) { c.sensitivity = r.boolean(v, "audit", "sensitivity"); };
-  keys["audit"]["sensitivity_effects"] = [&](const toml::value& v) {
-    c.sensitivity_effects = r.reals(v, "audit", "sensitivity_effects");
-  };
-  keys["audit"]["sensitivity_threshold"] = [&](const toml::value& v) {
-    c.sensitivity_threshold = r.real(v, "audit", "sensitivity_threshold");
-  };
-  keys["audit"]["sensitivity_threshold_effect"] = [&](const toml::value& v) {
-    c.sensitivity_threshold_effect = r.real(v, "audit", "sensitivity_threshold_effect");
-  };
-  keys["audit"]["sensitivity_draws"] = [&](const toml::value& v) {
-    c.sensitivity_draws = r.bounded(v, "audit", "sensitivity_draws", ranges::sensitivity_draws);
-  };
-  keys["audit"]["exact_null"] = [&](const toml::value& v) { c.exact_null = r.boolean(v, "audit", "exact_null"); };
-  keys["audit"]["null_replicates"] = [&](const toml::value& v) { c.null_replicates = r.bounded(v, "audit", "null_replicates", ranges::null_replicates); };
-  keys["audit"]["null_variants"] = [&](const toml::value& v) { c.null_variants = r.strings(v, "audit", "null_variants"); };
-  keys["audit"]["threads"] = [&](const toml::value& v) { c.threads = r.bounded(v, "audit", "threads", ranges::threads); };
+  for (const auto& o : audit_option_table())
+    keys["audit"][o.key] = [&, opt = &o](const toml::value& v) { read_option(r, "audit", *opt, v, c.audit); };
 
   if (!root.is_table()) throw_input(kFn, "study file '" + path + "' has no top-level table");
   for (const auto& [k, v] : root.as_table()) {
@@ -482,25 +515,7 @@ void validate_study(const StudyConfig& c) {
   in(c.parallel, ranges::parallel, "[execution] parallel");
   in(c.threads_per_job, ranges::threads, "[execution] threads_per_job");
   need(c.split == "test" || c.split == "val", "[trace] split", "must be test or val");
-  need(!c.stats.empty(), "[audit] stats", "must name at least one statistic (the test family would be empty)");
-  for (const auto& st : c.stats)
-    need(!st.empty() && st.size() <= 200 && st.find_first_of(", \t\n\r") == std::string::npos, "[audit] stats",
-         "entries must be non-empty names without commas or blanks");
-  in(c.permutations, ranges::permutations, "[audit] permutations");
-  in(c.bins, ranges::bins, "[audit] bins");
-  in(c.probe_restarts, ranges::probe_restarts, "[audit] probe_restarts");
-  need(!c.sensitivity || !c.sensitivity_effects.empty(), "[audit] sensitivity_effects", "must not be empty");
-  for (double e : c.sensitivity_effects) need(e >= 0 && std::isfinite(e), "[audit] sensitivity_effects", "entries must be finite and >= 0");
-  need(!c.sensitivity || std::find(c.sensitivity_effects.begin(), c.sensitivity_effects.end(), c.sensitivity_threshold_effect) !=
-                             c.sensitivity_effects.end(),
-       "[audit] sensitivity_threshold_effect", "must be one of sensitivity_effects");
-  in_real(c.sensitivity_threshold, ranges::sensitivity_threshold, "[audit] sensitivity_threshold");
-  in(c.sensitivity_draws, ranges::sensitivity_draws, "[audit] sensitivity_draws");
-  in(c.null_replicates, ranges::null_replicates, "[audit] null_replicates");
-  for (const auto& v : c.null_variants)
-    need(v == "confidence" || v == "full_logit", "[audit] null_variants", "entry '" + v + "' is not confidence or full_logit");
-  need(!c.exact_null || !c.null_variants.empty(), "[audit] null_variants", "must not be empty");
-  in(c.threads, ranges::threads, "[audit] threads");
+  validate_audit_options(c.audit, kFn + std::string(": [audit]"), true);
   need(!c.residuals.empty(), "[model] residuals", "must name at least one AttnRes mode (the audit needs routing)");
 }
 
@@ -531,21 +546,7 @@ std::string study_to_toml(const StudyConfig& c) {
   o << "[trace]\n";
   o << "split = " << toml_string(c.split) << "\n\n";
   o << "[audit]\n";
-  o << "stats = " << list(c.stats, true) << "\n";
-  o << "permutations = " << c.permutations << "\n";
-  o << "bins = " << c.bins << "\n";
-  o << "seed = " << c.audit_seed << "\n";
-  o << "probes = " << (c.probes ? "true" : "false") << "\n";
-  o << "probe_restarts = " << c.probe_restarts << "\n";
-  o << "sensitivity = " << (c.sensitivity ? "true" : "false") << "\n";
-  o << "sensitivity_effects = " << list(c.sensitivity_effects, false) << "\n";
-  o << "sensitivity_threshold = " << num(c.sensitivity_threshold) << "   # recovery R needed for the verdict 'absent'\n";
-  o << "sensitivity_threshold_effect = " << num(c.sensitivity_threshold_effect) << "   # nats; one of sensitivity_effects\n";
-  o << "sensitivity_draws = " << c.sensitivity_draws << "\n";
-  o << "exact_null = " << (c.exact_null ? "true" : "false") << "\n";
-  o << "null_replicates = " << c.null_replicates << "\n";
-  o << "null_variants = " << list(c.null_variants, true) << "\n";
-  o << "threads = " << c.threads << "\n";
+  for (const auto& opt : audit_option_table()) o << option_line(opt, c.audit);
   return o.str();
 }
 
@@ -585,22 +586,7 @@ std::vector<StudyRun> expand_study(const StudyConfig& c) {
   return out;
 }
 
-std::vector<std::string> study_audit_args(const StudyConfig& c) {
-  std::vector<std::string> a = {"--stat", join(c.stats), "--permutations", std::to_string(c.permutations), "--bins",
-                                std::to_string(c.bins), "--seed", std::to_string(c.audit_seed), "--probe-restarts",
-                                std::to_string(c.probe_restarts), "--threads", std::to_string(c.threads)};
-  if (!c.probes) a.push_back("--no-probes");
-  if (c.sensitivity) {
-    std::vector<std::string> e;
-    for (double x : c.sensitivity_effects) e.push_back(num(x));
-    a.insert(a.end(), {"--sensitivity", "--sensitivity-effects", join(e), "--sensitivity-draws", std::to_string(c.sensitivity_draws),
-                       "--sensitivity-threshold", num(c.sensitivity_threshold), "--sensitivity-threshold-effect",
-                       num(c.sensitivity_threshold_effect)});
-  }
-  if (c.exact_null)
-    a.insert(a.end(), {"--exact-null", "--null-replicates", std::to_string(c.null_replicates), "--null-variants", join(c.null_variants)});
-  return a;
-}
+std::string study_audit_hash(const StudyConfig& c) { return options_hash(audit_option_table(), c.audit); }
 
 std::string stable_hash(const std::string& text) {
   std::uint64_t h = 14695981039346656037ull;

@@ -8,7 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "audit/audit_options.hpp"
+
 namespace arcal {
+
+/// The study's audit defaults (see StudyConfig::audit).
+FullAuditOptions default_study_audit();
 
 struct StudyConfig {
   std::string name = "default";
@@ -34,22 +39,10 @@ struct StudyConfig {
   int threads_per_job = 1;  ///< intra-op threads of each
   // [trace]
   std::string split = "test";
-  // [audit]
-  std::vector<std::string> stats{"re", "rdv"};
-  int permutations = 10000;
-  int bins = 15;
-  std::uint64_t audit_seed = 0;
-  bool probes = true;
-  int probe_restarts = 5;
-  bool sensitivity = true;
-  std::vector<double> sensitivity_effects{0.002, 0.005, 0.010, 0.020};
-  double sensitivity_threshold = 0.5;          ///< recovery R for the verdict "absent"
-  double sensitivity_threshold_effect = 0.010;  ///< nats; must be one of sensitivity_effects
-  int sensitivity_draws = 20;
-  bool exact_null = true;
-  int null_replicates = 100;  ///< arcal audit defaults to 200; 100 keeps the default study in 15 minutes (p resolution 1/101)
-  std::vector<std::string> null_variants{"confidence", "full_logit"};
-  int threads = 2;  ///< worker threads of the audit
+  // [audit]: every option of the audit family (audit/audit_options.hpp), with the study's defaults
+  // (default_study_audit): probes with 5 restarts, sensitivity and exact null on, 100 null replicates
+  // (p resolution 1/101, keeps the default study near 15 minutes), 2 worker threads.
+  FullAuditOptions audit = default_study_audit();
 };
 
 /// One training run of a study.
@@ -87,8 +80,8 @@ std::string study_to_toml(const StudyConfig& study);
 /// Every training run: datasets x models x (residuals + standard twin) x seeds, in that nesting.
 std::vector<StudyRun> expand_study(const StudyConfig& study);
 
-/// `arcal audit` arguments for the study's audit settings (traces and --out not included).
-std::vector<std::string> study_audit_args(const StudyConfig& study);
+/// Identity of the study's audit: options_hash of its typed audit options (threads excluded).
+std::string study_audit_hash(const StudyConfig& study);
 
 /// FNV-1a 64 of text as 16 hex digits: stable across platforms and builds.
 std::string stable_hash(const std::string& text);

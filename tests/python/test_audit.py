@@ -108,5 +108,10 @@ def test_bad_input():
         arcal.audit([bad])
     with pytest.raises(ValueError, match="unknown option 'permutation'"):
         arcal.audit([t], permutation=10)
+    # Options go through the audit family's option table: the CLI's ranges, named by key.
+    with pytest.raises(ValueError, match=r"null_group_size = 1 is outside \[2, 10\]"):
+        arcal.audit([t], null_group_size=1)
+    with pytest.raises(ValueError, match="null_variants"):
+        arcal.audit([t], null_variants=["logit"])
     with pytest.raises(ValueError, match="cannot open"):
         arcal.audit(["/nonexistent/run.npz"])

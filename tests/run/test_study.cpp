@@ -61,9 +61,9 @@ TEST(Study, PrintedConfigReadsBackToTheSameStudy) {
   c.seeds = {4, 9};
   c.residuals = {"full", "block"};
   c.lr = 3e-4;
-  c.sensitivity_effects = {0.01, 0.03};
-  c.sensitivity_threshold_effect = 0.03;
-  c.null_variants = {"confidence"};
+  c.audit.sensitivity_effects = {0.01, 0.03};
+  c.audit.sensitivity_threshold_effect = 0.03;
+  c.audit.null_variants = {"confidence"};
   const std::string text = study_to_toml(c);
   const auto back = parse_study_toml(write_tmp("round.toml", text));
   EXPECT_EQ(study_to_toml(back), text);
@@ -85,7 +85,7 @@ TEST(Study, PartialFileKeepsDefaultsForEverythingElse) {
   EXPECT_EQ(c.seeds, std::vector<std::uint64_t>{7});
   EXPECT_EQ(c.epochs, 1);
   EXPECT_EQ(c.batch_size, default_study().batch_size);
-  EXPECT_EQ(c.null_replicates, default_study().null_replicates);
+  EXPECT_EQ(c.audit.null_replicates, default_study().audit.null_replicates);
   EXPECT_EQ(expand_study(c).size(), 2u);
 }
 

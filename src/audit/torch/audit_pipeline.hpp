@@ -8,37 +8,9 @@
 #include <vector>
 
 #include "audit/audit.hpp"
+#include "audit/audit_options.hpp"
 
 namespace arcal {
-
-/// Every option of `arcal audit` (docs/interface.md), with the CLI's defaults.
-struct FullAuditOptions {
-  int permutations = 10000;   ///< within-bin permutations R
-  std::uint64_t seed = 0;     ///< permutations, splits, shuffles, probe seeds
-  std::size_t bins = 15;
-  bool equal_mass = false;
-  double alpha = 0.05;
-  bool condcal = true;
-  bool probes = true;
-  int probe_restarts = 1;     ///< seeded restarts averaged per MLP probe and split
-  int probe_repeats = 5;      ///< repeated 2-fold cross-fits per run
-  bool sensitivity = false;
-  std::vector<double> sensitivity_effects{0.002, 0.005, 0.010, 0.020};
-  int sensitivity_draws = 20;
-  double sensitivity_threshold = 0.5;
-  double sensitivity_threshold_effect = 0.010;
-  double correction_ridge = -1.0;  ///< the correction probe's ridge; -1: chosen by inner CV (method.md §6.5)
-  bool exact_null = false;
-  int null_replicates = 200;
-  std::vector<std::string> null_variants{"confidence", "full_logit"};
-  std::size_t null_group_size = 5;  ///< matched-group size of the conditional permutation null (2-10)
-  bool null_model_based = true;     ///< also run the model-based null (§6.6 b), labelled as such
-  int refit_restarts = 1;
-  int refit_patience = 3;
-  bool refit_cold = false;
-  int threads = 0;        ///< workers for the MLP fits (0 = all cores); results do not depend on it
-  bool progress = false;  ///< progress lines and bars on stderr
-};
 
 /// Checks the runs and options as a whole before any computation (the audit's and, when probes, the
 /// sensitivity or the exact null are asked for, the probes' input checks). Throws InputError.
