@@ -574,7 +574,9 @@ def train_cases(r):
     r.run("train again on the same --out", TRAIN + ["--out", run], 2, "already holds a run")
     r.run("--resume with a changed --lr (was: silently ignored)", ["train", "--resume", "--lr", "0.01", "--out", run], 2,
           "--lr 0.01 differs from the run's lr = 0.001")
-    r.run("--resume with the same values", ["train", "--resume", "--lr", "0.001", "--max-steps", "4", "--threads", "1", "--out", run], 0, None)
+    # --quiet: the resume notices and evaluation lines are log lines on stderr; the row shows the result.
+    r.run("--resume with the same values", ["train", "--resume", "--lr", "0.001", "--max-steps", "4", "--threads", "1", "--out", run,
+                                            "--quiet"], 0, None)
 
     def recorded(code, out, err):
         cfg = json.load(open(os.path.join(run, "config.json")))
@@ -582,8 +584,8 @@ def train_cases(r):
         if not ov or ov[-1]["changes"].get("max_steps", {}).get("to") != 6 or cfg["train"]["max_steps"] != 6:
             return "override not recorded in config.json: %s" % ov
         return ""
-    r.run("--resume --max-steps 6 --override max_steps", ["train", "--resume", "--max-steps", "6", "--override", "max_steps", "--out", run],
-          0, None, check=recorded)
+    r.run("--resume --max-steps 6 --override max_steps", ["train", "--resume", "--max-steps", "6", "--override", "max_steps", "--out", run,
+                                                           "--quiet"], 0, None, check=recorded)
     r.run("--override of a setting that fixes the data", ["train", "--resume", "--seed", "4", "--override", "seed", "--out", run], 2,
           "cannot change on resume")
     r.run("--override naming a flag not given", ["train", "--resume", "--override", "lr", "--out", run], 2, "is not given")
