@@ -257,12 +257,12 @@ int run_study(const RunOptions& o) {
     std::cout << fmt::format("  {:<44} {}\n", r.dir_name(), done ? "trained (skipped)" : resume ? "resuming" : "to train");
     if (done) continue;
     fs::create_directories(rd);
+    // The child reads the run's typed training configuration (the table's JSON), not flag strings.
+    arcal::write_file_atomic(rd + "/train_request.json", nlohmann::json(r.config).dump(1) + "\n");
     Job j;
     j.label = "train " + r.id;
-    j.args = {"train"};
-    j.args.insert(j.args.end(), r.train_args.begin(), r.train_args.end());
-    j.args.insert(j.args.end(), {"--threads", std::to_string(st.threads_per_job), "--out", rd, "--progress-file",
-                                 rd + "/progress.txt", "--quiet"});
+    // Not --quiet: train.log keeps the configuration and evaluation lines (bars are off on a file).
+    j.args = {"train", "--config", rd + "/train_request.json", "--out", rd, "--progress-file", rd + "/progress.txt"};
     if (resume) j.args.push_back("--resume");
     j.log = rd + "/train.log";
     j.progress = rd + "/progress.txt";

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "command.hpp"
+#include "core/atomic_file.hpp"
 #include "core/check.hpp"
 #include "core/interrupt.hpp"
 #include "core/paths.hpp"
@@ -45,16 +46,13 @@ std::string threads_of(const SweepOptions& o, int study_threads) {
   return std::to_string(o.threads > 0 ? o.threads : study_threads);
 }
 
-/// The run's `arcal train` arguments with the sweep's execution settings. --precision changes the
-/// numbers a run produces, so a non-default precision enters the run's hash (and directory).
+/// The run with the sweep's execution settings. --precision changes the numbers a run produces, so
+/// it enters the run's identity hash (and directory); device and threads do not (train_option_table).
 arcal::StudyRun with_execution(arcal::StudyRun r, const SweepOptions& o, int study_threads) {
-  if (o.precision != "fp32") {
-    r.train_args.insert(r.train_args.end(), {"--precision", o.precision});
-    std::string key;
-    for (const auto& a : r.train_args) key += a + '\0';
-    r.hash = arcal::stable_hash(key);
-  }
-  r.train_args.insert(r.train_args.end(), {"--device", o.device, "--threads", threads_of(o, study_threads)});
+  r.config.precision = o.precision;
+  r.config.device = o.device;
+  r.config.threads = o.threads > 0 ? o.threads : study_threads;
+  r.hash = arcal::options_hash(arcal::train_option_table(), r.config);
   return r;
 }
 
@@ -128,14 +126,14 @@ int run_sweep(const SweepOptions& o) {
     for (auto i : chosen) {
       const auto& r = runs[i];
       const std::string rd = dir + "/runs/" + r.dir_name();
-      nlohmann::json row = {{"index", i}, {"id", r.id}, {"dir", rd}, {"status", status_of(rd)}, {"train_args", r.train_args}};
+      nlohmann::json row = {{"index", i},
+                            {"id", r.id},
+                            {"dir", rd},
+                            {"status", status_of(rd)},
+                            {"train_args", arcal::options_flags(arcal::train_option_table(), r.config)},
+                            {"config", r.config}};
       if (o.dry_run) {
-        arcal::TrainConfig tc;
-        tc.dataset = r.dataset;
-        tc.model = r.model;
-        tc.residual = r.residual;
-        tc.block_size = study.block_size;
-        const auto d = arcal::describe_model(tc);
+        const auto d = arcal::describe_model(r.config);
         row["parameters"] = d["parameters"];
         row["macs_per_image"] = d["macs_per_image"];
         row["routing_points"] = d["routing_points"];
@@ -193,7 +191,10 @@ int run_sweep(const SweepOptions& o) {
     if (status == "checkpoint") {
       args.insert(args.end(), {"--resume", "--threads", threads_of(o, study.threads_per_job)});
     } else {
-      args.insert(args.end(), r.train_args.begin(), r.train_args.end());
+      // The run's typed training configuration (the table's JSON), not flag strings.
+      fs::create_directories(rd);
+      arcal::write_file_atomic(rd + "/train_request.json", nlohmann::json(r.config).dump(1) + "\n");
+      args.insert(args.end(), {"--config", rd + "/train_request.json"});
     }
     args.insert(args.end(), {"--out", rd, "--quiet"});
     if (primary)

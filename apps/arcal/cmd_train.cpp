@@ -12,7 +12,9 @@
 #include "core/check.hpp"
 #include "core/interrupt.hpp"
 #include "core/progress.hpp"
+#include "core/text_input.hpp"
 #include "flag_checks.hpp"
+#include "option_binding.hpp"
 #include "train/distributed.hpp"
 #include "train/trainer.hpp"
 
@@ -117,58 +119,13 @@ arcal::cli::RunFn setup(CLI::App& app) {
   auto progress_file = std::make_shared<std::string>();
   // Every numeric flag carries its range (core/limits.hpp); `given` maps each training setting to
   // its option so that --resume can tell which ones the command line sets.
-  using arcal::cli::in_range;
-  namespace R = arcal::ranges;
-  auto given = std::make_shared<std::vector<std::pair<std::string, CLI::Option*>>>();
-  auto opt = [&](const char* key, CLI::Option* o) {
-    given->push_back({key, o});
-    return o;
-  };
-  auto dataset = app.add_option("--dataset", cfg->dataset, "fashion-mnist | cifar10 | cifar100")->capture_default_str();
-  auto data_dir = app.add_option("--data-dir", cfg->data_dir,
-                 "Dataset directory (default for fashion-mnist: /usr/share/datasets/fashion-mnist; CIFAR: the "
-                 "extracted cifar-10-batches-bin or cifar-100-binary folder)");
-  auto model = app.add_option("--model", cfg->model, "Preset: ar-vit-tiny | ar-deit-small | ar-swin-tiny")->capture_default_str();
-  auto residual = app.add_option("--residual", cfg->residual, "full | block | standard")->capture_default_str();
-  given->push_back({"dataset", dataset});
-  given->push_back({"data_dir", data_dir});
-  given->push_back({"model", model});
-  given->push_back({"residual", residual});
-  opt("patch", app.add_option("--patch", cfg->patch,
-                              "Patch size of the ViT presets instead of the preset's (0 = the preset's; 2 on 28x28 "
-                              "gives 197 tokens)"))
-      ->capture_default_str()->check(in_range(R::patch));
-  opt("block_size", app.add_option("--block-size", cfg->block_size, "Block AttnRes block size S in sublayers"))
-      ->capture_default_str()->check(in_range(R::block_size));
-  opt("epochs", app.add_option("--epochs", cfg->epochs, "Training epochs"))->capture_default_str()->check(in_range(R::epochs));
-  opt("max_steps", app.add_option("--max-steps", cfg->max_steps, "Stop after this many optimizer steps (0 = no cap)"))
-      ->capture_default_str()->check(in_range(R::max_steps));
-  opt("train_subset", app.add_option("--train-subset", cfg->train_subset, "Use only this many training examples (0 = all)"))
-      ->capture_default_str()->check(in_range(R::train_subset));
-  opt("batch_size", app.add_option("--batch-size", cfg->batch_size, "Batch size (per rank when WORLD_SIZE > 1)"))
-      ->capture_default_str()->check(in_range(R::batch_size));
-  opt("lr", app.add_option("--lr", cfg->lr, "AdamW peak learning rate"))->capture_default_str()->check(in_range(R::lr));
-  opt("weight_decay", app.add_option("--weight-decay", cfg->weight_decay, "AdamW weight decay"))
-      ->capture_default_str()->check(in_range(R::weight_decay));
-  opt("warmup_fraction", app.add_option("--warmup-fraction", cfg->warmup_fraction, "Linear warm-up as a fraction of all steps"))
-      ->capture_default_str()->check(in_range(R::warmup_fraction));
-  opt("sbece_weight", app.add_option("--sbece-weight", cfg->sbece_weight, "beta: weight of the soft-binned ECE term"))
-      ->capture_default_str()->check(in_range(R::sbece_weight));
-  opt("sbece_bins", app.add_option("--sbece-bins", cfg->sbece_bins, "M: soft bins"))->capture_default_str()->check(in_range(R::sbece_bins));
-  opt("sbece_temperature", app.add_option("--sbece-temperature", cfg->sbece_temperature, "T > 0: soft-bin temperature"))
-      ->capture_default_str();  // its range is checked by the library, whose message cites method.md
-  opt("seed", app.add_option("--seed", cfg->seed, "Seed for initialisation, split, order and augmentation"))
-      ->capture_default_str()->check(arcal::cli::seed_check());
-  opt("device", app.add_option("--device", cfg->device, "cpu | cuda (needs a CUDA LibTorch build)"))->capture_default_str();
-  opt("precision", app.add_option("--precision", cfg->precision,
-                                  "fp32 | bf16 | fp16: autocast dtype of the training forward pass (fp16: cuda only); "
-                                  "routing softmax and loss stay fp32"))
-      ->capture_default_str();
-  opt("threads", app.add_option("--threads", cfg->threads, "Intra-op threads"))->capture_default_str()->check(in_range(R::threads));
-  opt("checkpoint_every", app.add_option("--checkpoint-every", cfg->checkpoint_every, "Checkpoint every N steps (and every epoch)"))
-      ->capture_default_str()->check(in_range(R::checkpoint_every));
-  opt("norm_eps", app.add_option("--norm-eps", cfg->norm_eps, "Epsilon of every LayerNorm/RMSNorm"))
-      ->capture_default_str()->check(in_range(R::norm_eps));
+  // Every training option from the training family's table (train/train_config.hpp).
+  auto given = std::make_shared<std::vector<std::pair<std::string, CLI::Option*>>>(
+      arcal::cli::bind_options(app, arcal::train_option_table(), *cfg));
+  auto config_file = std::make_shared<std::string>();
+  app.add_option("--config", *config_file,
+                 "Start from this typed training configuration (JSON keyed like RUN/config.json's \"train\"; "
+                 "arcal run and sweep pass runs this way); flags given as well override its values");
   auto overrides = std::make_shared<std::vector<std::string>>();
   app.add_option("--override", *overrides,
                  "With --resume: the settings (flag names without dashes, comma-separated: lr,epochs,...) whose new "
@@ -182,6 +139,17 @@ arcal::cli::RunFn setup(CLI::App& app) {
   app.add_flag("--resume", *resume, "Continue an interrupted run in --out from its checkpoint");
   app.add_flag("--json", *json, "Print summary.json at the end (stdout holds nothing else; logs go to stderr)");
   return [=]() {
+    if (!config_file->empty()) {
+      // The file's values, then every flag given on the command line on top.
+      arcal::TrainConfig from_file = arcal::train_config_from_json(
+          arcal::read_json_file(*config_file, "arcal train", "--config"), *config_file);
+      for (const auto& [key, option] : *given) {
+        if (option->count() == 0) continue;
+        for (const auto& row : arcal::train_option_table())
+          if (row.key == key) std::visit([&](auto member) { from_file.*member = (*cfg).*member; }, row.field);
+      }
+      *cfg = from_file;
+    }
     if (*dry) return run_dry(*cfg, *json);
     if (out->empty()) arcal::throw_input("--out", "is required (the run directory), except with --dry-run");
     arcal::ResumeRequest request;

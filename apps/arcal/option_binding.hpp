@@ -12,8 +12,10 @@
 
 namespace arcal::cli {
 
+/// Returns (key, option) for every flag added, so a command can tell which were given.
 template <class C>
-void bind_options(CLI::App& app, const OptionTable<C>& table, C& c) {
+std::vector<std::pair<std::string, CLI::Option*>> bind_options(CLI::App& app, const OptionTable<C>& table, C& c) {
+  std::vector<std::pair<std::string, CLI::Option*>> added;
   for (const auto& o : table) {
     if (o.flag.empty()) continue;
     std::visit(
@@ -22,9 +24,10 @@ void bind_options(CLI::App& app, const OptionTable<C>& table, C& c) {
           using T = std::decay_t<decltype(v)>;
           if constexpr (std::is_same_v<T, bool>) {
             const std::string name = o.negatable ? o.flag + ",!--no-" + o.flag.substr(2) : o.flag;
-            app.add_flag(name, v, o.help + (o.negatable ? (v ? " (default on)" : " (default off)") : ""));
+            added.push_back({o.key, app.add_flag(name, v, o.help + (o.negatable ? (v ? " (default on)" : " (default off)") : ""))});
           } else {
             CLI::Option* opt = app.add_option(o.flag, v, o.help);
+            added.push_back({o.key, opt});
             opt->capture_default_str();
             if constexpr (!std::is_arithmetic_v<T> && !std::is_same_v<T, std::string>) opt->delimiter(',');
             if constexpr (std::is_same_v<T, std::uint64_t>) {
@@ -43,6 +46,7 @@ void bind_options(CLI::App& app, const OptionTable<C>& table, C& c) {
         },
         o.field);
   }
+  return added;
 }
 
 }  // namespace arcal::cli

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <cstdint>
 #include <string>
 #include <variant>
@@ -35,6 +36,7 @@ struct Option {
   std::vector<std::string> choices;  ///< strings (each element of a list): allowed values; empty = any
   bool negatable = false;              ///< booleans: also --no-FLAG
   bool identity = true;                ///< part of the run identity hash (threads and paths are not)
+  std::string section;                 ///< the study file's table holding this key ("" = not in the study)
 };
 
 template <class C>
@@ -129,15 +131,64 @@ void options_from_json(const OptionTable<C>& table, const nlohmann::json& j, C& 
     std::visit(
         [&](auto member) {
           using T = std::decay_t<decltype(c.*member)>;
+          auto wrong = [&](const std::string& want) { throw_input(where, "'" + k + "' is " + v.dump() + ", but must be " + want); };
+          if constexpr (std::is_same_v<T, bool>) {
+            if (!v.is_boolean()) wrong("true or false");
+          } else if constexpr (std::is_integral_v<T>) {
+            // Integers must fit their field exactly (no wrap-around of 2^32 + 3 to 3, no 2.5 to 2).
+            if (!v.is_number_integer()) wrong("an integer");
+            if (v.is_number_unsigned() ? v.template get<std::uint64_t>() > std::uint64_t(std::numeric_limits<T>::max())
+                                       : (v.template get<std::int64_t>() < std::int64_t(std::numeric_limits<T>::min()) ||
+                                          (v.template get<std::int64_t>() > 0 &&
+                                           std::uint64_t(v.template get<std::int64_t>()) > std::uint64_t(std::numeric_limits<T>::max()))))
+              wrong("an integer in [" + std::to_string(std::numeric_limits<T>::min()) + ", " +
+                    std::to_string(std::numeric_limits<T>::max()) + "]");
+          } else if constexpr (std::is_floating_point_v<T>) {
+            if (!v.is_number()) wrong("a number");
+          }
           try {
             c.*member = v.template get<T>();
           } catch (const nlohmann::json::exception&) {
-            throw_input(where, "'" + k + "' has the wrong type (" + v.dump() + ")");
+            wrong("of another type");
           }
         },
         it->field);
   }
   check_options(table, c, where, true);
+}
+
+/// Command-line flags that reproduce the configuration (every option with a flag whose value differs
+/// from a default-constructed C; lists comma-joined): for display (arcal sweep --list), not for
+/// passing configurations between processes (those pass options_json).
+template <class C>
+std::vector<std::string> options_flags(const OptionTable<C>& table, const C& c) {
+  std::vector<std::string> out;
+  const C defaults{};
+  for (const auto& o : table) {
+    if (o.flag.empty()) continue;
+    std::visit(
+        [&](auto member) {
+          const auto& v = c.*member;
+          if (v == defaults.*member) return;
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, bool>) {
+            out.push_back(v ? o.flag : "--no-" + o.flag.substr(2));
+          } else if constexpr (std::is_same_v<T, std::string>) {
+            out.insert(out.end(), {o.flag, v});
+          } else if constexpr (std::is_arithmetic_v<T>) {
+            out.insert(out.end(), {o.flag, nlohmann::json(v).dump()});
+          } else {
+            std::string joined;
+            for (const auto& x : v) {
+              if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::string>) joined += (joined.empty() ? "" : ",") + x;
+              else joined += (joined.empty() ? "" : ",") + nlohmann::json(x).dump();
+            }
+            out.insert(out.end(), {o.flag, joined});
+          }
+        },
+        o.field);
+  }
+  return out;
 }
 
 /// FNV-1a 64 of the canonical JSON of the identity options (sorted keys, nlohmann's number format):

@@ -98,7 +98,7 @@ inline void from_json(const nlohmann::json& j, RunSummary& s) {
   if (!rm.is_null()) {
     results::get_to(rm, "points", s.points);
     results::get_to(rm, "sources", s.routing_sources);
-    const auto& mean = rm.at("mean");
+    const auto& mean = results::array_at(rm, "mean");
     for (const auto& row : mean) s.sources = std::max(s.sources, row.size());
     if (mean.size() != s.points || s.routing_sources.size() != s.points)
       throw nlohmann::json::type_error::create(302, "routing_mean: mean and sources must have one row per point", &rm);
@@ -128,7 +128,7 @@ inline nlohmann::json bins_json(const GapTestResult& r, bool residuals) {
 }
 inline void bins_from_json(const nlohmann::json& j, GapTestResult& r) {
   r.bins.clear();
-  for (const auto& b : j.at("bins")) {
+  for (const auto& b : results::array_at(j, "bins")) {
     BinGap g;
     results::get_to(b, "bin", g.bin);
     results::get_to(b, "n", g.n);
@@ -295,7 +295,7 @@ inline void from_json(const nlohmann::json& j, AuditCondCalEntry& e) {
   results::get_to(j, "uncalibrated", e.result.uncalibrated);
   const auto& rules = j.at("rules");
   e.result.arms.clear();
-  for (const auto& [name, cv] : rules.at("cv_nll").items()) {
+  for (const auto& [name, cv] : results::object_at(rules, "cv_nll").items()) {
     CondCalArm a;
     a.name = name;
     cv.get_to(a.cv_nll);
@@ -354,7 +354,7 @@ inline void from_json(const nlohmann::json& j, RunProbeResult& r) {
   results::get_to(j, "n", r.n);
   results::get_to(j, "profile", r.profile_names);
   r.probes.clear();
-  for (const auto& [name, p] : j.at("probes").items()) {
+  for (const auto& [name, p] : results::object_at(j, "probes").items()) {
     ProbeFit f;
     f.name = name;
     results::get_number(p, "log_loss", f.scores.log_loss);
@@ -449,7 +449,7 @@ inline void from_json(const nlohmann::json& j, SensitivityEffect& e) {
   results::get_number(j, "correction_ridge", e.correction_ridge);
   results::get_number(j, "mean_oracle_loss_gain", e.mean_oracle_loss_gain);
   e.probes.clear();
-  for (const auto& [name, p] : j.at("probes").items()) {
+  for (const auto& [name, p] : results::object_at(j, "probes").items()) {
     RecoveryEstimate r;
     r.probe = name;
     results::get_number(p, "gain", r.gain);
@@ -589,14 +589,14 @@ inline void from_json(const nlohmann::json& j, ExactNullResult& x) {
   results::get_to(j, "refit", x.refit);
   results::get_number(j, "seconds", x.seconds);
   x.runs.clear();
-  for (const auto& r : j.at("runs")) x.runs.push_back(exact_null_run_from_json(r, true));
+  for (const auto& r : results::array_at(j, "runs")) x.runs.push_back(exact_null_run_from_json(r, true));
   results::get_to(j, "pooled", x.pooled);
   x.has_model_based = j.contains("model_based");
   x.model_runs.clear();
   x.model_pooled.clear();
   if (x.has_model_based) {
     const auto& m = j.at("model_based");
-    for (const auto& r : m.at("runs")) x.model_runs.push_back(exact_null_run_from_json(r, false));
+    for (const auto& r : results::array_at(m, "runs")) x.model_runs.push_back(exact_null_run_from_json(r, false));
     results::get_to(m, "pooled", x.model_pooled);
   }
 }

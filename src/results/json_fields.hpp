@@ -60,6 +60,20 @@ inline void get_interval(const nlohmann::json& j, const char* key, Interval& out
   out.high = v[1].is_null() ? nan : v[1].get<double>();
 }
 
+/// j[key], which must be an array (a loop over an object would read its values as rows).
+inline const nlohmann::json& array_at(const nlohmann::json& j, const char* key) {
+  const auto& v = j.at(key);
+  if (!v.is_array()) throw nlohmann::json::type_error::create(302, std::string("type must be array, but is ") + v.type_name(), &v);
+  return v;
+}
+
+/// j[key], which must be an object (keyed rows: probes by name, arms by name).
+inline const nlohmann::json& object_at(const nlohmann::json& j, const char* key) {
+  const auto& v = j.at(key);
+  if (!v.is_object()) throw nlohmann::json::type_error::create(302, std::string("type must be object, but is ") + v.type_name(), &v);
+  return v;
+}
+
 /// j[key] when present, otherwise `fallback` (for keys a later schema version added).
 template <class T>
 T value_or(const nlohmann::json& j, const char* key, T fallback) {

@@ -72,10 +72,18 @@ inline void from_json(const nlohmann::json& j, CalibrationReport& r) {
       {"classwise_ece", &r.classwise_ece}, {"debiased_ece", &r.debiased_ece}, {"smece", &r.smece},
       {"smece_sigma", &r.smece_sigma}, {"nll", &r.nll}, {"brier", &r.brier}, {"auroc", &r.auroc}};
   const auto& ci = j.at("ci");
+  const auto corrected = j.find("bias_corrected");
   for (const auto& [name, e] : rows) {
     results::get_number(j, name, e->value);
     if (ci.contains(name)) results::get_interval(ci, name, e->ci);
     else e->ci = {std::nan(""), std::nan("")};
+    e->bias_corrected = corrected != j.end() && corrected->contains(name) ? corrected->at(name).get<double>() : std::nan("");
+  }
+  r.debiased_clipped = results::value_or(j, "debiased_ece_clipped", false);
+  if (const auto c = j.find("consistency"); c != j.end() && c->is_object()) {
+    r.consistency_draws = results::value_or(*c, "draws", 0);
+    r.consistency_p = results::value_or(*c, "p_top_label", std::nan(""));
+    r.classwise_consistency_p = results::value_or(*c, "p_classwise", std::nan(""));
   }
   r.reliability.clear();
   for (const auto& b : j.at("reliability")) {

@@ -206,6 +206,13 @@ FullAuditOptions default_study_audit() {
   return a;
 }
 
+TrainConfig default_study_train() {
+  TrainConfig t;
+  t.epochs = 3;
+  t.train_subset = 15000;
+  return t;
+}
+
 StudyConfig default_study() { return StudyConfig{}; }
 
 StudyConfig parse_study_toml(const std::string& path) {
@@ -423,19 +430,13 @@ StudyConfig parse_study_toml_text(const std::string& text, const std::string& pa
   std::map<std::string, std::map<std::string, Setter>> keys;
   keys[""]["name"] = [&](const toml::value& v) { c.name = r.str(v, "", "name"); };
   keys["data"]["datasets"] = [&](const toml::value& v) { c.datasets = r.strings(v, "data", "datasets"); };
-  keys["data"]["data_dir"] = [&](const toml::value& v) { c.data_dir = r.str(v, "data", "data_dir"); };
   keys["model"]["presets"] = [&](const toml::value& v) { c.models = r.strings(v, "model", "presets"); };
   keys["model"]["residuals"] = [&](const toml::value& v) { c.residuals = r.strings(v, "model", "residuals"); };
   keys["model"]["standard_twin"] = [&](const toml::value& v) { c.standard_twin = r.boolean(v, "model", "standard_twin"); };
-  keys["model"]["block_size"] = [&](const toml::value& v) { c.block_size = r.bounded(v, "model", "block_size", ranges::block_size); };
   keys["train"]["seeds"] = [&](const toml::value& v) { c.seeds = r.seeds(v, "train", "seeds"); };
-  keys["train"]["epochs"] = [&](const toml::value& v) { c.epochs = r.bounded(v, "train", "epochs", ranges::epochs); };
-  keys["train"]["train_subset"] = [&](const toml::value& v) { c.train_subset = r.integer(v, "train", "train_subset"); };
-  keys["train"]["max_steps"] = [&](const toml::value& v) { c.max_steps = r.integer(v, "train", "max_steps"); };
-  keys["train"]["batch_size"] = [&](const toml::value& v) { c.batch_size = r.bounded(v, "train", "batch_size", ranges::batch_size); };
-  keys["train"]["lr"] = [&](const toml::value& v) { c.lr = r.real(v, "train", "lr"); };
-  keys["train"]["weight_decay"] = [&](const toml::value& v) { c.weight_decay = r.real(v, "train", "weight_decay"); };
-  keys["train"]["sbece_weight"] = [&](const toml::value& v) { c.sbece_weight = r.real(v, "train", "sbece_weight"); };
+  for (const auto& o : train_option_table())
+    if (!o.section.empty())
+      keys[o.section][o.key] = [&, opt = &o](const toml::value& v) { read_option(r, opt->section, *opt, v, c.train); };
   keys["execution"]["parallel"] = [&](const toml::value& v) { c.parallel = r.bounded(v, "execution", "parallel", ranges::parallel); };
   keys["execution"]["threads_per_job"] = [&](const toml::value& v) {
     c.threads_per_job = r.bounded(v, "execution", "threads_per_job", ranges::threads);
@@ -501,20 +502,18 @@ void validate_study(const StudyConfig& c) {
     need(m == "full" || m == "block", "[model] residuals", "entry '" + m + "' is not full or block (the standard twin is standard_twin = true)");
     need(seen.insert(m).second, "[model] residuals", "lists '" + m + "' twice");
   }
-  in(c.block_size, ranges::block_size, "[model] block_size");
   need(!c.seeds.empty(), "[train] seeds", "must list at least one seed");
   std::set<std::uint64_t> ss(c.seeds.begin(), c.seeds.end());
   need(ss.size() == c.seeds.size(), "[train] seeds", "has a repeated seed");
-  in(c.epochs, ranges::epochs, "[train] epochs");
-  in(c.train_subset, ranges::train_subset, "[train] train_subset");
-  in(c.max_steps, ranges::max_steps, "[train] max_steps");
-  in(c.batch_size, ranges::batch_size, "[train] batch_size");
-  in_real(c.lr, ranges::lr, "[train] lr");
-  in_real(c.weight_decay, ranges::weight_decay, "[train] weight_decay");
-  in_real(c.sbece_weight, ranges::sbece_weight, "[train] sbece_weight");
   in(c.parallel, ranges::parallel, "[execution] parallel");
   in(c.threads_per_job, ranges::threads, "[execution] threads_per_job");
   need(c.split == "test" || c.split == "val", "[trace] split", "must be test or val");
+  {
+    // The shared training options, by their study keys (the per-run ones are set in expand_study).
+    TrainConfig t = c.train;
+    t.model = c.models.empty() ? t.model : c.models.front();
+    check_options(train_option_table(), t, kFn + std::string(": [data]/[model]/[train]"), true);
+  }
   validate_audit_options(c.audit, kFn + std::string(": [audit]"), true);
   need(!c.residuals.empty(), "[model] residuals", "must name at least one AttnRes mode (the audit needs routing)");
 }
@@ -525,21 +524,21 @@ std::string study_to_toml(const StudyConfig& c) {
   o << "name = " << toml_string(c.name) << "\n\n";
   o << "[data]\n";
   o << "datasets = " << list(c.datasets, true) << "   # fashion-mnist | cifar10 | cifar100\n";
-  o << "data_dir = " << toml_string(c.data_dir) << "   # \"\" = each dataset's default location\n\n";
+  for (const auto& opt : train_option_table())
+    if (opt.section == "data") o << option_line(opt, c.train);
+  o << "\n";
   o << "[model]\n";
   o << "presets = " << list(c.models, true) << "\n";
   o << "residuals = " << list(c.residuals, true) << "   # AttnRes modes, audited: full | block\n";
   o << "standard_twin = " << (c.standard_twin ? "true" : "false") << "   # a standard-residual twin per seed\n";
-  o << "block_size = " << c.block_size << "\n\n";
+  for (const auto& opt : train_option_table())
+    if (opt.section == "model") o << option_line(opt, c.train);
+  o << "\n";
   o << "[train]\n";
   o << "seeds = " << list(c.seeds, false) << "\n";
-  o << "epochs = " << c.epochs << "\n";
-  o << "train_subset = " << c.train_subset << "   # 0 = the whole training split\n";
-  o << "max_steps = " << c.max_steps << "   # 0 = no cap\n";
-  o << "batch_size = " << c.batch_size << "\n";
-  o << "lr = " << num(c.lr) << "\n";
-  o << "weight_decay = " << num(c.weight_decay) << "\n";
-  o << "sbece_weight = " << num(c.sbece_weight) << "\n\n";
+  for (const auto& opt : train_option_table())
+    if (opt.section == "train") o << option_line(opt, c.train);
+  o << "\n";
   o << "[execution]\n";
   o << "parallel = " << c.parallel << "   # trainings and traces at once\n";
   o << "threads_per_job = " << c.threads_per_job << "\n\n";
@@ -566,21 +565,13 @@ std::vector<StudyRun> expand_study(const StudyConfig& c) {
           r.seed = seed;
           r.audited = mode != "standard";
           r.id = d + "-" + m + "-" + mode + "-s" + std::to_string(seed);
-          r.train_args = {"--dataset", d, "--model", m, "--residual", mode, "--seed", std::to_string(seed),
-                          "--epochs", std::to_string(c.epochs), "--train-subset", std::to_string(c.train_subset),
-                          "--max-steps", std::to_string(c.max_steps), "--batch-size", std::to_string(c.batch_size),
-                          "--lr", num(c.lr), "--weight-decay", num(c.weight_decay), "--sbece-weight", num(c.sbece_weight)};
-          if (mode == "block") {
-            r.train_args.push_back("--block-size");
-            r.train_args.push_back(std::to_string(c.block_size));
-          }
-          if (!c.data_dir.empty()) {
-            r.train_args.push_back("--data-dir");
-            r.train_args.push_back(c.data_dir);
-          }
-          std::string key;
-          for (const auto& a : r.train_args) key += a + '\0';
-          r.hash = stable_hash(key);
+          r.config = c.train;
+          r.config.dataset = d;
+          r.config.model = m;
+          r.config.residual = mode;
+          r.config.seed = seed;
+          r.config.threads = c.threads_per_job;
+          r.hash = options_hash(train_option_table(), r.config);
           out.push_back(std::move(r));
         }
   return out;

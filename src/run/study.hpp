@@ -9,31 +9,28 @@
 #include <vector>
 
 #include "audit/audit_options.hpp"
+#include "train/train_config.hpp"
 
 namespace arcal {
 
 /// The study's audit defaults (see StudyConfig::audit).
 FullAuditOptions default_study_audit();
+/// The study's training defaults: TrainConfig's, with 3 epochs on a 15,000-image subset.
+TrainConfig default_study_train();
 
 struct StudyConfig {
   std::string name = "default";
   // [data]
   std::vector<std::string> datasets{"fashion-mnist"};
-  std::string data_dir;  ///< "" = each dataset's default location
   // [model]
   std::vector<std::string> models{"ar-vit-tiny"};
   std::vector<std::string> residuals{"full"};  ///< AttnRes modes (full | block), audited
   bool standard_twin = true;                   ///< also train a standard-residual twin per seed
-  int block_size = 2;
   // [train]
   std::vector<std::uint64_t> seeds{0, 1, 2};
-  int epochs = 3;
-  std::int64_t train_subset = 15000;
-  std::int64_t max_steps = 0;
-  int batch_size = 128;
-  double lr = 1e-3;
-  double weight_decay = 0.05;
-  double sbece_weight = 0.5;
+  /// Every other training option (train/train_config.hpp's table; keys with section data, model or
+  /// train), shared by every run: each run sets dataset, model, residual, seed and threads on a copy.
+  TrainConfig train = default_study_train();
   // [execution]
   int parallel = 2;         ///< trainings (and traces) at once
   int threads_per_job = 1;  ///< intra-op threads of each
@@ -51,8 +48,8 @@ struct StudyRun {
   std::string dataset, model, residual;
   std::uint64_t seed = 0;
   bool audited = false;                 ///< AttnRes runs enter the audit; standard twins do not
-  std::vector<std::string> train_args;  ///< `arcal train` arguments (without --out)
-  std::string hash;                     ///< stable hash of train_args (16 hex digits)
+  TrainConfig config;                   ///< the typed training configuration of this run
+  std::string hash;                     ///< options_hash of config (16 hex digits): the run's identity
   std::string dir_name() const { return id + "-" + hash.substr(0, 8); }
 };
 

@@ -9,119 +9,72 @@
 
 namespace arcal {
 
-void to_json(nlohmann::json& j, const TrainConfig& c) {
-  j = nlohmann::json{{"dataset", c.dataset},
-                     {"data_dir", c.data_dir},
-                     {"model", c.model},
-                     {"residual", c.residual},
-                     {"block_size", c.block_size},
-                     {"epochs", c.epochs},
-                     {"max_steps", c.max_steps},
-                     {"train_subset", c.train_subset},
-                     {"batch_size", c.batch_size},
-                     {"lr", c.lr},
-                     {"weight_decay", c.weight_decay},
-                     {"warmup_fraction", c.warmup_fraction},
-                     {"sbece_weight", c.sbece_weight},
-                     {"sbece_bins", c.sbece_bins},
-                     {"sbece_temperature", c.sbece_temperature},
-                     {"val_fraction", c.val_fraction},
-                     {"seed", c.seed},
-                     {"threads", c.threads},
-                     {"device", c.device},
-                     {"precision", c.precision},
-                     {"world_size", c.world_size},
-                     {"checkpoint_every", c.checkpoint_every},
-                     {"norm_eps", c.norm_eps},
-                     {"patch", c.patch}};
+const OptionTable<TrainConfig>& train_option_table() {
+  using T = TrainConfig;
+  namespace R = ranges;
+  static const std::vector<std::string> presets = model_presets();
+  static const OptionTable<T> table = {
+      {"dataset", "--dataset", "Dataset", &T::dataset, {}, {"fashion-mnist", "cifar10", "cifar100"}},
+      {"model", "--model", "Preset", &T::model, {}, presets},
+      {"residual", "--residual", "Residual mode", &T::residual, {}, {"full", "block", "standard"}},
+      {"data_dir", "--data-dir",
+       "Dataset directory (default for fashion-mnist: /usr/share/datasets/fashion-mnist; CIFAR: the extracted "
+       "cifar-10-batches-bin or cifar-100-binary folder)",
+       &T::data_dir, {}, {}, false, false, "data"},
+      {"patch", "--patch", "Patch size of the ViT presets instead of the preset's (0 = the preset's; 2 on 28x28 gives 197 tokens)",
+       &T::patch, R::patch, {}, false, true, "model"},
+      {"block_size", "--block-size", "Block AttnRes block size S in sublayers", &T::block_size, R::block_size, {}, false, true, "model"},
+      {"norm_eps", "--norm-eps", "Epsilon of every LayerNorm/RMSNorm", &T::norm_eps, R::norm_eps, {}, false, true, "model"},
+      {"epochs", "--epochs", "Training epochs", &T::epochs, R::epochs, {}, false, true, "train"},
+      {"max_steps", "--max-steps", "Stop after this many optimizer steps (0 = no cap)", &T::max_steps, R::max_steps, {}, false, true, "train"},
+      {"train_subset", "--train-subset", "Use only this many training examples (0 = all)", &T::train_subset, R::train_subset, {},
+       false, true, "train"},
+      {"batch_size", "--batch-size", "Batch size (per rank when WORLD_SIZE > 1)", &T::batch_size, R::batch_size, {}, false, true, "train"},
+      {"lr", "--lr", "AdamW peak learning rate", &T::lr, R::lr, {}, false, true, "train"},
+      {"weight_decay", "--weight-decay", "AdamW weight decay", &T::weight_decay, R::weight_decay, {}, false, true, "train"},
+      {"warmup_fraction", "--warmup-fraction", "Linear warm-up as a fraction of all steps", &T::warmup_fraction,
+       R::warmup_fraction, {}, false, true, "train"},
+      {"sbece_weight", "--sbece-weight", "beta: weight of the soft-binned ECE term", &T::sbece_weight, R::sbece_weight, {}, false,
+       true, "train"},
+      {"sbece_bins", "--sbece-bins", "M: soft bins", &T::sbece_bins, R::sbece_bins, {}, false, true, "train"},
+      {"sbece_temperature", "--sbece-temperature", "T > 0: soft-bin temperature (method.md §2)", &T::sbece_temperature,
+       R::sbece_temperature, {}, false, true, "train"},
+      {"val_fraction", "", "Share of the training split held out for validation", &T::val_fraction,
+       RealRange{0.0, 0.999, false}, {}, false, true, "train"},
+      {"seed", "--seed", "Seed for initialisation, split, order and augmentation", &T::seed},
+      {"threads", "--threads", "Intra-op threads", &T::threads, R::threads, {}, false, false},
+      {"device", "--device", "cpu | cuda (needs a CUDA LibTorch build)", &T::device, {}, {"cpu", "cuda"}, false, false, "train"},
+      {"precision", "--precision",
+       "fp32 | bf16 | fp16: autocast dtype of the training forward pass (fp16: cuda only); routing softmax and loss stay fp32",
+       &T::precision, {}, {"fp32", "bf16", "fp16"}, false, true, "train"},
+      {"world_size", "", "Data-parallel ranks (from WORLD_SIZE); batch_size is per rank", &T::world_size, IntRange{1, 65536}, {},
+       false, false},
+      {"checkpoint_every", "--checkpoint-every", "Checkpoint every N steps (and every epoch)", &T::checkpoint_every,
+       R::checkpoint_every, {}, false, false, "train"},
+  };
+  return table;
 }
+
+void to_json(nlohmann::json& j, const TrainConfig& c) { j = options_json(train_option_table(), c); }
 
 TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) throw InputError(where + " must be a JSON object, but is " + json_brief(j));
-  TrainConfig c;
   // Missing keys keep the defaults (configs of older versions); present ones must have the right
-  // type and fit their field exactly. Ranges are checked by check_train_config afterwards.
-  const IntRange int32{-2147483647LL - 1, 2147483647LL};
-  const IntRange int64{-9223372036854775807LL, 9223372036854775807LL};
-  auto str = [&](const char* k, std::string& f) {
-    if (j.contains(k)) f = json_string(j, k, where);
-  };
-  auto i32 = [&](const char* k, int& f) {
-    if (j.contains(k)) f = static_cast<int>(json_int(j, k, where, int32));
-  };
-  auto i64 = [&](const char* k, std::int64_t& f) {
-    if (j.contains(k)) f = json_int(j, k, where, int64);
-  };
-  auto real = [&](const char* k, double& f) {
-    if (j.contains(k)) f = json_real(j, k, where);
-  };
-  str("dataset", c.dataset);
-  str("data_dir", c.data_dir);
-  str("model", c.model);
-  str("residual", c.residual);
-  i32("block_size", c.block_size);
-  i32("epochs", c.epochs);
-  i64("max_steps", c.max_steps);
-  i64("train_subset", c.train_subset);
-  i32("batch_size", c.batch_size);
-  real("lr", c.lr);
-  real("weight_decay", c.weight_decay);
-  real("warmup_fraction", c.warmup_fraction);
-  real("sbece_weight", c.sbece_weight);
-  i32("sbece_bins", c.sbece_bins);
-  real("sbece_temperature", c.sbece_temperature);
-  real("val_fraction", c.val_fraction);
-  if (j.contains("seed")) c.seed = json_uint64(j, "seed", where);
-  i32("threads", c.threads);
-  str("device", c.device);
-  str("precision", c.precision);
-  i32("world_size", c.world_size);
-  i64("checkpoint_every", c.checkpoint_every);
-  real("norm_eps", c.norm_eps);
-  i32("patch", c.patch);  // absent in runs written before --patch: the preset's
+  // type and fit their field exactly; ranges and allowed values as the flags'.
+  TrainConfig c;
+  options_from_json(train_option_table(), j, c, where);
   return c;
 }
 
 void from_json(const nlohmann::json& j, TrainConfig& c) { c = train_config_from_json(j, "train config"); }
 
 void check_train_config(const TrainConfig& c) {
-  if (c.dataset != "fashion-mnist" && c.dataset != "cifar10" && c.dataset != "cifar100")
-    throw_input("--dataset", "'" + c.dataset + "' is not a known dataset; expected fashion-mnist, cifar10 or cifar100");
+  check_options(train_option_table(), c, "arcal train");
   parse_residual_mode(c.residual);
-  auto in = [](const char* flag, long long v, const IntRange& r) {
-    if (!in_range(r, v)) throw_input(flag, std::to_string(v) + " must be in " + range_text(r));
-  };
-  auto in_real = [](const char* flag, double v, const RealRange& r) {
-    if (!in_range(r, v)) {
-      std::ostringstream o;
-      o << v;
-      throw_input(flag, o.str() + " must be in " + range_text(r));
-    }
-  };
-  in("--epochs", c.epochs, ranges::epochs);
-  in("--max-steps", c.max_steps, ranges::max_steps);
-  in("--train-subset", c.train_subset, ranges::train_subset);
-  in("--batch-size", c.batch_size, ranges::batch_size);
-  in_real("--lr", c.lr, ranges::lr);
-  in_real("--weight-decay", c.weight_decay, ranges::weight_decay);
-  in_real("--sbece-weight", c.sbece_weight, ranges::sbece_weight);
   if (!(c.sbece_temperature > 0))
     throw_input("--sbece-temperature", std::to_string(c.sbece_temperature) + " must be > 0 (method.md §2)");
-  in_real("--sbece-temperature", c.sbece_temperature, ranges::sbece_temperature);
-  in("--sbece-bins", c.sbece_bins, ranges::sbece_bins);
-  in("--threads", c.threads, ranges::threads);
-  if (c.device != "cpu" && c.device != "cuda") throw_input("--device", "'" + c.device + "': expected cpu or cuda");
-  if (c.precision != "fp32" && c.precision != "bf16" && c.precision != "fp16")
-    throw_input("--precision", "'" + c.precision + "': expected fp32, bf16 or fp16");
   if (c.precision == "fp16" && c.device != "cuda")
     throw_input("--precision", "fp16 autocast needs --device cuda (LibTorch's CPU autocast runs bf16 only); use bf16");
-  in("world_size", c.world_size, IntRange{1, 65536});
-  in("--checkpoint-every", c.checkpoint_every, ranges::checkpoint_every);
-  in_real("--warmup-fraction", c.warmup_fraction, ranges::warmup_fraction);
-  in_real("--norm-eps", c.norm_eps, ranges::norm_eps);
-  if (!(c.val_fraction >= 0 && c.val_fraction < 1)) throw_input("val_fraction", "must be in [0, 1)");
-  in("--block-size", c.block_size, ranges::block_size);
-  in("--patch", c.patch, ranges::patch);
 }
 
 RunConfig parse_run_config_text(const std::string& text, const std::string& path) {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/options.hpp"
 #include "model/config.hpp"
 
 namespace arcal {
@@ -41,6 +42,12 @@ struct TrainConfig {
   std::int64_t steps_per_epoch(std::int64_t train_size) const { return train_size / batch_size; }
 };
 
+/// The training family's option table: `arcal train`'s flags, the study file's [data]/[model]/[train]
+/// keys (Option::section), RUN/config.json's "train" object and the run identity (options_hash:
+/// every option that changes what is trained; paths, threads, device and checkpoint cadence do not).
+const OptionTable<TrainConfig>& train_option_table();
+
+/// options_json of train_option_table().
 void to_json(nlohmann::json& j, const TrainConfig& c);
 /// Throws InputError naming the key for a mistyped or out-of-range field (missing keys keep their
 /// defaults, for configs written by older versions).

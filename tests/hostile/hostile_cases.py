@@ -376,13 +376,16 @@ def report_cases(r):
     json.dump(doc, open(W("rep_type2", "results.json"), "w"))
     r.run("results.json with reliability rows as an object", ["report", W("rep_type2")], 2, "(/runs/0/reliability) type must be array")
     doc = results_doc()
-    doc["exact_null"] = {"group_size": 5, "replicates": 9, "runs": {"run": "x"}, "pooled": []}
+    # A complete exact_null section but for the one value of the wrong type.
+    en = {"variants": ["confidence"], "group_size": 5, "replicates": 9, "seed": 0, "seconds": 0.0,
+          "refit": {"restarts": 1, "max_epochs": 1, "patience": 1, "batch_size": 8, "lr": 0.01, "warm_start": True}}
+    doc["exact_null"] = dict(en, runs={"run": "x"}, pooled=[])
     os.makedirs(W("rep_type3"), exist_ok=True)
     json.dump(doc, open(W("rep_type3", "results.json"), "w"))
     r.run("results.json with exact-null runs as an object", ["report", W("rep_type3")], 2, "(/exact_null/runs) type must be array",
           check=lambda c, o, e: "" if not os.path.exists(W("rep_type3", "report")) else "a report directory was left")
     doc = results_doc()
-    doc["exact_null"] = {"group_size": 5, "replicates": 9, "runs": [], "pooled": [], "model_based": {"pooled": 3, "runs": []}}
+    doc["exact_null"] = dict(en, runs=[], pooled=[], model_based={"pooled": 3, "runs": []})
     os.makedirs(W("rep_type4"), exist_ok=True)
     json.dump(doc, open(W("rep_type4", "results.json"), "w"))
     r.run("results.json with the model-based null's pooled rows as a number", ["report", W("rep_type4")], 2,

@@ -13,6 +13,9 @@
 #include "calib/binning.hpp"
 #include "core/error.hpp"
 #include "results/read.hpp"
+#include "audit/simulate.hpp"
+#include "calib/metrics.hpp"
+#include "io/trace.hpp"
 #include "stats/paired_tests.hpp"
 
 namespace arcal {
@@ -43,6 +46,36 @@ TEST(ResultsJson, AuditRoundTripsThroughTheTypedReader) {
   // Write -> read -> write is the identity on the JSON (every key the writer emits is read back).
   EXPECT_EQ(nlohmann::json::parse(results_text(doc)), nlohmann::json::parse(text));
   EXPECT_EQ(doc.verdict.summary, make_verdict(res).summary);
+}
+
+TEST(ResultsJson, StudySectionWithItsMetricsRoundTrips) {
+  ResultsDocument doc;
+  doc.audit = small_audit(0.0);
+  doc.verdict = make_verdict(doc.audit);
+  doc.has_study = true;
+  doc.study.name = "s";
+  doc.study.split = "test";
+  SimulationOptions so;
+  so.n = 800;
+  const auto sim = simulate_trace(so);
+  StudyRunResult r;
+  r.id = "run";
+  r.model = "ar-vit-tiny";
+  r.residual = "full";
+  r.seed = 3;
+  ReportOptions ro;
+  ro.draws = 50;
+  r.metrics = calibration_report(trace_probabilities(sim.trace), sim.trace.n, sim.trace.classes, sim.trace.labels, ro);
+  doc.study.runs = {r, r};
+  doc.study.runs[1].residual = "standard";
+  doc.study.groups = summarise_groups(doc.study.runs);
+  const std::string text = results_text(doc);
+  const auto back = read_results(text, "results.json");
+  ASSERT_TRUE(back.has_study);
+  EXPECT_EQ(back.study.groups.size(), 2u);
+  EXPECT_EQ(back.study.runs[0].metrics.reliability.size(), r.metrics.reliability.size());
+  // Every key of the metrics object, its intervals, bias corrections and consistency p included.
+  EXPECT_EQ(nlohmann::json::parse(results_text(back)), nlohmann::json::parse(text));
 }
 
 TEST(ResultsJson, VerdictFollowsItsRule) {

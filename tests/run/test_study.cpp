@@ -60,7 +60,7 @@ TEST(Study, PrintedConfigReadsBackToTheSameStudy) {
   c.name = "mine";
   c.seeds = {4, 9};
   c.residuals = {"full", "block"};
-  c.lr = 3e-4;
+  c.train.lr = 3e-4;
   c.audit.sensitivity_effects = {0.01, 0.03};
   c.audit.sensitivity_threshold_effect = 0.03;
   c.audit.null_variants = {"confidence"};
@@ -68,23 +68,23 @@ TEST(Study, PrintedConfigReadsBackToTheSameStudy) {
   const auto back = parse_study_toml(write_tmp("round.toml", text));
   EXPECT_EQ(study_to_toml(back), text);
   // Numbers print in their shortest exact form, as a person would write them.
-  EXPECT_NE(text.find("weight_decay = 0.05\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("lr = 0.0003\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("weight_decay = 0.05 "), std::string::npos) << text;
+  EXPECT_NE(text.find("lr = 0.0003 "), std::string::npos) << text;
   EXPECT_EQ(back.seeds, c.seeds);
-  EXPECT_EQ(back.lr, c.lr);
+  EXPECT_EQ(back.train.lr, c.train.lr);
   // Same study, same run hashes; a changed training setting changes every run's hash.
   const auto a = expand_study(c), b = expand_study(back);
   ASSERT_EQ(a.size(), 2u * 3u);
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].hash, b[i].hash);
-  c.epochs += 1;
+  c.train.epochs += 1;
   EXPECT_NE(expand_study(c)[0].hash, a[0].hash);
 }
 
 TEST(Study, PartialFileKeepsDefaultsForEverythingElse) {
   const auto c = parse_study_toml(write_tmp("partial.toml", "name = \"x\"\n[train]\nseeds = [7]\nepochs = 1\n"));
   EXPECT_EQ(c.seeds, std::vector<std::uint64_t>{7});
-  EXPECT_EQ(c.epochs, 1);
-  EXPECT_EQ(c.batch_size, default_study().batch_size);
+  EXPECT_EQ(c.train.epochs, 1);
+  EXPECT_EQ(c.train.batch_size, default_study().train.batch_size);
   EXPECT_EQ(c.audit.null_replicates, default_study().audit.null_replicates);
   EXPECT_EQ(expand_study(c).size(), 2u);
 }
@@ -137,9 +137,9 @@ TEST(StudyLimits, IntegersOutsideTheirRangeAreNotNarrowed) {
 
 TEST(StudyLimits, PrintedStudyWithQuotesAndNewlinesReadsBack) {
   StudyConfig c = default_study();
-  c.data_dir = "/data/a \"b\"\\c\nd\te";
+  c.train.data_dir = "/data/a \"b\"\\c\nd\te";
   const std::string printed = study_to_toml(c);
   const StudyConfig back = parse_study_toml_text(printed, "printed.toml");
-  EXPECT_EQ(back.data_dir, c.data_dir);
+  EXPECT_EQ(back.train.data_dir, c.train.data_dir);
   EXPECT_EQ(study_to_toml(back), printed);
 }

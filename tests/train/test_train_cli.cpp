@@ -114,11 +114,11 @@ TEST(TrainCli, BadInputFailsCleanlyWithoutCompleteLookingFiles) {
   const std::vector<Case> cases = {
       {"--data-dir " + d + "/nowhere", "train-images-idx3-ubyte.gz: cannot open"},
       {"--data-dir " + d + "/data", "magic number is 2049, but must be 2051"},
-      {"--model ar-vit-huge", "--model: 'ar-vit-huge' is not a known preset"},
-      {"--dataset imagenet", "--dataset: 'imagenet' is not a known dataset"},
+      {"--model ar-vit-huge", "--model: ar-vit-huge not in {ar-vit-tiny,ar-deit-small,ar-swin-tiny}"},
+      {"--dataset imagenet", "--dataset: imagenet not in {fashion-mnist,cifar10,cifar100}"},
       {"--residual block --block-size 13", "--block-size: 13 must be in [1, 12]"},
-      {"--residual sideways", "--residual: 'sideways' is not a residual mode"},
-      {"--sbece-temperature -0.5", "--sbece-temperature: -0.500000 must be > 0"},
+      {"--residual sideways", "--residual: sideways not in {full,block,standard}"},
+      {"--sbece-temperature -0.5", "--sbece-temperature: -0.5 is outside (0, 100]"},
   };
   int i = 0;
   for (const auto& c : cases) {
