@@ -38,7 +38,6 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
-nlohmann::json interval(const arcal::Interval& i) { return {i.low, i.high}; }
 
 int run(const Options& o) {
   std::vector<std::string> inputs;
@@ -72,33 +71,15 @@ int run(const Options& o) {
   });
   if (bar) bar->finish();
 
-  nlohmann::json effects = nlohmann::json::array();
-  for (const auto& e : rep.effects)
-    effects.push_back({{"point", e.point == -1 ? nlohmann::json("all") : nlohmann::json(e.point)},
-                       {"family", e.family},
-                       {"mass", e.mass},
-                       {"n", e.n},
-                       {"delta_accuracy", e.delta_accuracy},
-                       {"delta_accuracy_ci", interval(e.delta_accuracy_ci)},
-                       {"delta_nll", e.delta_nll},
-                       {"delta_nll_ci", interval(e.delta_nll_ci)},
-                       {"mean_kl", e.mean_kl},
-                       {"mean_kl_ci", interval(e.mean_kl_ci)}});
-  auto num = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
-  nlohmann::json j = {{"schema", "arcal.intervene/1"},
-                      {"run", o.run},
-                      {"as_attnres", o.load.options.as_attnres},
-                      {"residual", tc.residual},
-                      {"split", o.split},
-                      {"n", rep.n},
-                      {"base_accuracy", rep.base_accuracy},
-                      {"base_nll", rep.base_nll},
-                      {"bootstrap", o.bootstrap},
-                      {"seed", o.seed},
-                      {"effects", effects},
-                      {"rank_correlation", {{"pairs", rep.pairs},
-                                            {"spearman_mass_vs_kl", num(rep.spearman_mass_kl)},
-                                            {"spearman_mass_vs_delta_nll", num(rep.spearman_mass_nll)}}}};
+  arcal::InterventionResults res;
+  res.run = o.run;
+  res.as_attnres = o.load.options.as_attnres;
+  res.residual = tc.residual;
+  res.split = o.split;
+  res.bootstrap = o.bootstrap;
+  res.seed = o.seed;
+  res.report = rep;
+  const nlohmann::json j = res;  // results/intervene_json.hpp
   arcal::write_file_atomic(o.out, j.dump(2) + "\n");
   std::vector<std::string> figure_paths;
   if (!o.figures.empty()) figure_paths = arcal::write_intervention_figures(j, o.figures);

@@ -29,6 +29,7 @@
 #include "audit/run_input.hpp"
 #include "audit/torch/audit_pipeline.hpp"
 #include "results/study.hpp"
+#include "results/train_json.hpp"
 #include "command.hpp"
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
@@ -307,12 +308,12 @@ int run_study(const RunOptions& o) {
     row.trace = "runs/" + r.dir_name() + "/" + st.split + ".npz";
     row.config_hash = r.hash;
     row.metrics = arcal::calibration_report(arcal::trace_probabilities(trace), trace.n, trace.classes, trace.labels, ro);
-    const nlohmann::json summary = nlohmann::json::parse(arcal::read_file(rd + "/summary.json"), nullptr, false);
-    if (summary.is_object()) {  // a damaged summary.json only loses these two numbers
-      if (summary.contains("wall_seconds") && summary["wall_seconds"].is_number())
-        row.train_seconds = summary["wall_seconds"].get<double>();
-      if (summary.contains("images_per_second") && summary["images_per_second"].is_number())
-        row.images_per_second = summary["images_per_second"].get<double>();
+    try {  // a damaged summary.json only loses these two numbers
+      const auto summary =
+          nlohmann::json::parse(arcal::read_file(rd + "/summary.json")).get<arcal::TrainSummary>();
+      row.train_seconds = summary.wall_seconds;
+      row.images_per_second = summary.images_per_second;
+    } catch (const std::exception&) {
     }
     study_results.runs.push_back(std::move(row));
     if (r.audited) audit_traces.push_back(tf);

@@ -11,30 +11,13 @@
 #include "model/ar_vit.hpp"
 #include "stats/bootstrap.hpp"
 #include "data/tensor_data.hpp"
+#include "results/intervene_json.hpp"
 
 namespace arcal {
 
 /// Source indices of a family at a point with `sources` sources; empty when the family does not
 /// exist there (current needs >= 2 sources, history >= 3). Throws InputError for an unknown family.
 std::vector<int> family_sources(const std::string& family, int sources);
-
-struct InterventionEffect {
-  int point = -1;  ///< routing point, or -1 for "all points at once"
-  std::string family;
-  double mass = 0;  ///< mean routing weight of the family (over examples, tokens, and points for -1)
-  std::int64_t n = 0;
-  double delta_accuracy = 0, delta_nll = 0, mean_kl = 0;
-  Interval delta_accuracy_ci, delta_nll_ci, mean_kl_ci;
-};
-
-struct InterventionReport {
-  std::int64_t n = 0;
-  double base_accuracy = 0, base_nll = 0;
-  std::vector<InterventionEffect> effects;  ///< applicable (point, family) pairs, then all-points rows
-  double spearman_mass_kl = 0;              ///< over the per-point rows
-  double spearman_mass_nll = 0;
-  std::size_t pairs = 0;
-};
 
 struct InterventionOptions {
   std::vector<int> points;  ///< empty = every routing point

@@ -557,22 +557,23 @@ nlohmann::json write_final_outputs(ARViT& model, const TensorData& test_split, c
   write_model_identity(final_archive, model->config());
   model->save(final_archive);
   save_archive_atomic(final_archive, paths.model);
-  nlohmann::json summary = {{"schema", kTrainSummarySchema},
-                            {"test_accuracy", test.accuracy},
-                            {"test_nll", test.nll},
-                            {"test_ece15", test.ece},
-                            {"test_n", test.n},
-                            {"steps", total},
-                            {"epochs", double(total) / double(per_epoch)},
-                            {"resumed_from_step", start_step},
-                            {"wall_seconds", wall},
-                            {"train_seconds", train_seconds},
-                            {"images_per_second", train_seconds > 0 ? double(images_seen) / train_seconds : 0.0},
-                            {"threads", c.threads},
-                            {"world_size", c.world_size},
-                            {"precision", c.precision},
-                            {"max_parameter_divergence", divergence},
-                            {"parameters", parameter_count(*model)}};
+  TrainSummary s;  // results/train_json.hpp
+  s.test_accuracy = test.accuracy;
+  s.test_nll = test.nll;
+  s.test_ece15 = test.ece;
+  s.test_n = test.n;
+  s.steps = total;
+  s.epochs = double(total) / double(per_epoch);
+  s.resumed_from_step = start_step;
+  s.wall_seconds = wall;
+  s.train_seconds = train_seconds;
+  s.images_per_second = train_seconds > 0 ? double(images_seen) / train_seconds : 0.0;
+  s.threads = c.threads;
+  s.world_size = c.world_size;
+  s.precision = c.precision;
+  s.max_parameter_divergence = divergence;
+  s.parameters = parameter_count(*model);
+  const nlohmann::json summary = s;
   write_file_atomic(paths.summary, summary.dump(2) + "\n");
   return summary;
 }

@@ -12,12 +12,12 @@
 #include "model/ar_vit.hpp"
 #include "data/tensor_data.hpp"
 #include "train/train_config.hpp"
+#include "results/train_json.hpp"
 
 namespace arcal {
 
 /// `schema` strings of RUN/summary.json (also `arcal train --json`) and of each log.jsonl record
 /// (docs/schema/train_summary.schema.json, train_log.schema.json).
-inline constexpr const char* kTrainSummarySchema = "arcal.train_summary/1";
 inline constexpr const char* kTrainLogSchema = "arcal.train_log/1";
 
 /// check_train_config (train/train_config.hpp), plus: --device cuda needs a CUDA LibTorch and device.
