@@ -133,7 +133,7 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
     check_audit_out(*cfg);
     arcal::FullAuditOptions opt = cfg->options;
     arcal::validate_audit_options(opt, "arcal audit");
-    opt.progress = arcal::cli::progress_enabled();
+    opt.progress = arcal::cli::progress_enabled_on(STDERR_FILENO);  // the bars and log lines go to stderr
     const auto& stats = opt.stats;
     std::vector<arcal::AuditRunInput> runs;
     for (const auto& path : cfg->traces) {

@@ -1,5 +1,7 @@
 #include "train/trainer.hpp"
 
+#include <torch/csrc/autograd/profiler_legacy.h>
+
 #include <sys/stat.h>
 
 #include <chrono>
@@ -658,8 +660,14 @@ nlohmann::json train_locked(const TrainConfig& requested, const std::string& run
                       " after step " + std::to_string(done) + " of " + std::to_string(total) + "; " + paths.checkpoint +
                       " holds it. Resume with: " + resume_command(run_dir));
   };
+  // ARCAL_PROFILE=FILE: LibTorch's profiler over steps 20-69 of this invocation, written as a chrome
+  // trace (bench/profile_train.py aggregates it per operator; bench/README.md "Profile").
+  const char* profile_path = std::getenv("ARCAL_PROFILE");
+  std::unique_ptr<torch::autograd::profiler::RecordProfile> profile;
   for (std::int64_t step = start_step; step < total; ++step) {
     stop_if_interrupted(step);
+    if (profile_path && step == start_step + 20) profile = std::make_unique<torch::autograd::profiler::RecordProfile>(profile_path);
+    if (profile && step == start_step + 70) profile.reset();
     const int epoch = static_cast<int>(step / per_epoch);
     if (epoch != order_epoch) {
       shuffle_for_epoch(order, train.size(), c.seed, epoch);
