@@ -28,6 +28,7 @@
 #include "audit/audit.hpp"
 #include "audit/run_input.hpp"
 #include "audit/torch/audit_pipeline.hpp"
+#include "results/audit_json.hpp"
 #include "results/study.hpp"
 #include "results/train_json.hpp"
 #include "command.hpp"
@@ -354,6 +355,8 @@ int run_study(const RunOptions& o) {
   if (!results.is_object())
     arcal::throw_input("arcal run", audit_dir + "/results.json is not a JSON object (damaged? remove " + audit_dir +
                                         " to rerun the audit)");
+  // The verdict follows this version's rule even for an audit that was complete (results/verdict.hpp).
+  results["verdict"] = arcal::make_verdict(results.get<arcal::AuditResults>());
   study_results.name = st.name;
   study_results.config_hash = study_hash;
   study_results.config_toml = toml;

@@ -37,7 +37,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct SweepOptions {
-  std::string config, out, device = "cpu", precision = "fp32";
+  std::string config, out, device, precision;  ///< "" = the study's [train] device / precision
   int index = -1, threads = 0;
   bool list = false, dry_run = false, json = false;
 };
@@ -49,8 +49,8 @@ std::string threads_of(const SweepOptions& o, int study_threads) {
 /// The run with the sweep's execution settings. --precision changes the numbers a run produces, so
 /// it enters the run's identity hash (and directory); device and threads do not (train_option_table).
 arcal::StudyRun with_execution(arcal::StudyRun r, const SweepOptions& o, int study_threads) {
-  r.config.precision = o.precision;
-  r.config.device = o.device;
+  if (!o.device.empty()) r.config.device = o.device;
+  if (!o.precision.empty()) r.config.precision = arcal::resolve_precision(o.precision, r.config.device);
   r.config.threads = o.threads > 0 ? o.threads : study_threads;
   r.hash = arcal::options_hash(arcal::train_option_table(), r.config);
   return r;
@@ -103,9 +103,9 @@ int train_child(const std::vector<std::string>& args) {
 
 int run_sweep(const SweepOptions& o) {
   if (o.config.empty()) arcal::throw_input("--config", "is required: the study TOML whose runs to sweep");
-  if (o.device != "cpu" && o.device != "cuda") arcal::throw_input("--device", "'" + o.device + "': expected cpu or cuda");
-  if (o.precision != "fp32" && o.precision != "bf16" && o.precision != "fp16")
-    arcal::throw_input("--precision", "'" + o.precision + "': expected fp32, bf16 or fp16");
+  if (!o.device.empty() && o.device != "cpu" && o.device != "cuda") arcal::throw_input("--device", "'" + o.device + "': expected cpu or cuda");
+  if (!o.precision.empty() && o.precision != "fp32" && o.precision != "bf16" && o.precision != "fp16" && o.precision != "auto")
+    arcal::throw_input("--precision", "'" + o.precision + "': expected fp32, bf16, fp16 or auto");
   const arcal::StudyConfig study = arcal::parse_study_toml(o.config);
   for (const auto& m : study.models)
     if (std::find(arcal::model_presets().begin(), arcal::model_presets().end(), m) == arcal::model_presets().end())
@@ -223,8 +223,9 @@ arcal::cli::RunFn setup(CLI::App& app) {
   app.add_flag("--dry-run", o->dry_run, "List the runs with parameters and MACs per image; train nothing");
   app.add_option("--index", o->index, "Train only run I (0-based, as --list numbers them; e.g. $SLURM_ARRAY_TASK_ID)")
       ->check(arcal::cli::in_range(arcal::IntRange{0, 1000000}));
-  app.add_option("--device", o->device, "cpu | cuda, passed to every training")->capture_default_str();
-  app.add_option("--precision", o->precision, "fp32 | bf16 | fp16, passed to every training (enters the run hash)")
+  app.add_option("--device", o->device, "cpu | cuda, replacing the study's [train] device for every training");
+  app.add_option("--precision", o->precision,
+                 "fp32 | bf16 | fp16 | auto, replacing the study's [train] precision for every training (enters the run hash)")
       ->capture_default_str();
   app.add_option("--threads", o->threads, "Intra-op threads per training (0 = the study's threads_per_job)")
       ->capture_default_str()

@@ -97,6 +97,20 @@ Verdict make_verdict(const AuditResults& r) {
       }
   }
   const bool present = std::isfinite(v.primary.p) && v.primary.p <= v.alpha;
+  // A rejection whose probe still does not beat its capacity-matched control: routing depends on
+  // correctness beyond confidence, but not usably (the exact null compares real and permuted routing
+  // under the same probe, so it can reject while the gain over the control is <= 0).
+  if (present && v.primary.test != "diagnostic" && !(v.primary.effect > 0)) {
+    v.answer = "weak";
+    v.summary = "Weakly: routing depends on correctness beyond confidence (" + describe(v.primary, replicates) +
+                "), but the probe that reads it does not beat its capacity-matched control, so here it does not "
+                "improve calibration.";
+    if (v.primary.test != "probes.across_runs" && !v.across_runs.test.empty())
+      v.summary += fmt::format(" Across runs: {}.", describe(v.across_runs, 0));
+    if (!v.beyond_outputs.test.empty())
+      v.summary += fmt::format(" Beyond the whole output vector (full_logit matching): p = {}.", p_text(v.beyond_outputs.p));
+    return v;
+  }
   if (present) {
     v.answer = "present";
     v.summary = "Yes: in these runs routing carries calibration-relevant information beyond confidence (" +

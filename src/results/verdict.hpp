@@ -31,7 +31,8 @@ struct VerdictEvidence {
 };
 
 struct Verdict {
-  /// "present" (the decision test rejects), "absent" (no rejection and the sensitivity audit would
+  /// "present" (the decision test rejects with a positive gain), "weak" (it rejects, but the routing
+  /// probe does not beat its capacity-matched control), "absent" (no rejection and the sensitivity audit would
   /// have seen the threshold effect), "undetected" (no rejection, the audit was underpowered) or
   /// "not assessed" (no rejection and no sensitivity audit).
   std::string answer;

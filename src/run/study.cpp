@@ -207,9 +207,15 @@ FullAuditOptions default_study_audit() {
 }
 
 TrainConfig default_study_train() {
+  // The recipe of docs/results.md "A converged default study": all 57,000 training images for 6
+  // epochs, peak lr 2e-3, beta 0.1 (at 0.5 the soft-binned ECE slowed learning: 80.5 % vs 82.8 % after
+  // 4 epochs), bf16 autocast where the CPU computes bf16 natively (1.5x faster, accuracy unchanged).
   TrainConfig t;
-  t.epochs = 3;
-  t.train_subset = 15000;
+  t.epochs = 6;
+  t.train_subset = 0;
+  t.lr = 2e-3;
+  t.sbece_weight = 0.1;
+  t.precision = "auto";
   return t;
 }
 
@@ -571,6 +577,7 @@ std::vector<StudyRun> expand_study(const StudyConfig& c) {
           r.config.residual = mode;
           r.config.seed = seed;
           r.config.threads = c.threads_per_job;
+          r.config.precision = resolve_precision(r.config.precision, r.config.device);  // the hash sees bf16 | fp32
           r.hash = options_hash(train_option_table(), r.config);
           out.push_back(std::move(r));
         }

@@ -45,14 +45,29 @@ const OptionTable<TrainConfig>& train_option_table() {
       {"threads", "--threads", "Intra-op threads", &T::threads, R::threads, {}, false, false},
       {"device", "--device", "cpu | cuda (needs a CUDA LibTorch build)", &T::device, {}, {"cpu", "cuda"}, false, false, "train"},
       {"precision", "--precision",
-       "fp32 | bf16 | fp16: autocast dtype of the training forward pass (fp16: cuda only); routing softmax and loss stay fp32",
-       &T::precision, {}, {"fp32", "bf16", "fp16"}, false, true, "train"},
+       "fp32 | bf16 | fp16 | auto: autocast dtype of the training forward pass (fp16: cuda only; auto: bf16 where the "
+       "CPU computes bf16 natively, else fp32, resolved before the run starts); routing softmax and loss stay fp32",
+       &T::precision, {}, {"fp32", "bf16", "fp16", "auto"}, false, true, "train"},
       {"world_size", "", "Data-parallel ranks (from WORLD_SIZE); batch_size is per rank", &T::world_size, IntRange{1, 65536}, {},
        false, false},
       {"checkpoint_every", "--checkpoint-every", "Checkpoint every N steps (and every epoch)", &T::checkpoint_every,
        R::checkpoint_every, {}, false, false, "train"},
   };
   return table;
+}
+
+bool cpu_has_native_bf16() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
+#else
+  return false;
+#endif
+}
+
+std::string resolve_precision(const std::string& precision, const std::string& device) {
+  if (precision != "auto") return precision;
+  return device == "cpu" && cpu_has_native_bf16() ? "bf16" : "fp32";
 }
 
 void to_json(nlohmann::json& j, const TrainConfig& c) { j = options_json(train_option_table(), c); }

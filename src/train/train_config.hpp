@@ -33,7 +33,7 @@ struct TrainConfig {
   std::uint64_t seed = 0;
   int threads = 1;
   std::string device = "cpu";
-  std::string precision = "fp32";  ///< fp32 | bf16 | fp16: autocast dtype of the training forward pass
+  std::string precision = "fp32";  ///< fp32 | bf16 | fp16 | auto: autocast dtype of the training forward pass
   int world_size = 1;              ///< data-parallel ranks (from WORLD_SIZE); batch_size is per rank
   std::int64_t checkpoint_every = 200;  ///< steps; a checkpoint is also written at every epoch end
   double norm_eps = 1e-6;
@@ -46,6 +46,14 @@ struct TrainConfig {
 /// keys (Option::section), RUN/config.json's "train" object and the run identity (options_hash:
 /// every option that changes what is trained; paths, threads, device and checkpoint cadence do not).
 const OptionTable<TrainConfig>& train_option_table();
+
+/// "auto" precision: "bf16" on a CPU device whose processor computes bf16 natively (AVX512-BF16 or
+/// AMX-BF16, where LibTorch's bf16 autocast is 1.5x faster than fp32 for AR-ViT-tiny, docs/results.md),
+/// else "fp32"; any other value is returned unchanged. Runs record the resolved value (config.json,
+/// run hashes), so a run's configuration reproduces it on any machine.
+std::string resolve_precision(const std::string& precision, const std::string& device);
+/// True when this processor has native bf16 arithmetic (x86-64: AVX512-BF16 or AMX-BF16).
+bool cpu_has_native_bf16();
 
 /// options_json of train_option_table().
 void to_json(nlohmann::json& j, const TrainConfig& c);

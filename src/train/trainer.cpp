@@ -403,12 +403,14 @@ struct ResolvedRun {
 ResolvedRun resolve_run(const TrainConfig& requested, const std::string& run_dir, bool resume,
                         const ResumeRequest& request, const RunPaths& paths) {
   ResolvedRun run;
-  run.config = requested;
+  TrainConfig resolved = requested;
+  resolved.precision = resolve_precision(requested.precision, requested.device);  // "auto" -> bf16 | fp32
+  run.config = resolved;
   if (resume) {
     if (!fs::exists(paths.config))
       throw_input("--resume", paths.config + " does not exist: nothing to resume (start without --resume)");
     run.stored = read_run_config(paths.config);
-    run.config = resolve_resume(requested, run.stored, request, paths.config, run.overrides);
+    run.config = resolve_resume(resolved, run.stored, request, paths.config, run.overrides);
   } else if (fs::exists(paths.summary) || fs::exists(paths.checkpoint)) {
     throw_input("--out", run_dir + " already holds a run (" + (fs::exists(paths.summary) ? "finished" : "with a checkpoint") +
                              "); pass --resume to continue it or choose another --out");

@@ -102,6 +102,17 @@ TEST(ResultsJson, VerdictFollowsItsRule) {
   r.sensitivity.verdicts = {{"full_vector", 0.8, {0.4, 0.9}, "not detected"}};
   v = make_verdict(r);
   if (v.primary.p > 0.05) EXPECT_EQ(v.answer, "undetected") << v.summary;
+  // The exact null decides when it ran; a rejection without a gain over the control is "weak".
+  r.has_exact_null = true;
+  r.exact_null.replicates = 99;
+  r.exact_null.pooled = {{"confidence", "full_vector_vs_capacity_matched", -0.0002, -0.001, 0.0, 0.03, 3, {}}};
+  v = make_verdict(r);
+  EXPECT_EQ(v.primary.test, "exact_null.conditional_permutation");
+  EXPECT_EQ(v.answer, "weak") << v.summary;
+  r.exact_null.pooled[0].real_mean_gain = 0.002;
+  EXPECT_EQ(make_verdict(r).answer, "present");
+  r.exact_null.pooled[0].p = 0.2;
+  EXPECT_EQ(make_verdict(r).answer, "undetected");  // the sensitivity bound above still reads "not detected"
 }
 
 TEST(ResultsJson, ReaderNamesVersionTypeAndMissingKey) {
