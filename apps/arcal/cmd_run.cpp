@@ -13,7 +13,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <tuple>
 #include <chrono>
 #include <cstring>
 #include <sstream>
@@ -210,6 +213,92 @@ struct RunOptions {
   bool no_report = false;
 };
 
+/// The audit of one set of traces into audit_dir (kept when complete with this schema), in process.
+arcal::AuditResults audit_traces_into(const arcal::StudyConfig& st, const std::vector<std::string>& traces,
+                                      const std::string& audit_dir, bool bars) {
+  if (fs::exists(audit_dir + "/results.json")) {
+    const auto prior = nlohmann::json::parse(arcal::read_file(audit_dir + "/results.json"), nullptr, false);
+    if (prior.is_object() && prior.value("schema", "") == arcal::kAuditSchema) return prior.get<arcal::AuditResults>();
+  }
+  arcal::FullAuditOptions ao = st.audit;
+  ao.progress = bars;
+  std::vector<arcal::AuditRunInput> inputs;
+  for (const auto& t : traces) inputs.push_back(arcal::make_audit_run_input(arcal::load_trace(t), t, ao.stats));
+  const auto res = arcal::run_full_audit(inputs, ao);
+  arcal::write_audit_results(res, audit_dir);
+  return res;
+}
+
+/// Mean and sample sd of the traces' accuracies.
+std::pair<double, double> accuracy_of(const std::vector<std::string>& traces) {
+  std::vector<double> acc;
+  for (const auto& t : traces) {
+    const auto tr = arcal::load_trace(t);
+    const auto probs = arcal::trace_probabilities(tr);
+    double correct = 0;
+    for (std::size_t i = 0; i < tr.n; ++i) {
+      std::size_t best = 0;
+      for (std::size_t k = 1; k < tr.classes; ++k)
+        if (probs[i * tr.classes + k] > probs[i * tr.classes + best]) best = k;
+      correct += std::int64_t(best) == tr.labels[i];
+    }
+    acc.push_back(correct / double(tr.n));
+  }
+  double m = 0, v = 0;
+  for (double a : acc) m += a / double(acc.size());
+  for (double a : acc) v += (a - m) * (a - m);
+  return {m, acc.size() > 1 ? std::sqrt(v / double(acc.size() - 1)) : std::nan("")};
+}
+
+/// The convergence audit ([train] snapshot_epochs): each audited run's snapshot RUN/epoch-E is traced
+/// and the snapshots of one epoch audited together (DIR/audit-epoch-E-HASH8), with the same options as
+/// the final audit. Returns one point per snapshot epoch below the study's last, in epoch order.
+std::vector<arcal::ConvergencePoint> audit_snapshots(const arcal::StudyConfig& st, const std::vector<arcal::StudyRun>& runs,
+                                                     const std::string& dir, const std::string& exe, bool bars) {
+  std::vector<std::uint64_t> epochs = st.train.snapshot_epochs;
+  std::sort(epochs.begin(), epochs.end());
+  epochs.erase(std::unique(epochs.begin(), epochs.end()), epochs.end());
+  std::vector<arcal::ConvergencePoint> points;
+  for (const auto e : epochs) {
+    if (e >= std::uint64_t(st.train.epochs)) continue;  // the final models are the last point
+    const std::string sub = "epoch-" + std::to_string(e);
+    std::vector<Job> jobs;
+    std::vector<std::string> traces;
+    for (const auto& r : runs) {
+      if (!r.audited) continue;
+      const std::string snap = dir + "/runs/" + r.dir_name() + "/" + sub;
+      if (!fs::exists(snap + "/model.pt"))
+        arcal::throw_input("arcal run", snap + "/model.pt does not exist: run " + r.id + " kept no snapshot after epoch " +
+                                            std::to_string(e));
+      const std::string tf = snap + "/" + st.split + ".npz";
+      traces.push_back(tf);
+      if (fs::exists(tf)) continue;
+      Job j;
+      j.label = "trace " + r.id + " " + sub;
+      j.args = {"trace", "--run", snap, "--split", st.split, "--out", tf, "--threads", std::to_string(st.threads_per_job), "--quiet"};
+      j.log = snap + "/trace.log";
+      jobs.push_back(j);
+    }
+    run_jobs(exe, jobs, st.parallel, "trace " + sub, bars);
+    std::string key = arcal::study_audit_hash(st);
+    for (const auto& t : traces) key += '\0' + t;
+    const std::string audit_dir = dir + "/audit-" + sub + "-" + arcal::stable_hash(key).substr(0, 8);
+    std::cout << fmt::format("convergence audit after epoch {}: {} traces\n", e, traces.size());
+    std::cout.flush();
+    if (arcal::interrupt_requested()) interrupted("before the convergence audit");
+    const auto res = audit_traces_into(st, traces, audit_dir, bars);
+    if (arcal::interrupt_requested()) interrupted("during the convergence audit (it restarts on resume)");
+    arcal::ConvergencePoint p;
+    p.epoch = e;
+    p.runs = traces.size();
+    std::tie(p.accuracy_mean, p.accuracy_sd) = accuracy_of(traces);
+    p.audit_dir = fs::path(audit_dir).filename().string();
+    p.verdict = arcal::make_verdict(res);
+    points.push_back(std::move(p));
+  }
+  return points;
+}
+
 int run_study(const RunOptions& o) {
   const arcal::StudyConfig study = o.config.empty() ? arcal::default_study() : arcal::parse_study_toml(o.config);
   arcal::StudyConfig st = study;
@@ -365,6 +454,16 @@ int run_study(const RunOptions& o) {
   study_results.split = st.split;
   study_results.audit_dir = fs::path(audit_dir).filename().string();
   study_results.groups = arcal::summarise_groups(study_results.runs);
+  if (!st.train.snapshot_epochs.empty()) {
+    study_results.convergence = audit_snapshots(st, runs, dir, exe, bars);
+    arcal::ConvergencePoint last;  // the final models, audited above
+    last.epoch = std::uint64_t(st.train.epochs);
+    last.runs = audit_traces.size();
+    std::tie(last.accuracy_mean, last.accuracy_sd) = accuracy_of(audit_traces);
+    last.audit_dir = fs::path(audit_dir).filename().string();
+    last.verdict = results["verdict"].get<arcal::Verdict>();
+    study_results.convergence.push_back(std::move(last));
+  }
   study_results.wall_seconds_this_invocation =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double seconds = study_results.wall_seconds_this_invocation;

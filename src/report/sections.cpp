@@ -187,6 +187,49 @@ Section routing_section(Context& c) {
   return s;
 }
 
+Section convergence_section(Context& c) {
+  const auto& pts = c.doc.study.convergence;
+  Section s{"Convergence: the audit along training", {}};
+  s.p("The same runs audited at several points of training: each audited run's model after the listed epochs "
+      "(kept as RUN/epoch-E), traced on the same split and audited with the same options as the final models (the "
+      "last row). Does the answer depend on when training stopped?");
+  Table t{{"epoch", "runs", "test accuracy (mean, sd)", "answer", "exact null p", "exact-null gain", "across-run gain",
+           "95 % CI", "Holm p", "beyond outputs p", "recovery R", "95 % CI"}, {}};
+  CurveSeries across{"probe gain over capacity-matched control, across runs (95 % CI)", {}, {}, {}, {}};
+  CurveSeries exact{"exact-null real mean gain (confidence matching)", {}, {}, {}, {}};
+  for (const auto& p : pts) {
+    const auto& v = p.verdict;
+    t.rows.push_back({std::to_string(p.epoch), std::to_string(p.runs), fmt::format("{} ({})", pct(p.accuracy_mean), pct(p.accuracy_sd)),
+                      v.answer, pval(v.primary.p), sgn(v.primary.effect), sgn(v.across_runs.effect), ci(v.across_runs.effect_ci, 5),
+                      pval(v.across_runs.p), pval(v.beyond_outputs.p), std::isfinite(v.recovery) ? fmt::format("{:.2f}", v.recovery) : "-",
+                      ci(v.recovery_ci, 2)});
+    if (std::isfinite(v.across_runs.effect)) {
+      across.x.push_back(p.accuracy_mean);
+      across.y.push_back(v.across_runs.effect);
+      across.low.push_back(v.across_runs.effect_ci.low);
+      across.high.push_back(v.across_runs.effect_ci.high);
+    }
+    if (std::isfinite(v.primary.effect) && v.primary.test == "exact_null.conditional_permutation") {
+      exact.x.push_back(p.accuracy_mean);
+      exact.y.push_back(v.primary.effect);
+    }
+  }
+  s.tab(t, "Each row is a full audit (docs/method.md §6); gains in nats, positive: routing helps; p of the exact null is "
+           "its conditional-permutation p (floor 1/(replicates + 1)).");
+  c.csv.push_back({"convergence.csv", t});
+  std::vector<CurveSeries> series;
+  if (!across.x.empty()) series.push_back(across);
+  if (!exact.x.empty()) series.push_back(exact);
+  if (!series.empty()) {
+    curves_figure(c.figures, "convergence", "Routing's gain along training", "mean test accuracy of the audited runs",
+                  "log-loss gain [nats]", series, false, 0.0);
+    s.fig("convergence", fmt::format("The gains of the verdict's evidence against the audited runs' mean test accuracy, "
+                                     "one point per audited epoch ({} points, {} runs each); dashed: no gain.",
+                                     pts.size(), pts.empty() ? 0 : pts.front().runs));
+  }
+  return s;
+}
+
 Section configuration_section(Context& c) {
   Section s{"Configuration", {}};
   s.p("The resolved study (arcal run --config FILE reproduces it; every run directory also holds its config.json):");
@@ -199,6 +242,7 @@ Document build_document(Context& c) {
   d.title = c.doc.has_study ? "arcal report: " + c.doc.study.name : std::string("arcal audit report");
   d.sections.push_back(summary_section(c));
   if (c.doc.has_study) d.sections.push_back(training_section(c));
+  if (c.doc.has_study && !c.doc.study.convergence.empty()) d.sections.push_back(convergence_section(c));
   else if (!c.doc.audit.run_summaries.empty()) d.sections.push_back(runs_section(c));
   if (!c.doc.audit.run_summaries.empty()) {
     auto s = routing_section(c);

@@ -29,6 +29,7 @@ Section condcal_section(Context& c);
 Section probes_section(Context& c);
 Section sensitivity_section(Context& c);
 Section exact_null_section(Context& c);
+Section convergence_section(Context& c);  ///< study with snapshot_epochs
 Section configuration_section(Context& c);
 
 /// The whole document in reading order (sections that were not run are left out).

@@ -13,6 +13,7 @@
 #include "calib/metrics.hpp"
 #include "calib/report_json.hpp"
 #include "results/json_fields.hpp"
+#include "results/verdict.hpp"
 
 namespace arcal {
 
@@ -34,11 +35,23 @@ struct StudyGroup {
   double accuracy_mean = 0, accuracy_sd = 0, ece_mean = 0, ece_sd = 0;
 };
 
+/// One point of the convergence audit: the audited runs' models after `epoch` epochs (their snapshots,
+/// or the final models at the study's last epoch), their test accuracy and the verdict of their audit.
+struct ConvergencePoint {
+  std::uint64_t epoch = 0;
+  std::size_t runs = 0;
+  double accuracy_mean = 0, accuracy_sd = 0;  ///< over the audited runs (sd NaN with one)
+  std::string audit_dir;                      ///< relative to the study directory
+  Verdict verdict;
+};
+
 struct StudyResults {
   std::string name, config_hash, config_toml, config_source, version, split, audit_dir;
   double wall_seconds_this_invocation = 0.0;
   std::vector<StudyRunResult> runs;
   std::vector<StudyGroup> groups;  ///< summarise_groups(runs), in first-seen order
+  /// The convergence audit ([train] snapshot_epochs), in epoch order, ending with the final models.
+  std::vector<ConvergencePoint> convergence;
 };
 
 /// One StudyGroup per (model, residual) in first-seen order.
@@ -116,10 +129,24 @@ inline void from_json(const nlohmann::json& j, StudyRunResult& r) {
   r.images_per_second = results::value_or(j, "images_per_second", std::nan(""));
   results::get_to(j, "metrics", r.metrics);
 }
+inline void to_json(nlohmann::json& j, const ConvergencePoint& p) {
+  j = {{"epoch", p.epoch}, {"runs", p.runs}, {"accuracy_mean", results::number_or_null(p.accuracy_mean)},
+       {"accuracy_sd", results::number_or_null(p.accuracy_sd)}, {"audit_dir", p.audit_dir}, {"verdict", p.verdict}};
+}
+inline void from_json(const nlohmann::json& j, ConvergencePoint& p) {
+  results::get_to(j, "epoch", p.epoch);
+  results::get_to(j, "runs", p.runs);
+  results::get_number(j, "accuracy_mean", p.accuracy_mean);
+  results::get_number(j, "accuracy_sd", p.accuracy_sd);
+  results::get_to(j, "audit_dir", p.audit_dir);
+  results::get_to(j, "verdict", p.verdict);
+}
+
 inline void to_json(nlohmann::json& j, const StudyResults& s) {
   j = {{"name", s.name}, {"config_hash", s.config_hash}, {"config_toml", s.config_toml},
        {"config_source", s.config_source}, {"version", s.version}, {"split", s.split}, {"audit_dir", s.audit_dir},
-       {"wall_seconds_this_invocation", s.wall_seconds_this_invocation}, {"runs", s.runs}, {"groups", s.groups}};
+       {"wall_seconds_this_invocation", s.wall_seconds_this_invocation}, {"runs", s.runs}, {"groups", s.groups},
+       {"convergence", s.convergence}};
 }
 inline void from_json(const nlohmann::json& j, StudyResults& s) {
   results::get_to(j, "name", s.name);
@@ -132,6 +159,7 @@ inline void from_json(const nlohmann::json& j, StudyResults& s) {
   results::get_number(j, "wall_seconds_this_invocation", s.wall_seconds_this_invocation);
   results::get_to(j, "runs", s.runs);
   results::get_to(j, "groups", s.groups);
+  results::get_to(j, "convergence", s.convergence);
 }
 
 }  // namespace arcal

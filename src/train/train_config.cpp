@@ -52,6 +52,10 @@ const OptionTable<TrainConfig>& train_option_table() {
        false, false},
       {"checkpoint_every", "--checkpoint-every", "Checkpoint every N steps (and every epoch)", &T::checkpoint_every,
        R::checkpoint_every, {}, false, false, "train"},
+      {"snapshot_epochs", "--snapshot-epochs",
+       "Also keep the model after these epochs as RUN/epoch-E/ (config.json, model.pt; comma-separated), e.g. for "
+       "arcal run's convergence audit",
+       &T::snapshot_epochs, R::epochs, {}, false, true, "train"},
   };
   return table;
 }

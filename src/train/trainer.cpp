@@ -551,6 +551,21 @@ StepResult optimizer_step(ARViT& model, torch::optim::AdamW& opt, const torch::T
   return {logits, loss.item<double>()};
 }
 
+/// RUN/epoch-E/ after epoch E when c.snapshot_epochs lists it: the run's config.json and the model at
+/// that point (model.pt with its configuration), so that `arcal trace --run RUN/epoch-E` reads it as a
+/// run. Written atomically, file by file; a resumed run rewrites a snapshot only when it passes E again.
+void save_snapshot_if_asked(ARViT& model, const TrainConfig& c, const RunPaths& paths, const std::string& run_dir,
+                            std::int64_t epoch) {
+  if (std::find(c.snapshot_epochs.begin(), c.snapshot_epochs.end(), std::uint64_t(epoch)) == c.snapshot_epochs.end()) return;
+  const std::string dir = run_dir + "/epoch-" + std::to_string(epoch);
+  fs::create_directories(dir);
+  write_file_atomic(dir + "/config.json", read_file(paths.config));
+  torch::serialize::OutputArchive archive;
+  write_model_identity(archive, model->config());
+  model->save(archive);
+  save_archive_atomic(archive, dir + "/model.pt");
+}
+
 /// After the last step (rank 0): model.pt with its configuration, and summary.json from the test split.
 nlohmann::json write_final_outputs(ARViT& model, const TensorData& test_split, const TrainConfig& c,
                                    const RunPaths& paths, std::int64_t total, std::int64_t per_epoch,
@@ -708,6 +723,7 @@ nlohmann::json train_locked(const TrainConfig& requested, const std::string& run
       append_line(paths.log, rec.dump());
       if (ev.on_eval) ev.on_eval(rec);
     }
+    if (epoch_end) save_snapshot_if_asked(model, c, paths, run_dir, (step + 1 + per_epoch - 1) / per_epoch);
     if (epoch_end || (step + 1) % c.checkpoint_every == 0) {
       save_checkpoint(model, opt, step + 1, scaler, paths.checkpoint);
       checkpoint_step = step + 1;

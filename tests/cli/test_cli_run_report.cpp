@@ -252,6 +252,39 @@ TEST(CliRun, TinyStudyEndToEndThenSkipsAndResumes) {
   EXPECT_NE(r.out.find("seeds = [3]"), std::string::npos);
 }
 
+TEST(CliRun, ConvergenceAuditOfSnapshots) {
+  const auto dir = tmpdir("convergence");
+  // One AttnRes run and its twin, 2 short epochs, a snapshot after epoch 1: the audit runs on the
+  // snapshot's trace and on the final model's, and the report gains the convergence section.
+  const std::string cfg = dir + "/conv.toml";
+  arcal::write_file_atomic(cfg,
+                           "name = \"conv\"\n[train]\nseeds = [3]\nepochs = 2\ntrain_subset = 640\nbatch_size = 64\n"
+                           "snapshot_epochs = [1]\nprecision = \"fp32\"\n[trace]\nsplit = \"val\"\n[audit]\npermutations = 200\n"
+                           "bins = 5\nprobes = false\nsensitivity = false\nexact_null = false\n");
+  const std::string out = dir + "/out";
+  const auto r = run(kArcal + " run --config " + cfg + " --out " + out, dir, "conv");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const auto results = nlohmann::json::parse(arcal::read_file(out + "/results.json"));
+  EXPECT_EQ(schema_errors(out + "/results.json", "audit.schema.json", dir), "");
+  const auto& conv = results["study"]["convergence"];
+  ASSERT_EQ(conv.size(), 2u);
+  EXPECT_EQ(conv[0]["epoch"], 1);
+  EXPECT_EQ(conv[1]["epoch"], 2);
+  EXPECT_EQ(conv[1]["verdict"], results["verdict"]);  // the last point is the final audit
+  EXPECT_NE(conv[0]["audit_dir"], conv[1]["audit_dir"]);
+  for (const auto& p : conv) {
+    EXPECT_EQ(p["runs"], 1);
+    EXPECT_GT(p["accuracy_mean"].get<double>(), 0.0);
+    EXPECT_TRUE(fs::exists(out + "/" + p["audit_dir"].get<std::string>() + "/results.json"));
+  }
+  // The snapshot is a run directory of its own: config.json and model.pt, traced on the split.
+  const std::string run_dir = out + "/" + results["study"]["runs"][0]["dir"].get<std::string>();
+  EXPECT_TRUE(fs::exists(run_dir + "/epoch-1/model.pt"));
+  EXPECT_TRUE(fs::exists(run_dir + "/epoch-1/val.npz"));
+  EXPECT_TRUE(fs::exists(out + "/report/tables/convergence.csv"));
+  EXPECT_NE(arcal::read_file(out + "/report/report.html").find("Convergence: the audit along training"), std::string::npos);
+}
+
 TEST(CliRun, BadStudyFileFailsBeforeWritingAnything) {
   const auto dir = tmpdir("study_bad");
   arcal::write_file_atomic(dir + "/bad.toml", "[train]\nepoch = 3\n");
