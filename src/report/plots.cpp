@@ -206,7 +206,8 @@ void curves_figure(Figures& f, const std::string& name, const std::string& title
   }
   std::ostringstream b;
   b << "set title " << q(title) << "\nset xlabel " << q(xlabel) << "\nset ylabel " << q(ylabel)
-    << "\nset grid\nset key outside right font ',9'\n" << (logx ? "set logscale x\n" : "");
+    << "\nset grid\n" << (series.size() <= 3 ? "set key top right box opaque font ',9'\n" : "set key outside right font ',9'\n")
+    << (logx ? "set logscale x\n" : "");
   if (std::isfinite(hline))
     b << "set arrow from graph 0, first " << g(hline) << " to graph 1, first " << g(hline) << " nohead dt 2 lc rgb 'black'\n";
   b << "plot ";
