@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.hpp"
+#include "core/hash.hpp"
 #include "core/limits.hpp"
 
 namespace arcal {
@@ -198,15 +199,7 @@ std::string options_hash(const OptionTable<C>& table, const C& c) {
   nlohmann::json j = nlohmann::json::object();  // std::map-ordered: canonical key order
   for (const auto& o : table)
     if (o.identity) std::visit([&](auto member) { j[o.key] = c.*member; }, o.field);
-  const std::string text = j.dump();
-  std::uint64_t h = 14695981039346656037ull;
-  for (unsigned char ch : text) {
-    h ^= ch;
-    h *= 1099511628211ull;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
+  return stable_hash(j.dump());
 }
 
 }  // namespace arcal

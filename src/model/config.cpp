@@ -6,7 +6,7 @@
 #include "core/check.hpp"
 #include "core/limits.hpp"
 #include "core/text_input.hpp"
-#include "run/study.hpp"
+#include "core/hash.hpp"
 
 namespace arcal {
 

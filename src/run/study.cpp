@@ -478,15 +478,10 @@ void validate_study(const StudyConfig& c) {
   auto need = [](bool ok, const std::string& key, const std::string& rule) {
     if (!ok) throw_input(kFn, key + " " + rule);
   };
-  // The same ranges as the flags these keys become (core/limits.hpp), so a study fails here, before
-  // anything runs, rather than in a child process.
+  // The study-only keys' ranges (core/limits.hpp); the training and audit keys are checked by their
+  // option tables below. A study fails here, before anything runs, rather than in a child process.
   auto in = [&](long long v, const IntRange& r, const std::string& key) {
     need(in_range(r, v), key, "is " + std::to_string(v) + ", but must be in " + range_text(r));
-  };
-  auto in_real = [&](double v, const RealRange& r, const std::string& key) {
-    std::ostringstream o;
-    o << v;
-    need(in_range(r, v), key, "is " + o.str() + ", but must be in " + range_text(r));
   };
   // The name becomes a directory (runs/NAME): letters, digits, '.', '_' and '-', not starting with
   // '.', so it can never be "..", hidden, or carry a separator, quote or newline.
@@ -586,15 +581,5 @@ std::vector<StudyRun> expand_study(const StudyConfig& c) {
 
 std::string study_audit_hash(const StudyConfig& c) { return options_hash(audit_option_table(), c.audit); }
 
-std::string stable_hash(const std::string& text) {
-  std::uint64_t h = 14695981039346656037ull;
-  for (unsigned char ch : text) {
-    h ^= ch;
-    h *= 1099511628211ull;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
 
 }  // namespace arcal

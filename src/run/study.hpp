@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "audit/audit_options.hpp"
+#include "core/hash.hpp"  // stable_hash, used with the study hashes
 #include "train/train_config.hpp"
 
 namespace arcal {
@@ -79,8 +80,5 @@ std::vector<StudyRun> expand_study(const StudyConfig& study);
 
 /// Identity of the study's audit: options_hash of its typed audit options (threads excluded).
 std::string study_audit_hash(const StudyConfig& study);
-
-/// FNV-1a 64 of text as 16 hex digits: stable across platforms and builds.
-std::string stable_hash(const std::string& text);
 
 }  // namespace arcal
