@@ -8,25 +8,13 @@
 #include <filesystem>
 #include <set>
 
+#include "report/format.hpp"
+
 namespace arcal::report {
 
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string f4(double v) { return std::isfinite(v) ? fmt::format("{:.4f}", v) : std::string("n/a"); }
-std::string pct(double v) { return std::isfinite(v) ? fmt::format("{:.2f} %", 100.0 * v) : std::string("n/a"); }
-std::string sgn(double v) { return std::isfinite(v) ? fmt::format("{:+.5f}", v) : std::string("n/a"); }
-std::string pval(double p) {
-  if (!std::isfinite(p)) return "n/a";
-  return p < 1e-3 ? fmt::format("{:.1e}", p) : fmt::format("{:.3f}", p);
-}
-std::string ci(const Interval& i, int digits = 4) {
-  if (!std::isfinite(i.low) || !std::isfinite(i.high)) return "-";
-  return fmt::format("[{:.{}f}, {:.{}f}]", i.low, digits, i.high, digits);
-}
-/// A probe delta (probe - control) shown as a gain (control - probe), interval flipped.
-Interval gain_ci(const Interval& delta_ci) { return {-delta_ci.high, -delta_ci.low}; }
 
 std::string now_utc() {
   std::time_t t = std::time(nullptr);

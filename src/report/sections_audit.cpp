@@ -4,21 +4,12 @@
 #include <cmath>
 
 #include "report/sections.hpp"
+#include "report/format.hpp"
 
 namespace arcal::report {
 
 namespace {
 
-std::string f4(double v) { return std::isfinite(v) ? fmt::format("{:.4f}", v) : std::string("n/a"); }
-std::string sgn(double v) { return std::isfinite(v) ? fmt::format("{:+.5f}", v) : std::string("n/a"); }
-std::string pval(double p) {
-  if (!std::isfinite(p)) return "n/a";
-  return p < 1e-3 ? fmt::format("{:.1e}", p) : fmt::format("{:.3f}", p);
-}
-std::string ci(const Interval& i, int digits = 4) {
-  if (!std::isfinite(i.low) || !std::isfinite(i.high)) return "-";
-  return fmt::format("[{:.{}f}, {:.{}f}]", i.low, digits, i.high, digits);
-}
 const std::vector<std::string> kArms = {"probe", "confidence_only", "predictive_entropy", "shuffled_within_bins"};
 
 const CondCalArm* arm(const CondCalResult& r, const std::string& name) {
@@ -153,7 +144,7 @@ Section probes_section(Context& c) {
             "runs with interval above/below 0", "detectable", "verdict"}, {}};
   std::vector<GainRow> rows;
   for (const auto& t : p.tests) {
-    const Interval g{-t.ci.high, -t.ci.low};
+    const Interval g = gain_ci(t.ci);
     tt.rows.push_back({t.comparison, t.metric, sgn(-t.mean_delta), ci(g, 5), pval(t.p), pval(t.p_holm),
                        fmt::format("{} ({})", pval(t.p_wilcoxon), pval(t.p_rank_min)), pval(t.p_sign),
                        fmt::format("{}/{}", t.runs_better, t.runs_worse), sgn(t.detectable), t.verdict});
@@ -162,9 +153,10 @@ Section probes_section(Context& c) {
     for (const auto& run : p.runs)
       for (const auto& cmp : run.comparisons)
         if (cmp.name == t.comparison) {
+          const Interval run_ci = gain_ci(cmp.log_loss.ci);
           row.run_gain.push_back(-cmp.log_loss.delta);
-          row.run_low.push_back(-cmp.log_loss.ci.high);
-          row.run_high.push_back(-cmp.log_loss.ci.low);
+          row.run_low.push_back(run_ci.low);
+          row.run_high.push_back(run_ci.high);
         }
     rows.push_back(row);
   }
