@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <tuple>
 #include <chrono>
 #include <cstring>
 #include <sstream>
@@ -32,6 +31,7 @@
 #include "audit/run_input.hpp"
 #include "audit/torch/audit_pipeline.hpp"
 #include "results/audit_json.hpp"
+#include "results/read.hpp"
 #include "results/study.hpp"
 #include "results/train_json.hpp"
 #include "command.hpp"
@@ -213,41 +213,58 @@ struct RunOptions {
   bool no_report = false;
 };
 
-/// The audit of one set of traces into audit_dir (kept when complete with this schema), in process.
+/// DIR/PREFIX-HASH8: an audit directory keyed by the study's typed audit options and the trace paths.
+std::string audit_dir_for(const std::string& dir, const std::string& prefix, const arcal::StudyConfig& st,
+                          const std::vector<std::string>& traces) {
+  std::string key = arcal::study_audit_hash(st);
+  for (const auto& t : traces) key += '\0' + t;
+  return dir + "/" + prefix + "-" + arcal::stable_hash(key).substr(0, 8);
+}
+
+/// The audit of `traces` into audit_dir, in this process (the library call `arcal audit` makes). A
+/// complete audit of this schema is read back (results/read.hpp); one of an earlier arcal is redone.
+/// `what` names the audit in the progress lines. A first SIGINT/SIGTERM is honoured when the audit
+/// returns (it restarts on resume); a second exits.
 arcal::AuditResults audit_traces_into(const arcal::StudyConfig& st, const std::vector<std::string>& traces,
-                                      const std::string& audit_dir, bool bars) {
-  if (fs::exists(audit_dir + "/results.json")) {
-    const auto prior = nlohmann::json::parse(arcal::read_file(audit_dir + "/results.json"), nullptr, false);
-    if (prior.is_object() && prior.value("schema", "") == arcal::kAuditSchema) return prior.get<arcal::AuditResults>();
+                                      const std::string& audit_dir, bool bars, const std::string& what) {
+  const std::string path = audit_dir + "/results.json";
+  if (fs::exists(path)) {
+    const std::string text = arcal::read_file(path);
+    const auto prior = nlohmann::json::parse(text, nullptr, false);
+    if (prior.is_object() && prior.value("schema", "") == arcal::kAuditSchema) {
+      std::cout << "  " << what << " " << audit_dir << " complete (skipped)\n";
+      return arcal::read_results(text, path).audit;
+    }
+    std::cout << "  " << what << " " << audit_dir << " was written by an earlier arcal: re-running it\n";
   }
+  std::cout << fmt::format("{}: {} traces; sensitivity {}, exact null {} ({} replicates)\n", what, traces.size(),
+                           st.audit.sensitivity ? "on" : "off", st.audit.exact_null ? "on" : "off", st.audit.null_replicates);
+  std::cout.flush();
+  if (arcal::interrupt_requested()) interrupted("before the " + what);
   arcal::FullAuditOptions ao = st.audit;
   ao.progress = bars;
   std::vector<arcal::AuditRunInput> inputs;
   for (const auto& t : traces) inputs.push_back(arcal::make_audit_run_input(arcal::load_trace(t), t, ao.stats));
   const auto res = arcal::run_full_audit(inputs, ao);
+  if (arcal::interrupt_requested()) interrupted("during the " + what + " (it restarts on resume)");
   arcal::write_audit_results(res, audit_dir);
   return res;
 }
 
-/// Mean and sample sd of the traces' accuracies.
-std::pair<double, double> accuracy_of(const std::vector<std::string>& traces) {
-  std::vector<double> acc;
-  for (const auto& t : traces) {
-    const auto tr = arcal::load_trace(t);
-    const auto probs = arcal::trace_probabilities(tr);
-    double correct = 0;
-    for (std::size_t i = 0; i < tr.n; ++i) {
-      std::size_t best = 0;
-      for (std::size_t k = 1; k < tr.classes; ++k)
-        if (probs[i * tr.classes + k] > probs[i * tr.classes + best]) best = k;
-      correct += std::int64_t(best) == tr.labels[i];
-    }
-    acc.push_back(correct / double(tr.n));
-  }
+/// One point of the convergence audit from its audit: accuracy mean and sample sd over the audited runs
+/// (the audit's run summaries), the verdict.
+arcal::ConvergencePoint convergence_point(std::uint64_t epoch, const arcal::AuditResults& res, const std::string& audit_dir) {
+  arcal::ConvergencePoint p;
+  p.epoch = epoch;
+  p.runs = res.run_summaries.size();
   double m = 0, v = 0;
-  for (double a : acc) m += a / double(acc.size());
-  for (double a : acc) v += (a - m) * (a - m);
-  return {m, acc.size() > 1 ? std::sqrt(v / double(acc.size() - 1)) : std::nan("")};
+  for (const auto& r : res.run_summaries) m += r.accuracy / double(p.runs);
+  for (const auto& r : res.run_summaries) v += (r.accuracy - m) * (r.accuracy - m);
+  p.accuracy_mean = m;
+  p.accuracy_sd = p.runs > 1 ? std::sqrt(v / double(p.runs - 1)) : std::nan("");
+  p.audit_dir = fs::path(audit_dir).filename().string();
+  p.verdict = arcal::make_verdict(res);
+  return p;
 }
 
 /// The convergence audit ([train] snapshot_epochs): each audited run's snapshot RUN/epoch-E is traced
@@ -280,20 +297,9 @@ std::vector<arcal::ConvergencePoint> audit_snapshots(const arcal::StudyConfig& s
       jobs.push_back(j);
     }
     run_jobs(exe, jobs, st.parallel, "trace " + sub, bars);
-    std::string key = arcal::study_audit_hash(st);
-    for (const auto& t : traces) key += '\0' + t;
-    const std::string audit_dir = dir + "/audit-" + sub + "-" + arcal::stable_hash(key).substr(0, 8);
-    std::cout << fmt::format("convergence audit after epoch {}: {} traces\n", e, traces.size());
-    std::cout.flush();
-    if (arcal::interrupt_requested()) interrupted("before the convergence audit");
-    const auto res = audit_traces_into(st, traces, audit_dir, bars);
-    if (arcal::interrupt_requested()) interrupted("during the convergence audit (it restarts on resume)");
-    arcal::ConvergencePoint p;
-    p.epoch = e;
-    p.runs = traces.size();
-    std::tie(p.accuracy_mean, p.accuracy_sd) = accuracy_of(traces);
-    p.audit_dir = fs::path(audit_dir).filename().string();
-    p.verdict = arcal::make_verdict(res);
+    const std::string audit_dir = audit_dir_for(dir, "audit-" + sub, st, traces);
+    const auto res = audit_traces_into(st, traces, audit_dir, bars, "convergence audit after epoch " + std::to_string(e));
+    auto p = convergence_point(e, res, audit_dir);
     points.push_back(std::move(p));
   }
   return points;
@@ -409,43 +415,12 @@ int run_study(const RunOptions& o) {
     if (r.audited) audit_traces.push_back(tf);
   }
 
-  // 4. Audit over the AttnRes traces, in this process (the library call `arcal audit` makes). Its
-  // directory is keyed by the typed audit options and the trace paths.
-  std::string akey = arcal::study_audit_hash(st);
-  for (const auto& t : audit_traces) akey += '\0' + t;
-  const std::string audit_dir = dir + "/audit-" + arcal::stable_hash(akey).substr(0, 8);
-  // An audit written by an earlier arcal (another results schema) is redone, not reused.
-  bool audit_current = false;
-  if (fs::exists(audit_dir + "/results.json")) {
-    const auto prior = nlohmann::json::parse(arcal::read_file(audit_dir + "/results.json"), nullptr, false);
-    audit_current = prior.is_object() && prior.value("schema", "") == arcal::kAuditSchema;
-    if (!audit_current) std::cout << "  audit " << audit_dir << " was written by an earlier arcal: re-running it\n";
-  }
-  if (audit_current) {
-    std::cout << "  audit " << audit_dir << " complete (skipped)\n";
-  } else {
-    std::cout << fmt::format("audit: {} traces; sensitivity {}, exact null {} ({} replicates)\n", audit_traces.size(),
-                             st.audit.sensitivity ? "on" : "off", st.audit.exact_null ? "on" : "off",
-                             st.audit.null_replicates);
-    std::cout.flush();
-    if (arcal::interrupt_requested()) interrupted("before the audit");
-    arcal::FullAuditOptions ao = st.audit;
-    ao.progress = bars;
-    std::vector<arcal::AuditRunInput> inputs;
-    for (const auto& t : audit_traces) inputs.push_back(arcal::make_audit_run_input(arcal::load_trace(t), t, ao.stats));
-    // A first SIGINT/SIGTERM is honoured when the audit returns (it restarts on resume); a second exits.
-    const auto res = arcal::run_full_audit(inputs, ao);
-    if (arcal::interrupt_requested()) interrupted("during the audit (it restarts on resume)");
-    arcal::write_audit_results(res, audit_dir);
-  }
+  // 4. Audit over the AttnRes traces, in this process (the library call `arcal audit` makes).
+  const std::string audit_dir = audit_dir_for(dir, "audit", st, audit_traces);
+  const arcal::AuditResults final_audit = audit_traces_into(st, audit_traces, audit_dir, bars, "audit");
 
-  // 5. DIR/results.json = the audit's results + the study section.
-  nlohmann::json results = nlohmann::json::parse(arcal::read_file(audit_dir + "/results.json"), nullptr, false);
-  if (!results.is_object())
-    arcal::throw_input("arcal run", audit_dir + "/results.json is not a JSON object (damaged? remove " + audit_dir +
-                                        " to rerun the audit)");
-  // The verdict follows this version's rule even for an audit that was complete (results/verdict.hpp).
-  results["verdict"] = arcal::make_verdict(results.get<arcal::AuditResults>());
+  // 5. DIR/results.json = the audit's results (its verdict by this version's rule) + the study section.
+  nlohmann::json results = arcal::audit_results_json(final_audit);
   study_results.name = st.name;
   study_results.config_hash = study_hash;
   study_results.config_toml = toml;
@@ -456,13 +431,8 @@ int run_study(const RunOptions& o) {
   study_results.groups = arcal::summarise_groups(study_results.runs);
   if (!st.train.snapshot_epochs.empty()) {
     study_results.convergence = audit_snapshots(st, runs, dir, exe, bars);
-    arcal::ConvergencePoint last;  // the final models, audited above
-    last.epoch = std::uint64_t(st.train.epochs);
-    last.runs = audit_traces.size();
-    std::tie(last.accuracy_mean, last.accuracy_sd) = accuracy_of(audit_traces);
-    last.audit_dir = fs::path(audit_dir).filename().string();
-    last.verdict = results["verdict"].get<arcal::Verdict>();
-    study_results.convergence.push_back(std::move(last));
+    // The final models, audited above, are the last point.
+    study_results.convergence.push_back(convergence_point(std::uint64_t(st.train.epochs), final_audit, audit_dir));
   }
   study_results.wall_seconds_this_invocation =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
