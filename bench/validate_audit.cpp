@@ -66,6 +66,23 @@ const std::vector<Family>& families() {
          o.confound_source = "outputs";
          o.output_effect = 1.0;
        }},
+      {"class-dependent",
+       "routing tracks the predicted class (ρ = 0.9) and calibration differs by class (logit q += 1.5 b_k, b_k "
+       "from -1 to 1 over the classes): information beyond confidence, a null for the tests that condition "
+       "on the whole output vector",
+       [](SimulationOptions& o) {
+         o.confound = 0.9;
+         o.confound_source = "class";
+         o.class_effect = 1.5;
+       }},
+      {"saturated",
+       "most confidences near 1 (margin |N(14, 4)|), overconfident (T = 2), routing tracks confidence (ρ = 0.9)",
+       [](SimulationOptions& o) {
+         o.confound = 0.9;
+         o.margin_mean = 14.0;
+         o.margin_sd = 4.0;
+         o.reference_slope = 0.5;
+       }},
   };
   return f;
 }

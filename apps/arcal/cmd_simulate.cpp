@@ -22,7 +22,7 @@ struct SimulateConfig {
   double confound = 0.0;
   std::string confound_source = "confidence";
   double miscalibration = 1.0;
-  double wiggle = 0.0, wiggle_frequency = 3.0, output_effect = 0.0;
+  double wiggle = 0.0, wiggle_frequency = 3.0, output_effect = 0.0, class_effect = 0.0;
   double margin_mean = 4.0, margin_sd = 2.0;
   bool json = false;
   bool force = false;
@@ -47,9 +47,13 @@ arcal::cli::RunFn setup_simulate(CLI::App& app) {
                  "is planted in the independent part only. 0 = routing independent of the outputs")
       ->check(in_range(RealRange{0.0, 0.999, false}));
   app.add_option("--confound-source", cfg->confound_source,
-                 "What the routing signal tracks: confidence (h = logit c) or outputs (a nonlinear function of the "
-                 "sorted probabilities)")
-      ->check(CLI::IsMember({"confidence", "outputs"}));
+                 "What the routing signal tracks: confidence (h = logit c), outputs (a nonlinear function of the "
+                 "sorted probabilities) or class (the predicted class's --class-effect offset)")
+      ->check(CLI::IsMember({"confidence", "outputs", "class"}));
+  app.add_option("--class-effect", cfg->class_effect,
+                 "Class-dependent calibration: logit q += E b_k for predicted class k, b_k = 2k/(K-1) - 1 (some "
+                 "classes are harder; information beyond confidence, not beyond the outputs)")
+      ->check(in_range(RealRange{-100.0, 100.0, false}));
   app.add_option("--miscalibration", cfg->miscalibration,
                  "Temperature-type miscalibration T of the true accuracy curve: q(c) = sigmoid(logit(c) / T); "
                  "T > 1 is overconfident, 1 calibrated")
@@ -93,6 +97,7 @@ arcal::cli::RunFn setup_simulate(CLI::App& app) {
     o.wiggle = cfg->wiggle;
     o.wiggle_frequency = cfg->wiggle_frequency;
     o.output_effect = cfg->output_effect;
+    o.class_effect = cfg->class_effect;
     o.margin_mean = cfg->margin_mean;
     o.margin_sd = cfg->margin_sd;
     const auto sim = arcal::simulate_trace(o);
@@ -111,6 +116,7 @@ arcal::cli::RunFn setup_simulate(CLI::App& app) {
                           {"confound", o.confound}, {"confound_source", o.confound_source},
                           {"miscalibration", cfg->miscalibration}, {"wiggle", o.wiggle},
                           {"wiggle_frequency", o.wiggle_frequency}, {"output_effect", o.output_effect},
+                          {"class_effect", o.class_effect},
                           {"margin_mean", o.margin_mean}, {"margin_sd", o.margin_sd}, {"points", o.points},
                           {"accuracy", acc}, {"mean_confidence", conf}};
       std::printf("%s\n", j.dump(2).c_str());

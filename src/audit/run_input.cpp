@@ -31,7 +31,8 @@ AuditRunInput make_audit_run_input(const Trace& t, const std::string& run, const
   in.confidence.resize(n);
   in.correct.resize(n);
   in.predictive_entropy.resize(n);
-  in.sorted_probs.resize(n * K);
+  in.log_probs.resize(n * K);
+  in.predicted.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
     const double* p = &probs[i * K];
     std::size_t arg = 0;
@@ -43,9 +44,18 @@ AuditRunInput make_audit_run_input(const Trace& t, const std::string& run, const
     in.confidence[i] = p[arg];
     in.correct[i] = static_cast<std::int64_t>(arg) == t.labels[i] ? 1.0 : 0.0;
     in.predictive_entropy[i] = h;
-    double* row = &in.sorted_probs[i * K];
-    std::copy(p, p + K, row);
-    std::sort(row, row + K, std::greater<double>());
+    in.predicted[i] = static_cast<std::int64_t>(arg);
+    double* row = &in.log_probs[i * K];
+    if (!t.logits.empty()) {  // log-softmax of the logits: exact where the probabilities round to 0 or 1
+      const double* z = &t.logits[i * K];
+      const double m = *std::max_element(z, z + K);
+      double s = 0.0;
+      for (std::size_t k = 0; k < K; ++k) s += std::exp(z[k] - m);
+      const double lse = m + std::log(s);
+      for (std::size_t k = 0; k < K; ++k) row[k] = std::max(z[k] - lse, kLogProbFloor);
+    } else {
+      for (std::size_t k = 0; k < K; ++k) row[k] = p[k] > 0 ? std::max(std::log(p[k]), kLogProbFloor) : kLogProbFloor;
+    }
   }
   for (const auto& name : stats) {
     in.statistic_names.push_back(name);

@@ -1,5 +1,6 @@
 // One run's audit input from a loaded trace: confidence, correctness, predictive entropy, the named
-// statistics, and the probe inputs (entropy profile or feature columns, sorted probabilities). Shared
+// statistics, and the probe inputs (entropy profile or feature columns, class-ordered log-probabilities and
+// the predicted class). Shared
 // by `arcal audit` and the tests so that both derive the audit's columns the same way.
 #pragma once
 
@@ -10,6 +11,9 @@
 #include "io/trace.hpp"
 
 namespace arcal {
+
+/// Lower bound of the audit's log-probabilities (a probability of exactly 0 in a trace of probabilities).
+inline constexpr double kLogProbFloor = -100.0;
 
 /// Cell of a trace: model/residual/block_size/dataset/split from its meta JSON (runs of one cell
 /// differ only by seed), or `fallback` when the meta does not name a model.

@@ -11,6 +11,11 @@
 
 namespace arcal {
 
+namespace {
+/// b_k = 2k/(K − 1) − 1: the class-dependent calibration offset of predicted class k, in [−1, 1].
+double class_offset(std::size_t k, std::size_t K) { return 2.0 * double(k) / double(K - 1) - 1.0; }
+}  // namespace
+
 SimulatedTrace simulate_trace(const SimulationOptions& o) {
   const char* fn = "simulate_trace";
   if (o.n < 2) throw_input(fn, "n is " + std::to_string(o.n) + ", but must be >= 2");
@@ -19,13 +24,14 @@ SimulatedTrace simulate_trace(const SimulationOptions& o) {
   if (!(o.effect_nats >= 0.0)) throw_input(fn, "effect_nats is " + std::to_string(o.effect_nats) + ", but must be >= 0");
   if (!(o.confound >= 0.0 && o.confound < 1.0))
     throw_input(fn, "confound is " + std::to_string(o.confound) + ", but must be in [0, 1)");
-  if (o.confound_source != "confidence" && o.confound_source != "outputs")
-    throw_input(fn, "confound_source is '" + o.confound_source + "', but must be \"confidence\" or \"outputs\"");
+  if (o.confound_source != "confidence" && o.confound_source != "outputs" && o.confound_source != "class")
+    throw_input(fn, "confound_source is '" + o.confound_source + "', but must be \"confidence\", \"outputs\" or \"class\"");
   const bool needs_u2 = (o.confound > 0.0 && o.confound_source == "outputs") || o.output_effect != 0.0;
   if (needs_u2 && o.classes < 3)
     throw_input(fn, "classes is " + std::to_string(o.classes) + ", but confound_source \"outputs\" or an output_effect needs >= 3");
-  for (double v : {o.wiggle, o.wiggle_frequency, o.output_effect, o.reference_slope})
-    if (!std::isfinite(v)) throw_input(fn, "wiggle, wiggle_frequency, output_effect and reference_slope must be finite");
+  for (double v : {o.wiggle, o.wiggle_frequency, o.output_effect, o.reference_slope, o.class_effect})
+    if (!std::isfinite(v))
+      throw_input(fn, "wiggle, wiggle_frequency, output_effect, reference_slope and class_effect must be finite");
   const std::size_t n = o.n, K = o.classes, P = o.points, S = P + 1;
   Rng rng(o.seed);
   SimulatedTrace sim;
@@ -65,6 +71,7 @@ SimulatedTrace simulate_trace(const SimulationOptions& o) {
     const double cc = std::clamp(c, 1e-6, 1.0 - 1e-6);
     double l = o.reference_slope * std::log(cc / (1.0 - cc));
     if (o.wiggle != 0.0) l += o.wiggle * std::sin(o.wiggle_frequency * std::log(cc / (1.0 - cc)));
+    l += o.class_effect * class_offset(arg, K);
     sim.reference[i] = std::clamp(1.0 / (1.0 + std::exp(-l)), 1e-9, 1.0 - 1e-9);
   }
   for (std::size_t i = 0; i < n; ++i) sim.z[i] = rng.normal();
@@ -99,7 +106,9 @@ SimulatedTrace simulate_trace(const SimulationOptions& o) {
     if (o.confound > 0.0) {
       std::vector<double> h(n);
       for (std::size_t i = 0; i < n; ++i)
-        h[i] = o.confound_source == "confidence" ? u1[i] : std::sin(2.0 * u2[i]) + u1[i];
+        h[i] = o.confound_source == "confidence" ? u1[i]
+               : o.confound_source == "class"    ? class_offset(pred[i], K)
+                                                 : std::sin(2.0 * u2[i]) + u1[i];
       standardise_in_place(h);
       const double rho = o.confound, rest = std::sqrt(1.0 - rho * rho);
       for (std::size_t i = 0; i < n; ++i) sim.z[i] = rho * h[i] + rest * sim.z_independent[i];
@@ -175,6 +184,7 @@ SimulatedTrace simulate_trace(const SimulationOptions& o) {
                          {"wiggle", o.wiggle},
                          {"wiggle_frequency", o.wiggle_frequency},
                          {"output_effect", o.output_effect},
+                         {"class_effect", o.class_effect},
                          {"delta", sim.delta},
                          {"seed", o.seed},
                          {"version", ARCAL_VERSION}};

@@ -31,7 +31,12 @@ struct SimulationOptions {
   /// "confidence": h = standardised logit c (s = h(c) + noise); "outputs": h = standardised
   /// sin(2·u2) + u1, a nonlinear function of the sorted probabilities (u1 = standardised logit c,
   /// u2 = standardised log(p_(2) / p_(3))).
+  /// "class": h = standardised b_ŷ, the predicted class's calibration offset below (routing tracks the
+  /// predicted class).
   std::string confound_source = "confidence";
+  /// Class-dependent calibration: logit q += class_effect · b_ŷ with b_k = 2k/(K − 1) − 1 for the predicted
+  /// class ŷ (some classes are harder). Information beyond c, not beyond the outputs.
+  double class_effect = 0.0;
   /// Reference outside simple families: logit q += wiggle · sin(wiggle_frequency · logit c) (a
   /// calibration curve that a smooth or monotone fit of c misses) + output_effect · sin(2·u2) (a
   /// dependence on the outputs beyond c).
@@ -55,7 +60,8 @@ struct SimulatedTrace {
 
 /// Builds a synthetic trace. Every random draw comes from Rng(seed). Throws InputError when n < 2,
 /// classes < 2 (3 with confound_source "outputs" or an output_effect), points < 1, effect_nats is
-/// negative or unreachable, confound is outside [0, 1), or confound_source is unknown.
+/// negative or unreachable, confound is outside [0, 1), or confound_source is unknown ("confidence",
+/// "outputs", "class").
 SimulatedTrace simulate_trace(const SimulationOptions& options);
 
 }  // namespace arcal

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <thread>
 
@@ -60,11 +61,23 @@ void validate_run(const AuditRunInput& run, std::size_t r, const ProbeAuditOptio
   if (run.profile.size() != n * p)
     throw_input(fn, where + "profile has " + std::to_string(run.profile.size()) + " values, but must have n x P = " +
                         std::to_string(n * p));
-  if (run.classes < 2 || run.sorted_probs.size() != n * run.classes)
-    throw_input(fn, where + "sorted_probs has " + std::to_string(run.sorted_probs.size()) +
+  if (run.classes < 2 || run.log_probs.size() != n * run.classes)
+    throw_input(fn, where + "log_probs has " + std::to_string(run.log_probs.size()) +
                         " values, but must have n x classes = " + std::to_string(n * run.classes));
+  if (run.predicted.size() != n)
+    throw_input(fn, where + "predicted has " + std::to_string(run.predicted.size()) + " values, but must have " +
+                        std::to_string(n));
   for (std::size_t i = 0; i < run.profile.size(); ++i) check_finite(fn, "profile", i, run.profile[i]);
-  for (std::size_t i = 0; i < run.sorted_probs.size(); ++i) check_probability(fn, "sorted_probs", i, run.sorted_probs[i]);
+  for (std::size_t i = 0; i < run.log_probs.size(); ++i) {
+    check_finite(fn, "log_probs", i, run.log_probs[i]);
+    if (run.log_probs[i] > 1e-9)
+      throw_input(fn, where + "log_probs[" + std::to_string(i) + "] is " + std::to_string(run.log_probs[i]) +
+                          ", but a log-probability must be <= 0");
+  }
+  for (std::size_t i = 0; i < n; ++i)
+    if (run.predicted[i] < 0 || run.predicted[i] >= std::int64_t(run.classes))
+      throw_input(fn, where + "predicted[" + std::to_string(i) + "] is " + std::to_string(run.predicted[i]) +
+                          ", but must be in [0, " + std::to_string(run.classes) + ")");
   for (std::size_t i = 0; i < n; ++i) {
     check_probability(fn, "confidence", i, run.confidence[i]);
     check_finite(fn, "predictive_entropy", i, run.predictive_entropy[i]);
@@ -106,17 +119,35 @@ ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t r, const Pro
     for (auto i : d.folds[static_cast<std::size_t>(f)].evaluation) d.fold_of[i] = f;
   d.confidence = run.confidence;
 
-  // Columns. logit c with c clipped to [1e-7, 1 − 1e-7] (float32 softmax can give c = 1 exactly).
+  // Columns. logit c = log p_max − log Σ_{k≠max} p_k from the log-probabilities, so confidences that
+  // round to 1 (float32 softmax) keep their order; clipped to ±40.
   auto& cols = d.columns;
   std::vector<double> logit_c(n);
   for (std::size_t i = 0; i < n; ++i) {
-    const double c = std::min(std::max(run.confidence[i], 1e-7), 1.0 - 1e-7);
-    logit_c[i] = std::log(c) - std::log1p(-c);
+    const double* lp = &run.log_probs[i * K];
+    const auto top = std::size_t(run.predicted[i]);
+    double m = -std::numeric_limits<double>::infinity();
+    for (std::size_t k = 0; k < K; ++k)
+      if (k != top) m = std::max(m, lp[k]);
+    double s = 0.0;
+    for (std::size_t k = 0; k < K; ++k)
+      if (k != top) s += std::exp(lp[k] - m);
+    logit_c[i] = std::clamp(lp[top] - (m + std::log(s)), -40.0, 40.0);
+  }
+  // The whole output in class order (method.md §6.3): the predicted class one-hot, its interaction with
+  // logit c (so a linear read-out is per-predicted-class Platt scaling) and the log-softmax, Q = 3K columns.
+  std::vector<std::vector<double>> onehot(K, std::vector<double>(n, 0.0)), slope(K, std::vector<double>(n, 0.0));
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto k = std::size_t(run.predicted[i]);
+    onehot[k][i] = 1.0;
+    slope[k][i] = logit_c[i];
   }
   cols.push_back(std::move(logit_c));                                                  // 0
   cols.push_back(run.predictive_entropy);                                              // 1
   for (std::size_t j = 0; j < P; ++j) cols.push_back(column(run.profile, n, P, j));   // 2 .. 2+P
-  for (std::size_t k = 0; k < K; ++k) cols.push_back(column(run.sorted_probs, n, K, k));  // 2+P .. 2+P+K
+  for (auto& c : onehot) cols.push_back(std::move(c));                                 // 2+P .. 2+P+K
+  for (auto& c : slope) cols.push_back(std::move(c));                                  // .. 2+P+2K
+  for (std::size_t k = 0; k < K; ++k) cols.push_back(column(run.log_probs, n, K, k));  // .. 2+P+3K
   // Shuffled profiles: rows permuted together, over the whole run (as AR-CondCal's shuffled control).
   std::vector<std::size_t> perm_global(n);
   std::iota(perm_global.begin(), perm_global.end(), std::size_t{0});
@@ -136,11 +167,12 @@ ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t r, const Pro
   }
   for (std::size_t j = 0; j < P; ++j) cols.push_back(pick(cols[2 + j], perm_global));  // 2+P+K ..
   for (std::size_t j = 0; j < P; ++j) cols.push_back(pick(cols[2 + j], perm_bins));    // 2+2P+K ..
+  const std::size_t Q = 3 * K;  // output columns
   d.sources.assign(cols.size(), {});
   for (std::size_t j = 0; j < P; ++j) {
     d.sources[2 + j] = {int(j), 0};
-    d.sources[2 + P + K + j] = {int(j), 1};
-    d.sources[2 + 2 * P + K + j] = {int(j), 2};
+    d.sources[2 + P + Q + j] = {int(j), 1};
+    d.sources[2 + 2 * P + Q + j] = {int(j), 2};
   }
   d.perm_global = perm_global;
   d.perm_bins = perm_bins;
@@ -149,7 +181,7 @@ ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t r, const Pro
     for (std::size_t k = 0; k < count; ++k) head.push_back(from + k);
     return head;
   };
-  const std::size_t prof = 2, sorted = 2 + P, glob = 2 + P + K, bins = 2 + 2 * P + K;
+  const std::size_t prof = 2, outputs = 2 + P, glob = 2 + P + Q, bins = 2 + 2 * P + Q;
   const std::int64_t full_params = mlp_parameter_count(int(1 + P), o.mlp.hidden1, o.mlp.hidden2);
   const int h1 = o.mlp.hidden1, h2 = o.mlp.hidden2;
   const auto cm1 = capacity_matched_widths(1, full_params), cm2 = capacity_matched_widths(2, full_params);
@@ -165,13 +197,13 @@ ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t r, const Pro
       {"shuffled_global", range({0}, glob, P), h1, h2, "confidence_base"},
       {"shuffled_within_bins", range({0}, bins, P), h1, h2, "confidence_base"},
       {"predictive_entropy", {0, 1}, cm2.first, cm2.second, "confidence_base"},
-      {"full_logit", range({}, sorted, K), h1, h2, "full_logit_base"},
-      {"full_logit_routing", range(range({}, sorted, K), prof, P), h1, h2, "full_logit_base"},
+      {"full_logit", range({0}, outputs, Q), h1, h2, "full_logit_base"},
+      {"full_logit_routing", range(range({0}, outputs, Q), prof, P), h1, h2, "full_logit_base"},
   };
   // The bases (fitted first, not reported by run_probes): the capacity-matched confidence-only MLP and
   // the full-logit MLP as defined before the corrections.
   const std::vector<ProbeDesign::Spec> bases{{"confidence_base", {0}, cm1.first, cm1.second, ""},
-                                             {"full_logit_base", range({}, sorted, K), h1, h2, ""}};
+                                             {"full_logit_base", range({0}, outputs, Q), h1, h2, ""}};
   auto wanted = [&](const std::string& name) {
     return o.only.empty() || std::find(o.only.begin(), o.only.end(), name) != o.only.end();
   };

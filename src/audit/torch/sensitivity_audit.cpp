@@ -346,12 +346,14 @@ std::vector<ExactNullPooled> pool(const std::vector<ExactNullRun>& runs, const s
 
 /// The matching space of a variant. "confidence": logit c (dims 1). "full_logit": what the outputs
 /// say about routing, a balancing score: each profile column rescaled to [0, 1] and regressed on the
-/// sorted log-probabilities by the probe MLP (soft-label cross-entropy, whose minimiser is the conditional
+/// whole output (the full-logit probe's inputs: logit c, the predicted class and the class-ordered
+/// log-probabilities) by the probe MLP (soft-label cross-entropy, whose minimiser is the conditional
 /// mean; all columns in one stacked fit; cross-fitted, each half predicted by a fit on the other, so
 /// an example's own routing does not enter its position), then the leading principal components of
-/// those predictions (>= 90 % of their variance, at most 3). Matching on the full output vector
-/// instead (10 standardised dimensions) left routing so unevenly matched that 16 of 20 null runs
-/// rejected (docs/audit_validation.md).
+/// those predictions (>= 90 % of their variance, at most 3), and logit ĝ(O) of the full-logit probe.
+/// Groups are formed inside each predicted class (conditional_null_run). Matching on the raw sorted
+/// output vector instead left routing so unevenly matched that 16 of 20 null runs rejected, and
+/// sorted probabilities drop the predicted class (docs/audit_validation.md).
 std::vector<double> matching_space(const AuditRunInput& run, const ProbeDesign& d, const std::string& variant,
                                    const MlpProbeOptions& mlp, std::uint64_t seed, std::size_t& dims) {
   const std::size_t n = run.confidence.size();
@@ -359,11 +361,15 @@ std::vector<double> matching_space(const AuditRunInput& run, const ProbeDesign& 
     dims = 1;
     return d.columns[0];  // logit c
   }
-  std::vector<std::size_t> profile_cols, output_cols;
+  const auto it = std::find_if(d.mlps.begin(), d.mlps.end(), [](const ProbeDesign::Spec& sp) { return sp.name == "full_logit"; });
+  if (it == d.mlps.end())
+    throw_input("run_exact_null_audit", "variant \"full_logit\" needs the full_logit probe, which options.probes.only leaves out");
+  std::vector<std::size_t> profile_cols;
   for (std::size_t c = 0; c < d.sources.size(); ++c)
     if (d.sources[c].profile >= 0 && d.sources[c].rows == 0) profile_cols.push_back(c);
-  const std::size_t P = profile_cols.size(), K = run.classes;
-  for (std::size_t k = 0; k < K; ++k) output_cols.push_back(2 + P + k);
+  const std::size_t P = profile_cols.size();
+  const std::vector<std::size_t>& output_cols = it->cols;
+  const std::size_t K = output_cols.size();
   std::vector<std::vector<double>> target(P, std::vector<double>(n));
   for (std::size_t j = 0; j < P; ++j) {
     const auto& col = d.columns[profile_cols[j]];
@@ -384,12 +390,10 @@ std::vector<double> matching_space(const AuditRunInput& run, const ProbeDesign& 
     const auto& fit_rows = h == 0 ? d.folds[0].evaluation : d.folds[0].calibration;
     const auto& pred_rows = h == 0 ? d.folds[0].calibration : d.folds[0].evaluation;
     std::vector<double> xf(fit_rows.size() * K), xp(pred_rows.size() * K);
-    // Log-probabilities: log-ratios of the outputs (logit c, log p_(2)/p_(3), ...) are linear in them.
-    auto logp = [&](std::size_t k, std::size_t row) { return std::log(std::max(d.columns[output_cols[k]][row], 1e-12)); };
     for (std::size_t i = 0; i < fit_rows.size(); ++i)
-      for (std::size_t k = 0; k < K; ++k) xf[i * K + k] = logp(k, fit_rows[i]);
+      for (std::size_t k = 0; k < K; ++k) xf[i * K + k] = d.columns[output_cols[k]][fit_rows[i]];
     for (std::size_t i = 0; i < pred_rows.size(); ++i)
-      for (std::size_t k = 0; k < K; ++k) xp[i * K + k] = logp(k, pred_rows[i]);
+      for (std::size_t k = 0; k < K; ++k) xp[i * K + k] = d.columns[output_cols[k]][pred_rows[i]];
     std::vector<std::vector<double>> yf(P);
     std::vector<const std::vector<double>*> yp(P);
     for (std::size_t j = 0; j < P; ++j) {
@@ -408,11 +412,6 @@ std::vector<double> matching_space(const AuditRunInput& run, const ProbeDesign& 
   // ĝ, routing differences cannot line up with differences in P(correct | O), so the permutation
   // stays close to valid where the routing regression above is off (and vice versa). Scaled to the
   // first component's spread so that both count.
-  const auto it = std::find_if(d.mlps.begin(), d.mlps.end(), [](const ProbeDesign::Spec& sp) { return sp.name == "full_logit"; });
-  if (it == d.mlps.end()) {
-    dims = pcs;
-    return scores;
-  }
   std::vector<double> g(n, 0.5);
   for (std::size_t f = 0; f < 2; ++f) {
     const auto& cal = d.folds[f].calibration;
@@ -464,17 +463,31 @@ ExactNullRun conditional_null_run(const AuditRunInput& run, const ProbeDesign& d
   // Groups inside each cross-fit half, so a permutation never moves a value between halves.
   std::vector<std::vector<std::size_t>> groups;
   double dist = 0, scale = 0;
+  // full_logit: also inside each predicted class, so a permutation never moves routing between classes
+  // (the predicted class is part of the outputs; method.md §6.6). Distances are weighted by rows.
+  const bool by_class = variant != "confidence";
+  std::size_t matched_rows = 0;
   for (std::size_t h = 0; h < 2; ++h) {
     const auto& rows = h == 0 ? d.folds[0].calibration : d.folds[0].evaluation;
-    auto m = match_groups(x, dims, rows, o.group_size, derive_seed(vseed, 50 + h));
-    dist += 0.5 * m.mean_distance;
-    scale += 0.5 * m.random_pair_distance;
-    for (auto& g : m.groups) groups.push_back(std::move(g));
+    std::vector<std::vector<std::size_t>> parts(by_class ? run.classes : 1);
+    for (auto i : rows) parts[by_class ? std::size_t(run.predicted[i]) : 0].push_back(i);
+    for (std::size_t c = 0; c < parts.size(); ++c) {
+      if (parts[c].size() < 2) continue;  // a lone example of its class stays in place
+      auto m = match_groups(x, dims, parts[c], o.group_size, derive_seed(vseed, 50 + h + 2 * c));
+      dist += m.mean_distance * double(parts[c].size());
+      scale += m.random_pair_distance * double(parts[c].size());
+      matched_rows += parts[c].size();
+      for (auto& g : m.groups) groups.push_back(std::move(g));
+    }
+  }
+  if (matched_rows > 0) {
+    dist /= double(matched_rows);
+    scale /= double(matched_rows);
   }
   out.matching = {variant == "confidence" ? "logit c"
-                                          : "principal components (" + std::to_string(dims - 1) +
-                                                ") of the routing profile predicted from the sorted probabilities, "
-                                                "and logit P(correct) predicted from the logits",
+                                          : "inside each predicted class: principal components (" + std::to_string(dims - 1) +
+                                                ") of the routing profile predicted from the whole output (class-ordered "
+                                                "log-probabilities), and logit P(correct) predicted from it",
                   o.group_size, groups.size(), dist, scale};
   std::vector<std::vector<std::size_t>> perms(std::size_t(o.replicates));
   std::vector<ReplicateSpec> specs(std::size_t(o.replicates) + 1);
