@@ -1,7 +1,7 @@
 // arcal audit: the routing-conditional audit over one or many runs' traces. Loads each trace,
 // derives confidence, correctness, predictive entropy and the requested statistics, then calls the
 // library (audit/torch/audit_pipeline.hpp, also behind the Python module's arcal.audit), which
-// validates the whole input before computing, and writes DIR/results.json (schema "arcal.audit/2")
+// validates the whole input before computing, and writes DIR/results.json (schema "arcal.audit/3")
 // and CSV tables atomically.
 #include <algorithm>
 #include <cmath>
@@ -155,7 +155,7 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
       if (res.has_probes) std::printf("%s", probe_summary(res.probes).c_str());
       if (res.has_sensitivity) std::printf("%s", sensitivity_summary(res.sensitivity).c_str());
       if (res.has_exact_null) std::printf("%s", exact_null_summary(res.exact_null).c_str());
-      std::printf("verdict: %s\n", arcal::make_verdict(res).summary.c_str());
+      std::printf("verdict: %s\n", res.verdict.summary.c_str());
     }
     return 0;
   };

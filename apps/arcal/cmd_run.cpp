@@ -263,7 +263,7 @@ arcal::ConvergencePoint convergence_point(std::uint64_t epoch, const arcal::Audi
   p.accuracy_mean = m;
   p.accuracy_sd = p.runs > 1 ? std::sqrt(v / double(p.runs - 1)) : std::nan("");
   p.audit_dir = fs::path(audit_dir).filename().string();
-  p.verdict = arcal::make_verdict(res);
+  p.verdict = res.verdict;
   return p;
 }
 

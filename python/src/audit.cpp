@@ -138,7 +138,7 @@ out : a directory to also write results.json and the CSV tables to, as `arcal au
 
 Returns
 -------
-dict: the results.json object (schema "arcal.audit/2"): diagnostic (tests with p, p_holm, p_bh, gap),
+dict: the results.json object (schema "arcal.audit/3"): diagnostic (tests with p, p_holm, p_bh, gap),
 condcal, probes (per run and the across-run comparisons with their verdicts), and sensitivity /
 exact_null when asked. Runs without the GIL; LibTorch's thread count is restored afterwards.)doc");
 }

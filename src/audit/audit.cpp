@@ -12,6 +12,10 @@
 
 namespace arcal {
 
+namespace {
+void run_condcal_family(const std::vector<AuditRunInput>& runs, const AuditOptions& options, AuditResults& out);
+}
+
 void validate_audit_inputs(const std::vector<AuditRunInput>& runs, const AuditOptions& options) {
   const char* fn = "validate_audit_inputs";
   if (runs.empty()) throw_input(fn, "no runs given; the audit needs at least one trace");
@@ -59,7 +63,13 @@ AuditResults run_audit(const std::vector<AuditRunInput>& runs, const AuditOption
       family.push_back({run.run, run.cell, run.statistic_names[s], run.confidence, run.correct, run.statistics[s]});
   out.diagnostic = run_diagnostic_family(family, options.diagnostic);
   for (const auto& run : runs) out.run_summaries.push_back(summarise_run(run, options.diagnostic.bins));
-  if (!options.run_condcal) return out;
+  if (options.run_condcal) run_condcal_family(runs, options, out);
+  out.verdict = make_verdict(out);
+  return out;
+}
+
+namespace {
+void run_condcal_family(const std::vector<AuditRunInput>& runs, const AuditOptions& options, AuditResults& out) {
   std::vector<std::string> cells;
   std::vector<std::vector<CondCalResult>> by_cell;
   for (std::size_t r = 0; r < runs.size(); ++r) {
@@ -83,8 +93,8 @@ AuditResults run_audit(const std::vector<AuditRunInput>& runs, const AuditOption
   }
   for (std::size_t c = 0; c < cells.size(); ++c)
     out.seed_bands.push_back({cells[c], seed_variance_band(by_cell[c], false), seed_variance_band(by_cell[c], true)});
-  return out;
 }
+}  // namespace
 
 nlohmann::json audit_results_json(const AuditResults& res) { return res; }  // results/audit_json.hpp
 
@@ -126,7 +136,8 @@ void write_audit_results(const AuditResults& res, const std::string& dir) {
     pc.precision(10);
     cmp.precision(10);
     pc << "run,cell,probe,inputs,parameters,hidden1,hidden2,log_loss,brier,ece,mean_epochs\n";
-    cmp << "run,cell,comparison,probe,control,metric,delta,ci_low,ci_high,p,p_wilcoxon,p_sign,p_holm,verdict\n";
+    // Gains (control − probe, positive: the probe is better), the sign of results.json.
+    cmp << "run,cell,comparison,probe,control,metric,gain,ci_low,ci_high,p,p_wilcoxon,p_sign,p_holm,verdict\n";
     for (const auto& r : res.probes.runs) {
       const std::string head = csv_field(r.run) + ',' + csv_field(r.cell) + ',';
       for (const auto& p : r.probes)
@@ -135,13 +146,13 @@ void write_audit_results(const AuditResults& res, const std::string& dir) {
       for (const auto& c : r.comparisons)
         for (std::size_t m = 0; m < kProbeMetrics.size(); ++m) {
           const MetricDelta& d = m == 0 ? c.log_loss : m == 1 ? c.brier : c.ece;
-          cmp << head << c.name << ',' << c.probe << ',' << c.control << ',' << kProbeMetrics[m] << ',' << d.delta
-              << ',' << d.ci.low << ',' << d.ci.high << ',' << d.p << ",,,,\n";
+          cmp << head << c.name << ',' << c.probe << ',' << c.control << ',' << kProbeMetrics[m] << ',' << -d.delta
+              << ',' << -d.ci.high << ',' << -d.ci.low << ',' << d.p << ",,,,\n";
         }
     }
     for (const auto& t : res.probes.tests)
-      cmp << "ALL,ALL," << t.comparison << ",,," << t.metric << ',' << t.mean_delta << ',' << t.ci.low << ','
-          << t.ci.high << ',' << t.p << ',' << t.p_wilcoxon << ',' << t.p_sign << ',' << t.p_holm << ','
+      cmp << "ALL,ALL," << t.comparison << ",,," << t.metric << ',' << -t.mean_delta << ',' << -t.ci.high << ','
+          << -t.ci.low << ',' << t.p << ',' << t.p_wilcoxon << ',' << t.p_sign << ',' << t.p_holm << ','
           << csv_field(t.verdict) << '\n';
     write_file_atomic(dir + "/probes.csv", pc.str());
     write_file_atomic(dir + "/probe_comparisons.csv", cmp.str());

@@ -13,14 +13,19 @@
 
 #include "audit/condcal.hpp"
 #include "audit/diagnostic.hpp"
+#include "audit/integrity.hpp"
 #include "audit/probe_compare.hpp"
 #include "audit/run_summary.hpp"
 #include "audit/sensitivity.hpp"
+#include "audit/verdict.hpp"
 
 namespace arcal {
 
-/// Version 2 added `verdict` and the reliability rows' `band` (docs/interface.md); readers refuse 1.
-inline constexpr const char* kAuditSchema = "arcal.audit/2";
+/// Version 2 added `verdict` and the reliability rows' `band`; version 3 made the verdict the decision chain of
+/// method.md §6.7 (`dependence`, `primary` = the gain interval, `smallest_effect`, `secondary`), every probe
+/// comparison a gain (positive: routing helps) and the full-logit inputs class-ordered log-probabilities
+/// (docs/interface.md); readers refuse earlier versions.
+inline constexpr const char* kAuditSchema = "arcal.audit/3";
 
 /// One run's audit input; every vector is [n].
 struct AuditRunInput {
@@ -33,10 +38,13 @@ struct AuditRunInput {
   std::vector<std::vector<double>> statistics;  ///< [F][n]
   /// Probe inputs (method.md §6.3; only the LibTorch probe audit reads them): the profile [n, P]
   /// row-major (entropies H_p at the points with S_p > 1, or the chosen feature columns for traces
-  /// without routing) and the sorted probability vector [n, K] row-major, each row descending.
+  /// without routing), the whole output on the log scale in class order, log-softmax [n, K] row-major
+  /// (from the logits, so saturated probabilities keep their differences), and the predicted class [n]
+  /// (argmax, lowest index on ties).
   std::vector<std::string> profile_names;  ///< [P]
   std::vector<double> profile;             ///< [n, P]
-  std::vector<double> sorted_probs;        ///< [n, K]
+  std::vector<double> log_probs;           ///< [n, K]
+  std::vector<std::int64_t> predicted;     ///< [n]
   /// Mean over examples of the token-mean routing weights, row-major [routing_points,
   /// routing_max_sources] (empty for traces without routing); only the run summaries read it.
   std::size_t routing_points = 0, routing_max_sources = 0;
@@ -48,6 +56,7 @@ struct AuditOptions {
   DiagnosticOptions diagnostic;
   CondCalOptions condcal;
   bool run_condcal = true;
+  double smallest_effect = kDefaultSmallestEffect;  ///< the verdict's delta [nats] (method.md §6.7)
 };
 
 struct AuditCondCalEntry {
@@ -72,6 +81,10 @@ struct AuditResults {
   SensitivityResult sensitivity;
   bool has_exact_null = false;   ///< set by the exact-null audit
   ExactNullResult exact_null;
+  /// make_verdict over the sections above; set by run_audit and again by whoever adds a section
+  /// (run_full_audit), written and read with results.json.
+  Verdict verdict;
+  IntegrityResult integrity;  ///< set by run_full_audit (method.md §6.8)
 };
 
 /// Checks the whole input before any computation: at least one run, the same class count in every

@@ -17,6 +17,13 @@ const OptionTable<FullAuditOptions>& audit_option_table() {
       {"bins", "--bins", "Confidence bins (15; sensitivity analysis: 10 with --equal-mass)", &O::bins, R::bins},
       {"equal_mass", "--equal-mass", "Equal-mass confidence bins (sensitivity analysis)", &O::equal_mass},
       {"alpha", "--alpha", "Test level of every verdict", &O::alpha, RealRange{1e-9, 0.999, false}},
+      {"smallest_effect", "--smallest-effect",
+       "Smallest effect of interest delta in nats of log-loss gain: the verdict calls a gain whose whole 95 % interval "
+       "lies below delta negligible (0.005: half the seed papers' 0.010-nat reference effect)",
+       &O::smallest_effect, RealRange{1e-6, 1.0, false}},
+      {"drop_duplicates", "--drop-duplicates",
+       "Remove rows that duplicate an earlier row of the same trace (they are always counted and reported)",
+       &O::drop_duplicates},
       {"condcal", "--condcal", "AR-CondCal (--no-condcal: diagnostic only)", &O::condcal, {}, {}, true},
       {"probes", "--probes", "MLP correctness probes and their controls", &O::probes, {}, {}, true},
       {"probe_restarts", "--probe-restarts", "Seeded restarts averaged per MLP probe and split", &O::probe_restarts,

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "audit/verdict.hpp"
 #include "core/options.hpp"
 
 namespace arcal {
@@ -19,6 +20,8 @@ struct FullAuditOptions {
   std::uint64_t bins = 15;
   bool equal_mass = false;
   double alpha = 0.05;
+  double smallest_effect = kDefaultSmallestEffect;  ///< the verdict's delta [nats] (method.md §6.7; audit/verdict.hpp)
+  bool drop_duplicates = false;    ///< remove duplicated rows before the audit (method.md §6.8)
   bool condcal = true;
   bool probes = true;
   int probe_restarts = 1;     ///< seeded restarts averaged per MLP probe and split

@@ -318,6 +318,8 @@ DiagnosticFamily run_diagnostic_family(const std::vector<DiagnosticTestSpec>& fa
       v.verdict = "not assessable (1 seed)";
     else if (v.stable)
       v.verdict = v.rejections_positive >= v.rejections_negative ? "stable positive" : "stable negative";
+    else if (v.rejections == 0)
+      v.verdict = "no seed rejects";  // consistent, not unstable: "not stable" would suggest mixed results
     else
       v.verdict = "not stable";
   }

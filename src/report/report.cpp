@@ -36,7 +36,7 @@ ReportOutput build_report(const ResultsDocument& doc, const std::string& path, c
   report::Context c{doc, path, figures, {}};
   const report::Document d = report::build_document(c);
   ReportOutput out;
-  out.verdict = doc.verdict.summary;
+  out.verdict = doc.audit.verdict.summary;
   out.html = out_dir + "/report.html";
   out.markdown = out_dir + "/report.md";
   if (dry) return out;

@@ -19,7 +19,7 @@ struct ReportOutput {
   std::string verdict;               ///< results.json's verdict.summary (the report's first paragraph)
 };
 
-/// Reads DIR/results.json (schema arcal.audit/2) and writes the report into out_dir. Throws
+/// Reads DIR/results.json (schema arcal.audit/3) and writes the report into out_dir. Throws
 /// InputError naming the file when results.json is missing, too large or deeply nested, not JSON,
 /// not an arcal audit, of another schema version ("re-run arcal audit"), or holds a value of the
 /// wrong type or misses a key (naming its JSON pointer), and when gnuplot fails (naming the script).

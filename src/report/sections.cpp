@@ -7,6 +7,7 @@
 #include <ctime>
 #include <filesystem>
 #include <set>
+#include <utility>
 
 #include "report/format.hpp"
 
@@ -41,9 +42,14 @@ std::vector<RelPoint> rel_points(const CalibrationReport& m) {
 
 std::string evidence_row_test(const VerdictEvidence& e) {
   if (e.test == "exact_null.conditional_permutation") return "exact null, conditional permutation (" + e.variant + ")";
-  if (e.test == "probes.across_runs") return "probes across runs (Hartung-Knapp, Holm)";
-  if (e.test == "diagnostic") return "matched-confidence diagnostic (smallest Holm p)";
+  if (e.test == "probes.across_runs") return e.runs > 1 ? "probes across runs (Hartung-Knapp)" : "probe, the run's split test";
+  if (e.test == "diagnostic.decision") return "matched-confidence diagnostic (decision test, smallest Holm p)";
   return e.test;
+}
+
+std::string evidence_effect(const VerdictEvidence& e) {
+  if (!std::isfinite(e.effect)) return "-";
+  return e.test == "diagnostic.decision" ? fmt::format("G = {:+.5f}", e.effect) : sgn(e.effect);
 }
 
 }  // namespace
@@ -58,21 +64,35 @@ std::string short_run(const std::string& run) {
 }
 
 Section summary_section(Context& c) {
-  const auto& v = c.doc.verdict;
+  const auto& v = c.doc.audit.verdict;
   Section s{"Verdict", {}};
   s.verdict(v.summary);
-  Table t{{"evidence", "comparison", "runs", "gain [nats]", "95 % CI", "p"}, {}};
-  for (const VerdictEvidence* e : {&v.primary, &v.across_runs, &v.beyond_outputs})
+  Table t{{"link of the chain", "test", "comparison", "runs", "gain [nats]", "95 % CI", "p", "status"}, {}};
+  const std::pair<const char*, const VerdictEvidence*> links[] = {
+      {"1. dependence beyond confidence", &v.dependence},
+      {"2. gain over the capacity-matched control", &v.primary},
+      {"3. beyond the whole output vector", &v.beyond_outputs}};
+  for (const auto& [link, e] : links)
     if (!e->test.empty())
-      t.rows.push_back({evidence_row_test(*e), e->comparison, std::to_string(e->runs),
-                        e->test == "diagnostic" ? fmt::format("G = {:+.5f}", e->effect) : sgn(e->effect), ci(e->effect_ci, 5),
-                        pval(e->p)});
+      t.rows.push_back({link, evidence_row_test(*e), e->comparison, std::to_string(e->runs), evidence_effect(*e),
+                        ci(e->effect_ci, 5), pval(e->p), e->status});
   if (std::isfinite(v.recovery))
-    t.rows.push_back({fmt::format("sensitivity: recovery R of an injected {} nats (threshold {})", v.threshold_effect, v.threshold),
-                      "full_vector", "", fmt::format("R = {:+.2f}", v.recovery), ci(v.recovery_ci, 2), "-"});
-  s.tab(t, fmt::format("What the verdict rests on (answer: {}; alpha = {}). Gains are log-loss gains of the full routing "
-                       "vector's probe over its capacity-matched control (positive: routing helps).",
-                       v.answer, v.alpha));
+    t.rows.push_back({"sensitivity at the smallest effect", fmt::format("recovery R of an injected {} nats (threshold {})",
+                                                                       v.sensitivity_effect, v.threshold),
+                      "full_vector", "", fmt::format("R = {:+.2f}", v.recovery), ci(v.recovery_ci, 2), "-", "-"});
+  s.tab(t, fmt::format("The decision chain the verdict rests on (answer: {}; alpha = {} for each link, in this order; "
+                       "smallest effect of interest {} nats). Gains are log-loss gains, control minus probe "
+                       "(positive: routing helps); link 3 is tested only when link 1 rejects.",
+                       v.answer, v.alpha, v.smallest_effect));
+  if (!v.secondary.empty()) {
+    Table sec{{"secondary comparison", "runs", "gain [nats]", "95 % CI", "p", "p Holm (this family)"}, {}};
+    for (const auto& e : v.secondary)
+      sec.rows.push_back({e.comparison, std::to_string(e.runs), evidence_effect(e), ci(e.effect_ci, 5), pval(e.p),
+                          pval(e.p_holm)});
+    s.tab(sec, fmt::format("Secondary comparisons ({} tests, Holm within this family): reported beside the chain, never "
+                           "a veto of its answer.",
+                           v.secondary.size()));
+  }
   const auto& a = c.doc.audit;
   std::string prov = "arcal " + (c.doc.has_study ? c.doc.study.version : std::string(ARCAL_VERSION)) + "; results: " +
                      c.results_path + "; report generated " + now_utc() + ".";
@@ -181,25 +201,25 @@ Section convergence_section(Context& c) {
   s.p("The same runs audited at several points of training: each audited run's model after the listed epochs "
       "(kept as RUN/epoch-E), traced on the same split and audited with the same options as the final models (the "
       "last row). Does the answer depend on when training stopped?");
-  Table t{{"epoch", "runs", "test accuracy (mean, sd)", "answer", "exact null p", "exact-null gain", "across-run gain",
-           "95 % CI", "Holm p", "beyond outputs p", "recovery R", "95 % CI"}, {}};
+  Table t{{"epoch", "runs", "test accuracy (mean, sd)", "answer", "dependence p", "exact-null gain", "probe gain",
+           "95 % CI", "p", "beyond outputs p", "recovery R", "95 % CI"}, {}};
   CurveSeries across{"probe gain over capacity-matched control, across runs (95 % CI)", {}, {}, {}, {}};
   CurveSeries exact{"exact-null real mean gain (confidence matching)", {}, {}, {}, {}};
   for (const auto& p : pts) {
     const auto& v = p.verdict;
     t.rows.push_back({std::to_string(p.epoch), std::to_string(p.runs), fmt::format("{} ({})", pct(p.accuracy_mean), pct(p.accuracy_sd)),
-                      v.answer, pval(v.primary.p), sgn(v.primary.effect), sgn(v.across_runs.effect), ci(v.across_runs.effect_ci, 5),
-                      pval(v.across_runs.p), pval(v.beyond_outputs.p), std::isfinite(v.recovery) ? fmt::format("{:.2f}", v.recovery) : "-",
-                      ci(v.recovery_ci, 2)});
-    if (std::isfinite(v.across_runs.effect)) {
+                      v.answer, pval(v.dependence.p), evidence_effect(v.dependence), sgn(v.primary.effect),
+                      ci(v.primary.effect_ci, 5), pval(v.primary.p), pval(v.beyond_outputs.p),
+                      std::isfinite(v.recovery) ? fmt::format("{:.2f}", v.recovery) : "-", ci(v.recovery_ci, 2)});
+    if (std::isfinite(v.primary.effect)) {
       across.x.push_back(p.accuracy_mean);
-      across.y.push_back(v.across_runs.effect);
-      across.low.push_back(v.across_runs.effect_ci.low);
-      across.high.push_back(v.across_runs.effect_ci.high);
+      across.y.push_back(v.primary.effect);
+      across.low.push_back(v.primary.effect_ci.low);
+      across.high.push_back(v.primary.effect_ci.high);
     }
-    if (std::isfinite(v.primary.effect) && v.primary.test == "exact_null.conditional_permutation") {
+    if (std::isfinite(v.dependence.effect) && v.dependence.test == "exact_null.conditional_permutation") {
       exact.x.push_back(p.accuracy_mean);
-      exact.y.push_back(v.primary.effect);
+      exact.y.push_back(v.dependence.effect);
     }
   }
   s.tab(t, "Each row is a full audit (docs/method.md §6); gains in nats, positive: routing helps; p of the exact null is "

@@ -1,4 +1,4 @@
-// The one JSON form of every audit result (results.json, schema "arcal.audit/2", docs/schema/
+// The one JSON form of every audit result (results.json, schema "arcal.audit/3", docs/schema/
 // audit.schema.json): to_json and from_json for each result struct, found by nlohmann's ADL, so
 // `nlohmann::json j = results` writes and `j.get<AuditResults>()` reads. Key paths are those of
 // arcal.audit/1 (diagnostic.tests[], probes.tests[], exact_null.runs[], sensitivity, condcal, runs[]);
@@ -318,15 +318,28 @@ inline void from_json(const nlohmann::json& j, AuditCellBand& b) {
 
 // ---------------------------------------------------------------- probes
 
+// Probe comparisons are written as gains, ℓ(control) − ℓ(probe) (positive: the probe is better), the one
+// sign of every gain in results.json (the exact null, the sensitivity audit, the verdict); the structs
+// keep Δ = probe − control, so the JSON pair negates (and an interval swaps its ends).
+inline std::vector<double> negated(std::vector<double> v) {
+  for (auto& x : v) x = -x;
+  return v;
+}
+inline Interval negated(const Interval& ci) { return {-ci.high, -ci.low}; }
+
 inline void to_json(nlohmann::json& j, const MetricDelta& d) {
-  j = {{"delta", d.delta}, {"ci", results::interval_json(d.ci)}, {"se", d.se}, {"p", d.p}, {"split_deltas", d.split_deltas}};
+  j = {{"gain", -d.delta}, {"ci", results::interval_json(negated(d.ci))}, {"se", d.se}, {"p", d.p},
+       {"split_gains", negated(d.split_deltas)}};
 }
 inline void from_json(const nlohmann::json& j, MetricDelta& d) {
-  results::get_number(j, "delta", d.delta);
+  results::get_number(j, "gain", d.delta);
+  d.delta = -d.delta;
   results::get_interval(j, "ci", d.ci);
+  d.ci = negated(d.ci);
   results::get_number(j, "se", d.se);
   results::get_number(j, "p", d.p);
-  results::get_numbers(j, "split_deltas", d.split_deltas);
+  results::get_numbers(j, "split_gains", d.split_deltas);
+  d.split_deltas = negated(std::move(d.split_deltas));
 }
 inline void to_json(nlohmann::json& j, const RunComparison& c) {
   j = {{"name", c.name}, {"probe", c.probe}, {"control", c.control}, {"log_loss", c.log_loss}, {"brier", c.brier}, {"ece", c.ece}};
@@ -371,35 +384,39 @@ inline void from_json(const nlohmann::json& j, RunProbeResult& r) {
   results::get_to(j, "comparisons", r.comparisons);
 }
 inline void to_json(nlohmann::json& j, const AcrossRunTest& t) {
-  j = {{"comparison", t.comparison}, {"metric", t.metric}, {"runs", t.deltas.size()}, {"deltas", t.deltas},
-       {"variances", t.variances}, {"mean_delta", t.mean_delta}, {"plain_mean", t.plain_mean},
-       {"ci", results::interval_json(t.ci)}, {"p", t.p}, {"tau2", t.tau2}, {"p_wilcoxon", t.p_wilcoxon},
+  j = {{"comparison", t.comparison}, {"metric", t.metric}, {"runs", t.deltas.size()}, {"gains", negated(t.deltas)},
+       {"variances", t.variances}, {"mean_gain", -t.mean_delta}, {"plain_mean_gain", -t.plain_mean},
+       {"ci", results::interval_json(negated(t.ci))}, {"p", t.p}, {"tau2", t.tau2}, {"p_wilcoxon", t.p_wilcoxon},
        {"p_sign", t.p_sign}, {"p_rank_min", t.p_rank_min}, {"p_holm", t.p_holm},
-       {"detectable_delta", results::number_or_null(t.detectable)}, {"runs_better", t.runs_better},
+       {"detectable_gain", results::number_or_null(t.detectable)}, {"runs_better", t.runs_better},
        {"runs_worse", t.runs_worse}, {"verdict", t.verdict}, {"power_note", t.power_note}};
 }
 inline void from_json(const nlohmann::json& j, AcrossRunTest& t) {
   results::get_to(j, "comparison", t.comparison);
   results::get_to(j, "metric", t.metric);
-  results::get_numbers(j, "deltas", t.deltas);
+  results::get_numbers(j, "gains", t.deltas);
+  t.deltas = negated(std::move(t.deltas));
   results::get_numbers(j, "variances", t.variances);
-  results::get_number(j, "mean_delta", t.mean_delta);
-  results::get_number(j, "plain_mean", t.plain_mean);
+  results::get_number(j, "mean_gain", t.mean_delta);
+  t.mean_delta = -t.mean_delta;
+  results::get_number(j, "plain_mean_gain", t.plain_mean);
+  t.plain_mean = -t.plain_mean;
   results::get_interval(j, "ci", t.ci);
+  t.ci = negated(t.ci);
   results::get_number(j, "p", t.p);
   results::get_number(j, "tau2", t.tau2);
   results::get_number(j, "p_wilcoxon", t.p_wilcoxon);
   results::get_number(j, "p_sign", t.p_sign);
   results::get_number(j, "p_rank_min", t.p_rank_min);
   results::get_number(j, "p_holm", t.p_holm);
-  results::get_number(j, "detectable_delta", t.detectable);
+  results::get_number(j, "detectable_gain", t.detectable);
   results::get_to(j, "runs_better", t.runs_better);
   results::get_to(j, "runs_worse", t.runs_worse);
   results::get_to(j, "verdict", t.verdict);
   results::get_to(j, "power_note", t.power_note);
 }
 inline void to_json(nlohmann::json& j, const ProbeFamily& f) {
-  j = {{"delta", "probe - control (negative: the probe is better)"},
+  j = {{"gain", "l(control) - l(probe) of each metric (positive: the probe is better), as every gain in this file"},
        {"per_run_test",
         "mean over 2 x repeats cross-fit splits of the split-level delta; Nadeau-Bengio corrected variance "
         "(1/(2J) + n_eval/n_fit) S^2; t interval and p on 2J - 1 df"},
@@ -603,12 +620,34 @@ inline void from_json(const nlohmann::json& j, ExactNullResult& x) {
 
 // ---------------------------------------------------------------- the whole audit
 
+inline void to_json(nlohmann::json& j, const RunIntegrity& r) {
+  j = {{"run", r.run}, {"rows", r.rows}, {"duplicate_rows", r.duplicate_rows},
+       {"duplicates_dropped", r.duplicates_dropped}, {"dropped_profile", r.dropped_profile},
+       {"dropped_statistics", r.dropped_statistics}};
+}
+inline void from_json(const nlohmann::json& j, RunIntegrity& r) {
+  results::get_to(j, "run", r.run);
+  results::get_to(j, "rows", r.rows);
+  results::get_to(j, "duplicate_rows", r.duplicate_rows);
+  results::get_to(j, "duplicates_dropped", r.duplicates_dropped);
+  results::get_to(j, "dropped_profile", r.dropped_profile);
+  results::get_to(j, "dropped_statistics", r.dropped_statistics);
+}
+inline void to_json(nlohmann::json& j, const IntegrityResult& x) {
+  j = {{"drop_duplicates", x.drop_duplicates}, {"runs", x.runs}, {"notes", x.notes}};
+}
+inline void from_json(const nlohmann::json& j, IntegrityResult& x) {
+  results::get_to(j, "drop_duplicates", x.drop_duplicates);
+  results::get_to(j, "runs", x.runs);
+  results::get_to(j, "notes", x.notes);
+}
+
 inline void to_json(nlohmann::json& j, const AuditResults& res) {
-  j = {{"schema", kAuditSchema}, {"runs", res.run_summaries}, {"diagnostic", res.diagnostic}};
+  j = {{"schema", kAuditSchema}, {"runs", res.run_summaries}, {"integrity", res.integrity}, {"diagnostic", res.diagnostic}};
   if (res.has_probes) j["probes"] = res.probes;
   if (res.has_sensitivity) j["sensitivity"] = res.sensitivity;
   if (res.has_exact_null) j["exact_null"] = res.exact_null;
-  j["verdict"] = make_verdict(res);
+  j["verdict"] = res.verdict;
   if (!res.options.run_condcal) return;
   const auto& c = res.options.condcal;
   j["condcal"] = {{"multiples", c.multiples}, {"cv_folds", c.cv_folds}, {"ece_bins", c.ece_bins},
@@ -619,8 +658,11 @@ inline void to_json(nlohmann::json& j, const AuditResults& res) {
 /// the file and the version.
 inline void from_json(const nlohmann::json& j, AuditResults& res) {
   results::get_to(j, "runs", res.run_summaries);
+  results::get_to(j, "integrity", res.integrity);
   results::get_to(j, "diagnostic", res.diagnostic);
   res.options.diagnostic = res.diagnostic.options;
+  results::get_to(j, "verdict", res.verdict);
+  res.options.smallest_effect = res.verdict.smallest_effect;
   res.has_probes = j.contains("probes");
   if (res.has_probes) results::get_to(j, "probes", res.probes);
   res.has_sensitivity = j.contains("sensitivity");

@@ -38,7 +38,6 @@ ResultsDocument read_results(const std::string& text, const std::string& path) {
   ResultsDocument doc;
   try {
     j.get_to(doc.audit);
-    j.at("verdict").get_to(doc.verdict);
     doc.has_study = j.contains("study");
     if (doc.has_study) j.at("study").get_to(doc.study);
   } catch (const nlohmann::json::exception& e) {

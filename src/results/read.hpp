@@ -1,4 +1,4 @@
-// Reading a results.json back into typed results: the audit (arcal.audit/2), its verdict and, when
+// Reading a results.json back into typed results: the audit (arcal.audit/3), its verdict and, when
 // `arcal run` wrote it, the study section. The only reader of results.json: `arcal report` and the
 // tests use it. Errors are InputError naming the file and, for a value of the wrong type or a missing
 // key, its JSON pointer (this file's implementation is compiled with nlohmann's JSON_DIAGNOSTICS); a
@@ -14,8 +14,7 @@
 namespace arcal {
 
 struct ResultsDocument {
-  AuditResults audit;
-  Verdict verdict;
+  AuditResults audit;  ///< its verdict (audit.verdict) is read with it
   bool has_study = false;
   StudyResults study;
 };

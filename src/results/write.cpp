@@ -9,7 +9,6 @@ namespace arcal {
 
 std::string results_text(const ResultsDocument& doc) {
   nlohmann::json j = doc.audit;
-  j["verdict"] = doc.verdict;
   if (doc.has_study) j["study"] = doc.study;
   return j.dump(1);
 }

@@ -159,7 +159,7 @@ TEST(Audit, WritesResultsJsonAndCsv) {
   const auto dir = temp_dir("ok");
   write_audit_results(res, dir);
   const auto j = nlohmann::json::parse(read_file(dir + "/results.json"));
-  EXPECT_EQ(j["schema"], "arcal.audit/2");
+  EXPECT_EQ(j["schema"], "arcal.audit/3");
   EXPECT_EQ(j["diagnostic"]["family_size"], 6);
   ASSERT_EQ(j["diagnostic"]["tests"].size(), 6u);
   for (const char* key : {"run", "statistic", "gap", "p", "p_holm", "p_bh", "n"})

@@ -110,10 +110,10 @@ TEST(CliReport, EveryReferencedFigureExistsAndParsesAndTheScreenshotIsNotBlank) 
   EXPECT_EQ(schema_errors(dir + "/audit/results.json", "audit.schema.json", dir), "");
   {  // ... and the schema rejects an old version or a missing verdict (the check can fail).
     auto j = nlohmann::json::parse(arcal::read_file(dir + "/audit/results.json"));
-    j["schema"] = "arcal.audit/1";
+    j["schema"] = "arcal.audit/2";
     arcal::write_file_atomic(dir + "/old.json", j.dump());
     EXPECT_NE(schema_errors(dir + "/old.json", "audit.schema.json", dir), "");
-    j["schema"] = "arcal.audit/2";
+    j["schema"] = "arcal.audit/3";
     j.erase("verdict");
     arcal::write_file_atomic(dir + "/old.json", j.dump());
     EXPECT_NE(schema_errors(dir + "/old.json", "audit.schema.json", dir), "");

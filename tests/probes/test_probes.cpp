@@ -173,6 +173,7 @@ TEST(Probes, FamilyWritesResultsJsonAndCsv) {
   res.options.run_condcal = false;
   res.probes = run_probe_family(runs, o);
   res.has_probes = true;
+  res.verdict = make_verdict(res);
   ASSERT_EQ(res.probes.runs.size(), 2u);
   EXPECT_EQ(res.probes.tests.size(), kProbeComparisons.size() * kProbeMetrics.size());
   const auto j = audit_results_json(res);
@@ -180,7 +181,13 @@ TEST(Probes, FamilyWritesResultsJsonAndCsv) {
   EXPECT_EQ(j["probes"]["runs"].size(), 2u);
   EXPECT_TRUE(j["probes"]["runs"][0]["probes"].contains("full_logit_routing"));
   EXPECT_EQ(j["probes"]["runs"][0]["comparisons"].size(), kProbeComparisons.size());
-  EXPECT_EQ(j["probes"]["tests"][0]["deltas"].size(), 2u);
+  EXPECT_EQ(j["probes"]["tests"][0]["gains"].size(), 2u);
+  // One sign for one quantity (issue 23): the probe family's gain is the verdict's gain.
+  ASSERT_EQ(j["probes"]["tests"][0]["comparison"], "full_vector_vs_capacity_matched");
+  ASSERT_EQ(j["probes"]["tests"][0]["metric"], "log_loss");
+  EXPECT_EQ(j["probes"]["tests"][0]["mean_gain"], -res.probes.tests[0].mean_delta);
+  EXPECT_EQ(j["probes"]["tests"][0]["mean_gain"], j["verdict"]["primary"]["effect"]);
+  EXPECT_EQ(j["probes"]["tests"][0]["ci"][0], j["verdict"]["primary"]["effect_ci"][0]);
   EXPECT_EQ(j["probes"]["runs"][0]["profile"].size(), runs[0].profile_names.size());
   const auto dir = std::filesystem::temp_directory_path() / "arcal_probe_family_test";
   std::filesystem::remove_all(dir);
@@ -207,7 +214,7 @@ TEST(Probes, RejectsBadInput) {
   for (std::size_t i = 0; i < run.confidence.size(); ++i) bad.profile[i * P] = 0.5;  // constant column
   EXPECT_THROW(run_probes(bad, 0, o), InputError);
   bad = run;
-  bad.sorted_probs[7] = std::nan("");
+  bad.log_probs[7] = std::nan("");
   EXPECT_THROW(run_probes(bad, 0, o), InputError);
   bad = run;
   bad.profile_names.clear();

@@ -36,7 +36,7 @@ def test_same_results_as_cli(cli, traces):
             "--seed", 3, "--json")
     want = r.json()
     got = arcal.audit(paths, permutations=500, probe_restarts=1, probe_repeats=2, seed=3, out=str(d / "py"))
-    assert got["schema"] == "arcal.audit/2"
+    assert got["schema"] == "arcal.audit/3"
     assert strip_times(got) == strip_times(want)
     # out= writes what `arcal audit --out` writes
     assert strip_times(json.loads((d / "py" / "results.json").read_text())) == strip_times(want)

@@ -22,6 +22,7 @@ AuditOptions audit_options(const FullAuditOptions& o) {
   opt.diagnostic.bins = o.bins;
   opt.diagnostic.scheme = o.equal_mass ? BinScheme::equal_mass : BinScheme::equal_width;
   opt.diagnostic.alpha = o.alpha;
+  opt.smallest_effect = o.smallest_effect;
   opt.condcal.seed = o.seed;
   opt.run_condcal = o.condcal;
   return opt;
@@ -56,13 +57,27 @@ class ComputeThreadsGuard {
 
 }  // namespace
 
-void validate_full_audit(const std::vector<AuditRunInput>& runs, const FullAuditOptions& o) {
+namespace {
+
+void validate_checked(const std::vector<AuditRunInput>& runs, const FullAuditOptions& o) {
   validate_audit_inputs(runs, audit_options(o));
   if (o.probes || o.sensitivity || o.exact_null) validate_probe_inputs(runs, probe_options(o));
 }
 
-AuditResults run_full_audit(const std::vector<AuditRunInput>& runs, const FullAuditOptions& o) {
-  validate_full_audit(runs, o);
+}  // namespace
+
+void validate_full_audit(const std::vector<AuditRunInput>& runs, const FullAuditOptions& o) {
+  auto checked = runs;  // the integrity step edits its input (dropped columns, duplicates)
+  check_integrity(checked, o.drop_duplicates);
+  validate_checked(checked, o);
+}
+
+AuditResults run_full_audit(const std::vector<AuditRunInput>& given, const FullAuditOptions& o) {
+  auto runs = given;
+  IntegrityResult integrity = check_integrity(runs, o.drop_duplicates);
+  if (o.progress)
+    for (const auto& note : integrity.notes) std::fprintf(stderr, "integrity: %s\n", note.c_str());
+  validate_checked(runs, o);
   const ProbeAuditOptions popt = probe_options(o);
   MlpProbeOptions refit = default_refit_mlp_options();
   refit.restarts = o.refit_restarts;
@@ -123,6 +138,8 @@ AuditResults run_full_audit(const std::vector<AuditRunInput>& runs, const FullAu
     bar.finish();
     res.has_exact_null = true;
   }
+  res.integrity = std::move(integrity);
+  res.verdict = make_verdict(res);
   return res;
 }
 

@@ -1,0 +1,42 @@
+// Data integrity before the audit (method.md §6.8): the tests assume independent examples and
+// informative columns. Refuses two runs that are the same trace; counts duplicated rows inside a run
+// (and removes them when asked); drops (near-)constant routing points, feature columns and statistics
+// with a note naming them instead of aborting. Standard library only.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace arcal {
+
+struct AuditRunInput;
+
+/// A column is near-constant when fewer than max(kNearConstantMin, n / kNearConstantDivisor) examples differ
+/// from its most common value (a routing point that is one-hot for all but 3 of 500 examples): too few
+/// to estimate anything from, and a cross-fit half or inner split would often see it constant.
+inline constexpr std::size_t kNearConstantMin = 10;
+inline constexpr std::size_t kNearConstantDivisor = 200;
+
+struct RunIntegrity {
+  std::string run;
+  std::size_t rows = 0;            ///< rows as given
+  std::size_t duplicate_rows = 0;  ///< rows identical to an earlier row (label, outputs, routing, statistics)
+  bool duplicates_dropped = false;
+  std::vector<std::string> dropped_profile;     ///< profile columns dropped (routing points or features)
+  std::vector<std::string> dropped_statistics;  ///< statistics dropped from the diagnostic family
+};
+
+struct IntegrityResult {
+  bool drop_duplicates = false;
+  std::vector<RunIntegrity> runs;  ///< input order
+  std::vector<std::string> notes;  ///< one sentence per finding (empty: nothing found)
+};
+
+/// Checks (and, where the rules say so, edits) the runs in place. Throws InputError when two runs hold
+/// the same labels, outputs and routing (naming both), or when every statistic of a run is dropped.
+/// A run whose every profile column is near-constant keeps its most varied one (the probes need one
+/// column); a run whose profile is exactly constant throughout has no routing information and is refused.
+IntegrityResult check_integrity(std::vector<AuditRunInput>& runs, bool drop_duplicates);
+
+}  // namespace arcal

@@ -1,0 +1,227 @@
+#include "audit/verdict.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "audit/audit.hpp"
+#include "stats/multiplicity.hpp"
+
+namespace arcal {
+
+namespace {
+
+const char* kHeadline = "full_vector_vs_capacity_matched";
+const char* kBeyondProbe = "full_logit_routing_vs_full_logit";
+
+std::string p_text(double p) { return p < 1e-3 ? fmt::format("{:.1e}", p) : fmt::format("{:.3f}", p); }
+std::string ci_text(const Interval& ci) { return fmt::format("[{:+.4f}, {:+.4f}]", ci.low, ci.high); }
+std::string gain_text(const VerdictEvidence& e) {
+  std::string s = fmt::format("{:+.4f} nats", e.effect);
+  if (std::isfinite(e.effect_ci.low)) s += " " + ci_text(e.effect_ci);
+  return s;
+}
+
+void decide(VerdictEvidence& e, double alpha) {
+  if (!std::isfinite(e.p)) return;
+  e.status = e.p <= alpha ? "rejects" : "does not reject";
+}
+
+VerdictEvidence exact_null_evidence(const ExactNullResult& x, const std::string& variant) {
+  VerdictEvidence e;
+  for (const auto& p : x.pooled)
+    if (p.variant == variant && p.comparison == kHeadline) {
+      e.test = "exact_null.conditional_permutation";
+      e.comparison = p.comparison;
+      e.variant = variant;
+      e.effect = p.real_mean_gain;
+      e.p = p.p;
+      e.runs = p.runs;
+    }
+  return e;
+}
+
+/// A probe comparison on log-loss, as a gain (the sign of results.json) at full alpha: the p that counts
+/// is the comparison's own (Hartung-Knapp across runs, or the one run's split test), not the probe family's Holm.
+VerdictEvidence probe_evidence(const ProbeFamily& f, const std::string& comparison) {
+  VerdictEvidence e;
+  for (const auto& t : f.tests)
+    if (t.comparison == comparison && t.metric == "log_loss") {
+      e.test = "probes.across_runs";
+      e.comparison = t.comparison;
+      e.effect = -t.mean_delta;
+      e.effect_ci = {-t.ci.high, -t.ci.low};
+      e.p = t.p;
+      e.runs = t.deltas.size();
+    }
+  return e;
+}
+
+VerdictEvidence diagnostic_evidence(const DiagnosticFamily& d) {
+  VerdictEvidence e;
+  e.test = "diagnostic.decision";
+  for (const auto& t : d.tests)
+    if (!(t.p_holm >= e.p)) {  // the smallest Holm p of the family (NaN start)
+      e.p = t.p_holm;
+      e.effect = t.result.gap;
+      e.comparison = t.statistic;
+    }
+  e.runs = d.tests.size();
+  return e;
+}
+
+std::string describe(const VerdictEvidence& e, int replicates) {
+  if (e.test == "exact_null.conditional_permutation")
+    return fmt::format("exact null over {} runs, routing permuted within groups matched on {}: p = {}{}", e.runs,
+                       e.variant == "confidence" ? "confidence" : "the whole output vector (same predicted class)",
+                       p_text(e.p),
+                       replicates > 0 && e.p <= 1.0 / (replicates + 1) + 1e-12
+                           ? fmt::format(", the smallest p {} replicates allow", replicates)
+                           : "");
+  if (e.test == "probes.across_runs")
+    return fmt::format("{} over {} run{}: gain {}, p = {}", e.comparison, e.runs, e.runs == 1 ? "" : "s", gain_text(e),
+                       p_text(e.p));
+  if (e.test == "diagnostic.decision")
+    return fmt::format("matched-confidence diagnostic (decision test), smallest Holm p of {} tests = {} ({})", e.runs,
+                       p_text(e.p), e.comparison);
+  return "not run";
+}
+
+/// The secondary family: every other log-loss comparison, Holm within the family.
+std::vector<VerdictEvidence> secondary_family(const ProbeFamily& f, const std::string& used_beyond) {
+  std::vector<VerdictEvidence> out;
+  for (const auto& spec : kProbeComparisons) {
+    const std::string name = spec.name;
+    if (name == kHeadline || name == used_beyond) continue;
+    auto e = probe_evidence(f, name);
+    if (!e.test.empty() && std::isfinite(e.p)) out.push_back(std::move(e));
+  }
+  std::vector<double> p;
+  for (const auto& e : out) p.push_back(std::min(1.0, std::max(0.0, e.p)));
+  const auto adj = p.empty() ? std::vector<double>{} : holm_adjust(p);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i].p_holm = adj[i];
+  return out;
+}
+
+void sensitivity_at_delta(const SensitivityResult& s, Verdict& v) {
+  v.threshold = s.threshold;
+  const SensitivityEffect* best = nullptr;
+  for (const auto& e : s.by_effect)
+    if (e.effect_nats <= v.smallest_effect + 1e-12 && e.effect_nats > 0 && (!best || e.effect_nats > best->effect_nats))
+      best = &e;
+  if (!best) return;
+  for (const auto& p : best->probes)
+    if (p.probe == "full_vector" && p.has_recovery) {
+      v.sensitivity_effect = best->effect_nats;
+      v.recovery = p.recovery;
+      v.recovery_ci = p.recovery_ci;
+    }
+}
+
+std::string delta_text(double d) { return fmt::format("{:g} nats", d); }
+
+/// The words: the answer from (dependence, gain interval, sensitivity) and the sentence naming each test.
+void conclude(Verdict& v, int replicates) {
+  const bool dep = v.dependence.status == "rejects";
+  const bool has_gain = std::isfinite(v.primary.effect_ci.low) && std::isfinite(v.primary.effect_ci.high);
+  const double d = v.smallest_effect;
+  const std::string dep_s = describe(v.dependence, replicates);
+  const std::string gain_s =
+      has_gain ? fmt::format("the full-vector probe's gain over its capacity-matched control is {} over {} run{} "
+                             "(smallest effect of interest {})",
+                             gain_text(v.primary), v.primary.runs, v.primary.runs == 1 ? "" : "s", delta_text(d))
+               : std::string("the gain was not measured (the probes did not run)");
+  const bool saw_delta = std::isfinite(v.recovery_ci.low) && v.recovery_ci.low >= v.threshold;
+  const std::string sens_s =
+      std::isfinite(v.recovery)
+          ? fmt::format("the sensitivity audit recovers R = {:.2f} [{:.2f}, {:.2f}] of an injected {} (threshold {})",
+                        v.recovery, v.recovery_ci.low, v.recovery_ci.high, delta_text(v.sensitivity_effect), v.threshold)
+          : std::string("no sensitivity audit at or below the smallest effect of interest ran");
+  const double lo = v.primary.effect_ci.low, hi = v.primary.effect_ci.high;
+  if (v.dependence.test.empty() || v.dependence.status == "not run") {
+    v.answer = "not assessed";
+    v.summary = "Not assessed: no test of dependence beyond confidence ran.";
+    return;
+  }
+  if (!has_gain) {
+    v.answer = "not assessed";
+    v.summary = dep ? "Not assessed: routing depends on correctness beyond confidence (" + dep_s +
+                          "), but its size was not measured (the probes did not run), so whether it matters is open."
+                    : "Not assessed: no dependence beyond confidence detected (" + dep_s +
+                          "), and without the probes no gain interval says how large an effect could be.";
+    return;
+  }
+  if (dep && lo > 0 && hi >= d) {
+    v.answer = "present";
+    v.summary = "Yes: routing carries calibration-relevant information beyond confidence (" + dep_s + "; " + gain_s + ").";
+  } else if (dep && hi < d) {
+    v.answer = "negligible";
+    v.summary = "Negligible: routing depends on correctness beyond confidence (" + dep_s + "), but " + gain_s +
+                ", so the whole interval lies below the smallest effect of interest.";
+  } else if (dep) {
+    v.answer = "undetected";
+    v.summary = "Undetected: routing depends on correctness beyond confidence (" + dep_s + "), but " + gain_s +
+                ": the interval includes both no gain and the smallest effect of interest, so a usable gain is neither "
+                "shown nor ruled out.";
+  } else if (hi < d) {
+    v.answer = "absent";
+    v.summary = "No: routing adds no detected calibration-relevant information beyond confidence (" + dep_s + "), and " +
+                gain_s + ", so the whole interval lies below the smallest effect of interest.";
+  } else if (saw_delta && lo <= 0) {
+    v.answer = "absent";
+    v.summary = "No: routing adds no detected calibration-relevant information beyond confidence (" + dep_s + "; " +
+                gain_s + "), and " + sens_s + ", so an effect of that size would have been seen.";
+  } else {
+    v.answer = "undetected";
+    v.summary = "Undetected: the dependence test does not reject (" + dep_s + "), yet " + gain_s +
+                (lo > 0 ? ": the interval excludes 0, but the declared chain starts with the dependence test, so no gain "
+                          "is claimed; "
+                        : "; ") +
+                sens_s + (saw_delta ? "." : ": read this as not detected, not as absent.");
+  }
+  if (dep && v.beyond_outputs.status != "not run")
+    v.summary += fmt::format(" Beyond the whole output vector ({}): {}.",
+                             v.beyond_outputs.test == "exact_null.conditional_permutation"
+                                 ? "exact null, full_logit matching"
+                                 : "full-logit probe with routing vs without",
+                             v.beyond_outputs.status == "rejects"
+                                 ? "routing adds information, p = " + p_text(v.beyond_outputs.p)
+                                 : "not shown, p = " + p_text(v.beyond_outputs.p));
+}
+
+}  // namespace
+
+Verdict make_verdict(const AuditResults& r) {
+  Verdict v;
+  v.alpha = r.diagnostic.options.alpha;
+  v.smallest_effect = r.options.smallest_effect;
+  const int replicates = r.has_exact_null ? r.exact_null.replicates : 0;
+  // (1) dependence.
+  if (r.has_exact_null) v.dependence = exact_null_evidence(r.exact_null, "confidence");
+  if (v.dependence.test.empty() && !r.diagnostic.tests.empty()) v.dependence = diagnostic_evidence(r.diagnostic);
+  decide(v.dependence, v.alpha);
+  // (2) the gain and its interval.
+  std::string used_beyond;
+  if (r.has_probes) v.primary = probe_evidence(r.probes, kHeadline);
+  decide(v.primary, v.alpha);
+  // (3) beyond the outputs: the exact null's full_logit variant, else the full-logit probe comparison.
+  if (r.has_exact_null) v.beyond_outputs = exact_null_evidence(r.exact_null, "full_logit");
+  if (v.beyond_outputs.test.empty() && r.has_probes) {
+    v.beyond_outputs = probe_evidence(r.probes, kBeyondProbe);
+    if (!v.beyond_outputs.test.empty()) used_beyond = kBeyondProbe;
+  }
+  if (!v.beyond_outputs.test.empty()) {
+    if (v.dependence.status == "rejects")
+      decide(v.beyond_outputs, v.alpha);
+    else
+      v.beyond_outputs.status = "not reached";
+  }
+  if (r.has_probes) v.secondary = secondary_family(r.probes, used_beyond);
+  for (auto& e : v.secondary) e.status = e.p_holm <= v.alpha ? "rejects" : "does not reject";
+  if (r.has_sensitivity) sensitivity_at_delta(r.sensitivity, v);
+  conclude(v, replicates);
+  return v;
+}
+
+}  // namespace arcal
