@@ -229,20 +229,28 @@ FamilyInterval scaled_family_interval(const ErrorCells& c, CellError kind, doubl
   if (raw_norm == 0) raw = se;
   if (!(shape_norm > 0)) shape = raw;
   const double alpha = 1.0 - level;
-  // Draws of the family member λ · g (g a shape) and its population error λ · unit(g).
-  auto unit_of = [&](const std::vector<double>& g) {
-    std::vector<double> sums(m);
-    for (std::size_t j = 0; j < m; ++j) sums[j] = g[j] * static_cast<double>(c.cells[j].size());
-    return cell_error(c, sums, kind == CellError::debiased_l2 ? CellError::l2 : kind);
-  };
-  auto quantile_at = [&](const std::vector<double>& g, double lambda, double q) {
+  // Member λ's per-cell gaps, clamped so every cell's accuracy stays in [0, 1].
+  auto member = [&](const std::vector<double>& g, double lambda) {
     std::vector<double> delta(m);
     for (std::size_t j = 0; j < m; ++j) {
       const double n = static_cast<double>(c.cells[j].size());
       const double mean_p = n > 0 ? c.cells[j].sum_p() / n : 0.0;
       delta[j] = std::min(std::max(lambda * g[j], -mean_p), 1.0 - mean_p);
     }
-    return quantile_sorted(family_draws(c, delta, kind, draws, seed), q);
+    return delta;
+  };
+  auto quantile_at = [&](const std::vector<double>& g, double lambda, double q) {
+    return quantile_sorted(family_draws(c, member(g, lambda), kind, draws, seed), q);
+  };
+  // The population error of member λ: its clamped gaps' error (λ · unit(g) until a cell's accuracy
+  // reaches 0 or 1, then it saturates; scaling the unclamped shape gave upper ends of 1.99e11 at
+  // K = 300, N = 200, where no λ reaches the observed error).
+  auto population_error = [&](const std::vector<double>& g, double lambda) {
+    if (lambda == 0.0) return 0.0;
+    const auto delta = member(g, lambda);
+    std::vector<double> sums(m);
+    for (std::size_t j = 0; j < m; ++j) sums[j] = delta[j] * static_cast<double>(c.cells[j].size());
+    return std::min(1.0, cell_error(c, sums, kind == CellError::debiased_l2 ? CellError::l2 : kind));
   };
   FamilyInterval out;
   {
@@ -274,9 +282,9 @@ FamilyInterval scaled_family_interval(const ErrorCells& c, CellError kind, doubl
   // along the raw shape, where q_{α/2}(λ) reaches the observed error: the shrunk shape sets the small
   // gaps of noisy cells to 0 and so attributes too much of an L1 error to noise (its upper ends missed
   // the truth from below in 15-25 % of simulated data sets); the raw shape does not.
-  out.low = solve(shape, 1 - alpha / 2) * unit_of(shape);
-  out.median_unbiased = solve(shape, 0.5) * unit_of(shape);
-  out.high = std::max(out.low, solve(raw, alpha / 2) * unit_of(raw));
+  out.low = population_error(shape, solve(shape, 1 - alpha / 2));
+  out.median_unbiased = population_error(shape, solve(shape, 0.5));
+  out.high = std::max(out.low, population_error(raw, solve(raw, alpha / 2)));
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "calib/metrics.hpp"
+#include "core/rng.hpp"
 #include "stats/bootstrap.hpp"
 #include "core/error.hpp"
 
@@ -150,6 +151,44 @@ TEST(Metrics, SmoothEceMatchesIndependentNumpyRelplot) {
   EXPECT_NEAR(smooth_calibration_error({.5, .5, .5, .5}, {1, 0, 1, 0}).value, 0.0, 1e-15);
 }
 
+// Issue 23 (5): the reflected kernel gave a point at 0 or 1 half its mass (its mirror image was dropped)
+// and truncated past one reflection. Against the folded Gaussian computed by explicit image sums, on data
+// that sit on grid nodes (so the grid rounding is exact), endpoints included, at bandwidths up to 1.
+TEST(Metrics, SmoothEceIsTheFoldedGaussianWithFullMassAtTheEnds) {
+  const std::size_t M = 201;  // nodes k / 200
+  std::vector<double> f, y;
+  for (std::size_t i = 0; i < 60; ++i) {
+    const std::size_t node = i % 3 == 0 ? 0 : i % 3 == 1 ? 200 : (37 * i) % 201;
+    f.push_back(static_cast<double>(node) / 200.0);
+    y.push_back(std::fmod(static_cast<double>(i) * 0.618034, 1.0) < 0.7 ? 1.0 : 0.0);
+  }
+  for (double sigma : {0.02, 0.1, 0.4, 1.0}) {
+    double want = 0.0;
+    for (std::size_t a = 0; a < M; ++a) {
+      const double t = static_cast<double>(a) / 200.0;
+      double h = 0.0;
+      for (std::size_t i = 0; i < f.size(); ++i)
+        for (int k = -30; k <= 30; ++k)
+          for (double image : {f[i] + 2.0 * k, -f[i] + 2.0 * k}) {
+            const double d = t - image;
+            h += (f[i] - y[i]) * std::exp(-d * d / (2 * sigma * sigma)) / (std::sqrt(2 * M_PI) * sigma);
+          }
+      want += std::fabs(h / static_cast<double>(f.size())) / static_cast<double>(M);
+    }
+    EXPECT_NEAR(smooth_calibration_error_at(f, y, sigma, M), want, 1e-12 * (1 + want)) << sigma;
+  }
+  // The definition's value where every confidence is 1 and 90 % are right: the smoothed residual keeps
+  // all of its mass 0.1 on [0, 1] (the grid's mean over nodes reads it within a node's weight);
+  // the halved endpoint gave 0.0509.
+  std::vector<double> ones(1000, 1.0), right(1000, 1.0);
+  for (std::size_t i = 0; i < 100; ++i) right[i * 10] = 0.0;
+  const auto s = smooth_calibration_error(ones, right);
+  EXPECT_NEAR(s.value, 0.1, 0.003) << s.sigma;
+  std::vector<double> zeros(1000, 0.0), wrong(1000, 0.0);
+  for (std::size_t i = 0; i < 100; ++i) wrong[i * 10] = 1.0;  // c = 0 but 10 % right
+  EXPECT_NEAR(smooth_calibration_error(zeros, wrong).value, 0.1, 0.003);
+}
+
 TEST(Metrics, ReportBootstrapIsSeededAndBracketsEstimates) {
   const std::size_t n = 3000, k = 4;
   std::vector<double> probs(n * k);
@@ -276,4 +315,35 @@ TEST(Metrics, ClasswiseWithOneBinCountsProbabilityOne) {
   o.bins = 1;
   o.draws = 0;
   EXPECT_NEAR(calibration_report(probs, 3, 2, {1, 1, 0}, o).classwise_ece.value, 1.0 / 3.0, 1e-15);
+}
+
+// Issue 23 (5): at K = 300, N = 200 the ECE interval's upper end was 1.99e11 (the scaled-gap family's
+// population error was taken as linear in its scale after the cells' accuracies had saturated). Every
+// calibration-error interval lies inside [0, 1], and its bias-corrected estimate inside the interval.
+TEST(Metrics, CalibrationErrorIntervalsStayInsideTheUnitInterval) {
+  for (std::size_t k : {300u, 10u})
+    for (std::uint64_t seed : {1u, 2u}) {
+      // Logits N(0, 3^2) and labels at random: over-confident far beyond what the family can reach with
+      // every cell's accuracy in [0, 1] (the old upper ends: 4e11).
+      const std::size_t n = 200;
+      Rng rng(seed);
+      std::vector<double> probs(n * k);
+      std::vector<std::int64_t> y(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        double sum = 0;
+        for (std::size_t c = 0; c < k; ++c) sum += probs[i * k + c] = std::exp(3.0 * rng.normal());
+        for (std::size_t c = 0; c < k; ++c) probs[i * k + c] /= sum;
+        y[i] = static_cast<std::int64_t>(rng.below(k));
+      }
+      ReportOptions o;
+      o.draws = 200;
+      const auto r = calibration_report(probs, n, k, y, o);
+      for (const Estimate* e : {&r.ece, &r.rmsce, &r.ada_ece, &r.classwise_ece, &r.debiased_ece}) {
+        ASSERT_TRUE(std::isfinite(e->ci.low) && std::isfinite(e->ci.high)) << k;
+        EXPECT_GE(e->ci.low, 0.0) << k;
+        EXPECT_LE(e->ci.high, 1.0) << k << " seed " << seed;
+        EXPECT_LE(e->ci.low, e->bias_corrected + 1e-12) << k;
+        EXPECT_GE(e->ci.high, e->bias_corrected - 1e-12) << k;
+      }
+    }
 }

@@ -1,8 +1,10 @@
 """Independent NumPy implementation of relplot's smooth ECE (apple/ml-calibration, relplot/metrics.py
-smECE_fast with the ReflectedGaussianKernel of relplot/kernels.py), written from its definition:
-residuals f - y split linearly onto a linspace(0, 1, M) grid (mass / N), M = 200 and multiplied by 4
-while round(20 / sigma) > M; smoothing = convolution with exp(-(t - 1/2)^2 / 2 sigma^2) / (sqrt(2 pi) sigma)
-sampled at t = linspace(0, 1, M), the grid reflected once at each end; smECE_sigma = sum |smoothed| / M;
+smECE_fast with the ReflectedGaussianKernel of relplot/kernels.py, as fixed in relplot 1.0.3: "fix bug
+affecting endpoints"), written from its definition: residuals f - y split linearly onto a
+linspace(0, 1, M) grid (mass / N), M = 200 and multiplied by 4 while round(20 / sigma) > M; smoothing =
+the folded Gaussian kernel on [0, 1], K(t, s) = sum over integers k of phi_sigma(t - s - 2k) +
+phi_sigma(t + s - 2k), evaluated here as a dense matrix of explicit image sums (so a point at 0 or 1 has
+two coinciding images and keeps its full mass, and no image is dropped); smECE_sigma = sum |smoothed| / M;
 sigma* by relplot's search_param (start 1, 10 halvings, predicate sigma < 1e-3 or sigma < smECE_sigma).
 
 usage: smece_relplot.py N   -> prints "smece sigma" for the deterministic data set data(N)
@@ -28,12 +30,24 @@ def to_grid(f, r, m):
     return v
 
 
+def folded_kernel(t, s, sigma):
+    """K(t_i, s_j) by explicit image sums: every image within 40 sigma of [0, 1] (farther ones are 0 in
+    double precision)."""
+    kmax = int(np.ceil((1.0 + 40.0 * sigma) / 2.0)) + 1
+    d = t[:, None] - s[None, :]
+    e = t[:, None] + s[None, :]
+    out = np.zeros_like(d)
+    for k in range(-kmax, kmax + 1):
+        out += np.exp(-((d - 2 * k) ** 2) / (2 * sigma ** 2)) + np.exp(-((e - 2 * k) ** 2) / (2 * sigma ** 2))
+    return out / (np.sqrt(2 * np.pi) * sigma)
+
+
 def smooth(v, sigma):
     m = len(v)
     t = np.linspace(0, 1, m)
-    ker = np.exp(-(t - 0.5) ** 2 / (2 * sigma ** 2)) / (np.sqrt(2 * np.pi) * sigma)
-    ext = np.concatenate([v[::-1][:-1], v, v[::-1][1:]])
-    out = np.convolve(ext, ker, "valid")[m // 2: m // 2 + m]
+    out = np.zeros(m)
+    for a in range(0, m, 2048):  # blocks of rows bound the memory of the dense kernel
+        out[a:a + 2048] = folded_kernel(t[a:a + 2048], t, sigma) @ v
     return np.abs(out).sum() / m
 
 

@@ -59,6 +59,9 @@ struct ProbeDesign {
     /// Correction probes (method.md §6.7): the name of the probe whose fitted logit is this probe's
     /// fixed offset, P = σ(logit p_base + MLP(cols)); empty for a probe fitted on its own.
     std::string base;
+    /// Not an MLP: Platt scaling of logit c per predicted class, shrunk towards the pooled Platt fit
+    /// (the least a reference that conditions on the outputs must express, method.md §6.3); cols unused.
+    bool per_class_platt = false;
   };
   std::size_t n = 0;
   std::uint64_t run_seed = 0;                  ///< derive_seed(options.seed, run_index)
@@ -66,6 +69,8 @@ struct ProbeDesign {
   std::vector<std::array<SplitIndices, 2>> repeats;  ///< the probe audit's repeated cross-fits
   std::vector<int> fold_of;                    ///< [n] fold whose evaluation half holds example i
   std::vector<double> confidence;              ///< [n] (the linear probe's input)
+  std::vector<std::int64_t> predicted;         ///< [n] predicted class (the per-class Platt base)
+  std::size_t classes = 0;
   std::vector<std::vector<double>> columns;    ///< feature columns, each [n]
   /// Where a column comes from: profile column `profile` (-1: not from the profile) read through the
   /// row map `rows` (0 identity, 1 perm_global, 2 perm_bins), so a replicate with a permuted profile

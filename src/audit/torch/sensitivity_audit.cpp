@@ -368,7 +368,11 @@ std::vector<double> matching_space(const AuditRunInput& run, const ProbeDesign& 
   for (std::size_t c = 0; c < d.sources.size(); ++c)
     if (d.sources[c].profile >= 0 && d.sources[c].rows == 0) profile_cols.push_back(c);
   const std::size_t P = profile_cols.size();
-  const std::vector<std::size_t>& output_cols = it->cols;
+  // The regressions read the sorted log-probabilities (the last K of the full-logit probe's columns):
+  // compact and permutation-invariant, while the groups themselves are formed inside each predicted
+  // class. Reading all 4K + 1 columns instead fitted the balancing score so much worse from ~1,000
+  // examples that 12/12 misspecified-outputs null runs rejected (6/20 with the compact inputs).
+  const std::vector<std::size_t> output_cols(it->cols.end() - long(run.classes), it->cols.end());
   const std::size_t K = output_cols.size();
   std::vector<std::vector<double>> target(P, std::vector<double>(n));
   for (std::size_t j = 0; j < P; ++j) {
@@ -416,12 +420,12 @@ std::vector<double> matching_space(const AuditRunInput& run, const ProbeDesign& 
   for (std::size_t f = 0; f < 2; ++f) {
     const auto& cal = d.folds[f].calibration;
     const auto& ev = d.folds[f].evaluation;
-    const std::size_t m = it->cols.size();
+    const std::size_t m = output_cols.size();
     std::vector<double> xc(cal.size() * m), xe(ev.size() * m);
     for (std::size_t i = 0; i < cal.size(); ++i)
-      for (std::size_t k = 0; k < m; ++k) xc[i * m + k] = d.columns[it->cols[k]][cal[i]];
+      for (std::size_t k = 0; k < m; ++k) xc[i * m + k] = d.columns[output_cols[k]][cal[i]];
     for (std::size_t i = 0; i < ev.size(); ++i)
-      for (std::size_t k = 0; k < m; ++k) xe[i * m + k] = d.columns[it->cols[k]][ev[i]];
+      for (std::size_t k = 0; k < m; ++k) xe[i * m + k] = d.columns[output_cols[k]][ev[i]];
     MlpProbeOptions go = mlp;
     go.hidden1 = it->hidden1;
     go.hidden2 = it->hidden2;
