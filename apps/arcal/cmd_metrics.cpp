@@ -42,17 +42,20 @@ int run_metrics(const MetricsConfig& cfg) {
   std::cout << fmt::format(
       "arcal metrics: {}\n  n = {}, classes = {}, bins = {}, bootstrap = {}, label redraws = {}, seed = {}\n\n", cfg.input,
       r.n, r.classes, r.bins, r.draws, r.consistency_draws, r.seed);
-  std::cout << fmt::format("  {:<14} {:>10}   {:>21}   {:>14}\n", "metric", "value", "95% interval", "bias-corrected");
+  // The number beside an interval is the estimate it is for: the bias-corrected (median-unbiased) one for
+  // calibration errors, with the plug-in value in its own labelled column.
+  std::cout << fmt::format("  {:<14} {:>10}   {:>21}   {:>10}\n", "metric", "estimate", "95% interval", "plug-in");
   for (const auto& [name, e] : rows) {
     const std::string ci = std::isnan(e->ci.low) ? "-" : fmt::format("[{:.4f}, {:.4f}]", e->ci.low, e->ci.high);
-    const std::string bc = std::isnan(e->bias_corrected) ? "" : fmt::format("{:.4f}", e->bias_corrected);
-    std::cout << fmt::format("  {:<14} {:>10.4f}   {:>21}   {:>14}\n", name, e->value, ci, bc);
+    const bool corrected = !std::isnan(e->bias_corrected);
+    std::cout << fmt::format("  {:<14} {:>10.4f}   {:>21}   {:>10}\n", name, corrected ? e->bias_corrected : e->value, ci,
+                             corrected ? fmt::format("{:.4f}", e->value) : "");
   }
   if (!std::isnan(r.consistency_p))
     std::cout << fmt::format(
         "  consistency test (labels redrawn from the model's own probabilities): p = {:.3g} top-label, {:.3g} classwise\n"
-        "  (calibration-error intervals are for the population value; the plug-in value is biased upward and may lie "
-        "above them; their lower end is 0 when calibration is not rejected)\n",
+        "  (calibration errors: the estimate is median-unbiased and the interval is for the population value; the "
+        "plug-in value is biased upward and may lie above it; the lower end is 0 when calibration is not rejected)\n",
         r.consistency_p, r.classwise_consistency_p);
   if (r.debiased_clipped) std::cout << "  (debiased_ece clipped at 0: the bias correction exceeded the raw estimate)\n";
   std::cout << fmt::format("\n  reliability (equal-width)\n  {:>3} {:>9} {:>8} {:>8}\n", "bin", "n", "conf", "acc");

@@ -54,13 +54,39 @@ std::string evidence_effect(const VerdictEvidence& e) {
 
 }  // namespace
 
-std::string short_run(const std::string& run) {
-  std::string s = fs::path(run).filename().string();
-  if (s.size() > 4 && s.substr(s.size() - 4) == ".npz") {
-    const auto parent = fs::path(run).parent_path().filename().string();
-    s = parent.empty() ? s.substr(0, s.size() - 4) : parent;
+std::map<std::string, std::string> run_labels(const std::vector<std::string>& runs) {
+  std::vector<std::string> unique;
+  for (const auto& r : runs)
+    if (std::find(unique.begin(), unique.end(), r) == unique.end()) unique.push_back(r);
+  std::vector<std::vector<std::string>> parts(unique.size());  // path components, last first
+  for (std::size_t i = 0; i < unique.size(); ++i)
+    for (fs::path p = fs::path(unique[i]).lexically_normal(); !p.empty() && p.has_filename(); p = p.parent_path())
+      parts[i].push_back(p.filename().string());
+  std::map<std::string, std::string> out;
+  for (std::size_t i = 0; i < unique.size(); ++i) {
+    std::string label = unique[i];
+    for (std::size_t depth = 1; depth <= parts[i].size(); ++depth) {
+      auto suffix = [&](std::size_t j) {
+        std::string s;
+        for (std::size_t k = std::min(depth, parts[j].size()); k-- > 0;) s += (s.empty() ? "" : "/") + parts[j][k];
+        return s;
+      };
+      const std::string mine = suffix(i);
+      bool clash = false;
+      for (std::size_t j = 0; j < unique.size() && !clash; ++j) clash = j != i && suffix(j) == mine;
+      if (!clash) {
+        label = mine;
+        break;
+      }
+    }
+    out[unique[i]] = label;
   }
-  return s;
+  return out;
+}
+
+const std::string& run_label(const Context& c, const std::string& run) {
+  const auto it = c.labels.find(run);
+  return it == c.labels.end() ? run : it->second;
 }
 
 Section summary_section(Context& c) {
@@ -112,17 +138,20 @@ Section summary_section(Context& c) {
 Section training_section(Context& c) {
   const auto& st = c.doc.study;
   Section s{"Training runs: AttnRes and the standard twin", {}};
-  Table t{{"run", "residual", "seed", "n", "accuracy", "95 % CI", "ECE-15", "95 % CI", "NLL", "Brier", "AUROC", "train s"}, {}};
+  Table t{{"run", "residual", "seed", "n", "accuracy", "95 % CI", "ECE-15 (bias-corrected)", "95 % CI", "ECE-15 plug-in", "NLL",
+           "Brier", "AUROC", "train s"}, {}};
   std::vector<RelPanel> panels;
   for (const auto& r : st.runs) {
     const auto& m = r.metrics;
     t.rows.push_back({r.id, r.residual, std::to_string(r.seed), std::to_string(m.n), f4(m.accuracy.value), ci(m.accuracy.ci),
-                      f4(m.ece.value), ci(m.ece.ci), f4(m.nll.value), f4(m.brier.value), f4(m.auroc.value),
+                      f4(m.ece.bias_corrected), ci(m.ece.ci), f4(m.ece.value), f4(m.nll.value), f4(m.brier.value),
+                      f4(m.auroc.value),
                       std::isfinite(r.train_seconds) ? fmt::format("{:.0f}", r.train_seconds) : "-"});
     panels.push_back({fmt::format("{} (n = {})", r.id, m.n), {{"accuracy per bin", rel_points(m)}}});
   }
   s.tab(t, "Metrics of every trained run on its traced " + st.split +
-               " split (accuracy: percentile bootstrap; ECE: inversion of the consistency test; docs/method.md §4).");
+               " split (accuracy: percentile bootstrap; ECE: the median-unbiased estimate with the interval from inverting "
+               "the consistency test, beside the upward-biased plug-in value; docs/method.md §4).");
   c.csv.push_back({"training.csv", t});
   Table m{{"model / residual", "seeds", "accuracy mean", "sd", "ECE-15 mean", "sd"}, {}};
   for (const auto& g : st.groups)
@@ -145,8 +174,8 @@ Section runs_section(Context& c) {
   std::vector<RelPanel> panels;
   int bins = 15;
   for (const auto& r : c.doc.audit.run_summaries) {
-    t.rows.push_back({short_run(r.run), std::to_string(r.n), f4(r.accuracy), f4(r.mean_confidence), f4(r.ece)});
-    panels.push_back({fmt::format("{} (n = {})", short_run(r.run), r.n), {{"accuracy per bin", rel_points(r.reliability)}}});
+    t.rows.push_back({run_label(c, r.run), std::to_string(r.n), f4(r.accuracy), f4(r.mean_confidence), f4(r.ece)});
+    panels.push_back({fmt::format("{} (n = {})", run_label(c, r.run), r.n), {{"accuracy per bin", rel_points(r.reliability)}}});
     bins = int(r.bins);
   }
   s.tab(t);
@@ -165,10 +194,10 @@ Section routing_section(Context& c) {
   int bins = 15;
   for (const auto& r : c.doc.audit.run_summaries) {
     if (r.tertile_statistic.empty()) continue;
-    RelPanel p{fmt::format("{} by {} (n = {})", short_run(r.run), r.tertile_statistic, r.n), {}};
+    RelPanel p{fmt::format("{} by {} (n = {})", run_label(c, r.run), r.tertile_statistic, r.n), {}};
     for (std::size_t g = 0; g < 3; ++g) {
       p.series.push_back({fmt::format("{} tertile (n = {})", names[g], r.tertile_n[g]), rel_points(r.tertile_reliability[g])});
-      t.rows.push_back({short_run(r.run), r.tertile_statistic, names[g], std::to_string(r.tertile_n[g]),
+      t.rows.push_back({run_label(c, r.run), r.tertile_statistic, names[g], std::to_string(r.tertile_n[g]),
                         f4(r.tertile_accuracy[g]), f4(r.tertile_ece[g])});
     }
     panels.push_back(p);
@@ -186,7 +215,7 @@ Section routing_section(Context& c) {
   std::vector<HeatPanel> heat;
   for (const auto& r : c.doc.audit.run_summaries)
     if (!r.routing_mean.empty())
-      heat.push_back({fmt::format("{} (n = {})", short_run(r.run), r.n), r.points, r.sources, r.routing_sources, r.routing_mean});
+      heat.push_back({fmt::format("{} (n = {})", run_label(c, r.run), r.n), r.points, r.sources, r.routing_sources, r.routing_mean});
   if (!heat.empty()) {
     heatmap_figure(c.figures, "routing_heatmap", "Mean routing weight (token mean, averaged over examples)", heat);
     s.fig("routing_heatmap", "Mean routing weight per routing point (rows) and source (columns) on a log colour scale "
@@ -249,9 +278,15 @@ Document build_document(Context& c) {
   Document d;
   d.title = c.doc.has_study ? "arcal report: " + c.doc.study.name : std::string("arcal audit report");
   d.sections.push_back(summary_section(c));
+  std::vector<std::string> ids;
+  for (const auto& r : c.doc.audit.run_summaries) ids.push_back(r.run);
+  c.labels = run_labels(ids);
+  // With a study the training section shows every run (and its reliability figure); without one, the
+  // runs section shows the audited runs. (An `else` that bound to the convergence test drew the
+  // reliability figure twice.)
   if (c.doc.has_study) d.sections.push_back(training_section(c));
   if (c.doc.has_study && !c.doc.study.convergence.empty()) d.sections.push_back(convergence_section(c));
-  else if (!c.doc.audit.run_summaries.empty()) d.sections.push_back(runs_section(c));
+  if (!c.doc.has_study && !c.doc.audit.run_summaries.empty()) d.sections.push_back(runs_section(c));
   if (!c.doc.audit.run_summaries.empty()) {
     auto s = routing_section(c);
     if (!s.blocks.empty()) d.sections.push_back(std::move(s));

@@ -3,6 +3,7 @@
 // format and arrange; every number comes from results.json.
 #pragma once
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,7 @@ struct Context {
   std::string results_path;
   Figures& figures;
   std::vector<std::pair<std::string, Table>> csv;  ///< file name under tables/ -> table
+  std::map<std::string, std::string> labels;      ///< run id -> its label (run_labels; set by build_document)
 };
 
 Section summary_section(Context& c);
@@ -35,7 +37,12 @@ Section configuration_section(Context& c);
 /// The whole document in reading order (sections that were not run are left out).
 Document build_document(Context& c);
 
-/// Short run label: the trace file's directory (runs/<dir>/test.npz) or stem, or the run id.
-std::string short_run(const std::string& run);
+/// Run labels: each run's shortest trailing path (file name, then parent folders as needed) that no
+/// other run shares, so traces kept in one folder keep their file names and test.npz files in
+/// different run folders get their folder. Runs that are not paths keep their id.
+std::map<std::string, std::string> run_labels(const std::vector<std::string>& runs);
+
+/// The label of `run` in this report (the run id when it has none).
+const std::string& run_label(const Context& c, const std::string& run);
 
 }  // namespace arcal::report

@@ -38,10 +38,10 @@ Section diagnostic_section(Context& c) {
   for (std::size_t i = 0; i < d.tests.size(); ++i) {
     const auto& te = d.tests[i];
     const auto& r = te.result;
-    t.rows.push_back({std::to_string(i + 1), short_run(te.run), te.statistic, std::to_string(r.n_used),
+    t.rows.push_back({std::to_string(i + 1), run_label(c, te.run), te.statistic, std::to_string(r.n_used),
                       fmt::format("{:+.5f}", r.gap), pval(r.p), pval(te.p_holm), pval(te.p_bh),
                       fmt::format("{:+.5f}", te.paper.gap), pval(te.paper.p), pval(te.paper_p_holm)});
-    HistPanel h{fmt::format("#{} {} {}: p = {}", i + 1, short_run(te.run), te.statistic, pval(r.p)), {}, {}, {}, r.gap};
+    HistPanel h{fmt::format("#{} {} {}: p = {}", i + 1, run_label(c, te.run), te.statistic, pval(r.p)), {}, {}, {}, r.gap};
     for (std::size_t b = 0; b + 1 < r.null_edges.size() && b < r.null_counts.size(); ++b) {
       h.centres.push_back(0.5 * (r.null_edges[b] + r.null_edges[b + 1]));
       h.counts.push_back(double(r.null_counts[b]));
@@ -90,7 +90,7 @@ Section condcal_section(Context& c) {
       for (int rule = 0; rule < 2 && x; ++rule) {
         const auto& sc = rule == 0 ? x->cv_nll : x->oracle_ece;
         const auto& m = rule == 0 ? x->multiple_cv : x->multiple_oracle;
-        t.rows.push_back({short_run(e.run), e.statistic, rule == 0 ? "cv_nll" : "oracle_ece", kArms[i], f4(sc.ece),
+        t.rows.push_back({run_label(c, e.run), e.statistic, rule == 0 ? "cv_nll" : "oracle_ece", kArms[i], f4(sc.ece),
                           f4(sc.worst_tertile_ece), f4(sc.nll), f4(sc.brier), fmt::format("[{}, {}]", m[0], m[1])});
       }
       ece.series[i].y.push_back(x ? x->cv_nll.ece : NAN);
@@ -120,7 +120,7 @@ Section condcal_section(Context& c) {
     for (const char* name : {"probe", "confidence_only"}) {
       const auto* x = arm(e.result, name);
       if (!x || x->by_multiple.size() != mult.size()) continue;
-      CurveSeries cs{fmt::format("{} {} {}", short_run(e.run), e.statistic, name), mult, {}, {}, {}};
+      CurveSeries cs{fmt::format("{} {} {}", run_label(c, e.run), e.statistic, name), mult, {}, {}, {}};
       for (const auto& sc : x->by_multiple) cs.y.push_back(sc.nll);
       curves.push_back(cs);
     }
@@ -167,7 +167,7 @@ Section probes_section(Context& c) {
   Table tp{{"run", "probe", "inputs", "parameters", "log-loss", "Brier", "ECE", "mean epochs"}, {}};
   for (const auto& run : p.runs)
     for (const auto& f : run.probes)
-      tp.rows.push_back({short_run(run.run), f.name, std::to_string(f.inputs), std::to_string(f.parameters),
+      tp.rows.push_back({run_label(c, run.run), f.name, std::to_string(f.inputs), std::to_string(f.parameters),
                          f4(f.scores.log_loss), f4(f.scores.brier), f4(f.scores.ece), fmt::format("{:.1f}", f.mean_epochs)});
   c.csv.push_back({"probes.csv", tp});
   gain_figure(c.figures, "probe_gains", "Probe log-loss gain over its control (positive: probe better)", rows);
@@ -223,7 +223,7 @@ Section exact_null_section(Context& c) {
                   x.group_size, x.replicates));
   Table mt{{"run", "variant", "groups", "mean within-group distance", "random-pair distance"}, {}};
   for (const auto& r : x.runs)
-    mt.rows.push_back({short_run(r.run), r.variant, std::to_string(r.matching.groups), fmt::format("{:.3g}", r.matching.mean_distance),
+    mt.rows.push_back({run_label(c, r.run), r.variant, std::to_string(r.matching.groups), fmt::format("{:.3g}", r.matching.mean_distance),
                        fmt::format("{:.3g}", r.matching.random_pair_distance)});
   s.tab(mt, "Matching resolution (in the matching space's units).");
   Table t{{"variant", "comparison", "runs", "real mean gain", "null mean", "null q95", "p"}, {}};
@@ -242,7 +242,7 @@ Section exact_null_section(Context& c) {
       mb.rows.push_back({p.variant, p.comparison, std::to_string(p.runs), sgn(p.real_mean_gain), sgn(p.null_q95), pval(p.p)});
     Table fit{{"run", "variant", "Hosmer-Lemeshow", "df", "p"}, {}};
     for (const auto& r : x.model_runs)
-      fit.rows.push_back({short_run(r.run), r.variant, fmt::format("{:.1f}", r.reference_fit.statistic),
+      fit.rows.push_back({run_label(c, r.run), r.variant, fmt::format("{:.1f}", r.reference_fit.statistic),
                           fmt::format("{:.0f}", r.reference_fit.df), pval(r.reference_fit.p)});
     s.tab(mb, "Model-based null (labels drawn from a fitted reference): shown, not the decision; valid only if the "
               "reference is right.");
