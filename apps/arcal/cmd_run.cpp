@@ -41,6 +41,7 @@
 #include "core/paths.hpp"
 #include "core/progress.hpp"
 #include "core/run_lock.hpp"
+#include "core/subprocess.hpp"
 #include "flag_checks.hpp"
 #include "io/trace.hpp"
 #include "report/report.hpp"
@@ -119,7 +120,8 @@ pid_t spawn(const std::string& exe, const Job& job) {
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
   posix_spawnattr_setpgroup(&attr, 0);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, exe.c_str(), &fa, &attr, argv.data(), environ);
+  auto env = arcal::child_environment();  // the child dies with us (core/subprocess.hpp die_with_parent)
+  const int rc = posix_spawn(&pid, exe.c_str(), &fa, &attr, argv.data(), env.envp());
   posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) throw std::runtime_error("cannot start " + exe + " " + job.label + ": " + std::strerror(rc));

@@ -115,8 +115,14 @@ double lr_at(const TrainConfig& c, std::int64_t step, std::int64_t total) {
   return c.lr * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
 }
 
+/// The archive is serialised in memory and written by write_file_atomic: LibTorch's file writer
+/// throws from its destructor on a full disk (std::terminate, rc 134, the temporary left behind);
+/// here a full disk is an error naming the path and ENOSPC, the temporary is removed and the previous
+/// checkpoint stays as it was.
 void save_archive_atomic(torch::serialize::OutputArchive& archive, const std::string& path) {
-  write_atomic_with(path, [&](const std::string& tmp) { archive.save_to(tmp); });
+  std::ostringstream bytes;
+  archive.save_to(bytes);
+  write_file_atomic(path, std::move(bytes).str());
 }
 
 /// fp16 loss-scaler state; part of the checkpoint so an fp16 run resumes exactly.
