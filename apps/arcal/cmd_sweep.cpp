@@ -195,6 +195,7 @@ int run_sweep(const SweepOptions& o) {
     } else {
       // The run's typed training configuration (the table's JSON), not flag strings.
       fs::create_directories(rd);
+      arcal::mark_output_dir(rd, "arcal sweep");  // the child's `arcal train --out RD` finds its marker
       arcal::write_file_atomic(rd + "/train_request.json", nlohmann::json(r.config).dump(1) + "\n");
       args.insert(args.end(), {"--config", rd + "/train_request.json"});
     }

@@ -100,15 +100,16 @@ const char* errno_name(int err) {
 
 void throw_write_error(const std::string& fn, const std::string& path, int err) {
   const std::string why = std::string(std::strerror(err)) + " (" + errno_name(err) + ")";
-  // The user can fix a path (exit 2); a full disk, a quota, an I/O error or a directory removed while
-  // the work ran are failures of the environment while working (exit 1, docs/interface.md).
+  // The user can fix a path (exit 2: a missing directory too, since arcal cannot tell one never made
+  // from one removed while it worked); a full disk, a quota or an I/O error are failures of the
+  // environment while working (exit 1, docs/interface.md).
   if (err == ENOENT) {
     const std::size_t slash = path.rfind('/');
     const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
     struct stat sb {};
     if (::stat(dir.c_str(), &sb) != 0)
-      throw std::runtime_error(fn + ": cannot write " + path + ": the directory " + dir +
-                               " no longer exists (removed while arcal was working?)");
+      throw InputError(fn + ": cannot write " + path + ": the directory " + dir +
+                       " does not exist (was it removed while arcal was working?)");
   }
   if (err == EACCES || err == ENOTDIR || err == EISDIR || err == ENAMETOOLONG || err == ENOENT)
     throw InputError(fn + ": cannot write " + path + ": " + why);

@@ -11,8 +11,8 @@ namespace arcal {
 
 /// Throws for a failed write of `path` with errno `err`, naming fn, the path, the error and its name
 /// ("No space left on device (ENOSPC)"): InputError (exit 2) when the path is the user's to fix
-/// (permission, not a directory, name too long, missing directory given), std::runtime_error (exit 1)
-/// for a full disk, a quota, an I/O error or a directory removed while the work ran.
+/// (permission, not a directory, name too long, a missing directory: "does not exist (was it removed
+/// while arcal was working?)"), std::runtime_error (exit 1) for a full disk, a quota or an I/O error.
 [[noreturn]] void throw_write_error(const std::string& fn, const std::string& path, int err);
 /// "ENOSPC", "EIO", ... ("errno" for others).
 const char* errno_name(int err);

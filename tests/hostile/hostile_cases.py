@@ -948,8 +948,8 @@ def round2_cases(r):
     while os.path.exists(rd) and time.time() - t0 < 30:  # the trainer may add a file while it is removed
         shutil.rmtree(rd, ignore_errors=True)
     err = stderr_of(p)
-    r.record("RUN/ deleted during training (was: a LibTorch backtrace)", long_train(rd), p.returncode, err, 1,
-             "no longer exists (removed while arcal was working?)", then="rm -r RUN",
+    r.record("RUN/ deleted during training (was: a LibTorch backtrace)", long_train(rd), p.returncode, err, 2,
+             "does not exist (was it removed while arcal was working?)", then="rm -r RUN",
              extra_ok="Exception raised from" not in err, extra_why="a backtrace was printed")
     # Names from the data in report.md: Markdown passes HTML through, so it is escaped.
     inj = trace(300, 3, routing=True)
