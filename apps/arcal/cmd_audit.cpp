@@ -3,9 +3,13 @@
 // library (audit/torch/audit_pipeline.hpp, also behind the Python module's arcal.audit), which
 // validates the whole input before computing, and writes DIR/results.json (schema "arcal.audit/3")
 // and CSV tables atomically.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -17,9 +21,11 @@
 #include "audit/torch/probes.hpp"
 #include "audit/torch/sensitivity_audit.hpp"
 #include "command.hpp"
+#include "core/atomic_file.hpp"
 #include "core/check.hpp"
 #include "core/paths.hpp"
 #include "core/progress.hpp"
+#include "core/run_lock.hpp"
 #include "flag_checks.hpp"
 #include "option_binding.hpp"
 #include "results/verdict.hpp"
@@ -35,20 +41,85 @@ struct AuditConfig {
   bool force = false;
 };
 
-/// DIR/results.json and the CSV tables beside it: refused when one of them is an input trace, and
-/// when results.json exists without --force (an earlier audit's results would be replaced).
+/// The files of one audit's result set (write_audit_results).
+const std::vector<std::string> kAuditFiles{"results.json",          "diagnostic.csv",  "condcal.csv",   "probes.csv",
+                                           "probe_comparisons.csv", "sensitivity.csv", "exact_null.csv"};
+
+/// DIR/results.json and the CSV tables beside it: refused when one of them is an input trace, when
+/// DIR is a directory arcal did not make (no marker, and not an audit of an earlier arcal) without
+/// --force, and when results.json exists without --force (an earlier audit's results would be
+/// replaced). Paths must be UTF-8 (results.json records them): checked before any work.
 void check_audit_out(const AuditConfig& cfg) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  arcal::check_utf8_path("--out", cfg.out);
+  for (const auto& t : cfg.traces) arcal::check_utf8_path("traces", t);
   if (fs::exists(cfg.out, ec) && !fs::is_directory(cfg.out, ec))
     arcal::throw_input("--out", cfg.out + " exists and is not a directory (the audit writes DIR/results.json and CSV tables)");
-  for (const char* f : {"results.json", "diagnostic.csv", "condcal.csv", "probes.csv", "probe_comparisons.csv",
-                        "sensitivity.csv", "exact_null.csv"})
-    arcal::check_output_not_input("--out", cfg.out + "/" + f, cfg.traces);
+  for (const auto& f : kAuditFiles) arcal::check_output_not_input("--out", cfg.out + "/" + f, cfg.traces);
+  arcal::check_output_dir("--out", cfg.out, "arcal audit", cfg.force, "--force", kAuditFiles);
   if (fs::exists(cfg.out + "/results.json", ec) && !cfg.force)
     arcal::throw_input("--out", cfg.out + "/results.json already exists (an earlier audit); pass --force to replace its "
-                                "results (atomically, file by file) or choose another --out");
+                                "results (as a whole, once the new set is complete) or choose another --out");
 }
+
+/// The output directory of one audit, held for the whole audit: DIR/.lock (a second audit into DIR is
+/// refused while this one runs, instead of the later finisher silently replacing the first's results)
+/// and the marker. The result set is written into DIR/.tmp-PID/ and moved into DIR only once it is
+/// complete (a full disk used to leave a new diagnostic.csv beside an old results.json); files of an
+/// earlier set that the new one does not have are removed, so DIR always holds one audit's results.
+class AuditOutput {
+ public:
+  explicit AuditOutput(const AuditConfig& cfg) : dir_(cfg.out) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    created_ = !fs::exists(dir_, ec);
+    fs::create_directories(dir_, ec);
+    if (ec) arcal::throw_input("--out", "cannot create " + dir_ + ": " + ec.message());
+    try {
+      lock_ = std::make_unique<arcal::DirLock>(dir_, "arcal audit");
+      check_audit_out(cfg);  // again, under the lock: an audit that finished meanwhile wrote results.json
+      arcal::mark_output_dir(dir_, "arcal audit");
+    } catch (...) {
+      lock_.reset();
+      if (created_) fs::remove_all(dir_, ec);
+      throw;
+    }
+    // Under the lock every DIR/.tmp-* is a dead writer's (a kill -9 mid-write).
+    for (const auto& e : fs::directory_iterator(dir_, ec))
+      if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path(), ec);
+  }
+  ~AuditOutput() {
+    std::error_code ec;
+    if (!tmp_.empty()) std::filesystem::remove_all(tmp_, ec);
+    if (!committed_ && created_) {  // refused or failed before writing: leave no directory behind
+      lock_.reset();
+      std::filesystem::remove_all(dir_, ec);
+    }
+  }
+
+  void write(const arcal::AuditResults& res) {
+    namespace fs = std::filesystem;
+    tmp_ = dir_ + "/.tmp-" + std::to_string(::getpid());
+    std::error_code ec;
+    fs::remove_all(tmp_, ec);
+    arcal::write_audit_results(res, tmp_);
+    for (const auto& f : kAuditFiles) {
+      const std::string from = tmp_ + "/" + f, to = dir_ + "/" + f;
+      if (fs::exists(from, ec)) {
+        if (std::rename(from.c_str(), to.c_str()) != 0) arcal::throw_write_error("arcal audit", to, errno);
+      } else {
+        fs::remove(to, ec);  // the earlier set's, not this one's
+      }
+    }
+    committed_ = true;
+  }
+
+ private:
+  std::string dir_, tmp_;
+  bool created_ = false, committed_ = false;
+  std::unique_ptr<arcal::DirLock> lock_;
+};
 
 arcal::AuditRunInput load_run(const std::string& path, const std::vector<std::string>& stats) {
   return arcal::make_audit_run_input(arcal::load_trace(path), path, stats);
@@ -131,6 +202,7 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
   app.add_flag("--json", cfg->json, "Print results.json to stdout instead of the summary");
   return [cfg]() {
     check_audit_out(*cfg);
+    AuditOutput output(*cfg);
     arcal::FullAuditOptions opt = cfg->options;
     arcal::validate_audit_options(opt, "arcal audit");
     opt.progress = arcal::cli::progress_enabled_on(STDERR_FILENO);  // the bars and log lines go to stderr
@@ -141,7 +213,7 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
       runs.push_back(load_run(path, stats));
     }
     const auto res = arcal::run_full_audit(runs, opt);  // validates everything before computing
-    arcal::write_audit_results(res, cfg->out);
+    output.write(res);
     if (cfg->json) {
       std::printf("%s\n", arcal::audit_results_json(res).dump(2).c_str());
     } else {

@@ -23,6 +23,7 @@
 #include "core/error.hpp"
 #include "core/paths.hpp"
 #include "core/rng.hpp"
+#include "core/text_input.hpp"
 #include "flag_checks.hpp"
 #include "io/npz.hpp"
 #include "io/trace.hpp"
@@ -183,12 +184,8 @@ int run_calibrate(const CalibrateConfig& cfg) {
       cal_json = arcal::calibrator_json(cal);
       n_fit = v.n;
     } else {
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(arcal::read_file(cfg.params));
-      } catch (const nlohmann::json::exception& e) {
-        arcal::throw_input("--params", cfg.params + " is not valid JSON: " + e.what());
-      }
+      // The capped JSON reader (size and nesting before parsing: core/text_input.hpp).
+      const nlohmann::json j = arcal::read_json_file(cfg.params, "--params", "calibrator parameters");
       cal = arcal::calibrator_from_json(j, "--params " + cfg.params);
       cal_json = j;
       n_fit = cal.n_fit;
@@ -203,6 +200,28 @@ int run_calibrate(const CalibrateConfig& cfg) {
   }
   const std::size_t n = target.n, K = target.k;
   const std::vector<double> out = arcal::apply_calibrator(cal, target);
+  // Nothing is written before everything is checked: the calibrated rows must be probabilities that
+  // `arcal metrics` reads back (the trace rule: in [0, 1], rows summing to 1 within 1e-4), and the
+  // before/after reports are computed first (a bad --params used to leave an unreadable --out).
+  for (std::size_t i = 0; i < n; ++i) {
+    double sum = 0;
+    for (std::size_t k = 0; k < K; ++k) {
+      const double v = out[i * K + k];
+      if (!(v >= 0.0 && v <= 1.0))
+        arcal::throw_input("calibrate", "the calibrator gives probability " + std::to_string(v) + " at row " +
+                                            std::to_string(i) + ", class " + std::to_string(k) +
+                                            " (must be in [0, 1]); nothing was written");
+      sum += v;
+    }
+    if (std::fabs(sum - 1.0) > 1e-4)
+      arcal::throw_input("calibrate", "the calibrated row " + std::to_string(i) + " sums to " + std::to_string(sum) +
+                                          " (must be 1 within 1e-4); nothing was written");
+  }
+  nlohmann::json before, after;  // --json: computed before anything is written (they check the rows too)
+  if (cfg.json) {
+    before = report(target.probs, n, K, target_labels, cfg);
+    after = report(out, n, K, target_labels, cfg);
+  }
   const std::string cal_text = cal_json.dump();
   if (mode == Mode::split) {
     arcal::write_npz(cfg.out,
@@ -229,8 +248,8 @@ int run_calibrate(const CalibrateConfig& cfg) {
                         {"n_fit", n_fit},
                         {"n_apply", n},
                         {"calibrator", cal_json},
-                        {"before", report(target.probs, n, K, target_labels, cfg)},
-                        {"after", report(out, n, K, target_labels, cfg)}};
+                        {"before", before},
+                        {"after", after}};
     std::cout << j.dump(2) << "\n";
     return 0;
   }

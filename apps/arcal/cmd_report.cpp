@@ -11,11 +11,12 @@ namespace {
 
 struct ReportOptions {
   std::string dir, out;
+  bool force = false;
 };
 
 int run_report(const ReportOptions& o) {
   const std::string out = o.out.empty() ? o.dir + "/report" : o.out;
-  const auto rep = arcal::write_report(o.dir, out);
+  const auto rep = arcal::write_report(o.dir, out, o.force);
   std::cout << fmt::format("wrote {} ({} figures, {} tables) and {}\n", rep.html, rep.figures.size() / 2, rep.tables.size(),
                            rep.markdown);
   std::cout << "  " << rep.verdict << "\n";
@@ -28,6 +29,8 @@ arcal::cli::RunFn setup(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingDirectory);
   app.add_option("--out", o->out, "Report directory (default: DIR/report)");
+  app.add_flag("--force", o->force,
+               "Replace --out even when it holds files that are not part of an arcal report (it is replaced as a whole)");
   return [o]() { return run_report(*o); };
 }
 

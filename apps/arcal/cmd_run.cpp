@@ -41,6 +41,7 @@
 #include "core/paths.hpp"
 #include "core/progress.hpp"
 #include "core/run_lock.hpp"
+#include "core/subprocess.hpp"
 #include "flag_checks.hpp"
 #include "io/trace.hpp"
 #include "report/report.hpp"
@@ -119,7 +120,8 @@ pid_t spawn(const std::string& exe, const Job& job) {
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
   posix_spawnattr_setpgroup(&attr, 0);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, exe.c_str(), &fa, &attr, argv.data(), environ);
+  auto env = arcal::child_environment();  // the child dies with us (core/subprocess.hpp die_with_parent)
+  const int rc = posix_spawn(&pid, exe.c_str(), &fa, &attr, argv.data(), env.envp());
   posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) throw std::runtime_error("cannot start " + exe + " " + job.label + ": " + std::strerror(rc));
@@ -328,8 +330,13 @@ int run_study(const RunOptions& o) {
                             (arcal::same_file(o.config, dir + "/study.toml") && arcal::read_file(o.config) != toml)))
     arcal::throw_input("--config", o.config + " is a file arcal run rewrites in " + dir +
                                        "; copy it elsewhere and pass the copy");
+  // DIR is arcal's only if arcal made it (the marker; a study directory of an arcal made before the
+  // marker has runs/ and study.toml): a user's directory, with a study.toml of its own, is refused.
+  if (!(fs::is_directory(dir + "/runs", ec) && fs::exists(dir + "/study.toml", ec)))
+    arcal::check_output_dir("--out", dir, "arcal run", false, "");
   fs::create_directories(dir + "/runs", ec);
   if (ec) arcal::throw_input("--out", "cannot create " + dir + "/runs: " + ec.message());
+  arcal::mark_output_dir(dir, "arcal run");
   // One arcal run per study directory (each training child also locks its own run directory).
   const arcal::DirLock lock(dir, "arcal run");
   const std::string study_hash = arcal::stable_hash(toml);
@@ -354,6 +361,7 @@ int run_study(const RunOptions& o) {
     std::cout << fmt::format("  {:<44} {}\n", r.dir_name(), done ? "trained (skipped)" : resume ? "resuming" : "to train");
     if (done) continue;
     fs::create_directories(rd);
+    arcal::mark_output_dir(rd, "arcal run");  // the child's `arcal train --out RD` finds its marker
     // The child reads the run's typed training configuration (the table's JSON), not flag strings.
     arcal::write_file_atomic(rd + "/train_request.json", nlohmann::json(r.config).dump(1) + "\n");
     Job j;

@@ -25,6 +25,7 @@
 #include "core/check.hpp"
 #include "core/interrupt.hpp"
 #include "core/paths.hpp"
+#include "core/subprocess.hpp"
 #include "flag_checks.hpp"
 #include "run/study.hpp"
 #include "train/distributed.hpp"
@@ -84,7 +85,8 @@ int train_child(const std::vector<std::string>& args) {
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
   posix_spawnattr_setpgroup(&attr, 0);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, argv_s[0].c_str(), nullptr, &attr, argv.data(), environ);
+  auto env = arcal::child_environment();  // the inherited environment, and the child dies with us
+  const int rc = posix_spawn(&pid, argv_s[0].c_str(), nullptr, &attr, argv.data(), env.envp());
   posix_spawnattr_destroy(&attr);
   if (rc != 0) throw std::runtime_error("arcal sweep: cannot start arcal train: " + std::string(std::strerror(rc)));
   int status = 0;
@@ -193,6 +195,7 @@ int run_sweep(const SweepOptions& o) {
     } else {
       // The run's typed training configuration (the table's JSON), not flag strings.
       fs::create_directories(rd);
+      arcal::mark_output_dir(rd, "arcal sweep");  // the child's `arcal train --out RD` finds its marker
       arcal::write_file_atomic(rd + "/train_request.json", nlohmann::json(r.config).dump(1) + "\n");
       args.insert(args.end(), {"--config", rd + "/train_request.json"});
     }

@@ -6,13 +6,16 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <map>
 #include <new>
+#include <string>
 
 #include "command.hpp"
 #include "core/error.hpp"
+#include "core/subprocess.hpp"
 #include "train/threads.hpp"
 
 namespace arcal::cli {
@@ -36,8 +39,17 @@ std::ostream& log_stream() {
 
 }  // namespace arcal::cli
 
-int main(int argc, char** argv) {
+namespace {
+std::string subcommand_name(const std::map<CLI::App*, arcal::cli::RunFn>& runs) {
+  for (const auto& [sub, run] : runs)
+    if (sub->parsed()) return sub->get_name();
+  return "";
+}
+}  // namespace
+
+static int run_main(int argc, char** argv) {
   using namespace arcal::cli;
+  arcal::die_with_parent();  // a child of `arcal run`/`sweep` ends with its parent, even on kill -9
   arcal::reexec_with_native_openblas_kernels(argv);  // before anything else runs
   CLI::App app{"arcal: train Attention-Residual transformers and audit routing-conditional calibration",
                "arcal"};
@@ -86,14 +98,20 @@ int main(int argc, char** argv) {
     std::cerr << "arcal: error: " << e.what() << "\n";
     return 2;
   } catch (const std::bad_alloc&) {
-    std::cerr << "arcal: failed: out of memory (an input larger than this machine can hold? see the limits in "
-                 "docs/interface.md)\n";
+    // Readers name the file and array themselves (a runtime_error below); this is what is left.
+    std::cerr << "arcal: failed: out of memory (std::bad_alloc) while running arcal " << subcommand_name(runs)
+              << " (an input larger than this machine can hold? see the limits in docs/interface.md)\n";
     return 1;
   } catch (const std::filesystem::filesystem_error& e) {
     std::cerr << "arcal: failed: " << e.what() << "\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "arcal: failed: " << e.what() << "\n";
+    // LibTorch's c10::Error appends a C++ backtrace to its message ("Exception raised from ..."): the
+    // user gets the message (e.g. the allocator's "you tried to allocate N bytes"), not the frames.
+    std::string what = e.what();
+    const auto frames = what.find("\nException raised from");
+    if (frames != std::string::npos) what.resize(frames);
+    std::cerr << "arcal: failed: " << what << "\n";
     return 1;
   } catch (...) {
     std::cerr << "arcal: failed: unknown error\n";
@@ -101,3 +119,18 @@ int main(int argc, char** argv) {
   }
   return 2;
 }
+
+namespace {
+/// Ends the process with `code` without running the libraries' exit handlers: under memory pressure
+/// OpenBLAS's shutdown joins a worker thread that retries a failed buffer allocation forever, so a
+/// plain return from main never exited (`ulimit -v 600000`). Everything arcal writes is complete and
+/// renamed before this point, and locks are dropped by the kernel.
+[[noreturn]] void finish(int code) {
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  std::_Exit(code);
+}
+}  // namespace
+
+int main(int argc, char** argv) { finish(run_main(argc, argv)); }

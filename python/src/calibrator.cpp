@@ -3,6 +3,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <mutex>
+#include <shared_mutex>
+
 #include "bindings.hpp"
 #include "calib/fitted_calibrator.hpp"
 #include "convert.hpp"
@@ -11,11 +14,25 @@ namespace arcalpy {
 
 namespace {
 
+/// Guards one Calibrator's fitted state when threads share the object (the GIL is released while
+/// fitting and applying, so a refit could replace the parameters under a running predict_proba:
+/// segfaults and rows that were not probabilities). The rule: the fitted state is replaced only with
+/// the GIL and the exclusive lock held; code without the GIL reads it under the shared lock, code with
+/// the GIL reads it freely. The lock is never held while taking the GIL, so it cannot deadlock with it.
+/// A copy gets its own lock.
+struct ObjectLock {
+  mutable std::shared_mutex m;
+  ObjectLock() = default;
+  ObjectLock(const ObjectLock&) {}
+  ObjectLock& operator=(const ObjectLock&) { return *this; }
+};
+
 struct Calibrator {
   std::string method;
   arcal::CalibratorOptions options;
   bool fitted = false;
   arcal::FittedCalibrator fit;
+  ObjectLock lock;
 };
 
 arcal::Predictions predictions(py::handle logits, py::handle probs, const std::string& fn) {
@@ -52,8 +69,17 @@ void set_options(Calibrator& c, const py::dict& kwargs) {
   for (auto item : kwargs) {
     const auto key = item.first.cast<std::string>();
     try {
-      if (key == "bins") c.options.bins = item.second.cast<int>();
-      else if (key == "knots") c.options.knots = item.second.cast<int>();
+      // Size-like options are bounded as in the library (core/limits.hpp): bins = 10**9 grew until the
+      // kernel killed the process, knots = 10**6 ran for minutes.
+      if (key == "bins") {
+        const long long v = item.second.cast<long long>();
+        check_int_range("Calibrator", "option 'bins'", v, arcal::ranges::calibrator_bins);
+        c.options.bins = static_cast<int>(v);
+      } else if (key == "knots") {
+        const long long v = item.second.cast<long long>();
+        check_int_range("Calibrator", "option 'knots'", v, arcal::ranges::calibrator_knots);
+        c.options.knots = static_cast<int>(v);
+      }
       else if (key == "l2") c.options.l2 = item.second.cast<double>();
       else if (key == "pseudo_count") c.options.pseudo_count = item.second.cast<double>();
       else value_error("Calibrator", "unknown option '" + key + "' (bins, knots, l2, pseudo_count)");
@@ -119,10 +145,16 @@ identically in the other.)doc")
               value_error(fn, "labels has " + std::to_string(y.view.size()) + " entries, but the predictions have N = " +
                                   std::to_string(p.n) + " rows");
             const std::vector<std::int64_t> yv(y.view.begin(), y.view.end());
+            arcal::FittedCalibrator result;
             {
+              PythonInterruptPoll poll;
               py::gil_scoped_release release;
-              c.fit = arcal::fit_calibrator(c.method, p, yv, c.options);
+              result = arcal::fit_calibrator(c.method, p, yv, c.options);
             }
+            // With the GIL and the exclusive lock: waits for running predict_proba calls on this object
+            // (they hold the shared lock without the GIL, so they finish without needing it).
+            std::unique_lock<std::shared_mutex> write(c.lock.m);
+            c.fit = std::move(result);
             c.fitted = true;
             return self;
           },
@@ -137,7 +169,9 @@ identically in the other.)doc")
             auto* out = new std::vector<double>();
             py::capsule owner(out, [](void* v) { delete static_cast<std::vector<double>*>(v); });
             {
+              PythonInterruptPoll poll;
               py::gil_scoped_release release;
+              std::shared_lock<std::shared_mutex> read(c.lock.m);  // a refit waits until this is done
               *out = arcal::apply_calibrator(f, p);
             }
             return py::array_t<double>({static_cast<py::ssize_t>(p.n), static_cast<py::ssize_t>(p.k)}, out->data(), owner);

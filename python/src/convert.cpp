@@ -61,6 +61,11 @@ void softmax_typed(const T* z, std::size_t n, std::size_t k, double* p, const st
   throw py::value_error(fn + ": " + message);
 }
 
+void check_int_range(const std::string& fn, const std::string& name, long long v, const arcal::IntRange& r) {
+  if (!arcal::in_range(r, v))
+    value_error(fn, name + " is " + std::to_string(v) + ", but must be in " + arcal::range_text(r));
+}
+
 py::object json_to_py(const nlohmann::json& j) {
   switch (j.type()) {
     case nlohmann::json::value_t::null: return py::none();

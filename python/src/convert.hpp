@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "core/interrupt.hpp"
+#include "core/limits.hpp"
 #include "core/span.hpp"
 #include "io/npz.hpp"
 
@@ -25,6 +27,26 @@ py::object json_to_py(const nlohmann::json& j);
 /// The inverse, for dicts given to the module (Calibrator.from_dict): None, bool, int, float, str,
 /// list/tuple, dict with str keys, numpy scalars and arrays (as lists). Throws ValueError otherwise.
 nlohmann::json py_to_json(py::handle h, const std::string& where = "value");
+
+/// For the life of the object, the library's long loops on this thread (bootstrap draws, the qats
+/// optimiser: core/interrupt.hpp poll_interrupt) run Python's signal handlers every 100 ms, taking
+/// the GIL for that moment only; a handler that raises (Ctrl-C: KeyboardInterrupt) stops the call,
+/// which throws arcal::Interrupted with the Python error still set, and the module's exception
+/// translator lets that error through. Create it while holding the GIL, before releasing it.
+class PythonInterruptPoll {
+ public:
+  PythonInterruptPoll()
+      : poll_([] {
+          py::gil_scoped_acquire gil;
+          return PyErr_CheckSignals() != 0;
+        }) {}
+
+ private:
+  arcal::ScopedInterruptPoll poll_;
+};
+
+/// Throws ValueError unless v lies in r: "fn: NAME is V, but must be in [lo, hi]" (core/limits.hpp).
+void check_int_range(const std::string& fn, const std::string& name, long long v, const arcal::IntRange& r);
 
 /// Throws ValueError with "fn: message" (for checks made in the module itself).
 [[noreturn]] void value_error(const std::string& fn, const std::string& message);

@@ -31,7 +31,10 @@ py::dict metrics(py::object labels, py::object logits, py::object probs, int bin
   if (!ci) opt.consistency_draws = 0;  // point values only: no bootstrap, no consistency-test intervals
   opt.seed = seed;
   opt.row_sum_tolerance = 1e-4;  // the trace files' rule (io/trace.hpp), checked in the metrics' one scan
-  if (bootstrap < 0) value_error(fn, "bootstrap is " + std::to_string(bootstrap) + ", but must be >= 0");
+  // The CLI's ranges (core/limits.hpp): metrics --bins and --bootstrap.
+  check_int_range(fn, "bins", bins, arcal::ranges::metrics_bins);
+  check_int_range(fn, "bootstrap", bootstrap, arcal::ranges::bootstrap);
+  PythonInterruptPoll poll;  // Ctrl-C stops the bootstrap within about 0.1 s
   nlohmann::json j;
   if (!probs.is_none()) {
     const DoubleMatrix p = double_matrix(probs, fn, "probs");
@@ -96,6 +99,9 @@ PYBIND11_MODULE(_arcal, m) {
       if (p) std::rethrow_exception(p);
     } catch (const arcal::InputError& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const arcal::Interrupted&) {
+      // A PythonInterruptPoll saw a signal handler raise: its error (KeyboardInterrupt) is still set.
+      if (!PyErr_Occurred()) PyErr_SetNone(PyExc_KeyboardInterrupt);
     }
   });
 

@@ -9,6 +9,7 @@
 
 #include "calib/binning.hpp"
 #include "core/check.hpp"
+#include "core/interrupt.hpp"
 #include "core/rng.hpp"
 
 namespace arcal {
@@ -640,6 +641,7 @@ std::vector<double> qats_minimise(const QatsData& d, double t0, std::size_t J, i
   std::vector<double> a(J, std::log(1e-3 * t0));
   a[0] = std::log(std::max(t0 - kQatsMinTemperature - 1e-3 * t0 * double(J - 1), 1e-3));
   const auto f = [&](const std::vector<double>& x, std::vector<double>& g) {
+    poll_interrupt();  // one evaluation is O(N + J): with many knots or rows the fit runs for minutes
     std::vector<double> gt;
     const double v = qats_objective(d, temps(x), &gt);
     g.assign(J, 0.0);

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <climits>
 #include <sstream>
 #include <stdexcept>
 
 #include "calib/metrics.hpp"
 #include "core/check.hpp"
+#include "core/limits.hpp"
 
 namespace arcal {
 
@@ -45,8 +47,10 @@ std::vector<double> confidences(const Predictions& p) {
 
 void check_options(const CalibratorOptions& o) {
   const char* fn = "calibrator";
-  if (o.bins < 1) throw_input(fn, "bins is " + std::to_string(o.bins) + ", but must be >= 1");
-  if (o.knots < 2) throw_input(fn, "knots is " + std::to_string(o.knots) + ", but must be >= 2");
+  if (!in_range(ranges::calibrator_bins, o.bins))
+    throw_input(fn, "bins is " + std::to_string(o.bins) + ", but must be in " + range_text(ranges::calibrator_bins));
+  if (!in_range(ranges::calibrator_knots, o.knots))
+    throw_input(fn, "knots is " + std::to_string(o.knots) + ", but must be in " + range_text(ranges::calibrator_knots));
   if (!(o.l2 >= 0) || !std::isfinite(o.l2)) throw_input(fn, "l2 is " + num(o.l2) + ", but must be finite and >= 0");
   if (!(o.pseudo_count >= 0) || !std::isfinite(o.pseudo_count))
     throw_input(fn, "pseudo_count is " + num(o.pseudo_count) + ", but must be finite and >= 0");
@@ -73,6 +77,22 @@ struct Reader {
     if (!v.is_number_integer() || v.get<std::int64_t>() < lo)
       bad(key, "is " + v.dump() + ", but must be an integer >= " + std::to_string(lo));
     return v.get<std::int64_t>();
+  }
+  /// numbers(key, size), each finite and in [lo, hi].
+  std::vector<double> numbers_in(const std::string& key, double lo, double hi, std::size_t size = SIZE_MAX) const {
+    auto v = numbers(key, size);
+    for (std::size_t i = 0; i < v.size(); ++i)
+      if (!std::isfinite(v[i]) || v[i] < lo || v[i] > hi)
+        throw_input(ctx, "key '" + key + "'[" + std::to_string(i) + "] is " + num(v[i]) + ", but must be finite and in [" +
+                             num(lo) + ", " + num(hi) + "]");
+    return v;
+  }
+  std::vector<double> finite_numbers(const std::string& key, std::size_t size = SIZE_MAX) const {
+    auto v = numbers(key, size);
+    for (std::size_t i = 0; i < v.size(); ++i)
+      if (!std::isfinite(v[i]))
+        throw_input(ctx, "key '" + key + "'[" + std::to_string(i) + "] is " + num(v[i]) + ", but must be finite");
+    return v;
   }
   std::vector<double> numbers(const std::string& key, std::size_t size = SIZE_MAX) const {
     const auto& v = at(key);
@@ -175,9 +195,18 @@ FittedCalibrator fit_calibrator(const std::string& method, const Predictions& p,
   const std::size_t n = p.n, K = p.k;
   if (method == "temperature") {
     f.temperature = fit_temperature(p.logits, n, K, labels);
-    if (!f.temperature.ok())
-      throw std::runtime_error("calibrate: temperature scaling failed (beta = " + num(f.temperature.beta) +
-                               ", converged = " + (f.temperature.converged ? "true" : "false") + ")");
+    if (!f.temperature.ok()) {
+      const TemperatureFit& t = f.temperature;
+      const std::string why =
+          !(t.beta > 0)
+              ? "the NLL is smallest at beta = 1/T = " + num(t.beta) +
+                    " <= 0: the logits rank the labels worse than chance (a higher logit means less likely), which "
+                    "no positive temperature can calibrate; check that the labels match the logits' class order"
+              : "Newton's method on beta did not converge in " + std::to_string(t.iterations) +
+                    " iterations (beta = " + num(t.beta) + ", NLL " + num(t.nll) +
+                    "); the logits may be nearly constant or hold extreme values";
+      throw std::runtime_error("calibrate: temperature scaling failed: " + why);
+    }
   } else if (method == "qats") {
     f.qats = fit_qats(p.logits, n, K, labels, options.knots);
   } else if (method == "vector" || method == "matrix") {
@@ -268,6 +297,8 @@ FittedCalibrator calibrator_from_json(const nlohmann::json& j, const std::string
   FittedCalibrator f;
   f.method = method.get<std::string>();
   f.classes = static_cast<std::size_t>(r.integer("classes", 2));
+  if (f.classes > static_cast<std::size_t>(ranges::simulate_classes.hi))
+    r.bad("classes", "is " + std::to_string(f.classes) + ", but must be in " + range_text(ranges::simulate_classes));
   f.n_fit = static_cast<std::size_t>(r.integer("n_calibration", 0));
   const std::string& m = f.method;
   auto finite = [&](const std::string& key, double v) {
@@ -275,34 +306,59 @@ FittedCalibrator calibrator_from_json(const nlohmann::json& j, const std::string
     return v;
   };
   if (m == "temperature") {
-    f.temperature.beta = finite("beta", r.number("beta"));
-    if (!(f.temperature.beta > 0)) r.bad("beta", "is " + num(f.temperature.beta) + ", but must be > 0");
+    // beta = 1/T is what applies; both are written, so an edit of one alone is refused rather than
+    // silently ignored (either may be given alone).
+    const bool has_beta = j.contains("beta"), has_t = j.contains("temperature");
+    if (!has_beta && !has_t) r.bad("beta", "is missing (give beta or temperature)");
+    if (has_t) {
+      const double t = finite("temperature", r.number("temperature"));
+      if (!(t > 0)) r.bad("temperature", "is " + num(t) + ", but must be > 0");
+      f.temperature.temperature = t;
+    }
+    if (has_beta) {
+      f.temperature.beta = finite("beta", r.number("beta"));
+      if (!(f.temperature.beta > 0)) r.bad("beta", "is " + num(f.temperature.beta) + ", but must be > 0");
+    } else {
+      f.temperature.beta = 1.0 / f.temperature.temperature;
+    }
+    if (has_t && has_beta &&
+        std::fabs(f.temperature.temperature * f.temperature.beta - 1.0) > 1e-9)
+      r.bad("temperature", "is " + num(f.temperature.temperature) + ", but key 'beta' is " + num(f.temperature.beta) +
+                               " and temperature must be 1/beta; change both or give only one");
     f.temperature.temperature = 1.0 / f.temperature.beta;
     f.temperature.converged = true;
   } else if (m == "platt") {
     f.platt.a = finite("a", r.number("a"));
     f.platt.b = finite("b", r.number("b"));
   } else if (m == "isotonic") {
-    f.isotonic.x = r.numbers("x");
-    f.isotonic.y = r.numbers("y", f.isotonic.x.size());
+    f.isotonic.x = r.finite_numbers("x");
+    f.isotonic.y = r.numbers_in("y", 0.0, 1.0, f.isotonic.x.size());  // calibrated probabilities
     if (f.isotonic.x.empty()) r.bad("x", "is empty");
-    for (std::size_t i = 1; i < f.isotonic.x.size(); ++i)
+    for (std::size_t i = 1; i < f.isotonic.x.size(); ++i) {
       if (!(f.isotonic.x[i] > f.isotonic.x[i - 1])) r.bad("x", "must be strictly increasing (entry " + std::to_string(i) + ")");
+      if (f.isotonic.y[i] < f.isotonic.y[i - 1]) r.bad("y", "must be non-decreasing (entry " + std::to_string(i) + ")");
+    }
   } else if (m == "histogram") {
-    f.options.bins = static_cast<int>(r.integer("bins", 1));
+    const std::int64_t bins = r.integer("bins", 1);
+    if (bins > ranges::calibrator_bins.hi)
+      r.bad("bins", "is " + std::to_string(bins) + ", but must be in " + range_text(ranges::calibrator_bins));
+    f.options.bins = static_cast<int>(bins);
     f.histogram.bins = f.options.bins;
-    f.histogram.value = r.numbers("value", static_cast<std::size_t>(f.histogram.bins));
+    f.histogram.value = r.numbers_in("value", 0.0, 1.0, static_cast<std::size_t>(f.histogram.bins));
   } else if (m == "nw") {
     f.kernel_bandwidth = finite("bandwidth", r.number("bandwidth"));
     if (!(f.kernel_bandwidth > 0)) r.bad("bandwidth", "must be > 0");
     f.options.pseudo_count = finite("pseudo_count", r.number("pseudo_count"));
     if (!(f.options.pseudo_count >= 0)) r.bad("pseudo_count", "must be >= 0");
-    f.kernel_x = r.numbers("x");
-    f.kernel_correct = r.numbers("correct", f.kernel_x.size());
+    f.kernel_x = r.finite_numbers("x");
+    f.kernel_correct = r.numbers_in("correct", 0.0, 1.0, f.kernel_x.size());
     if (f.kernel_x.empty()) r.bad("x", "is empty");
   } else if (m == "qats") {
     f.qats.temperature = r.numbers("temperature_knots");
     if (f.qats.temperature.size() < 2) r.bad("temperature_knots", "needs at least 2 knots");
+    if (f.qats.temperature.size() > static_cast<std::size_t>(ranges::calibrator_knots.hi))
+      r.bad("temperature_knots", "has " + std::to_string(f.qats.temperature.size()) + " knots, but must have at most " +
+                                     std::to_string(ranges::calibrator_knots.hi));
     for (double t : f.qats.temperature)
       if (!(t > 0) || !std::isfinite(t)) r.bad("temperature_knots", "must all be finite and > 0");
     f.options.knots = static_cast<int>(f.qats.temperature.size());
@@ -312,7 +368,7 @@ FittedCalibrator calibrator_from_json(const nlohmann::json& j, const std::string
     for (std::size_t i = 1; i < f.qats.temperature.size(); ++i)
       if (f.qats.direction * (f.qats.temperature[i] - f.qats.temperature[i - 1]) < -1e-12)
         r.bad("temperature_knots", "must be monotone in the given direction");
-    f.qats.calib_confidence = r.numbers("calibration_confidence");
+    f.qats.calib_confidence = r.numbers_in("calibration_confidence", 0.0, 1.0);
     if (f.qats.calib_confidence.empty()) r.bad("calibration_confidence", "is empty");
     if (!std::is_sorted(f.qats.calib_confidence.begin(), f.qats.calib_confidence.end()))
       r.bad("calibration_confidence", "must be sorted");
@@ -321,16 +377,20 @@ FittedCalibrator calibrator_from_json(const nlohmann::json& j, const std::string
     const std::size_t K = f.classes;
     f.linear.diagonal = m == "vector";
     f.linear.k = K;
-    f.linear.w = r.numbers("w", f.linear.diagonal ? K : K * K);
-    f.linear.b = r.numbers("b", K);
-    f.options.l2 = r.number("l2");
+    f.linear.w = r.finite_numbers("w", f.linear.diagonal ? K : K * K);
+    f.linear.b = r.finite_numbers("b", K);
+    f.options.l2 = finite("l2", r.number("l2"));
+    if (!(f.options.l2 >= 0)) r.bad("l2", "is " + num(f.options.l2) + ", but must be >= 0");
     f.linear.converged = true;
   }
-  if (j.contains("converged") && j["converged"].is_boolean()) {
+  if (j.contains("converged")) {
+    if (!j["converged"].is_boolean()) r.bad("converged", "is " + j["converged"].dump() + ", but must be true or false");
     f.temperature.converged = f.platt.converged = f.qats.converged = f.linear.converged = j["converged"].get<bool>();
   }
-  if (j.contains("iterations") && j["iterations"].is_number_integer()) {
-    const int it = j["iterations"].get<int>();
+  if (j.contains("iterations")) {
+    const std::int64_t iterations = r.integer("iterations", 0);
+    if (iterations > INT_MAX) r.bad("iterations", "is " + std::to_string(iterations) + ", more than " + std::to_string(INT_MAX));
+    const int it = static_cast<int>(iterations);
     f.temperature.iterations = f.platt.iterations = f.qats.iterations = f.linear.iterations = it;
   }
   return f;

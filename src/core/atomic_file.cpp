@@ -1,6 +1,9 @@
 #include "core/atomic_file.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -8,14 +11,64 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 #include "core/error.hpp"
 
 namespace arcal {
 
 namespace {
+
+constexpr std::size_t kNameMax = 255;  // bytes of one path component (NAME_MAX of Linux file systems)
+constexpr std::size_t kPidDigits = 10;
+
+struct TempName {
+  std::string dir;     ///< "" or "DIR/"
+  std::string prefix;  ///< the temporary's name up to the pid: "NAME.tmp."
+};
+
+/// NAME.tmp.PID beside the target, NAME shortened so that the whole name fits in 255 bytes (a legal
+/// 250-byte file name used to be refused because its temporary's name was too long).
+TempName temp_name_parts(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  TempName t;
+  t.dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+  std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  const std::size_t room = kNameMax - (sizeof ".tmp." - 1) - kPidDigits - 7;  // 7: libzip's ".XXXXXX"
+  if (base.size() > room) base.resize(room);
+  t.prefix = base + ".tmp.";
+  return t;
+}
+
 std::string temp_name(const std::string& path) {
-  return path + ".tmp." + std::to_string(::getpid());
+  const TempName t = temp_name_parts(path);
+  return t.dir + t.prefix + std::to_string(::getpid());
+}
+
+/// Removes the temporaries of `path` left by processes that no longer exist (a kill -9 between
+/// writing and renaming; libzip's own NAME.tmp.PID.XXXXXX inside write_npz): NAME.tmp.PID[.*] whose
+/// PID is not a running process. Another live writer's temporary is never touched.
+void remove_stale_temporaries(const std::string& path) {
+  const TempName t = temp_name_parts(path);
+  DIR* d = ::opendir(t.dir.empty() ? "." : t.dir.c_str());
+  if (d == nullptr) return;
+  const pid_t self = ::getpid();
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.compare(0, t.prefix.size(), t.prefix) != 0) continue;
+    std::size_t i = t.prefix.size(), digits = 0;
+    long long pid = 0;
+    while (i < name.size() && name[i] >= '0' && name[i] <= '9' && digits < kPidDigits) {
+      pid = pid * 10 + (name[i] - '0');
+      ++i;
+      ++digits;
+    }
+    if (digits == 0 || (i < name.size() && name[i] != '.')) continue;
+    if (pid == self || pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to ask)
+    std::remove((t.dir + name).c_str());
+  }
+  ::closedir(d);
 }
 
 void fsync_path(const std::string& path) {
@@ -25,9 +78,46 @@ void fsync_path(const std::string& path) {
     ::close(fd);
   }
 }
+
 }  // namespace
 
+const char* errno_name(int err) {
+  switch (err) {
+    case ENOSPC: return "ENOSPC";
+    case EDQUOT: return "EDQUOT";
+    case EIO: return "EIO";
+    case EFBIG: return "EFBIG";
+    case EROFS: return "EROFS";
+    case EACCES: return "EACCES";
+    case ENOENT: return "ENOENT";
+    case ENOTDIR: return "ENOTDIR";
+    case EISDIR: return "EISDIR";
+    case ENAMETOOLONG: return "ENAMETOOLONG";
+    case ENOMEM: return "ENOMEM";
+    default: return "errno";
+  }
+}
+
+void throw_write_error(const std::string& fn, const std::string& path, int err) {
+  const std::string why = std::string(std::strerror(err)) + " (" + errno_name(err) + ")";
+  // The user can fix a path (exit 2: a missing directory too, since arcal cannot tell one never made
+  // from one removed while it worked); a full disk, a quota or an I/O error are failures of the
+  // environment while working (exit 1, docs/interface.md).
+  if (err == ENOENT) {
+    const std::size_t slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    struct stat sb {};
+    if (::stat(dir.c_str(), &sb) != 0)
+      throw InputError(fn + ": cannot write " + path + ": the directory " + dir +
+                       " does not exist (was it removed while arcal was working?)");
+  }
+  if (err == EACCES || err == ENOTDIR || err == EISDIR || err == ENAMETOOLONG || err == ENOENT)
+    throw InputError(fn + ": cannot write " + path + ": " + why);
+  throw std::runtime_error(fn + ": cannot write " + path + ": " + why);
+}
+
 void write_atomic_with(const std::string& path, const std::function<void(const std::string&)>& writer) {
+  remove_stale_temporaries(path);
   const std::string tmp = temp_name(path);
   try {
     writer(tmp);
@@ -37,19 +127,34 @@ void write_atomic_with(const std::string& path, const std::function<void(const s
   }
   fsync_path(tmp);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string err = std::strerror(errno);
+    const int err = errno;
     std::remove(tmp.c_str());
-    throw InputError("write_file_atomic: cannot rename " + tmp + " to " + path + ": " + err);
+    throw_write_error("write_file_atomic", path, err);
   }
 }
 
 void write_file_atomic(const std::string& path, const std::string& content) {
   write_atomic_with(path, [&](const std::string& tmp) {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError("write_file_atomic: cannot open " + tmp + " for writing: " + std::strerror(errno));
-    out.write(content.data(), static_cast<std::streamsize>(content.size()));
-    out.flush();
-    if (!out) throw InputError("write_file_atomic: write to " + tmp + " failed");
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) throw_write_error("write_file_atomic", path, errno);
+    std::size_t done = 0;
+    while (done < content.size()) {
+      const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int err = n < 0 ? errno : EIO;
+        ::close(fd);
+        throw_write_error("write_file_atomic", path, err);
+      }
+      done += static_cast<std::size_t>(n);
+    }
+    // A full disk can show only here (delayed allocation): check fsync and close too.
+    if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
+      const int err = errno;
+      ::close(fd);
+      throw_write_error("write_file_atomic", path, err);
+    }
+    if (::close(fd) != 0) throw_write_error("write_file_atomic", path, errno);
   });
 }
 

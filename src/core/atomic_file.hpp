@@ -1,5 +1,7 @@
 // Atomic file output: write to a temporary file in the same directory, fsync, then rename over the
-// target, so an interrupted process never leaves a file that looks complete.
+// target, so an interrupted process never leaves a file that looks complete. The temporary is
+// NAME.tmp.PID (NAME shortened to keep it within 255 bytes); temporaries of the same target left by
+// processes that have died are removed by the next write.
 #pragma once
 
 #include <functional>
@@ -7,7 +9,15 @@
 
 namespace arcal {
 
-/// Writes `content` to `path` atomically. Throws InputError naming the path on failure.
+/// Throws for a failed write of `path` with errno `err`, naming fn, the path, the error and its name
+/// ("No space left on device (ENOSPC)"): InputError (exit 2) when the path is the user's to fix
+/// (permission, not a directory, name too long, a missing directory: "does not exist (was it removed
+/// while arcal was working?)"), std::runtime_error (exit 1) for a full disk, a quota or an I/O error.
+[[noreturn]] void throw_write_error(const std::string& fn, const std::string& path, int err);
+/// "ENOSPC", "EIO", ... ("errno" for others).
+const char* errno_name(int err);
+
+/// Writes `content` to `path` atomically. Throws as throw_write_error on failure.
 void write_file_atomic(const std::string& path, const std::string& content);
 
 /// Calls `writer(tmp_path)` to produce the file, then renames tmp_path over `path`.

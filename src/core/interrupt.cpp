@@ -3,7 +3,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+
+#include "core/error.hpp"
 
 namespace arcal {
 
@@ -48,5 +51,29 @@ const char* interrupt_signal_name() {
 }
 
 void reset_interrupt() { g_signal = 0; }
+
+namespace {
+thread_local ScopedInterruptPoll* t_poll = nullptr;
+long long now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+ScopedInterruptPoll::ScopedInterruptPoll(std::function<bool()> stop, int interval_ms)
+    : stop_(std::move(stop)), interval_ns_(static_cast<long long>(interval_ms) * 1000000LL), outer_(t_poll) {
+  t_poll = this;
+}
+
+ScopedInterruptPoll::~ScopedInterruptPoll() { t_poll = outer_; }
+
+void poll_interrupt() {
+  ScopedInterruptPoll* p = t_poll;
+  if (p == nullptr) return;
+  const long long now = now_ns();
+  if (now < p->next_ns_) return;
+  p->next_ns_ = now + p->interval_ns_;
+  if (p->stop_()) throw Interrupted("interrupted");
+}
 
 }  // namespace arcal

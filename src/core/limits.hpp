@@ -79,6 +79,9 @@ inline constexpr IntRange bootstrap_draws{1, 1000000};  ///< intervene
 inline constexpr IntRange parallel{1, 256};
 inline constexpr IntRange parallel_override{0, 256};  ///< run --parallel, 0 = the study's [execution] parallel
 inline constexpr IntRange metrics_bins{1, 100000};     ///< metrics --bins
+// calibrators (calib/fitted_calibrator.hpp; Python's Calibrator options and from_dict)
+inline constexpr IntRange calibrator_bins{1, 100000};  ///< histogram bins (10^9 grew until the kernel killed it)
+inline constexpr IntRange calibrator_knots{2, 256};    ///< qats knots (each adds a parameter to every L-BFGS step)
 // arcal simulate (the trace is also held to the array limit before it is built)
 inline constexpr IntRange simulate_n{2, 100000000};
 inline constexpr IntRange simulate_classes{2, 100000};

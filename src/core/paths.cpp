@@ -2,7 +2,10 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.hpp"
 
@@ -54,6 +57,80 @@ std::string shell_quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return q + "'";
+}
+
+bool has_output_marker(const std::string& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(fs::path(dir) / kOutputMarker, ec);
+}
+
+std::string foreign_entry(const std::string& dir, const std::vector<std::string>& own) {
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir, ec)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());  // the message names the same entry every time
+  for (const auto& n : names)
+    if (n != kOutputMarker && n != ".lock" && std::find(own.begin(), own.end(), n) == own.end()) return n;
+  return "";
+}
+
+void check_output_dir(const std::string& flag, const std::string& dir, const std::string& command, bool force,
+                      const std::string& force_flag, const std::vector<std::string>& legacy_names) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return;
+  if (!fs::is_directory(dir, ec)) throw InputError(flag + ": " + dir + " exists and is not a directory");
+  if (force || has_output_marker(dir)) return;
+  const std::string other = foreign_entry(dir, {});
+  if (other.empty()) return;  // empty, or only a lock file
+  // An output of an arcal made before the marker: every entry is one of the command's own names.
+  if (!legacy_names.empty() && foreign_entry(dir, legacy_names).empty()) return;
+  throw InputError(flag + ": " + dir + " holds " + other + " and was not made by " + command + " (no " +
+                   kOutputMarker + "); arcal writes only into directories it made, so choose a new or empty directory" +
+                   (force_flag.empty() ? std::string() : " or pass " + force_flag + " to use it anyway"));
+}
+
+void mark_output_dir(const std::string& dir, const std::string& command) {
+  const std::string path = (fs::path(dir) / kOutputMarker).string();
+  if (has_output_marker(dir)) return;
+  std::ofstream out(path, std::ios::trunc);
+  out << "made by " << command << "; arcal replaces files in this directory (docs/interface.md)\n";
+  out.flush();
+  if (!out) throw InputError(command + ": cannot write " + path);
+}
+
+bool valid_utf8(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned c = p[i];
+    std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (len == 0 || i + len > n) return false;
+    unsigned cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
+    for (std::size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+    i += len;
+  }
+  return true;
+}
+
+void check_utf8_path(const std::string& flag, const std::string& path) {
+  if (valid_utf8(path)) return;
+  std::string shown;
+  for (unsigned char c : path) {
+    if (c >= 0x20 && c < 0x7F) shown += static_cast<char>(c);
+    else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      shown += buf;
+    }
+  }
+  throw InputError(flag + ": " + shown + " is not valid UTF-8; arcal records paths in JSON (results.json, "
+                   "config.json), so rename it or pass it through a link with a UTF-8 name");
 }
 
 }  // namespace arcal

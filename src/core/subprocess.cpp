@@ -1,11 +1,15 @@
 #include "core/subprocess.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -40,6 +44,34 @@ int run_program(const std::vector<std::string>& args, const SpawnOptions& o) {
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+namespace {
+const char kParentVar[] = "ARCAL_PARENT_PID";
+}
+
+ChildEnvironment child_environment() {
+  ChildEnvironment e;
+  for (char** v = environ; v != nullptr && *v != nullptr; ++v)
+    if (std::strncmp(*v, "ARCAL_PARENT_PID=", sizeof kParentVar) != 0) e.strings.emplace_back(*v);
+  e.strings.push_back(std::string(kParentVar) + "=" + std::to_string(::getpid()));
+  for (auto& s : e.strings) e.pointers.push_back(s.data());
+  e.pointers.push_back(nullptr);
+  return e;
+}
+
+void die_with_parent() {
+  const char* v = std::getenv(kParentVar);
+  if (v == nullptr) return;
+  const long parent = std::strtol(v, nullptr, 10);
+  ::unsetenv(kParentVar);
+  if (parent <= 0) return;
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  // The parent may have died before the request was made: then no signal comes, so stop here.
+  if (::getppid() != static_cast<pid_t>(parent)) {
+    std::fprintf(stderr, "arcal: failed: the parent arcal process (pid %ld) has ended; stopping\n", parent);
+    std::_Exit(1);
+  }
 }
 
 }  // namespace arcal

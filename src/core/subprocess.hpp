@@ -19,4 +19,20 @@ struct SpawnOptions {
 /// argv[0]; e.g. gnuplot not installed: a failure of the environment, exit code 1 in the CLI).
 int run_program(const std::vector<std::string>& argv, const SpawnOptions& options = {});
 
+/// The environment for a child arcal that must not outlive this process (`arcal run`'s and `arcal
+/// sweep`'s trainings and traces): this process's environment plus ARCAL_PARENT_PID=<our pid>. The
+/// strings and the null-terminated pointer array for posix_spawn, which must outlive the call.
+struct ChildEnvironment {
+  std::vector<std::string> strings;
+  std::vector<char*> pointers;
+  char** envp() { return pointers.data(); }
+};
+ChildEnvironment child_environment();
+
+/// First thing in main: when ARCAL_PARENT_PID is set (a child of child_environment), asks the kernel
+/// for SIGTERM when the parent dies (PR_SET_PDEATHSIG: a `kill -9` of `arcal run` left its training
+/// running and holding RUN/.lock), so the child checkpoints and ends; exits at once (status 1) when
+/// the parent is already gone. The variable is removed, so the child's own children do not inherit it.
+void die_with_parent();
+
 }  // namespace arcal

@@ -9,7 +9,9 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <new>
 #include <set>
+#include <stdexcept>
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
@@ -610,6 +612,13 @@ namespace {
 /// Reads every member of an open archive (`label` names it in messages). Each member's declared
 /// size is checked against the array limit, the memory available and what its compressed size can
 /// hold before anything is allocated, and inflating never produces more than the declared size.
+/// Out of memory is a failure of the machine, not of the file (exit 1), but the message names what
+/// could not be held: the file, the array and its size.
+[[noreturn]] void out_of_memory(const std::string& label, const std::string& name, std::uint64_t bytes) {
+  throw std::runtime_error("npz: " + label + ": array '" + printable(name) + "': out of memory holding " +
+                           byte_size(bytes) + " (a memory limit such as ulimit -v, or the machine's memory)");
+}
+
 std::vector<NpyArray> read_archive(zip_t* za, const std::string& label) {
   std::unique_ptr<zip_t, void (*)(zip_t*)> guard(za, [](zip_t* z) { zip_discard(z); });
   const zip_int64_t entries = zip_get_num_entries(za, 0);
@@ -646,7 +655,13 @@ std::vector<NpyArray> read_archive(zip_t* za, const std::string& label) {
                                        byte_size(limits.max_total_bytes) + " per file");
     zip_file_t* zf = zip_fopen_index(za, static_cast<zip_uint64_t>(i), 0);
     if (!zf) fail(label, printable(name), std::string("cannot open member: ") + zip_strerror(za));
-    std::string bytes(static_cast<std::size_t>(declared), '\0');
+    std::string bytes;
+    try {
+      bytes.assign(static_cast<std::size_t>(declared), '\0');
+    } catch (const std::bad_alloc&) {
+      zip_fclose(zf);
+      out_of_memory(label, name, declared);
+    }
     std::size_t got = 0;
     while (got < bytes.size()) {
       const zip_int64_t r = zip_fread(zf, &bytes[got], bytes.size() - got);
@@ -674,7 +689,11 @@ std::vector<NpyArray> read_archive(zip_t* za, const std::string& label) {
     if (got != bytes.size())
       fail(label, printable(name), "member is " + std::to_string(got) + " bytes, but the archive says " +
                                        std::to_string(bytes.size()));
-    arrays.push_back(parse_npy(bytes, label, name));
+    try {
+      arrays.push_back(parse_npy(bytes, label, name));
+    } catch (const std::bad_alloc&) {
+      out_of_memory(label, name, declared);
+    }
   }
   return arrays;
 }
@@ -751,7 +770,12 @@ void write_npz(const std::string& path, const std::vector<NpyArray>& arrays, boo
                                      compress ? 6 : 0) != 0)
           throw InputError(std::string("write_npz: ") + path + ": " + zip_strerror(za));
       }
-      if (zip_close(za) != 0) throw InputError(std::string("write_npz: cannot write ") + tmp + ": " + zip_strerror(za));
+      if (zip_close(za) != 0) {
+        // A full disk: the system error (ENOSPC) names the cause and makes it a failure while working.
+        const int sys = zip_error_code_system(zip_get_error(za));
+        if (zip_error_system_type(zip_get_error(za)) == ZIP_ET_SYS && sys > 0) throw_write_error("write_npz", path, sys);
+        throw InputError(std::string("write_npz: cannot write ") + tmp + ": " + zip_strerror(za));
+      }
     } catch (...) {
       zip_discard(za);
       throw;

@@ -8,6 +8,7 @@
 #include "core/check.hpp"
 #include "core/error.hpp"
 #include "core/limits.hpp"
+#include "core/text_input.hpp"
 #include "io/npz.hpp"
 
 namespace arcal {
@@ -46,6 +47,11 @@ struct Ctx {
 
 void validate(const Trace& t, const Ctx& c) {
   const std::size_t N = t.n, K = t.classes;
+  // meta is JSON that the audit and the report parse (recursively): the nesting limit of every other
+  // JSON file applies to it before any parser sees it (100,000 levels segfaulted nlohmann's parser).
+  if (t.meta_json.size() > input_limits().max_text_bytes)
+    c.fail("meta is " + byte_size(t.meta_json.size()) + ", more than the limit of " + byte_size(input_limits().max_text_bytes));
+  check_json_nesting(t.meta_json, c.fn, c.path + ": meta");
   if (N == 0) c.fail("the trace has no examples (N = 0)");
   if (K < 2) c.fail("classes is " + std::to_string(K) + ", but must be >= 2");
   if (t.logits.empty() == t.probs.empty()) c.fail("exactly one of 'logits' and 'probs' must be present");

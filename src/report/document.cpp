@@ -82,23 +82,52 @@ void html_table(std::ostringstream& html, const Block& bl) {
   if (!bl.caption.empty()) html << "<p><em>" << html_escape(bl.caption) << "</em></p>\n";
 }
 
+/// Text as Markdown shows it literally: names from the data (a trace's meta, run names) can hold
+/// HTML, which Markdown renderers pass through (a `<script>` in a model name), or Markdown syntax. HTML's
+/// three characters become entities; Markdown's punctuation is backslash-escaped; a line break is a
+/// space (a name cannot start a new block or a table row).
+std::string md_escape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '\\': case '`': case '*': case '_': case '[': case ']': case '#': case '|': case '!':
+        out += '\\';
+        out += c;
+        break;
+      case '\n': case '\r': out += ' '; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+/// A code fence longer than any run of backticks in `body`, so the body cannot close it.
+std::string md_fence(const std::string& body) {
+  std::size_t longest = 0, run = 0;
+  for (char c : body) {
+    run = c == '`' ? run + 1 : 0;
+    longest = std::max(longest, run);
+  }
+  return std::string(std::max<std::size_t>(3, longest + 1), '`');
+}
+
 void md_table(std::ostringstream& md, const Block& bl) {
   md << "|";
-  for (const auto& h : bl.t.header) md << " " << h << " |";
+  for (const auto& h : bl.t.header) md << " " << md_escape(h) << " |";
   md << "\n|";
   for (std::size_t i = 0; i < bl.t.header.size(); ++i) md << "---|";
   md << "\n";
   for (const auto& row : bl.t.rows) {
     md << "|";
-    for (const auto& c : row) {
-      std::string cell = c;
-      std::replace(cell.begin(), cell.end(), '|', '/');
-      md << " " << cell << " |";
-    }
+    for (const auto& c : row) md << " " << md_escape(c) << " |";
     md << "\n";
   }
   md << "\n";
-  if (!bl.caption.empty()) md << "*" << bl.caption << "*\n\n";
+  if (!bl.caption.empty()) md << "*" << md_escape(bl.caption) << "*\n\n";
 }
 
 }  // namespace
@@ -139,17 +168,21 @@ std::string render_html(const Document& doc, const std::map<std::string, std::st
 
 std::string render_markdown(const Document& doc) {
   std::ostringstream md;
-  md << "# " << doc.title << "\n\n";
+  md << "# " << md_escape(doc.title) << "\n\n";
   for (const auto& sec : doc.sections) {
-    md << "## " << sec.title << "\n\n";
+    md << "## " << md_escape(sec.title) << "\n\n";
     for (const auto& bl : sec.blocks) {
       switch (bl.kind) {
-        case Block::text: md << bl.body << "\n\n"; break;
-        case Block::verdict: md << "> **" << bl.body << "**\n\n"; break;
-        case Block::pre: md << "```toml\n" << bl.body << "```\n\n"; break;
+        case Block::text: md << md_escape(bl.body) << "\n\n"; break;
+        case Block::verdict: md << "> **" << md_escape(bl.body) << "**\n\n"; break;
+        case Block::pre: {
+          const std::string fence = md_fence(bl.body);
+          md << fence << "toml\n" << bl.body << (bl.body.empty() || bl.body.back() == '\n' ? "" : "\n") << fence << "\n\n";
+          break;
+        }
         case Block::table: md_table(md, bl); break;
         case Block::figure:
-          md << "![" << bl.caption << "](figures/" << bl.body << ".svg)\n\n*" << bl.caption << "* (data: `figures/"
+          md << "![" << md_escape(bl.caption) << "](figures/" << bl.body << ".svg)\n\n*" << md_escape(bl.caption) << "* (data: `figures/"
              << bl.body << ".dat`, script: `figures/" << bl.body << ".gp`)\n\n";
           break;
       }

@@ -1,11 +1,13 @@
 #include "report/figures.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <sstream>
 
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
+#include "core/error.hpp"
 #include "core/subprocess.hpp"
 
 namespace arcal {
@@ -45,8 +47,21 @@ std::vector<std::string> render_gnuplot_figure(const std::string& dir, const std
     SpawnOptions o;
     o.cwd = dir;
     o.stderr_path = dir + "/" + script + ".log";
-    if (run_program({"gnuplot", script}, o) != 0)
-      throw_input("render_gnuplot_figure", "gnuplot failed on " + dir + "/" + script + " (see " + script + ".log)");
+    const int rc = run_program({"gnuplot", script}, o);
+    if (rc != 0) {
+      // The report renders into a temporary directory that a failure removes, so a pointer to the
+      // log would point nowhere: the message carries gnuplot's own last lines.
+      std::string log;
+      try {
+        log = read_file(o.stderr_path);
+      } catch (const InputError&) {
+      }
+      while (!log.empty() && (log.back() == '\n' || log.back() == ' ')) log.pop_back();
+      if (log.size() > 600) log = "..." + log.substr(log.size() - 600);
+      std::replace(log.begin(), log.end(), '\n', ' ');
+      throw_input("render_gnuplot_figure", "gnuplot failed on " + script + " (exit " + std::to_string(rc) + ")" +
+                                               (log.empty() ? std::string(", no message") : ": " + log));
+    }
   }
   fs::remove(dir + "/" + name + ".png.gp");
   fs::remove(dir + "/" + name + ".gp.log");

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include "core/atomic_file.hpp"
@@ -50,7 +51,12 @@ ReportOutput build_report(const ResultsDocument& doc, const std::string& path, c
   return out;
 }
 
-void check_report_target(const std::string& dir, const std::string& out_dir) {
+/// The entries of a report directory (what build_report writes).
+const std::vector<std::string> kReportEntries{"report.html", "report.md", "figures", "tables"};
+
+/// The report directory is replaced as a whole, so it must be arcal's (the marker, or a report of an
+/// earlier arcal: only report entries) and hold nothing else; --force replaces it anyway.
+void check_report_target(const std::string& dir, const std::string& out_dir, bool force) {
   if (path_within(dir, out_dir))
     throw_input("--out", out_dir + " would contain the input " + dir + "/results.json, but the report directory is "
                                    "replaced as a whole; choose a directory outside " + dir + " or below it (default " +
@@ -58,10 +64,33 @@ void check_report_target(const std::string& dir, const std::string& out_dir) {
   std::error_code ec;
   if (!fs::exists(out_dir, ec)) return;
   if (!fs::is_directory(out_dir, ec)) throw_input("--out", out_dir + " exists and is not a directory");
-  const bool report = fs::exists(out_dir + "/report.html", ec) || fs::exists(out_dir + "/report.md", ec);
-  if (!report && !fs::is_empty(out_dir, ec))
-    throw_input("--out", out_dir + " exists and is not an arcal report (no report.html); the report directory is "
-                                   "replaced as a whole, so choose another --out or remove it yourself");
+  if (force) return;
+  const std::string other = foreign_entry(out_dir, kReportEntries);
+  if (!other.empty())
+    throw_input("--out", out_dir + " holds " + other + ", which is not part of an arcal report; the report directory is "
+                                   "replaced as a whole, so choose another --out, move it out, or pass --force to "
+                                   "replace the directory anyway");
+}
+
+/// DIR.tmp-PID and DIR.old-PID of report writers that no longer run (a kill -9 mid-report).
+void remove_stale_report_temporaries(const std::string& out_dir) {
+  const fs::path target(out_dir);
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  const std::string base = target.filename().string();
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    for (const char* tag : {".tmp-", ".old-"}) {
+      const std::string prefix = base + tag;
+      if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+      const std::string pid = name.substr(prefix.size());
+      if (pid.size() > 10 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      const long long p = std::stoll(pid);
+      if (p <= 0 || p == ::getpid() || ::kill(static_cast<pid_t>(p), 0) == 0 || errno != ESRCH) continue;
+      std::error_code rm;
+      fs::remove_all(e.path(), rm);
+    }
+  }
 }
 
 }  // namespace
@@ -70,11 +99,12 @@ void check_report_text(const std::string& text, const std::string& path) {
   build_report(read_results(text, path), path, "");
 }
 
-ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
+ReportOutput write_report(const std::string& dir, const std::string& out_dir, bool force) {
   const std::string path = dir + "/results.json";
   if (!fs::exists(path)) throw_input(kFn, path + " does not exist (run arcal audit --out DIR or arcal run first)");
   const ResultsDocument doc = read_results(read_text_file(path, kFn, "results.json", input_limits().max_text_bytes), path);
-  check_report_target(dir, out_dir);
+  check_report_target(dir, out_dir, force);
+  remove_stale_report_temporaries(out_dir);
 
   // Rendered into a sibling temporary directory, then renamed over out_dir: an interrupted or
   // failed report never leaves a partial directory, and an earlier report stays until the new one
@@ -88,6 +118,7 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir) {
   ReportOutput out;
   try {
     out = build_report(doc, path, tmp);
+    mark_output_dir(tmp, "arcal report");
   } catch (...) {
     fs::remove_all(tmp, ec);
     throw;

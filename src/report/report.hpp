@@ -25,9 +25,10 @@ struct ReportOutput {
 /// wrong type or misses a key (naming its JSON pointer), and when gnuplot fails (naming the script).
 /// All of that is checked before anything is written; the report is rendered into a temporary
 /// sibling directory and renamed over out_dir, so a failure never leaves a partial report. out_dir
-/// must not contain DIR, and an existing out_dir must be an earlier report (or empty): it is
-/// replaced as a whole.
-ReportOutput write_report(const std::string& dir, const std::string& out_dir);
+/// must not contain DIR, and an existing out_dir must hold nothing but a report's entries
+/// (report.html, report.md, figures/, tables/, .arcal-output) unless `force`: it is replaced as a
+/// whole. Temporaries of report writers that died (out_dir.tmp-PID, out_dir.old-PID) are removed.
+ReportOutput write_report(const std::string& dir, const std::string& out_dir, bool force = false);
 
 /// Reads results.json text and builds the whole report from it without writing anything: what
 /// write_report does before it writes. Throws InputError naming `path` (the fuzz target's entry).

@@ -115,8 +115,14 @@ double lr_at(const TrainConfig& c, std::int64_t step, std::int64_t total) {
   return c.lr * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
 }
 
+/// The archive is serialised in memory and written by write_file_atomic: LibTorch's file writer
+/// throws from its destructor on a full disk (std::terminate, rc 134, the temporary left behind);
+/// here a full disk is an error naming the path and ENOSPC, the temporary is removed and the previous
+/// checkpoint stays as it was.
 void save_archive_atomic(torch::serialize::OutputArchive& archive, const std::string& path) {
-  write_atomic_with(path, [&](const std::string& tmp) { archive.save_to(tmp); });
+  std::ostringstream bytes;
+  archive.save_to(bytes);
+  write_file_atomic(path, std::move(bytes).str());
 }
 
 /// fp16 loss-scaler state; part of the checkpoint so an fp16 run resumes exactly.
@@ -337,11 +343,11 @@ TrainConfig resolve_resume(const TrainConfig& requested, const RunConfig& stored
   return c;
 }
 
-/// True when DIR holds nothing but the lock file (what a refused or interrupted start leaves).
+/// True when DIR holds nothing but the lock file and the marker (what a refused or interrupted start leaves).
 bool only_lock_file(const std::string& dir) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.path().filename() != ".lock") return false;
+    if (e.path().filename() != ".lock" && e.path().filename() != kOutputMarker) return false;
   return !ec;
 }
 
@@ -367,8 +373,14 @@ nlohmann::json train_run(const TrainConfig& requested, const std::string& run_di
     if (ec) throw_input("--out", "cannot create " + run_dir + ": " + ec.message());
     created = true;
   }
+  // RUN/ is arcal's only if arcal made it (the marker): a user's directory with its own config.json,
+  // log.jsonl or model.pt is never written into. A run of an arcal made before the marker is resumed
+  // (its config.json is then read by the typed reader, which refuses anything that is not a run's).
+  if (!created && !(resume && fs::exists(run_dir + "/config.json", ec)))
+    check_output_dir("--out", run_dir, "arcal train", false, "");
   auto lock = std::make_unique<DirLock>(run_dir, "arcal train");
   try {
+    mark_output_dir(run_dir, "arcal train");
     return train_locked(requested, run_dir, resume, events, request);
   } catch (...) {
     // A start refused on input (or interrupted before writing) leaves no directory behind.

@@ -47,6 +47,7 @@ class Runner:
         return os.path.join(self.work, *parts)
 
     def norm(self, s):
+        s = s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")  # a non-UTF-8 path as \\xff
         s = s.replace(self.work, "$W")
         s = s.replace(self.arcal, "arcal")
         s = re.sub(r"pid \d+", "pid PID", s)
@@ -157,6 +158,15 @@ def idx_files(d, prefix, n, h, w, img_magic=2051, pixels=None, labels=None):
     lab = struct.pack(">II", 2049, n) + (labels if labels is not None else bytes(i % 10 for i in range(n)))
     open(os.path.join(d, prefix + "-images-idx3-ubyte.gz"), "wb").write(gzip.compress(img, mtime=0))
     open(os.path.join(d, prefix + "-labels-idx1-ubyte.gz"), "wb").write(gzip.compress(lab, mtime=0))
+
+
+def stderr_of(proc, timeout=120):
+    """The stderr of a started process once it ends (killed after `timeout` seconds)."""
+    try:
+        return proc.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()[1]
 
 
 def wait_for(path, timeout=240, proc=None):
@@ -399,7 +409,7 @@ def report_cases(r):
     r.run("report --out equal to DIR (would replace the input)", ["report", W("rep_ok"), "--out", W("rep_ok")], 2, "would contain the input")
     os.makedirs(W("precious"), exist_ok=True)
     open(W("precious", "notes.txt"), "w").write("mine")
-    r.run("report --out onto a directory that is not a report", ["report", W("rep_ok"), "--out", W("precious")], 2, "is not an arcal report",
+    r.run("report --out onto a directory that is not a report", ["report", W("rep_ok"), "--out", W("precious")], 2, "which is not part of an arcal report",
           check=lambda c, o, e: "" if os.path.exists(W("precious", "notes.txt")) else "notes.txt was deleted")
     evil = W("rep'; touch INJECTED; echo '")
     os.makedirs(evil, exist_ok=True)
@@ -626,6 +636,17 @@ def long_train(out, steps=400):
             "--threads", "1", "--seed", "3", "--quiet", "--out", out]
 
 
+def start_study(r, toml, out, name, train, tables, extra=()):
+    """Writes a one-seed study (`train` lines added to [train], `tables` after [model]; no probes,
+    sensitivity or exact null) and starts `arcal run` on it into a fresh `out`: (argv, process)."""
+    open(toml, "w").write("name = \"%s\"\n[train]\nseeds = [3]\n%s\nmax_steps = 0\nbatch_size = 64\n"
+                          "[model]\nstandard_twin = false\n%sprobes = false\nsensitivity = false\nexact_null = false\n"
+                          % (name, train, tables))
+    shutil.rmtree(out, ignore_errors=True)
+    argv = ["run", "--config", toml, "--out", out] + list(extra)
+    return argv, subprocess.Popen([r.arcal] + argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
 def concurrency_cases(r):
     r.area = "signals and locks"
     W = r.path
@@ -636,11 +657,7 @@ def concurrency_cases(r):
     r.run("a second train on a run directory in use (was: interleaved checkpoints)", long_train(busy), 2,
           "is in use by another arcal process (pid", check=lambda c, o, e: "" if ok else "the first run did not start")
     p.send_signal(signal.SIGTERM)
-    try:
-        _, err = p.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        _, err = p.communicate()
+    err = stderr_of(p)
     r.record("SIGTERM during train: checkpoint, exit 3, resume command", long_train(busy), p.returncode, err, 3,
              "Resume with: arcal train --resume --out", then="SIGTERM")
     r.run("--resume --max-steps below the checkpoint's step", ["train", "--resume", "--max-steps", "1", "--override", "max_steps", "--out", busy],
@@ -669,14 +686,9 @@ def concurrency_cases(r):
     code = 128 + (-p.returncode) if p.returncode < 0 else p.returncode
     r.record("a second signal ends train at once", long_train(W("intr2")), code, err, 143, None, then="SIGINT, SIGTERM")
 
-    study = W("tiny.toml")
-    open(study, "w").write("name = \"tiny\"\n[train]\nseeds = [3]\nepochs = 3\ntrain_subset = 4096\nmax_steps = 0\nbatch_size = 64\n"
-                           "[model]\nstandard_twin = false\n[trace]\nsplit = \"val\"\n[audit]\npermutations = 100\nbins = 5\n"
-                           "probes = false\nsensitivity = false\nexact_null = false\n")
     out = W("study")
-    shutil.rmtree(out, ignore_errors=True)
-    argv = ["run", "--config", study, "--out", out]
-    p = subprocess.Popen([r.arcal] + argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    argv, p = start_study(r, W("tiny.toml"), out, "tiny", "epochs = 3\ntrain_subset = 4096",
+                          "[trace]\nsplit = \"val\"\n[audit]\npermutations = 100\nbins = 5\n")
     started = False
     t0 = time.time()
     while time.time() - t0 < 240 and p.poll() is None:
@@ -697,6 +709,261 @@ def concurrency_cases(r):
              "", 0, None, out="checkpoint kept" if kept else "")
 
 
+# ---------------------------------------------------------------- round 2 (issue 24)
+
+def dead_pid():
+    """The pid of a process that has ended (for temporaries left by a kill -9)."""
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def tmpfs(path, size):
+    """A small tmpfs at `path` (a full disk on demand); False when mounting is not allowed."""
+    os.makedirs(path, exist_ok=True)
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%s" % size, "tmpfs", path], capture_output=True).returncode == 0
+
+
+def fill(path, leave=0):
+    """Fills the file system of directory `path` to the last byte (unbuffered writes, then single bytes),
+    then frees `leave` bytes again."""
+    fd = os.open(os.path.join(path, "filler"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        for chunk in (b"\0" * 65536, b"\0"):
+            try:
+                while True:
+                    os.write(fd, chunk)
+            except OSError:
+                pass
+        if leave:
+            os.ftruncate(fd, max(0, os.fstat(fd).st_size - leave))
+    finally:
+        os.close(fd)
+
+
+def round2_cases(r):
+    W = r.path
+    r.area = "round 2: crash"
+    deep = trace(60, 3)
+    deep["meta"] = np.array("[" * 100000 + "]" * 100000)
+    save(W("deep_meta.npz"), deep)
+    r.run("trace meta nested 100,000 deep (was: segfault)", ["audit", W("deep_meta.npz"), "--out", W("r2_deep"), "--no-probes",
+                                                             "--permutations", "10"], 2,
+          "meta: line 1: arrays and objects nested more than 64 deep",
+          check=lambda c, o, e: "" if not os.path.exists(W("r2_deep")) else "an output directory was left")
+
+    # Out of memory under an address-space limit (the issue's ulimit -v 600000): exit 1 naming the
+    # file and array, never a hang (OpenBLAS's exit handler waited forever for a worker retrying its
+    # buffer). The size it could not hold depends on the machine, so the row shows "holding ...".
+    import resource
+    argv = ["metrics", W("in_oom.npz"), "--bootstrap", "0"]
+    save(W("in_oom.npz"), trace(2000, 10))
+    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (600000 * 1024, 600000 * 1024))
+    try:
+        p = subprocess.run([r.arcal] + argv, capture_output=True, text=True, timeout=120, preexec_fn=limit)
+        code, err = p.returncode, re.sub(r"out of memory holding .*", "out of memory holding ...", p.stderr)
+    except subprocess.TimeoutExpired:
+        code, err = "timeout", "(no exit within 120 s)"
+    r.record("out of memory under ulimit -v 600000 (was: never exits)", ["(ulimit -v 600000;"] + [r.show_cmd(argv) + ")"], code,
+             err, 1, "out of memory holding")
+
+    # kill -9 of arcal run: the training child ends with it, and its RUN/.lock does not block.
+    out = W("r2_kill")
+    argv, p = start_study(r, W("r2_kill.toml"), out, "kill", "epochs = 50\ntrain_subset = 2048\ncheckpoint_every = 1",
+                          "[audit]\npermutations = 10\n", ["--no-report"])
+    child, rd = None, None
+    t0 = time.time()
+    while time.time() - t0 < 240 and p.poll() is None and child is None:
+        runs = os.path.join(out, "runs")
+        for d in (os.listdir(runs) if os.path.isdir(runs) else []):
+            lock = os.path.join(runs, d, ".lock")
+            if os.path.exists(os.path.join(runs, d, "checkpoint.pt")) and os.path.exists(lock):
+                m = re.search(r"pid (\d+)", open(lock).read())
+                if m:
+                    child, rd = int(m.group(1)), os.path.join(runs, d)
+        time.sleep(0.05)
+    p.kill()
+    p.wait()
+    gone = False
+    t0 = time.time()
+    while child is not None and time.time() - t0 < 60:
+        try:
+            os.kill(child, 0)
+            st = open("/proc/%d/stat" % child).read().split()[2]
+            if st == "Z":
+                gone = True
+                break
+        except (ProcessLookupError, FileNotFoundError):
+            gone = True
+            break
+        time.sleep(0.1)
+    r.record("kill -9 of arcal run: its training child ends too (was: left running, holding RUN/.lock)",
+             ["(kill -9 of: arcal run --config $W/r2_kill.toml --out $W/r2_kill --no-report)"], 0 if gone else 1, "", 0, None,
+             out="the training child ended" if gone else "", extra_ok=child is not None, extra_why="no training child seen")
+    if rd is not None:
+        r.run("the dead child's RUN/.lock does not block a resume", ["train", "--resume", "--max-steps", "1", "--override", "max_steps",
+                                                                       "--out", rd], 2, "past the run's end")
+
+    r.area = "round 2: full disk"
+    disk = W("r2_disk")
+    mounted = tmpfs(disk, "12m")
+    if mounted:
+        try:
+            run = os.path.join(disk, "run")
+            r.run("train a tiny run onto a small disk (setup)", TRAIN + ["--out", run], 0, None)
+            before = open(os.path.join(run, "checkpoint.pt"), "rb").read()
+            fill(disk, leave=256 << 10)  # room for config.json and log.jsonl, not for a 4 MB checkpoint
+
+            def intact(code, out, err):
+                left = [f for f in os.listdir(run) if ".tmp." in f]
+                if left:
+                    return "temporaries left: %s" % left
+                return "" if open(os.path.join(run, "checkpoint.pt"), "rb").read() == before else "the checkpoint changed"
+            r.run("training onto a full disk (was: uncaught c10::Error, rc 134, temporary left)",
+                  ["train", "--resume", "--max-steps", "6", "--override", "max_steps", "--threads", "1", "--out", run], 1,
+                  "No space left on device (ENOSPC)", check=intact)
+            os.remove(os.path.join(disk, "filler"))
+            r.run("--resume after the disk has room again", ["train", "--resume", "--max-steps", "6", "--override", "max_steps",
+                                                             "--threads", "1", "--out", run, "--quiet"], 0, None)
+            shutil.rmtree(run, ignore_errors=True)
+            fill(disk)
+            r.run("a trace written onto a full disk (was: exit 2, no cause)", ["simulate", "--n", "2000", "--out",
+                                                                               os.path.join(disk, "s.npz")], 1,
+                  "No space left on device (ENOSPC)",
+                  check=lambda c, o, e: "" if not [f for f in os.listdir(disk) if f.startswith("s.npz")] else "a temporary was left")
+        finally:
+            subprocess.run(["umount", disk], capture_output=True)
+    else:
+        r.record("full-disk cases need a tmpfs (mount as root)", ["(mount -t tmpfs)"], 1, "", 0, None)
+
+    r.area = "round 2: data loss"
+    subprocess.run([r.arcal, "simulate", "--out", W("r2_sim.npz"), "--n", "600", "--classes", "3", "--points", "2"],
+                   check=True, capture_output=True)
+    aud = W("r2_audit")
+    shutil.rmtree(aud, ignore_errors=True)
+    r.run("an audit (setup)", ["audit", W("r2_sim.npz"), "--out", aud, "--permutations", "20", "--no-probes", "--quiet"], 0, None)
+    user = W("r2_user")
+    shutil.rmtree(user, ignore_errors=True)
+    os.makedirs(user)
+    open(os.path.join(user, "thesis.tex"), "w").write("my thesis")
+    open(os.path.join(user, "report.md"), "w").write("my notes")
+    kept = lambda c, o, e: "" if open(os.path.join(user, "thesis.tex")).read() == "my thesis" else "thesis.tex is gone"
+    r.run("report --out a directory of the user's (was: replaced whole, thesis.tex gone)", ["report", aud, "--out", user], 2,
+          "holds thesis.tex, which is not part of an arcal report", check=kept)
+    r.run("train --out a directory of the user's (was: config.json, log.jsonl, model.pt overwritten)",
+          TRAIN + ["--out", user], 2, "holds report.md and was not made by arcal train", check=kept)
+    os.makedirs(W("r2_user_study"), exist_ok=True)
+    open(W("r2_user_study", "study.toml"), "w").write("# mine\n")
+    r.run("run --out a directory holding the user's study.toml (was: overwritten)", ["run", "--out", W("r2_user_study"), "--no-report"], 2,
+          "holds study.toml and was not made by arcal run",
+          check=lambda c, o, e: "" if open(W("r2_user_study", "study.toml")).read() == "# mine\n" else "study.toml changed")
+    r.run("audit --out a directory of the user's", ["audit", W("r2_sim.npz"), "--out", user, "--no-probes", "--permutations", "10"], 2,
+          "holds report.md and was not made by arcal audit", check=kept)
+    shutil.rmtree(W("r2_user_force"), ignore_errors=True)
+    shutil.copytree(user, W("r2_user_force"))
+    r.run("report --out a directory of the user's, with --force", ["report", aud, "--out", W("r2_user_force"), "--force"], 0, None,
+          check=lambda c, o, e: "" if os.path.exists(W("r2_user_force", "report.html")) else "no report written")
+
+    # A second audit into a directory in use is refused (the lock is held for the whole audit).
+    big = W("r2_big.npz")
+    subprocess.run([r.arcal, "simulate", "--out", big, "--n", "20000", "--classes", "3", "--points", "2"], check=True,
+                   capture_output=True)
+    busy = W("r2_busy")
+    shutil.rmtree(busy, ignore_errors=True)
+    p = subprocess.Popen([r.arcal, "audit", big, "--out", busy, "--permutations", "20000", "--no-probes", "--quiet"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started = wait_for(os.path.join(busy, ".lock"), proc=p)
+    r.run("a second audit into an --out in use (was: the later finisher replaced the first's results)",
+          ["audit", W("r2_sim.npz"), "--out", busy, "--permutations", "20", "--no-probes"], 2, "is in use by another arcal process",
+          check=lambda c, o, e: "" if started else "the first audit did not start")
+    p.wait(timeout=600)
+
+    # A full result set or none: files of an earlier audit that the new one lacks are removed, and a
+    # dead writer's temporary set is removed.
+    os.makedirs(os.path.join(aud, ".tmp-%d" % dead_pid()), exist_ok=True)
+    open(os.path.join(aud, "probes.csv"), "w").write("an earlier audit's\n")
+
+    def one_set(code, out, err):
+        left = [f for f in os.listdir(aud) if f.startswith(".tmp-") or f == "probes.csv"]
+        return "left: %s" % left if left else ""
+    r.run("audit --force over an earlier audit: one result set, no temporaries", ["audit", W("r2_sim.npz"), "--out", aud,
+                                                                                  "--permutations", "20", "--no-probes", "--force",
+                                                                                  "--quiet"], 0, None, check=one_set)
+
+    r.area = "round 2: wrong answers"
+    cal = W("r2_cal.json")
+    subprocess.run([r.arcal, "calibrate", "--fit", W("r2_sim.npz"), "--apply", W("r2_sim.npz"), "--method", "histogram",
+                    "--out", W("r2_cal.npz"), "--save", cal], check=True, capture_output=True)
+    d = json.load(open(cal))
+    d["value"][0] = 7.0
+    json.dump(d, open(W("r2_bad_cal.json"), "w"))
+    r.run("calibrate --params with a histogram value of 7 (was: G.npz written, exit 2)",
+          ["calibrate", "--params", W("r2_bad_cal.json"), "--apply", W("r2_sim.npz"), "--out", W("r2_G.npz")], 2,
+          "key 'value'[0] is 7, but must be finite and in [0, 1]",
+          check=lambda c, o, e: "" if not os.path.exists(W("r2_G.npz")) else "G.npz was written")
+    d = json.load(open(cal))
+    d["method"], d["temperature"], d["beta"] = "temperature", 2.0, 1.0
+    json.dump(d, open(W("r2_bad_t.json"), "w"))
+    r.run("calibrate --params with an edited temperature (was: ignored, the stored beta won)",
+          ["calibrate", "--params", W("r2_bad_t.json"), "--apply", W("r2_sim.npz"), "--out", W("r2_G.npz")], 2,
+          "temperature must be 1/beta", check=lambda c, o, e: "" if not os.path.exists(W("r2_G.npz")) else "G.npz was written")
+
+    r.area = "round 2: leftovers and messages"
+    bad = W(b"r2_\xff.npz".decode("utf-8", "surrogateescape"))
+    shutil.copy(W("r2_sim.npz"), bad)
+    r.run("a trace path that is not UTF-8 (was: json type_error.316 after all the work)",
+          ["audit", bad, "--out", W("r2_nonutf8"), "--no-probes", "--permutations", "10"], 2, "is not valid UTF-8",
+          check=lambda c, o, e: "" if not os.path.exists(W("r2_nonutf8")) else "an output directory was left")
+    pid = dead_pid()
+    for f in ("r2_stale.npz.tmp.%d" % pid, "r2_stale.npz.tmp.%d.Ab12Cd" % pid):
+        open(W(f), "w").write("left by a kill -9")
+    r.run("stale temporaries of a dead writer (trace and libzip's) are removed",
+          ["simulate", "--n", "100", "--out", W("r2_stale.npz")], 0, None,
+          check=lambda c, o, e: "" if not [f for f in os.listdir(r.work) if f.startswith("r2_stale.npz.")] else "temporaries left")
+    os.makedirs(os.path.join(aud, "report.tmp-%d" % pid), exist_ok=True)
+    r.run("a dead report writer's report.tmp-PID is removed", ["report", aud], 0, None,
+          check=lambda c, o, e: "" if not os.path.exists(os.path.join(aud, "report.tmp-%d" % pid)) else "report.tmp-PID left")
+    long_name = "n" * 246 + ".npz"  # 250 bytes: legal, but NAME.tmp.PID is not
+    r.run("a legal 250-byte file name (was: refused, the temporary's name overflowed 255 bytes)",
+          ["simulate", "--n", "100", "--out", W(long_name)], 0, None,
+          check=lambda c, o, e: "" if os.path.exists(W(long_name)) else "not written")
+    fake = W("r2_fakebin")
+    os.makedirs(fake, exist_ok=True)
+    open(os.path.join(fake, "gnuplot"), "w").write("#!/bin/sh\necho \"line 3: undefined variable: sans\" >&2\nexit 1\n")
+    os.chmod(os.path.join(fake, "gnuplot"), 0o755)
+    env = dict(os.environ, PATH=fake + ":" + os.environ.get("PATH", ""))
+    r.run("a failing gnuplot: its error is shown (was: a log in a deleted directory)", ["report", aud, "--out", W("r2_rep_gp")], 2,
+          "line 3: undefined variable: sans", env=env)
+    anti = trace(200, 3)
+    anti["labels"] = np.argmin(anti["logits"], axis=1).astype(np.int64)
+    anti["logits"] = anti["logits"] * 4
+    save(W("r2_anti.npz"), anti)
+    r.run("temperature scaling that fails says why", ["calibrate", W("r2_anti.npz"), "--method", "temperature", "--out",
+                                                      W("r2_anti_cal.npz")], 1, "no positive temperature can calibrate")
+    rd = W("r2_deleted")
+    shutil.rmtree(rd, ignore_errors=True)
+    p = subprocess.Popen([r.arcal] + long_train(rd), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for(os.path.join(rd, "checkpoint.pt"), proc=p)
+    t0 = time.time()
+    while os.path.exists(rd) and time.time() - t0 < 30:  # the trainer may add a file while it is removed
+        shutil.rmtree(rd, ignore_errors=True)
+    err = stderr_of(p)
+    r.record("RUN/ deleted during training (was: a LibTorch backtrace)", long_train(rd), p.returncode, err, 2,
+             "does not exist (was it removed while arcal was working?)", then="rm -r RUN",
+             extra_ok="Exception raised from" not in err, extra_why="a backtrace was printed")
+    # Names from the data in report.md: Markdown passes HTML through, so it is escaped.
+    inj = trace(300, 3, routing=True)
+    inj["meta"] = np.array(json.dumps({"model": "<script>alert(1)</script>", "residual": "full"}))
+    save(W("r2_inject.npz"), inj)
+    inj_dir = W("r2_inject")
+    shutil.rmtree(inj_dir, ignore_errors=True)
+    subprocess.run([r.arcal, "audit", W("r2_inject.npz"), "--out", inj_dir, "--permutations", "20", "--no-probes", "--quiet"],
+                   check=True, capture_output=True)
+    r.run("report.md with a <script> in a trace's meta (was: written unescaped)", ["report", inj_dir], 0, None,
+          check=lambda c, o, e: "" if "<script>" not in open(os.path.join(inj_dir, "report", "report.md")).read()
+          else "report.md holds <script>")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--arcal", required=True)
@@ -713,7 +980,8 @@ def main():
     os.makedirs(work)
     r = Runner(os.path.realpath(a.arcal), work)
     t0 = time.time()
-    groups = [files_cases, flag_cases, toml_cases, report_cases, path_cases, cedar_cases, data_cases, train_cases, concurrency_cases]
+    groups = [files_cases, flag_cases, toml_cases, report_cases, path_cases, cedar_cases, data_cases, train_cases, concurrency_cases,
+              round2_cases]
     for g in groups:
         if a.only and a.only not in g.__name__:
             continue
