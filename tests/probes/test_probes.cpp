@@ -307,6 +307,7 @@ TEST(Probes, FullLogitReferenceConditionsOnThePredictedClass) {
       false_gains += c.p <= 0.05 && c.delta < 0;
       ++runs;
     }
+  std::printf("  full logit + routing vs full logit: %zu false gains in %zu null runs\n", false_gains, runs);
   // At most 2 of 8 (the 99 % band of a one-sided 2.5 % rate over 8 runs is [0, 2]); the old reference: ~6.
   EXPECT_LE(false_gains, test_util::binomial_band_99(runs, 0.025).second) << false_gains << " of " << runs;
 }

@@ -5,6 +5,9 @@
 // dependence, and bad input throws. ARCAL_LONG_TESTS=1 runs 100 null runs per variant and the
 // full-size timing (3 runs x N = 10,000, default settings).
 #include <gtest/gtest.h>
+
+#include <utility>
+#include <vector>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -94,6 +97,10 @@ AuditRunInput misspecified_run(const std::string& family, std::size_t n, double 
   } else if (family == "class") {  // routing tracks the predicted class; calibration differs by class
     so.confound_source = "class";
     so.class_effect = 1.5;
+  } else if (family == "saturated") {  // confidences near 1, overconfident, routing tracks confidence
+    so.margin_mean = 14.0;
+    so.margin_sd = 4.0;
+    so.reference_slope = 0.5;
   } else {
     so.confound_source = "outputs";
     so.output_effect = 1.0;
@@ -144,16 +151,18 @@ TEST(ExactNull, ConditionalPermutationHoldsLevelOnMisspecifiedNulls) {
 
 // Issue 23 (3): routing that tracks the predicted class, with class-dependent calibration, is a null
 // given the whole output; matching on sorted probabilities (which drop the class) rejected 16/16 such
-// runs. Groups inside each predicted class hold the level.
+// runs. Groups inside each predicted class hold the level; so do both variants with saturated confidences.
 TEST(ExactNull, FullLogitNullKeepsThePredictedClass) {
   torch::set_num_threads(1);
   const std::size_t runs = long_tests() ? 100 : 12;
   const auto band = arcal::test_util::binomial_band_99(runs, 0.05);
-  const auto c = exact_null_rejections("full_logit", "class", runs, 2000, 0.0, 9500);
-  std::printf("  class-dependent null (full_logit), %zu runs x N = 2000: conditional %zu, model-based %zu (band [%zu, "
-              "%zu])\n",
-              runs, c.conditional, c.model_based, band.first, band.second);
-  EXPECT_LE(c.conditional, band.second);
+  for (const auto& [variant, family] : std::vector<std::pair<const char*, const char*>>{
+           {"full_logit", "class"}, {"full_logit", "saturated"}, {"confidence", "saturated"}}) {
+    const auto c = exact_null_rejections(variant, family, runs, 2000, 0.0, 9500);
+    std::printf("  %s null (%s), %zu runs x N = 2000: conditional %zu, model-based %zu (band [%zu, %zu])\n", family,
+                variant, runs, c.conditional, c.model_based, band.first, band.second);
+    EXPECT_LE(c.conditional, band.second) << variant << " " << family;
+  }
 }
 
 // The known limit (docs/audit_validation.md): when routing tracks a nonlinear function of the outputs
