@@ -22,6 +22,7 @@
 #include "audit/run_input.hpp"
 #include "audit/simulate.hpp"
 #include "audit/torch/probes.hpp"
+#include "audit/torch/exact_null.hpp"
 #include "audit/torch/sensitivity_audit.hpp"
 #include "core/rng.hpp"
 #include "stats/paired_tests.hpp"

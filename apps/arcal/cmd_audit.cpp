@@ -19,6 +19,7 @@
 #include "audit/run_input.hpp"
 #include "audit/torch/audit_pipeline.hpp"
 #include "audit/torch/probes.hpp"
+#include "audit/torch/exact_null.hpp"
 #include "audit/torch/sensitivity_audit.hpp"
 #include "command.hpp"
 #include "core/atomic_file.hpp"

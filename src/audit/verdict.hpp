@@ -42,10 +42,11 @@ struct VerdictEvidence {
 };
 
 struct Verdict {
-  /// "present" (dependence, and a gain interval above 0 that reaches delta), "negligible" (dependence, the whole
-  /// gain interval below delta), "absent" (no dependence, and either the whole interval below delta or the
-  /// sensitivity audit would have seen delta), "undetected" (the interval reaches delta but neither dependence
-  /// with a gain above 0 nor power to call it absent), "not assessed" (no gain was measured, or no test ran).
+  /// "present" (dependence, and a gain interval above 0 that reaches delta), "negligible" (the whole gain
+  /// interval below delta, with or without dependence: dependence.status says which), "absent" (no
+  /// dependence, the interval reaches delta, and the sensitivity audit would have seen delta), "undetected"
+  /// (the interval reaches delta but neither dependence with a gain above 0 nor power to call it absent),
+  /// "not assessed" (no gain was measured, or no test ran).
   std::string answer;
   std::string summary;  ///< one to three sentences naming every test the answer rests on
   double alpha = 0.05;

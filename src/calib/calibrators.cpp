@@ -215,11 +215,18 @@ TemperatureFit fit_temperature(const std::vector<double>& z, std::size_t n, std:
 
 PlattFit fit_platt(const std::vector<double>& conf, const std::vector<double>& correct, int max_iter) {
   check_conf("fit_platt", conf, correct);
-  const std::size_t n = conf.size();
-  std::vector<double> x(n);
-  for (std::size_t i = 0; i < n; ++i) x[i] = logit_clipped(conf[i]);
+  std::vector<double> x(conf.size());
+  for (std::size_t i = 0; i < conf.size(); ++i) x[i] = logit_clipped(conf[i]);
+  return fit_platt_on_logits(x, correct, max_iter);
+}
+
+PlattFit fit_platt_on_logits(const std::vector<double>& x, const std::vector<double>& correct, int max_iter,
+                             double ridge, const PlattFit& prior) {
+  const std::size_t n = x.size();
   PlattFit fit;
-  double a = 1.0, b = 0.0;
+  if (n == 0) return prior;
+  const double a0 = prior.a, b0 = prior.b;
+  double a = a0, b = b0;
   auto nll = [&](double aa, double bb) {
     double s = 0;
     for (std::size_t i = 0; i < n; ++i) {
@@ -227,12 +234,12 @@ PlattFit fit_platt(const std::vector<double>& conf, const std::vector<double>& c
       // -[y log s(t) + (1-y) log(1 - s(t))] = log(1 + e^t) - y t, stably
       s += (t > 0 ? t + std::log1p(std::exp(-t)) : std::log1p(std::exp(t))) - correct[i] * t;
     }
-    return s / static_cast<double>(n);
+    return (s + 0.5 * ridge * ((aa - a0) * (aa - a0) + (bb - b0) * (bb - b0))) / static_cast<double>(n);
   };
   double f = nll(a, b);
   for (int it = 1; it <= max_iter; ++it) {
     fit.iterations = it;
-    double ga = 0, gb = 0, haa = 1e-12, hab = 0, hbb = 1e-12;
+    double ga = ridge * (a - a0), gb = ridge * (b - b0), haa = 1e-12 + ridge, hab = 0, hbb = 1e-12 + ridge;
     for (std::size_t i = 0; i < n; ++i) {
       const double p = sigmoid(a * x[i] + b), r = p - correct[i], w = p * (1 - p);
       ga += r * x[i];

@@ -36,6 +36,11 @@ struct PlattFit {
   int iterations = 0;
 };
 PlattFit fit_platt(const std::vector<double>& conf, const std::vector<double>& correct, int max_iter = 100);
+/// Platt scaling P = σ(a·x + b) on given logits x (no clipping; correct may be soft labels in [0, 1]) by
+/// the same damped Newton iteration, with a ridge (ridge/2)·((a − a0)² + (b − b0)²) towards `prior`
+/// (ridge 0: maximum likelihood started at prior). No input checks: the caller's arrays are valid.
+PlattFit fit_platt_on_logits(const std::vector<double>& x, const std::vector<double>& correct, int max_iter = 100,
+                             double ridge = 0.0, const PlattFit& prior = {});
 std::vector<double> apply_platt(const PlattFit& fit, const std::vector<double>& conf);
 
 // ---- isotonic regression (pool-adjacent-violators, non-decreasing)

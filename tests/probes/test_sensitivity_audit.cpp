@@ -17,6 +17,7 @@
 #include "audit/matching.hpp"
 #include "audit/simulate.hpp"
 #include "../audit/audit_test_util.hpp"
+#include "audit/torch/exact_null.hpp"
 #include "audit/torch/sensitivity_audit.hpp"
 #include "core/error.hpp"
 

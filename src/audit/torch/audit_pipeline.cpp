@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "audit/torch/probes.hpp"
+#include "audit/torch/exact_null.hpp"
 #include "audit/torch/sensitivity_audit.hpp"
 #include "core/progress.hpp"
 #include "train/threads.hpp"

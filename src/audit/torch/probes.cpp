@@ -257,48 +257,6 @@ std::vector<double> logit_slice(const std::vector<double>& p, std::size_t from, 
   return out;
 }
 
-/// Platt scaling a + b·x fitted by Newton's method on (x, y) with weights w (y may be soft), with a ridge
-/// penalty (λ/2)((a − a0)² + (b − b0)²) towards a prior fit (λ = 0: plain maximum likelihood).
-std::array<double, 2> platt_newton(const std::vector<double>& x, const std::vector<double>& y, double lambda,
-                                   std::array<double, 2> prior) {
-  double a = prior[0], b = prior[1];
-  auto objective = [&](double aa, double bb) {
-    double s = 0.5 * lambda * ((aa - prior[0]) * (aa - prior[0]) + (bb - prior[1]) * (bb - prior[1]));
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      const double t = aa + bb * x[i];
-      s += (t > 0 ? t + std::log1p(std::exp(-t)) : std::log1p(std::exp(t))) - y[i] * t;
-    }
-    return s;
-  };
-  double f = objective(a, b);
-  for (int it = 0; it < 100; ++it) {
-    double ga = lambda * (a - prior[0]), gb = lambda * (b - prior[1]), haa = lambda + 1e-9, hab = 0, hbb = lambda + 1e-9;
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      const double p = 1.0 / (1.0 + std::exp(-(a + b * x[i]))), r = p - y[i], w = p * (1 - p);
-      ga += r;
-      gb += r * x[i];
-      haa += w;
-      hab += w * x[i];
-      hbb += w * x[i] * x[i];
-    }
-    const double det = haa * hbb - hab * hab;
-    if (!(det > 0)) break;
-    double da = -(hbb * ga - hab * gb) / det, db = -(haa * gb - hab * ga) / det, fn = f;
-    for (int ls = 0; ls < 60; ++ls) {
-      fn = objective(a + da, b + db);
-      if (fn <= f + 1e-12) break;
-      da *= 0.5;
-      db *= 0.5;
-    }
-    a += da;
-    b += db;
-    const bool small = std::fabs(da) + std::fabs(db) < 1e-10;
-    f = fn;
-    if (small) break;
-  }
-  return {a, b};
-}
-
 /// Per-predicted-class Platt on logit c (design column 0), fitted on `fit` rows with labels y (aligned
 /// with fit), each class shrunk towards the pooled fit by a ridge of λ = 4 (about four examples' worth),
 /// so a class with few or all-correct examples stays finite. Returns P(correct) on the `fit` rows
@@ -306,8 +264,8 @@ std::array<double, 2> platt_newton(const std::vector<double>& x, const std::vect
 std::vector<double> per_class_platt(const ProbeDesign& d, const std::vector<std::size_t>& fit, const std::vector<double>& y,
                                     const std::vector<std::size_t>& pred) {
   const auto& x = d.columns[0];
-  const auto pooled = platt_newton(pick(x, fit), y, 0.0, {0.0, 1.0});
-  std::vector<std::array<double, 2>> coef(d.classes, pooled);
+  const PlattFit pooled = fit_platt_on_logits(pick(x, fit), y);
+  std::vector<PlattFit> coef(d.classes, pooled);
   std::vector<std::vector<double>> xk(d.classes), yk(d.classes);
   for (std::size_t r = 0; r < fit.size(); ++r) {
     const auto k = std::size_t(d.predicted[fit[r]]);
@@ -315,13 +273,13 @@ std::vector<double> per_class_platt(const ProbeDesign& d, const std::vector<std:
     yk[k].push_back(y[r]);
   }
   for (std::size_t k = 0; k < d.classes; ++k)
-    if (!xk[k].empty()) coef[k] = platt_newton(xk[k], yk[k], 4.0, pooled);
+    if (!xk[k].empty()) coef[k] = fit_platt_on_logits(xk[k], yk[k], 100, 4.0, pooled);
   std::vector<double> out;
   out.reserve(fit.size() + pred.size());
   for (const auto* rows : {&fit, &pred})
     for (auto i : *rows) {
       const auto& c = coef[std::size_t(d.predicted[i])];
-      const double p = 1.0 / (1.0 + std::exp(-(c[0] + c[1] * x[i])));
+      const double p = 1.0 / (1.0 + std::exp(-(c.a * x[i] + c.b)));
       out.push_back(std::min(std::max(p, 1e-7), 1.0 - 1e-7));
     }
   return out;

@@ -1,9 +1,8 @@
-// The sensitivity (injection) audit and the exact-null audit of method.md §6.5-6.6: both replace the
-// correctness labels by synthetic draws from a known truth and refit every probe of the probe audit
-// (audit/torch/probes.hpp, through its ProbeDesign) on them. Sensitivity: truths p* = σ(logit q(c) +
-// δ·tanh z) with the oracle gain fixed by bisection, recovery R per probe and effect. Exact null: truths
-// that use the model outputs only, the null distribution of each probe's gain over its control and the
-// Monte-Carlo p of the real gain. Result structs live in audit/sensitivity.hpp (std only).
+// The sensitivity (injection) audit of method.md §6.5: it replaces the correctness labels by synthetic
+// draws from a known truth p* = σ(logit q(c) + δ·tanh z), the oracle gain fixed by bisection, and refits
+// every probe of the probe audit (audit/torch/probes.hpp, through its ProbeDesign) on them: recovery R
+// per probe and effect. The exact-null audit (§6.6) is audit/torch/exact_null.hpp. Result structs live in
+// audit/sensitivity.hpp (std only).
 #pragma once
 
 #include <cstddef>
@@ -47,32 +46,5 @@ struct SensitivityAuditOptions {
 /// Throws InputError on invalid runs (as validate_probe_inputs), an out-of-range statistic index, a
 /// negative effect, draws < 1, or a threshold_effect not among the effects.
 SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, const SensitivityAuditOptions& options);
-
-struct ExactNullAuditOptions {
-  /// The probe design (seed, shuffle bins, `only`); probes.mlp trains the full-logit reference of the
-  /// model-based null.
-  ProbeAuditOptions probes;
-  MlpProbeOptions refit = default_refit_mlp_options();
-  bool warm_start = true;  ///< model-based null only (the permutation null always starts cold, see below)
-  int replicates = 200;
-  std::vector<std::string> variants{"confidence", "full_logit"};
-  std::size_t group_size = 5;  ///< matched-group size of the conditional permutation null (2-10)
-  bool model_based = true;     ///< also run the model-based null (§6.6 b), labelled as such
-  /// Called after each (run, variant) with (done, total); for a progress bar (may be empty).
-  std::function<void(std::size_t, std::size_t)> progress;
-};
-
-/// For every run and variant. Decision (§6.6 a): matched groups of 2-10 examples with nearly identical
-/// outputs ("confidence": logit c; "full_logit": the leading principal components of the routing profile
-/// as predicted from the sorted probabilities, a balancing score) inside each
-/// cross-fit half; `replicates` permutations of the routing profile within the groups (every
-/// profile-derived column, shuffled controls included, rebuilt from it), every probe that reads the
-/// profile refitted on the real labels from the same seeded cold start as the real fit (a warm start
-/// learnt from the real profile would break exchangeability), Monte-Carlo p of each comparison whose
-/// probe or control reads the profile; pooled over runs by replicate index. Model-based (§6.6 b):
-/// labels Y* ~ Bern(ĝ) with ĝ the 1-D NW q(c) or the full-logit MLP fitted on the calibration half,
-/// with ĝ's held-out Hosmer-Lemeshow fit. Throws InputError on invalid runs, replicates < 1, an unknown
-/// variant, a group size outside [2, 10], or "full_logit" without that probe in the design.
-ExactNullResult run_exact_null_audit(const std::vector<AuditRunInput>& runs, const ExactNullAuditOptions& options);
 
 }  // namespace arcal

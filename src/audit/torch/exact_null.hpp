@@ -1,0 +1,47 @@
+// The exact-null audit of method.md §6.6: does routing carry information about correctness beyond the
+// model's outputs? The decision is a conditional permutation null (the routing profile permuted within
+// matched groups of examples with nearly identical outputs, inside each predicted class for the
+// full_logit variant, every profile-reading probe refitted on the real labels); beside it, labelled, a
+// model-based null (labels drawn from a fitted reference). Result structs live in audit/sensitivity.hpp.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "audit/audit.hpp"
+#include "audit/sensitivity.hpp"
+#include "audit/torch/probes.hpp"
+#include "audit/torch/sensitivity_audit.hpp"
+
+namespace arcal {
+
+struct ExactNullAuditOptions {
+  /// The probe design (seed, shuffle bins, `only`); probes.mlp trains the full-logit reference of the
+  /// model-based null.
+  ProbeAuditOptions probes;
+  MlpProbeOptions refit = default_refit_mlp_options();
+  bool warm_start = true;  ///< model-based null only (the permutation null always starts cold, see below)
+  int replicates = 200;
+  std::vector<std::string> variants{"confidence", "full_logit"};
+  std::size_t group_size = 5;  ///< matched-group size of the conditional permutation null (2-10)
+  bool model_based = true;     ///< also run the model-based null (§6.6 b), labelled as such
+  /// Called after each (run, variant) with (done, total); for a progress bar (may be empty).
+  std::function<void(std::size_t, std::size_t)> progress;
+};
+
+/// For every run and variant. Decision (§6.6 a): matched groups of 2-10 examples with nearly identical
+/// outputs ("confidence": logit c; "full_logit": the leading principal components of the routing profile
+/// as predicted from the sorted log-probabilities, a balancing score, and logit P(correct | outputs),
+/// inside each predicted class) inside each cross-fit half; `replicates` permutations of the routing profile within the groups (every
+/// profile-derived column, shuffled controls included, rebuilt from it), every probe that reads the
+/// profile refitted on the real labels from the same seeded cold start as the real fit (a warm start
+/// learnt from the real profile would break exchangeability), Monte-Carlo p of each comparison whose
+/// probe or control reads the profile; pooled over runs by replicate index. Model-based (§6.6 b):
+/// labels Y* ~ Bern(ĝ) with ĝ the 1-D NW q(c) or the full-logit MLP fitted on the calibration half,
+/// with ĝ's held-out Hosmer-Lemeshow fit. Throws InputError on invalid runs, replicates < 1, an unknown
+/// variant, a group size outside [2, 10], or "full_logit" without that probe in the design.
+ExactNullResult run_exact_null_audit(const std::vector<AuditRunInput>& runs, const ExactNullAuditOptions& options);
+
+}  // namespace arcal
