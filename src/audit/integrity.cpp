@@ -2,37 +2,26 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <unordered_map>
 
 #include "audit/audit.hpp"
 #include "core/check.hpp"
+#include "core/hash.hpp"
 
 namespace arcal {
 
 namespace {
-
-/// FNV-1a over raw bytes, continued from h.
-std::uint64_t fnv(std::uint64_t h, const void* data, std::size_t bytes) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < bytes; ++i) {
-    h ^= p[i];
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-constexpr std::uint64_t kFnvStart = 1469598103934665603ull;
 
 /// The values of row i that define it: label, outputs, profile and statistics.
 struct RowView {
   const AuditRunInput& r;
   std::size_t K, P;
   std::uint64_t hash(std::size_t i) const {
-    std::uint64_t h = fnv(kFnvStart, &r.labels[i], sizeof(std::int64_t));
-    h = fnv(h, &r.confidence[i], sizeof(double));
-    if (!r.log_probs.empty()) h = fnv(h, &r.log_probs[i * K], K * sizeof(double));
-    if (P > 0 && !r.profile.empty()) h = fnv(h, &r.profile[i * P], P * sizeof(double));
-    for (const auto& s : r.statistics) h = fnv(h, &s[i], sizeof(double));
+    std::uint64_t h = fnv1a64(&r.labels[i], sizeof(std::int64_t));
+    h = fnv1a64(&r.confidence[i], sizeof(double), h);
+    if (!r.log_probs.empty()) h = fnv1a64(&r.log_probs[i * K], K * sizeof(double), h);
+    if (P > 0 && !r.profile.empty()) h = fnv1a64(&r.profile[i * P], P * sizeof(double), h);
+    for (const auto& s : r.statistics) h = fnv1a64(&s[i], sizeof(double), h);
     return h;
   }
   bool equal(std::size_t a, std::size_t b) const {
@@ -49,10 +38,10 @@ struct RowView {
 
 /// Whole-run fingerprint (order-sensitive: the same trace written twice).
 std::uint64_t run_hash(const AuditRunInput& r) {
-  std::uint64_t h = fnv(kFnvStart, r.labels.data(), r.labels.size() * sizeof(std::int64_t));
-  h = fnv(h, r.confidence.data(), r.confidence.size() * sizeof(double));
-  h = fnv(h, r.log_probs.data(), r.log_probs.size() * sizeof(double));
-  return fnv(h, r.profile.data(), r.profile.size() * sizeof(double));
+  std::uint64_t h = fnv1a64(r.labels.data(), r.labels.size() * sizeof(std::int64_t));
+  h = fnv1a64(r.confidence.data(), r.confidence.size() * sizeof(double), h);
+  h = fnv1a64(r.log_probs.data(), r.log_probs.size() * sizeof(double), h);
+  return fnv1a64(r.profile.data(), r.profile.size() * sizeof(double), h);
 }
 
 bool same_run(const AuditRunInput& a, const AuditRunInput& b) {
