@@ -3,7 +3,7 @@
 # UndefinedBehaviorSanitizer (clang-14 from Debian's clang-14 + libclang-rt-14-dev; no LibTorch).
 #
 #   scripts/fuzz.sh TARGET SECONDS [LIBFUZZER_FLAGS...]
-#   TARGET: npy npz trace idx cifar study_toml run_config results_json
+#   TARGET: npy npz trace trace_meta idx cifar study_toml run_config results_json calibrator_json
 #
 # Reads the committed corpus tests/fuzz/corpus/TARGET (seeds and crash reproducers) and grows a
 # working corpus in build-fuzz/corpus/TARGET. A finding is written to build-fuzz/crash-TARGET-*;

@@ -133,4 +133,27 @@ namespace {
 }
 }  // namespace
 
-int main(int argc, char** argv) { finish(run_main(argc, argv)); }
+namespace {
+/// Out of memory before main: LibTorch's static initialisation (which runs before any code of the
+/// executable's own) allocates several hundred MB of address space, and under `ulimit -v 700000` its
+/// std::bad_alloc was uncaught (abort, rc 134). This handler, installed from .preinit_array (which the
+/// dynamic loader runs before every shared library's initialisers), turns that into exit 1 with a
+/// message; main removes it at once, so later allocations throw std::bad_alloc as usual and the
+/// readers name the file and array. Only async-signal-safe calls: libc and libstdc++ may not be
+/// initialised yet.
+void out_of_memory_at_startup() {
+  static const char msg[] =
+      "arcal: failed: out of memory while starting (LibTorch's initialisation), before any work: is "
+      "`ulimit -v` set too low? (LibTorch needs several hundred MB of address space)\n";
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+  ::_exit(1);
+}
+void install_startup_oom_handler(int, char**, char**) { std::set_new_handler(out_of_memory_at_startup); }
+}  // namespace
+__attribute__((section(".preinit_array"), used)) static void (*const arcal_preinit)(int, char**, char**) =
+    install_startup_oom_handler;
+
+int main(int argc, char** argv) {
+  std::set_new_handler(nullptr);  // from here on std::bad_alloc is thrown and caught in run_main
+  finish(run_main(argc, argv));
+}

@@ -86,6 +86,7 @@ py::dict audit(py::object traces, py::object stats, int permutations, std::uint6
 
   nlohmann::json j;
   {
+    PythonInterruptPoll poll;  // Ctrl-C raises KeyboardInterrupt within about 0.1 s (every worker stops)
     py::gil_scoped_release release;
     std::vector<arcal::Trace> loaded(items.size());
     for (std::size_t i = 0; i < items.size(); ++i)

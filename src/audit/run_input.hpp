@@ -16,7 +16,7 @@ namespace arcal {
 inline constexpr double kLogProbFloor = -100.0;
 
 /// Cell of a trace: model/residual/block_size/dataset/split from its meta JSON (runs of one cell
-/// differ only by seed), or `fallback` when the meta does not name a model.
+/// differ only by seed), or `fallback` when the meta does not name a model or names it blank.
 std::string trace_cell(const Trace& trace, const std::string& fallback);
 
 /// Builds the AuditRunInput of `trace` (run id `run`). Confidence = max probability (ties: lowest

@@ -729,7 +729,12 @@ std::vector<double> set_top_probability(const std::vector<double>& probs, std::s
   for (std::size_t i = 0; i < n; ++i) {
     double* row = &out[i * k];
     const std::size_t top = static_cast<std::size_t>(std::max_element(row, row + k) - row);
-    const double rest = 1.0 - row[top];
+    // The others' own sum, not 1 - top: where the top probability rounds near 1, 1 - top can be
+    // smaller than the others' sum, and the rescaled row left [0, 1] (found by fuzz_calibrator_json:
+    // Platt with b = -2.6e12 gave a probability of 2.7).
+    double rest = 0.0;
+    for (std::size_t j = 0; j < k; ++j)
+      if (j != top) rest += row[j];
     for (std::size_t j = 0; j < k; ++j) {
       if (j == top) continue;
       row[j] = rest > 0 ? row[j] / rest * (1.0 - q[i]) : (1.0 - q[i]) / static_cast<double>(k - 1);

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 
@@ -54,6 +55,9 @@ void reset_interrupt() { g_signal = 0; }
 
 namespace {
 thread_local ScopedInterruptPoll* t_poll = nullptr;
+// Set when a poll said stop, until the outermost poll of that call ends: worker threads (which have
+// no poll of their own) see it in poll_interrupt and stop too.
+std::atomic<bool> g_stop_latch{false};
 long long now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -62,18 +66,28 @@ long long now_ns() {
 
 ScopedInterruptPoll::ScopedInterruptPoll(std::function<bool()> stop, int interval_ms)
     : stop_(std::move(stop)), interval_ns_(static_cast<long long>(interval_ms) * 1000000LL), outer_(t_poll) {
+  if (outer_ == nullptr) g_stop_latch.store(false);
   t_poll = this;
 }
 
-ScopedInterruptPoll::~ScopedInterruptPoll() { t_poll = outer_; }
+ScopedInterruptPoll::~ScopedInterruptPoll() {
+  t_poll = outer_;
+  if (outer_ == nullptr) g_stop_latch.store(false);
+}
 
 void poll_interrupt() {
   ScopedInterruptPoll* p = t_poll;
-  if (p == nullptr) return;
+  if (p == nullptr) {
+    if (g_stop_latch.load(std::memory_order_relaxed)) throw Interrupted("interrupted");
+    return;
+  }
   const long long now = now_ns();
   if (now < p->next_ns_) return;
   p->next_ns_ = now + p->interval_ns_;
-  if (p->stop_()) throw Interrupted("interrupted");
+  if (p->stop_()) {
+    g_stop_latch.store(true);
+    throw Interrupted("interrupted");
+  }
 }
 
 }  // namespace arcal

@@ -28,7 +28,9 @@ void reset_interrupt();
 /// it calls the poll at most once per interval and throws Interrupted when the poll says stop. The CLI
 /// installs none (its loops check interrupt_requested() at resumable points); the Python module
 /// installs one that runs Python's signal handlers, so Ctrl-C raises KeyboardInterrupt within about
-/// the interval even while a call runs without the GIL.
+/// the interval even while a call runs without the GIL. On a thread without a poll of its own (a worker
+/// of parallel_for_index or of the probes' pool) it throws Interrupted once a poll of any thread said
+/// stop, until that poll's outermost scope ends, so every worker of a stopped call stops too.
 void poll_interrupt();
 
 /// Installs `stop` as the current thread's poll for the life of the object (nested polls restore the

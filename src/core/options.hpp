@@ -122,7 +122,11 @@ nlohmann::json options_json(const OptionTable<C>& table, const C& c) {
 template <class C>
 void options_from_json(const OptionTable<C>& table, const nlohmann::json& j, C& c, const std::string& where) {
   if (!j.is_object()) throw_input(where, "the configuration must be a JSON object");
-  for (const auto& [k, v] : j.items()) {
+  for (const auto& item : j.items()) {
+    // Named references, not a structured binding: the lambdas below capture them, which clang 14
+    // (the fuzzing compiler) does not allow for bindings.
+    const std::string& k = item.key();
+    const nlohmann::json& v = item.value();
     const auto it = std::find_if(table.begin(), table.end(), [&](const Option<C>& o) { return o.key == k; });
     if (it == table.end()) {
       std::string known;

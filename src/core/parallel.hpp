@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/interrupt.hpp"
+
 namespace arcal {
 
 /// Number of workers for `threads` (0 = the hardware's) and `jobs` jobs: at least 1, at most jobs.
@@ -21,11 +23,16 @@ inline std::size_t worker_count(int threads, std::size_t jobs) {
 }
 
 /// Calls fn(i) for every i in [0, n) on worker_count(threads, n) threads (inline when that is 1).
+/// Every thread calls poll_interrupt() before each job, so a stopped call (Ctrl-C from Python) ends
+/// after the jobs in progress, with Interrupted rethrown on the caller.
 template <class Fn>
 void parallel_for_index(std::size_t n, int threads, Fn&& fn) {
   const std::size_t workers = worker_count(threads, n);
   if (workers <= 1) {
-    for (std::size_t i = 0; i < n; ++i) fn(i);
+    for (std::size_t i = 0; i < n; ++i) {
+      poll_interrupt();
+      fn(i);
+    }
     return;
   }
   std::atomic<std::size_t> next{0};
@@ -33,6 +40,7 @@ void parallel_for_index(std::size_t n, int threads, Fn&& fn) {
   auto work = [&] {
     for (std::size_t i; (i = next.fetch_add(1)) < n;) {
       try {
+        poll_interrupt();
         fn(i);
       } catch (...) {
         errors[i] = std::current_exception();

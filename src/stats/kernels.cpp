@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/check.hpp"
+#include "core/interrupt.hpp"
 
 namespace arcal {
 
@@ -92,6 +93,7 @@ std::vector<double> NadarayaWatson::predict(const std::vector<double>& x) const 
   std::vector<double> out(m);
   std::vector<double> q(dims_);
   for (std::size_t i = 0; i < m; ++i) {
+    if ((i & 1023) == 0) poll_interrupt();  // Ctrl-C from Python within a block of queries
     for (std::size_t d = 0; d < dims_; ++d) {
       check_finite(fn, "x", i * dims_ + d, x[i * dims_ + d]);
       q[d] = x[i * dims_ + d] * inv_h_[d];
@@ -151,6 +153,7 @@ std::vector<std::vector<double>> NadarayaWatson::predict_many(const std::vector<
   std::vector<std::vector<double>> out(T, std::vector<double>(m));
   std::vector<double> q(dims_), num(T);
   for (std::size_t i = 0; i < m; ++i) {
+    if ((i & 1023) == 0) poll_interrupt();  // Ctrl-C from Python within a block of queries
     for (std::size_t d = 0; d < dims_; ++d) {
       check_finite(fn, "x", i * dims_ + d, x[i * dims_ + d]);
       q[d] = x[i * dims_ + d] * inv_h_[d];

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/check.hpp"
+#include "core/interrupt.hpp"
 #include "stats/fast_rng.hpp"
 
 namespace arcal {
@@ -90,6 +91,7 @@ std::vector<double> grouped_permutation_null(const std::vector<GroupedStratum>& 
   FastRng rng(seed);
   std::vector<double> lane_a, lane_b;
   for (const auto& s : strata) {
+    poll_interrupt();  // between strata: Ctrl-C from Python
     const std::size_t n = s.values.size();
     // Group sizes and their coefficients in the contrast; the middle group counts 0.
     std::array<std::size_t, 3> size = {s.n_top, s.n_bottom, n - s.n_top - s.n_bottom};

@@ -345,6 +345,53 @@ def results_seeds(c, paths):
     put(c, "results_json", "nested", '{"schema": "arcal.audit/1", "diagnostic": ' + "[" * 5000 + "]" * 5000 + "}")
 
 
+def trace_meta_seeds(c):
+    put(c, "trace_meta", "simulate", json.dumps({"generator": "arcal simulate", "model": "ar-vit", "residual": "block",
+                                                  "block_size": 2, "dataset": "sim", "split": "test", "seed": 1}))
+    put(c, "trace_meta", "empty-object", "{}")
+    put(c, "trace_meta", "empty", "")
+    put(c, "trace_meta", "array", "[1, 2, 3]")
+    put(c, "trace_meta", "model-object", json.dumps({"model": {"a": [1, {"b": None}]}, "split": 7}))
+    put(c, "trace_meta", "invalid", '{"model": "ar-vit", ')
+    put(c, "trace_meta", "utf8", json.dumps({"model": "r\u00e9seau \u6a21\u578b", "dataset": "<script>x</script>"}))
+    put(c, "trace_meta", "bad-utf8", b'{"model": "\xff\xfe"}')
+    # Issue 24: 100,000 levels segfaulted the audit (50,000 did not); the limit refuses both.
+    put(c, "trace_meta", "nested-100000", '{"model":' + "[" * 100000 + "]" * 100000 + "}")
+    put(c, "trace_meta", "nested-50000", "[" * 50000 + "]" * 50000)
+    put(c, "trace_meta", "nested-unclosed", "{\"a\":" * 3000)
+
+
+def calibrator_seeds(c):
+    """One saved calibrator of each method (Calibrator.to_dict of the Python module, fitted on fixed
+    data) when the module is importable, else only the hand-written ones; plus the from_dict
+    inconsistencies of issue 24."""
+    s = "arcal.calibrator/1"
+    hand = {
+        "temperature": {"schema": s, "method": "temperature", "classes": 3, "n_calibration": 10,
+                        "temperature": 2.0, "beta": 0.5},
+        "temperature-edited": {"schema": s, "method": "temperature", "classes": 3, "temperature": 3.0, "beta": 0.5},
+        "platt": {"schema": s, "method": "platt", "classes": 3, "a": 1.5, "b": -0.2},
+        "isotonic": {"schema": s, "method": "isotonic", "classes": 3, "x": [0.3, 0.5, 0.9], "y": [0.2, 0.6, 0.95]},
+        "isotonic-y-7": {"schema": s, "method": "isotonic", "classes": 3, "x": [0.3, 0.5], "y": [0.2, 7]},
+        "histogram": {"schema": s, "method": "histogram", "classes": 3, "bins": 2, "value": [0.4, 0.9]},
+        "histogram-huge-bins": {"schema": s, "method": "histogram", "classes": 3, "bins": 10 ** 9, "value": [0.4]},
+        "vector-nan": {"schema": s, "method": "vector", "classes": 2, "w": [1.0, "nan"], "b": [0, 0]},
+        "wrong-schema": {"schema": "arcal.calibrator/0", "method": "platt", "classes": 3, "a": 1, "b": 0},
+    }
+    for name, d in hand.items():
+        put(c, "calibrator_json", name, json.dumps(d))
+    try:
+        import arcal
+    except ImportError:
+        return
+    rng = np.random.default_rng(7)
+    z = rng.normal(size=(300, 3)) * 2.0
+    y = np.argmax(z + rng.normal(size=z.shape) * 1.5, axis=1)
+    for method in ["temperature", "platt", "isotonic", "histogram", "nw", "qats", "vector", "matrix"]:
+        d = arcal.Calibrator(method).fit(y, logits=z).to_dict()
+        put(c, "calibrator_json", "fit-" + method, json.dumps(d, separators=(",", ":")))
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -356,6 +403,8 @@ def main():
     cifar_seeds(corpus)
     study_seeds(corpus)
     config_seeds(corpus)
+    trace_meta_seeds(corpus)
+    calibrator_seeds(corpus)
     results_seeds(corpus, sys.argv[2:])
 
 

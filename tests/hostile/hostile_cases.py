@@ -56,6 +56,7 @@ class Runner:
         s = re.sub(r"after step \d+ of \d+", "after step N of N", s)
         s = re.sub(r"is at step \d+", "is at step N", s)
         s = re.sub(r"\.tmp\.\d+", ".tmp.PID", s)
+        s = re.sub(r"\.tmp-\d+", ".tmp-PID", s)
         return s
 
     def show_cmd(self, argv):
@@ -766,6 +767,22 @@ def round2_cases(r):
         code, err = "timeout", "(no exit within 120 s)"
     r.record("out of memory under ulimit -v 600000 (was: never exits)", ["(ulimit -v 600000;"] + [r.show_cmd(argv) + ")"], code,
              err, 1, "out of memory holding")
+    # Between 600 and 800 MB of address space the limit falls in LibTorch's own start-up on some
+    # machines (700000 here: an uncaught std::bad_alloc before main, rc 134); whichever stage it hits,
+    # the answer is exit 0 or exit 1 with an out-of-memory message, never an abort or a hang. (Below
+    # about 550 MB the dynamic loader cannot map the libraries at all: its own exit 127, before arcal.)
+    bad = []
+    for kb in range(600000, 800001, 25000):
+        lim = lambda kb=kb: resource.setrlimit(resource.RLIMIT_AS, (kb * 1024, kb * 1024))
+        try:
+            p = subprocess.run([r.arcal] + argv, capture_output=True, text=True, timeout=120, preexec_fn=lim)
+            if not (p.returncode == 0 or (p.returncode == 1 and p.stderr.startswith("arcal: failed: ") and "out of memory" in p.stderr)):
+                bad.append("%d KB: rc %d %s" % (kb, p.returncode, p.stderr.strip().splitlines()[-1:] if p.stderr else ""))
+        except subprocess.TimeoutExpired:
+            bad.append("%d KB: no exit within 120 s" % kb)
+    r.record("ulimit -v 600000..800000 in steps of 25000 (was: abort with an uncaught std::bad_alloc at 700000)",
+             ["(for each limit: ulimit -v KB;", r.show_cmd(argv) + ")"], 1 if bad else 0, "; ".join(bad), 0, None,
+             out="every limit: exit 0, or exit 1 naming out of memory" if not bad else "")
 
     # kill -9 of arcal run: the training child ends with it, and its RUN/.lock does not block.
     out = W("r2_kill")
@@ -831,6 +848,26 @@ def round2_cases(r):
                                                                                os.path.join(disk, "s.npz")], 1,
                   "No space left on device (ENOSPC)",
                   check=lambda c, o, e: "" if not [f for f in os.listdir(disk) if f.startswith("s.npz")] else "a temporary was left")
+            # audit --force onto a nearly full disk used to leave a new diagnostic.csv beside the old
+            # results.json (exit 2): the set is written to DIR/.tmp-PID and renamed only when complete.
+            os.remove(os.path.join(disk, "filler"))
+            save(W("r2_disk_trace.npz"), trace(1500, 3, routing=True, seed=5))
+            aud_d = os.path.join(disk, "aud")
+            r.run("an audit onto the small disk (setup)", ["audit", W("r2_disk_trace.npz"), "--out", aud_d, "--permutations", "20",
+                                                           "--no-probes", "--quiet"], 0, None)
+            old_set = {f: open(os.path.join(aud_d, f), "rb").read() for f in os.listdir(aud_d) if os.path.isfile(os.path.join(aud_d, f))}
+            fill(disk, leave=4096)
+
+            def same_set(code, out, err):
+                left = [f for f in os.listdir(aud_d) if f.startswith(".tmp-")]
+                if left:
+                    return "temporaries left: %s" % left
+                now = {f: open(os.path.join(aud_d, f), "rb").read() for f in os.listdir(aud_d) if os.path.isfile(os.path.join(aud_d, f))}
+                changed = sorted(f for f in set(old_set) | set(now) if f != ".lock" and old_set.get(f) != now.get(f))
+                return "" if not changed else "files of the old set changed: %s" % changed
+            r.run("audit --force onto a nearly full disk (was: exit 2, a new diagnostic.csv beside the old results.json)",
+                  ["audit", W("r2_disk_trace.npz"), "--out", aud_d, "--force", "--permutations", "30", "--seed", "9",
+                   "--no-probes", "--quiet"], 1, "No space left on device (ENOSPC)", check=same_set)
         finally:
             subprocess.run(["umount", disk], capture_output=True)
     else:

@@ -133,3 +133,16 @@ def test_audit_refuses_deeply_nested_meta():
     meta = "[" * 100_000 + "]" * 100_000
     with pytest.raises(ValueError, match=r"meta: line 1: arrays and objects nested more than 64 deep"):
         arcal.audit([{"logits": z, "labels": y, "meta": meta}], probes=False, permutations=10)
+
+
+def test_ctrl_c_stops_a_long_audit():
+    # arcal.audit ignored SIGINT (a 3-run audit was killed 120 s later): every stage polls, and the
+    # probes' and the diagnostic's worker threads stop with the calling thread.
+    from conftest import simulated_trace
+    runs = [simulated_trace(6000, 4, seed=s) for s in (11, 12, 13)]
+    late = interrupted_after(2.0, lambda: arcal.audit(runs, permutations=2000, probe_restarts=3,
+                                                      sensitivity=True, threads=2))
+    assert late < 2.0, "KeyboardInterrupt came %.1f s after the signal" % late
+    # The module still works after an interrupted audit (no stop latched).
+    r = arcal.audit([simulated_trace(300, 3, seed=14)], permutations=50, probes=False, condcal=False)
+    assert r["diagnostic"]["tests"]

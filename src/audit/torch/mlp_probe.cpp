@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "core/check.hpp"
+#include "core/interrupt.hpp"
 #include "core/rng.hpp"
 
 namespace arcal {
@@ -240,6 +241,7 @@ void adamw_epoch(ActiveSet& a, std::vector<std::int64_t>& order, Rng& rng, const
   rng.shuffle(order);
   auto ord = torch::tensor(order, torch::kLong);
   for (std::int64_t s = 0; s < nf; s += o.batch_size) {
+    poll_interrupt();  // Ctrl-C from Python stops a probe fit within about a step
     auto idx = ord.narrow(0, s, std::min<std::int64_t>(o.batch_size, nf - s));
     for (auto& t : a.p) t.requires_grad_(true);
     torch::Tensor loss;

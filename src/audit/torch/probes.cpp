@@ -13,6 +13,7 @@
 #include "calib/calibrators.hpp"
 #include "core/check.hpp"
 #include "core/error.hpp"
+#include "core/parallel.hpp"
 #include "core/rng.hpp"
 #include "stats/splits.hpp"
 
@@ -288,19 +289,8 @@ std::vector<double> per_class_platt(const ProbeDesign& d, const std::vector<std:
 /// Runs job(list[t]) for every t on min(threads, |list|) workers (the calling thread is one of them).
 /// The jobs write disjoint slots, so the result depends on neither the thread count nor the order.
 void run_on_workers(const std::vector<std::size_t>& list, int threads, const std::function<void(std::size_t)>& job) {
-  const std::size_t workers = std::min<std::size_t>(std::size_t(std::max(1, threads)), list.size());
-  if (workers <= 1) {
-    for (auto j : list) job(j);
-    return;
-  }
-  std::atomic<std::size_t> next{0};
-  auto worker = [&] {
-    for (std::size_t t; (t = next.fetch_add(1)) < list.size();) job(list[t]);
-  };
-  std::vector<std::thread> pool;
-  for (std::size_t t = 1; t < workers; ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
+  // parallel_for_index: a job's exception (an interrupt too) is rethrown here, never std::terminate.
+  parallel_for_index(list.size(), std::max(1, threads), [&](std::size_t t) { job(list[t]); });
 }
 
 /// Which MLP specs correct another's output (base_of[a] = the spec whose logits are a's offsets, -1
