@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "audit/audit.hpp"
+#include "audit/routing_stats.hpp"
 #include "audit/run_input.hpp"
 #include "audit/torch/audit_pipeline.hpp"
 #include "audit/torch/probes.hpp"
@@ -122,8 +123,16 @@ class AuditOutput {
   std::unique_ptr<arcal::DirLock> lock_;
 };
 
-arcal::AuditRunInput load_run(const std::string& path, const std::vector<std::string>& stats) {
-  return arcal::make_audit_run_input(arcal::load_trace(path), path, stats);
+/// The statistics of an audit whose --stat was not given: those that apply to the first trace
+/// (default_statistics); a trace of logits and labels only has none, which is refused with the way to
+/// its calibration.
+std::vector<std::string> statistics_for(const arcal::Trace& first, const std::string& path) {
+  auto stats = arcal::default_statistics(first);
+  if (stats.empty())
+    arcal::throw_input("arcal audit", path + " has logits and labels only (no routing, no features), so there is no "
+                       "signal to audit beyond the outputs; its calibration and reliability diagram: arcal metrics " +
+                       path + " --figures DIR (and arcal calibrate); give per-example signals as features (--stat NAME)");
+  return stats;
 }
 
 /// One line per comparison: the log-loss gain (control − probe, positive = the probe is better) pooled
@@ -201,17 +210,24 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
   app.add_flag("--force", cfg->force, "Replace the results of an earlier audit in --out");
   arcal::cli::bind_options(app, arcal::audit_option_table(), cfg->options);
   app.add_flag("--json", cfg->json, "Print results.json to stdout instead of the summary");
-  return [cfg]() {
+  CLI::Option* stat_opt = app.get_option("--stat");
+  stat_opt->description(stat_opt->get_description() +
+                        " (default: those that apply to the first trace: re, rdv for depth routing; re for unordered "
+                        "MoE routing; its features when it has no routing)");
+  return [cfg, stat_opt]() {
     check_audit_out(*cfg);
     AuditOutput output(*cfg);
     arcal::FullAuditOptions opt = cfg->options;
     arcal::validate_audit_options(opt, "arcal audit");
     opt.progress = arcal::cli::progress_enabled_on(STDERR_FILENO);  // the bars and log lines go to stderr
-    const auto& stats = opt.stats;
     std::vector<arcal::AuditRunInput> runs;
     for (const auto& path : cfg->traces) {
       if (opt.progress) std::fprintf(stderr, "loading %s\n", path.c_str());
-      runs.push_back(load_run(path, stats));
+      const arcal::Trace t = arcal::load_trace(path);
+      // Without --stat: the statistics that apply to the first trace (re, rdv for depth routing; re
+      // for unordered MoE routing; the features of a trace without routing).
+      if (runs.empty() && stat_opt->count() == 0) opt.stats = statistics_for(t, path);
+      runs.push_back(arcal::make_audit_run_input(t, path, opt.stats));
     }
     const auto res = arcal::run_full_audit(runs, opt);  // validates everything before computing
     output.write(res);

@@ -7,6 +7,7 @@
 //   --params P.json --apply TEST.npz --out G.npz
 //                                            apply a calibrator saved with --save.
 // Applied files keep every array (features, ids, routing, meta, ...) beside the calibrated `probs`.
+#include <cstdio>
 #include <fmt/format.h>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "calib/binning.hpp"
 #include "calib/fitted_calibrator.hpp"
 #include "calib/metrics.hpp"
 #include "calib/report_json.hpp"
@@ -27,6 +29,7 @@
 #include "flag_checks.hpp"
 #include "io/npz.hpp"
 #include "io/trace.hpp"
+#include "report/plots.hpp"
 
 namespace {
 
@@ -36,6 +39,7 @@ inline constexpr const char* kCalibrateSchema = "arcal.calibrate/1";
 
 struct CalibrateConfig {
   std::string input, fit, apply, params, save, method, out;
+  std::string figures;  ///< --figures DIR: reliability diagrams before and after ("" = none)
   std::uint64_t seed = 0;
   int bins = 15;
   int bootstrap = 1000;
@@ -157,6 +161,9 @@ int run_calibrate(const CalibrateConfig& cfg) {
     arcal::check_output_not_input("--save", cfg.save, inputs);
     arcal::check_output_file("--save", cfg.save, cfg.force);
   }
+  if (!cfg.figures.empty()) {
+    arcal::check_output_dir("--figures", cfg.figures, "arcal calibrate", cfg.force, "--force");
+  }
   arcal::FittedCalibrator cal;
   nlohmann::json cal_json;
   // What the calibrator is applied to: predictions, labels, and (apply modes) the file they came from.
@@ -198,6 +205,7 @@ int run_calibrate(const CalibrateConfig& cfg) {
     target_labels = t.labels;
     target_file = cfg.apply;
   }
+  if (!cal.warning.empty()) std::fprintf(stderr, "arcal: warning: calibrate: %s\n", cal.warning.c_str());
   const std::size_t n = target.n, K = target.k;
   const std::vector<double> out = arcal::apply_calibrator(cal, target);
   // Nothing is written before everything is checked: the calibrated rows must be probabilities that
@@ -234,6 +242,26 @@ int run_calibrate(const CalibrateConfig& cfg) {
     arcal::write_npz(cfg.out, carry_arrays(cfg.apply, out, n, K, cal_text), true);
   }
   if (!cfg.save.empty()) arcal::write_file_atomic(cfg.save, cal_json.dump(2) + "\n");
+  std::vector<std::string> drawn;
+  if (!cfg.figures.empty()) {
+    // Before and after on the data calibrated (the evaluation half in split mode): the same bins and
+    // consistency band as `arcal metrics --figures` and the report.
+    auto table = [&](const std::vector<double>& probs) {
+      const auto t = arcal::top_label(probs, n, K, target_labels);
+      return arcal::bin_table(t.confidence, t.correct, arcal::equal_width_bins(t.confidence, cfg.bins), cfg.bins);
+    };
+    std::error_code ec;
+    fs::create_directories(cfg.figures, ec);
+    if (ec) arcal::throw_input("--figures", "cannot create " + cfg.figures + ": " + ec.message());
+    arcal::mark_output_dir(cfg.figures, "arcal calibrate");
+    arcal::report::Figures figs(cfg.figures);
+    arcal::report::reliability_figure(
+        figs, "reliability", "before and after " + cal.method + " scaling",
+        {arcal::report::RelPanel{"before", {arcal::report::reliability_series("before", table(target.probs))}},
+         arcal::report::RelPanel{"after " + cal.method, {arcal::report::reliability_series("after", table(out))}}},
+        cfg.bins);
+    drawn = figs.paths;
+  }
   if (cfg.json) {
     const char* mode_name = mode == Mode::split ? "split" : mode == Mode::fit_apply ? "fit" : "params";
     auto or_null = [](const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); };
@@ -268,6 +296,7 @@ int run_calibrate(const CalibrateConfig& cfg) {
   std::cout << fmt::format("  ECE ({} bins)  before {:.4f}  after {:.4f}\n  NLL            before {:.4f}  after {:.4f}\n",
                            cfg.bins, ece0, ece1, nll0, nll1);
   std::cout << "  wrote " << cfg.out << (cfg.save.empty() ? "" : " and " + cfg.save) << "\n";
+  for (const auto& f : drawn) std::cout << "  wrote " << f << "\n";
   return 0;
 }
 
@@ -301,6 +330,9 @@ ARCAL_COMMAND("calibrate",
                     ->check(arcal::cli::in_range(arcal::ranges::bootstrap));
                 app.add_flag("--json", cfg->json, "Print one JSON object: the calibrator and metrics before/after");
                 app.add_flag("--force", cfg->force, "Replace an existing --out or --save file (never an input)");
+                app.add_option("--figures", cfg->figures,
+                               "Also draw the reliability diagrams before and after calibration (bins' counts, "
+                               "consistency band) into DIR/reliability.{svg,png}; needs gnuplot");
                 return [cfg] { return run_calibrate(*cfg); };
               });
 

@@ -1,7 +1,9 @@
 // `arcal metrics F.npz`: calibration metrics of a trace's predictions with bootstrap intervals
-// (method.md §4); a table by default, one JSON object with --json (keys in docs/interface.md).
+// (method.md §4); a table by default, one JSON object with --json (keys in docs/interface.md);
+// --figures DIR draws the reliability diagram (counts, consistency band) of any classifier's trace.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -9,7 +11,10 @@
 #include "calib/report_json.hpp"
 #include "command.hpp"
 #include "flag_checks.hpp"
+#include "core/check.hpp"
+#include "core/paths.hpp"
 #include "io/trace.hpp"
+#include "report/plots.hpp"
 
 namespace {
 
@@ -19,7 +24,26 @@ struct MetricsConfig {
   int bootstrap = 1000;
   std::uint64_t seed = 0;
   bool json = false;
+  std::string figures;  ///< --figures DIR ("" = none)
+  bool force = false;
 };
+
+/// DIR/reliability.{svg,png,dat,gp}: the top-label reliability diagram with the bins' counts and the
+/// consistency band of a calibrated model (Binomial(n, c)/n, calib/binning.hpp), as `arcal report`
+/// draws it for every run. DIR is arcal's only if arcal made it (the output-directory rule).
+std::vector<std::string> draw_reliability(const arcal::CalibrationReport& r, const MetricsConfig& cfg) {
+  arcal::check_output_dir("--figures", cfg.figures, "arcal metrics", cfg.force, "--force");
+  std::error_code ec;
+  std::filesystem::create_directories(cfg.figures, ec);
+  if (ec) arcal::throw_input("--figures", "cannot create " + cfg.figures + ": " + ec.message());
+  arcal::mark_output_dir(cfg.figures, "arcal metrics");
+  arcal::report::Figures figs(cfg.figures);
+  const arcal::report::RelSeries s = arcal::report::reliability_series("accuracy", r.reliability);
+  const std::string title = fmt::format("{}: ECE {:.4f}, n = {}", std::filesystem::path(cfg.input).filename().string(),
+                                        r.ece.value, r.n);
+  arcal::report::reliability_figure(figs, "reliability", title, {arcal::report::RelPanel{"top label", {s}}}, r.bins);
+  return figs.paths;
+}
 
 int run_metrics(const MetricsConfig& cfg) {
   const arcal::Trace trace = arcal::load_trace(cfg.input);
@@ -27,7 +51,9 @@ int run_metrics(const MetricsConfig& cfg) {
   opt.bins = cfg.bins;
   opt.draws = cfg.bootstrap;
   opt.seed = cfg.seed;
+  if (!cfg.figures.empty()) arcal::check_output_dir("--figures", cfg.figures, "arcal metrics", cfg.force, "--force");
   const auto r = arcal::calibration_report(arcal::trace_probabilities(trace), trace.n, trace.classes, trace.labels, opt);
+  const std::vector<std::string> drawn = cfg.figures.empty() ? std::vector<std::string>{} : draw_reliability(r, cfg);
   const std::vector<std::pair<const char*, const arcal::Estimate*>> rows = {
       {"accuracy", &r.accuracy}, {"ece", &r.ece},     {"mce", &r.mce},
       {"rmsce", &r.rmsce},       {"ada_ece", &r.ada_ece}, {"classwise_ece", &r.classwise_ece},
@@ -37,6 +63,7 @@ int run_metrics(const MetricsConfig& cfg) {
     nlohmann::json j = arcal::calibration_report_json(r);
     j["file"] = cfg.input;
     std::cout << j.dump(2) << "\n";
+    for (const auto& f : drawn) std::cerr << "wrote " << f << "\n";
     return 0;
   }
   std::cout << fmt::format(
@@ -63,6 +90,7 @@ int run_metrics(const MetricsConfig& cfg) {
     if (r.reliability[b].n)
       std::cout << fmt::format("  {:>3} {:>9} {:>8.4f} {:>8.4f}\n", b, r.reliability[b].n, r.reliability[b].mean_conf,
                                r.reliability[b].accuracy);
+  for (const auto& f : drawn) std::cout << "  wrote " << f << "\n";
   return 0;
 }
 
@@ -76,6 +104,10 @@ ARCAL_COMMAND("metrics", "Calibration metrics of a trace file's predictions, wit
                     ->check(arcal::cli::in_range(arcal::ranges::bootstrap));
                 app.add_option("--seed", cfg->seed, "Bootstrap seed")->capture_default_str()->check(arcal::cli::seed_check());
                 app.add_flag("--json", cfg->json, "Print one JSON object");
+                app.add_option("--figures", cfg->figures,
+                               "Also draw the reliability diagram (bins' counts, a calibrated model's consistency band) "
+                               "into DIR/reliability.{svg,png} (with its .dat and .gp); needs gnuplot");
+                app.add_flag("--force", cfg->force, "Write --figures into a directory arcal did not make");
                 return [cfg] { return run_metrics(*cfg); };
               });
 

@@ -12,18 +12,38 @@
 Arrays are numpy (anything np.asarray takes); bad input raises ValueError with the CLI's message.
 Long computations release the GIL.
 """
+from . import _arcal
 from ._arcal import (  # noqa: F401
     Calibrator,
     __version__,
     audit,
     cedar_attention,
-    metrics,
     read_trace,
     write_trace,
 )
+from ._inputs import prediction_arrays as _prediction_arrays
+from .plots import reliability_diagram  # noqa: F401
 
-__all__ = ["metrics", "Calibrator", "audit", "read_trace", "write_trace", "cedar_attention", "torch_hooks",
-           "__version__"]
+__all__ = ["metrics", "Calibrator", "audit", "read_trace", "write_trace", "cedar_attention", "reliability_diagram",
+           "torch_hooks", "__version__"]
+
+
+def metrics(labels, probs=None, *, logits=None, bins=15, ci=True, seed=0, bootstrap=1000):
+    y, z, p = _prediction_arrays(labels, logits, probs, "metrics")
+    return _arcal.metrics(y, logits=z, probs=p, bins=bins, ci=ci, seed=seed, bootstrap=bootstrap)
+
+
+_doc = _arcal.metrics.__doc__ or ""
+metrics.__doc__ = ("metrics(labels, probs=None, *, logits=None, bins=15, ci=True, seed=0, bootstrap=1000) -> dict\n\n" +
+                   _doc[_doc.find("Calibration metrics"):] + """
+Also accepted: positional (labels, probs); torch tensors of any dtype and device (bf16, fp16,
+requires_grad, CUDA: detached and copied to the CPU); a binary problem as probs [N] (the positive
+class's probability: [1 - p, p]) or logits [N] (its logit: [0, z]).
+
+Cost: ci=True (the default) runs the bootstrap (1000 resamples) and 1000 label redraws for the
+calibration errors' intervals; ci=False gives the point values only, several hundred times faster
+(use it inside training loops).
+""")
 
 
 def __getattr__(name):

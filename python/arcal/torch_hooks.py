@@ -3,24 +3,50 @@ gate probabilities, any named module's output) next to the model's logits, and w
 (docs/interface.md) that `arcal audit`, `arcal metrics` and `arcal.audit` read.
 
     with arcal.torch_hooks.record_routing(model, "trace.npz", routing=["blocks.0.gate", "blocks.1.gate"],
-                                          features={"norm": "encoder.ln"}) as rec:
+                                          features={"router_logits": ("blocks.0.gate", lambda o: o[1])}) as rec:
         for x, y in loader:
             model(x)
             rec.add_labels(y)
     arcal.audit(["trace.npz"])
 
 Every forward of `model` is one batch: its output gives the logits [B, K] and each recorded module must
-have run exactly once in it with an output whose first dimension is B.
+have run exactly once in it. One module may serve several entries (its probabilities as a routing point
+and its logits as a feature): it is hooked once. Routing tensors are [B, E], [B, T, E] (batch first),
+[T, B, E] (sequence first) or [B*T, E] (tokens flattened); `layout=` says which where the shape alone
+does not (see record_routing).
+
+Statistics per token (shared/method.md §3): besides the token-mean weights the recorder stores, per
+example and routing point, the mean over tokens of each token's routing entropy (`routing_entropy`),
+and for ordered (depth) routing the per-token depth mean and variance; the audit reads those rather than
+the entropy of the token-averaged gate. `routing_kind` says whether the sources are ordered ("depth":
+layers, earliest first) or not ("unordered", the default: mixture-of-experts experts), and the audit
+offers only the statistics that apply (no depth variance over expert indices).
+
+Models: an eager torch.nn.Module. A torch.compile'd model (torch >= 2.0) is accepted: its submodules
+are found under their eager names (the `_orig_mod.` prefix is added where needed). A TorchScript model
+(torch.jit.trace / torch.jit.script) runs without Python forward hooks, so it is refused: record the
+eager model, which computes the same outputs.
 """
 import contextlib
 import json
+import warnings
 
 import numpy as np
 import torch
 
 from . import _arcal
 
-__all__ = ["record_routing", "RoutingRecorder"]
+__all__ = ["record_routing", "RoutingRecorder", "LAYOUTS", "ROW_SUM_TOLERANCE"]
+
+#: Layouts of a routing or feature tensor (E: experts / sources / feature columns).
+LAYOUTS = ("auto", "batch_first", "seq_first", "flat", "flat_seq_first")
+
+#: How far a routing row (one token's weights) may sum from 1 and still be renormalised, by dtype: a
+#: softmax computed in bf16 rounds each weight to 8 significant bits, so its rows sum to 1 only within
+#: a few 2^-8 (0.9994-1.0007 was seen on a bf16 MoE). Rows are accumulated in float32 and divided by
+#: their sum; a row further from 1 than this is refused (not a probability vector: pass softmax=True
+#: for gates that output logits).
+ROW_SUM_TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 5e-3, torch.float32: 1e-4, torch.float64: 1e-6}
 
 
 def _default_output(out):
@@ -39,16 +65,56 @@ def _to_numpy(t):
     return t.detach().to(device="cpu", dtype=torch.float32).numpy()
 
 
-def _per_example(name, t, batch, what):
-    """[B, ...] -> [B, C]: the mean over every axis between the batch and the last (tokens, heads)."""
-    if t.dim() == 0 or t.shape[0] != batch:
-        raise ValueError(f"record_routing: {what} '{name}' has shape {tuple(t.shape)}, but its first dimension "
-                         f"must be the batch size {batch}")
-    if t.dim() == 1:
-        return t.reshape(batch, 1)
-    if t.dim() > 2:
-        t = t.reshape(batch, -1, t.shape[-1]).mean(dim=1)
-    return t
+def _as_tokens(name, t, batch, what, layout):
+    """t -> [B, T, E] (T = 1 for per-example tensors) for `layout`, refusing what is ambiguous."""
+    shape = tuple(t.shape)
+    fix = (f"pass layout={{'{name}': 'batch_first' | 'seq_first' | 'flat' | 'flat_seq_first'}} (or one layout "
+           "string for every entry)")
+    if t.dim() == 0:
+        raise ValueError(f"record_routing: {what} '{name}' is a scalar, but must have a batch dimension")
+    if layout == "auto":
+        if t.dim() == 1:
+            layout = "batch_first" if shape[0] == batch else None
+        elif t.dim() == 2:
+            if shape[0] == batch:
+                layout = "batch_first"
+            elif shape[0] % batch == 0:
+                raise ValueError(f"record_routing: {what} '{name}' has shape {shape}: {shape[0]} rows for a batch of "
+                                 f"{batch}, tokens flattened into the first axis; whether example-major "
+                                 f"([B*T, E], 'flat') or token-major ([T*B, E], 'flat_seq_first') cannot be told "
+                                 f"from the shape: {fix}")
+            else:
+                layout = None
+        else:
+            first, second = shape[0] == batch, shape[1] == batch
+            if first and second:
+                raise ValueError(f"record_routing: {what} '{name}' has shape {shape}: both of its first two axes equal "
+                                 f"the batch size {batch}, so batch-first and sequence-first cannot be told apart: {fix}")
+            layout = "batch_first" if first else "seq_first" if second else None
+        if layout is None:
+            raise ValueError(f"record_routing: {what} '{name}' has shape {shape}, and no axis layout matches the "
+                             f"batch size {batch} (the model's logits have {batch} rows)")
+    if layout == "batch_first":
+        if shape[0] != batch:
+            raise ValueError(f"record_routing: {what} '{name}' has shape {shape}, but with layout 'batch_first' its "
+                             f"first dimension must be the batch size {batch}")
+        if t.dim() == 1:
+            return t.reshape(batch, 1, 1)
+        return t.reshape(batch, -1, shape[-1])
+    if layout == "seq_first":
+        if t.dim() < 3 or shape[1] != batch:
+            raise ValueError(f"record_routing: {what} '{name}' has shape {shape}, but with layout 'seq_first' it must "
+                             f"be [T, B, ..., E] with B = {batch}")
+        return t.transpose(0, 1).reshape(batch, -1, shape[-1])
+    if layout in ("flat", "flat_seq_first"):
+        if t.dim() != 2 or shape[0] % batch != 0:
+            raise ValueError(f"record_routing: {what} '{name}' has shape {shape}, but with layout '{layout}' it must "
+                             f"be [B*T, E] with B = {batch}")
+        tokens = shape[0] // batch
+        if layout == "flat":
+            return t.reshape(batch, tokens, shape[-1])
+        return t.reshape(tokens, batch, shape[-1]).transpose(0, 1)
+    raise ValueError(f"record_routing: layout '{layout}' for '{name}' is not one of {', '.join(LAYOUTS)}")
 
 
 def _spec(entry):
@@ -60,6 +126,20 @@ def _spec(entry):
     raise ValueError(f"record_routing: {entry!r} must be a module name or a (module name, function) pair")
 
 
+def _entries(value, what):
+    """routing / features given as one name, one (name, fn) pair, or a list of them (a string is one
+    name, never its letters)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str) and callable(value[1]):
+        return [value]
+    if isinstance(value, dict):
+        raise ValueError(f"record_routing: {what} must be a module name or a list of them, not a dict")
+    return list(value)
+
+
 class RoutingRecorder:
     """What record_routing yields: collects one batch per forward of the model.
 
@@ -69,29 +149,66 @@ class RoutingRecorder:
     write(path): writes them (record_routing does it on exit when given a path).
     """
 
-    def __init__(self, model, *, routing=(), features=None, output=None, softmax=False, meta=None):
+    def __init__(self, model, *, routing=(), features=None, output=None, softmax=False, meta=None,
+                 layout="auto", routing_kind="unordered"):
+        if isinstance(model, torch.jit.ScriptModule):
+            raise ValueError("record_routing: the model is a TorchScript module (torch.jit.trace or torch.jit.script), "
+                             "which runs without Python forward hooks; record the eager torch.nn.Module instead "
+                             "(it computes the same outputs)")
         if not isinstance(model, torch.nn.Module):
             raise ValueError(f"record_routing: model is a {type(model).__name__}, but must be a torch.nn.Module")
+        if routing_kind not in ("depth", "unordered"):
+            raise ValueError(f"record_routing: routing_kind is {routing_kind!r}, but must be 'depth' (ordered sources: "
+                             "layers, earliest first) or 'unordered' (mixture-of-experts experts)")
         self.model = model
         self._output = output or _default_output
         self._softmax = softmax
         self._meta = dict(meta or {})
+        self._kind = routing_kind
         modules = dict(model.named_modules())
-        self._routing = [_spec(r) for r in routing]
+        # torch.compile wraps the model in an OptimizedModule whose submodules are named "_orig_mod.NAME".
+        compiled_prefix = "_orig_mod." if isinstance(getattr(model, "_orig_mod", None), torch.nn.Module) else ""
+
+        def resolve(name):
+            if name in modules:
+                return name
+            if compiled_prefix and compiled_prefix + name in modules:
+                return compiled_prefix + name
+            known = ", ".join(n[len(compiled_prefix):] if compiled_prefix and n.startswith(compiled_prefix) else n
+                              for n in modules if n and n != "_orig_mod") or "none"
+            raise ValueError(f"record_routing: the model has no module '{name}' (modules: {known})")
+
+        self._routing = [(name, resolve(name), fn) for name, fn in (_spec(r) for r in _entries(routing, "routing"))]
         feats = features or {}
         if not isinstance(feats, dict):
-            feats = {_spec(f)[0]: f for f in feats}
-        self._features = {name: _spec(src) for name, src in feats.items()}
-        for module, _ in self._routing + list(self._features.values()):
-            if module not in modules:
-                known = ", ".join(n for n in modules if n) or "none"
-                raise ValueError(f"record_routing: the model has no module '{module}' (modules: {known})")
+            feats = {_spec(f)[0]: f for f in _entries(feats, "features")}
+        self._features = {fname: (src[0], resolve(src[0]), src[1]) for fname, src in
+                          ((k, _spec(v)) for k, v in feats.items())}
+        if isinstance(layout, str):
+            self._layout = {}
+            self._default_layout = layout
+        elif isinstance(layout, dict):
+            self._layout, self._default_layout = dict(layout), "auto"
+        else:
+            raise ValueError(f"record_routing: layout must be a string or a dict of module name -> layout, not "
+                             f"{type(layout).__name__}")
+        for lay in [self._default_layout] + list(self._layout.values()):
+            if lay not in LAYOUTS:
+                raise ValueError(f"record_routing: layout '{lay}' is not one of {', '.join(LAYOUTS)}")
+        named = {n for n, _, _ in self._routing} | {s[0] for s in self._features.values()}
+        for name in self._layout:
+            if name not in named:
+                raise ValueError(f"record_routing: layout names '{name}', which is not a recorded module")
         self._modules = modules
         self._pending = {}
-        self._logits, self._labels, self._routing_rows = [], [], [[] for _ in self._routing]
+        self._logits, self._labels = [], []
+        self._routing_rows = [[] for _ in self._routing]
+        self._entropy_rows = [[] for _ in self._routing]
+        self._depth_rows = [[] for _ in self._routing]
         self._feature_rows = {name: [] for name in self._features}
         self._extra = {}
         self._handles = []
+        self._renormalised = 0.0  # the largest |row sum - 1| that was renormalised
 
     # ---- hooks
     def _capture(self, module_name):
@@ -101,6 +218,37 @@ class RoutingRecorder:
                                  "record a module that runs once per forward")
             self._pending[module_name] = out
         return hook
+
+    def _layout_of(self, name):
+        return self._layout.get(name, self._default_layout)
+
+    def _routing_point(self, name, t, batch):
+        """[B, T, E] float32 weights (renormalised), their token mean, mean entropy and depth moments."""
+        dtype = t.dtype
+        w = _as_tokens(name, t.detach(), batch, "routing point", self._layout_of(name)).float()
+        if self._softmax:
+            w = torch.softmax(w, dim=-1)
+        if not torch.isfinite(w).all():
+            raise ValueError(f"record_routing: routing point '{name}' has non-finite weights")
+        if (w < 0).any():
+            raise ValueError(f"record_routing: routing point '{name}' has negative weights, so its rows are not "
+                             "probability vectors (gate logits? pass softmax=True)")
+        sums = w.sum(dim=-1, keepdim=True)
+        tol = ROW_SUM_TOLERANCE.get(dtype, 1e-4) if not self._softmax else 1e-4
+        dev = float((sums - 1).abs().max())
+        if dev > tol:
+            raise ValueError(f"record_routing: routing point '{name}' has a row summing to "
+                             f"{float(sums.flatten()[int((sums - 1).abs().flatten().argmax())]):.6g} (tolerance {tol:g} "
+                             f"for {str(dtype).replace('torch.', '')}), so its rows are not probability vectors "
+                             "(gate logits? pass softmax=True)")
+        self._renormalised = max(self._renormalised, dev)
+        w = w / sums
+        ent = -(w * torch.log(w.clamp_min(1e-30))).sum(dim=-1)  # per token, nats
+        e = w.shape[-1]
+        d = torch.linspace(0, 1, e) if e > 1 else torch.zeros(1)
+        mu = (w * d).sum(dim=-1)
+        var = (w * (d - mu.unsqueeze(-1)) ** 2).sum(dim=-1)
+        return w.mean(dim=1), ent.mean(dim=1), mu.mean(dim=1), var.mean(dim=1)
 
     def _on_forward(self, _module, _inputs, out):
         logits = self._output(out)
@@ -116,19 +264,26 @@ class RoutingRecorder:
             t = fn(pending[module]) if fn else pending[module]
             if not torch.is_tensor(t):
                 t = _default_output(t)
-            return _per_example(name, t.detach().float(), batch, what)
+            return t
 
-        for p, (module, fn) in enumerate(self._routing):
-            w = take(module, fn, "routing point", module)
-            if self._softmax:
-                w = torch.softmax(w, dim=-1)
-            self._routing_rows[p].append(_to_numpy(w))
-        for name, (module, fn) in self._features.items():
-            self._feature_rows[name].append(_to_numpy(take(module, fn, "feature", name)))
+        rows = []
+        for name, module, fn in self._routing:
+            rows.append(self._routing_point(name, take(module, fn, "routing point", name), batch))
+        feats = {}
+        for fname, (mname, module, fn) in self._features.items():
+            t = _as_tokens(mname, take(module, fn, "feature", fname).detach(), batch, "feature", self._layout_of(mname))
+            feats[fname] = t.float().mean(dim=1)
+        # Only a forward whose every entry was read is kept: a refused batch leaves the recording as it was.
+        for p, (mean, ent, mu, var) in enumerate(rows):
+            self._routing_rows[p].append(_to_numpy(mean))
+            self._entropy_rows[p].append(_to_numpy(ent))
+            self._depth_rows[p].append((_to_numpy(mu), _to_numpy(var)))
+        for fname, v in feats.items():
+            self._feature_rows[fname].append(_to_numpy(v))
         self._logits.append(_to_numpy(logits))
 
     def __enter__(self):
-        for module, _ in self._routing + list(self._features.values()):
+        for module in dict.fromkeys([m for _, m, _ in self._routing] + [s[1] for s in self._features.values()]):
             self._handles.append(self._modules[module].register_forward_hook(self._capture(module)))
         self._handles.append(self.model.register_forward_hook(self._on_forward))
         return self
@@ -172,6 +327,13 @@ class RoutingRecorder:
                 routing[:, p, :r.shape[1]] = r
             out["routing"] = routing
             out["routing_sources"] = sources
+            out["routing_entropy"] = np.stack([np.concatenate(r) for r in self._entropy_rows], axis=1).astype(np.float32)
+            if self._kind == "depth":
+                out["routing_depth_mean"] = np.stack([np.concatenate([m for m, _ in r]) for r in self._depth_rows],
+                                                     axis=1).astype(np.float32)
+                out["routing_depth_var"] = np.stack([np.concatenate([v for _, v in r]) for r in self._depth_rows],
+                                                    axis=1).astype(np.float32)
+            out["routing_kind"] = np.array(self._kind)
         columns, names = [], []
         for name, rows in list(self._feature_rows.items()) + list(self._extra.items()):
             v = np.concatenate(rows)
@@ -183,7 +345,10 @@ class RoutingRecorder:
             out["features"] = np.concatenate(columns, axis=1).astype(np.float32)
             out["feature_names"] = np.array(names)
         meta = {"source": "arcal.torch_hooks.record_routing", "model": type(self.model).__name__,
-                "routing_points": [m for m, _ in self._routing], "version": _arcal.__version__}
+                "routing_points": [name for name, _, _ in self._routing], "routing_kind": self._kind,
+                "version": _arcal.__version__}
+        if self._renormalised > 0:
+            meta["routing_rows_renormalised_max_deviation"] = self._renormalised
         meta.update(self._meta)
         out["meta"] = json.dumps(meta)
         return out
@@ -194,26 +359,45 @@ class RoutingRecorder:
 
 
 @contextlib.contextmanager
-def record_routing(model, path=None, *, routing=(), features=None, output=None, softmax=False, meta=None):
+def record_routing(model, path=None, *, routing=(), features=None, output=None, softmax=False, meta=None,
+                   layout="auto", routing_kind="unordered"):
     """Records a trace from a PyTorch model's forward hooks while the with-block runs.
 
     model : the torch.nn.Module whose forward returns logits [B, K] (or a tuple / an object with
-        .logits; else give output=fn mapping the output to logits).
+        .logits; else give output=fn mapping the output to logits). Eager or torch.compile'd; not
+        TorchScript.
     path : where to write the trace on leaving the block (None: only rec.arrays()). Nothing is written
-        when the block raises.
-    routing : module names (as in model.named_modules()), or (name, fn) pairs where fn extracts the
-        tensor from the module's output, whose outputs are routing weights over sources, [B, S] or
-        [B, T, S] (averaged over the token axes): one routing point each, rows summing to 1 (softmax=True
-        applies a softmax over the last axis first, for gates that output logits).
+        when the block raises. If writing fails, the recording is not lost: the error says so, and
+        rec.arrays() / rec.write(other_path) still work.
+    routing : a module name, or a list of module names (as in model.named_modules()) or (name, fn)
+        pairs where fn extracts the tensor from the module's output, whose outputs are routing weights
+        over sources (rows summing to 1; softmax=True applies a softmax over the last axis first, for
+        gates that output logits). One routing point each. Rows are accumulated in float32 and
+        renormalised when they sum to 1 within ROW_SUM_TOLERANCE for the tensor's dtype (bf16: 2e-2).
     features : {feature name: module name or (name, fn)} (or a list of module names): any module's
-        output, [B], [B, F] or [B, T, F] (token-mean), stored as features [N, F] with feature_names.
+        output, stored as token-mean features [N, F] with feature_names. A module may appear both here
+        and in routing (it is hooked once).
+    layout : how the recorded tensors' axes are laid out: "auto" (the default: [B, E], [B, T, E] or
+        [T, B, E] when the shape says which unambiguously, else an error naming the fix),
+        "batch_first", "seq_first" ([T, B, E]), "flat" ([B*T, E], example-major) or "flat_seq_first"
+        ([T*B, E]); one string for every entry or a dict {module name: layout}.
+    routing_kind : "unordered" (the default: experts of a mixture of experts, which have no order, so
+        the audit offers entropy only) or "depth" (ordered sources such as the layers an AttnRes point
+        reads; adds the per-token depth mean and variance).
     meta : extra keys for the trace's meta JSON.
 
     Yields the RoutingRecorder: call rec.add_labels(y) for every batch; rec.add_feature(name, values)
     adds per-example signals computed outside the model. The hooks are removed on leaving the block.
     """
-    rec = RoutingRecorder(model, routing=routing, features=features, output=output, softmax=softmax, meta=meta)
+    rec = RoutingRecorder(model, routing=routing, features=features, output=output, softmax=softmax, meta=meta,
+                          layout=layout, routing_kind=routing_kind)
     with rec:
         yield rec
     if path is not None:
-        rec.write(path)
+        try:
+            rec.write(path)
+        except Exception as e:
+            n = sum(len(x) for x in rec._logits)
+            warnings.warn(f"record_routing: the trace was not written to {path} ({e}); the recording of {n} examples "
+                          "is kept: rec.arrays() returns it and rec.write(path) writes it", RuntimeWarning, stacklevel=3)
+            raise

@@ -153,9 +153,16 @@ identically in the other.)doc")
             }
             // With the GIL and the exclusive lock: waits for running predict_proba calls on this object
             // (they hold the shared lock without the GIL, so they finish without needing it).
-            std::unique_lock<std::shared_mutex> write(c.lock.m);
-            c.fit = std::move(result);
-            c.fitted = true;
+            const std::string warning = result.warning;
+            {
+              std::unique_lock<std::shared_mutex> write(c.lock.m);
+              c.fit = std::move(result);
+              c.fitted = true;
+            }
+            // A fit that should not be trusted warns (besides converged: false in to_dict); a warnings
+            // filter set to "error" turns it into an exception, which propagates.
+            if (!warning.empty() && PyErr_WarnEx(PyExc_RuntimeWarning, (fn + ": " + warning).c_str(), 1) != 0)
+              throw py::error_already_set();
             return self;
           },
           "labels"_a, py::kw_only(), "logits"_a = py::none(), "probs"_a = py::none(),

@@ -21,33 +21,33 @@ RoutingStats routing_statistics(const Trace& t) {
   r.rdv.assign(N, 0.0);
   for (std::size_t p = 0; p < P; ++p)
     if (t.routing_sources[p] > 1) r.profile_points.push_back(p);
-  r.per_token = !t.routing_entropy.empty() && !t.routing_depth_var.empty() && !t.routing_depth_mean.empty();
+  // Each per-token array is used where it is present (a recorder of MoE gates writes routing_entropy
+  // alone, and it used to be ignored unless the depth arrays came with it).
+  r.per_token = !t.routing_entropy.empty();
+  r.per_token_depth = !t.routing_depth_var.empty() && !t.routing_depth_mean.empty();
   for (std::size_t i = 0; i < N; ++i) {
     for (std::size_t p = 0; p < P; ++p) {
       const std::size_t Sp = static_cast<std::size_t>(t.routing_sources[p]);
       const std::size_t j = i * P + p;
-      double H, mu, var;
-      if (r.per_token) {
-        H = t.routing_entropy[j];
+      // Without the per-token arrays: from the token-mean weights, the entropy/variance of the mean,
+      // not the mean of the per-token values: an upper bound on both (entropy is concave; a mixture's
+      // variance is at least its components' mean variance); the flags say which arrays were used.
+      const float* a = &t.routing[j * S];
+      double H = 0.0, mu = 0.0, var = 0.0;
+      for (std::size_t s = 0; s < Sp; ++s) {
+        const double w = a[s];
+        if (w > 0.0) H -= w * std::log(w);
+        const double d = Sp > 1 ? static_cast<double>(s) / static_cast<double>(Sp - 1) : 0.0;
+        mu += w * d;
+      }
+      for (std::size_t s = 0; s < Sp; ++s) {
+        const double d = Sp > 1 ? static_cast<double>(s) / static_cast<double>(Sp - 1) : 0.0;
+        var += a[s] * (d - mu) * (d - mu);
+      }
+      if (r.per_token) H = t.routing_entropy[j];
+      if (r.per_token_depth) {
         mu = t.routing_depth_mean[j];
         var = t.routing_depth_var[j];
-      } else {
-        // From the token-mean weights: the entropy/variance of the mean, not the mean of the
-        // per-token values (a lower bound on both by concavity); per_token = false says so.
-        const float* a = &t.routing[j * S];
-        H = 0.0;
-        mu = 0.0;
-        for (std::size_t s = 0; s < Sp; ++s) {
-          const double w = a[s];
-          if (w > 0.0) H -= w * std::log(w);
-          const double d = Sp > 1 ? static_cast<double>(s) / static_cast<double>(Sp - 1) : 0.0;
-          mu += w * d;
-        }
-        var = 0.0;
-        for (std::size_t s = 0; s < Sp; ++s) {
-          const double d = Sp > 1 ? static_cast<double>(s) / static_cast<double>(Sp - 1) : 0.0;
-          var += a[s] * (d - mu) * (d - mu);
-        }
       }
       r.entropy[j] = H;
       r.norm_entropy[j] = Sp > 1 ? H / std::log(static_cast<double>(Sp)) : 0.0;
@@ -62,10 +62,20 @@ RoutingStats routing_statistics(const Trace& t) {
   return r;
 }
 
+std::vector<std::string> default_statistics(const Trace& t) {
+  if (!t.routing.empty()) return t.routing_kind == "unordered" ? std::vector<std::string>{"re"} : std::vector<std::string>{"re", "rdv"};
+  return t.feature_names;
+}
+
 std::vector<double> statistic_column(const Trace& t, const std::string& name) {
   if (!t.routing.empty()) {
     if (name == "re") return routing_statistics(t).re;
-    if (name == "rdv") return routing_statistics(t).rdv;
+    if (name == "rdv") {
+      if (t.routing_kind == "unordered")
+        throw InputError("statistic_column: " + t.path + ": statistic 'rdv' (depth variance over the source index) "
+                         "does not apply: the trace's routing_kind is 'unordered' (experts have no order); use 're'");
+      return routing_statistics(t).rdv;
+    }
   }
   for (std::size_t f = 0; f < t.feature_names.size(); ++f) {
     if (t.feature_names[f] != name) continue;
@@ -73,7 +83,7 @@ std::vector<double> statistic_column(const Trace& t, const std::string& name) {
     for (std::size_t i = 0; i < t.n; ++i) col[i] = t.features[i * t.num_features + f];
     return col;
   }
-  std::string avail = t.routing.empty() ? "" : "re, rdv";
+  std::string avail = t.routing.empty() ? "" : t.routing_kind == "unordered" ? "re" : "re, rdv";
   for (const auto& f : t.feature_names) avail += (avail.empty() ? "" : ", ") + f;
   throw InputError("statistic_column: " + t.path + ": unknown statistic '" + name + "' (available: " +
                    (avail.empty() ? "none" : avail) + ")");

@@ -732,14 +732,28 @@ std::vector<double> set_top_probability(const std::vector<double>& probs, std::s
     // The others' own sum, not 1 - top: where the top probability rounds near 1, 1 - top can be
     // smaller than the others' sum, and the rescaled row left [0, 1] (found by fuzz_calibrator_json:
     // Platt with b = -2.6e12 gave a probability of 2.7).
-    double rest = 0.0;
+    double rest = 0.0, second = 0.0;
     for (std::size_t j = 0; j < k; ++j)
-      if (j != top) rest += row[j];
+      if (j != top) {
+        rest += row[j];
+        second = std::max(second, row[j]);
+      }
+    // The predicted class never changes (method.md §5): a calibrated top probability q below the
+    // value at which the largest other class, rescaled to share 1 - q, would overtake it is raised to
+    // that value (the top class and the runner-up then tie at r / (1 + r), r = second / rest, with the
+    // top class kept above by one ulp-scale step so argmax's lowest-index tie rule cannot flip it).
+    // Platt, isotonic and histogram changed the prediction of 2-3 % of examples before.
+    double qi = q[i];
+    if (k > 1) {
+      const double r = rest > 0 ? second / rest : 1.0 / static_cast<double>(k - 1);
+      const double floor_q = r / (1.0 + r);
+      if (qi <= floor_q) qi = std::min(1.0, floor_q * (1.0 + 1e-12) + 1e-300);
+    }
     for (std::size_t j = 0; j < k; ++j) {
       if (j == top) continue;
-      row[j] = rest > 0 ? row[j] / rest * (1.0 - q[i]) : (1.0 - q[i]) / static_cast<double>(k - 1);
+      row[j] = rest > 0 ? row[j] / rest * (1.0 - qi) : (1.0 - qi) / static_cast<double>(k - 1);
     }
-    row[top] = q[i];
+    row[top] = qi;
   }
   return out;
 }

@@ -121,7 +121,9 @@ QatsFit fit_qats(const std::vector<double>& logits, std::size_t n, std::size_t k
 std::vector<double> apply_qats(const QatsFit& fit, const std::vector<double>& logits, std::size_t n, std::size_t k);
 
 /// Replaces the top-label probability of each row by q_i and rescales the other entries to sum to 1 - q_i
-/// (how confidence-only calibrators produce full probability vectors). probs [N, K], q [N].
+/// (how confidence-only calibrators produce full probability vectors). probs [N, K], q [N]. A q_i so
+/// low that a rescaled other class would overtake the top one is raised to where they tie (the top
+/// class kept on top), so the predicted class never changes.
 std::vector<double> set_top_probability(const std::vector<double>& probs, std::size_t n, std::size_t k,
                                         const std::vector<double>& q);
 

@@ -225,7 +225,37 @@ FittedCalibrator fit_calibrator(const std::string& method, const Predictions& p,
       f.kernel_bandwidth = scott_bandwidths(f.kernel_x, 1)[0];
     }
   }
+  f.warning = fit_warning(f, p, labels);
   return f;
+}
+
+std::string fit_warning(const FittedCalibrator& f, const Predictions& p, const std::vector<std::int64_t>& labels) {
+  const std::string& m = f.method;
+  std::string w;
+  auto add = [&](const std::string& s) { w += (w.empty() ? "" : "; ") + s; };
+  bool converged = true;
+  int iterations = 0;
+  if (m == "platt") converged = f.platt.converged, iterations = f.platt.iterations;
+  if (m == "qats") converged = f.qats.converged, iterations = f.qats.iterations;
+  if (m == "vector" || m == "matrix") converged = f.linear.converged, iterations = f.linear.iterations;
+  if (!converged)
+    add(m + " did not converge in " + std::to_string(iterations) + " iterations (converged: false); the parameters are the last iterate's");
+  // The fitted calibrator against none, on the data it was fitted on: worse there means the fit failed.
+  const std::vector<double> q = apply_calibrator(f, p);
+  double before = 0.0, after = 0.0;
+  for (std::size_t i = 0; i < p.n; ++i) {
+    const std::size_t y = static_cast<std::size_t>(labels[i]);
+    before -= std::log(std::max(p.probs[i * p.k + y], 1e-300));
+    after -= std::log(std::max(q[i * p.k + y], 1e-300));
+  }
+  before /= static_cast<double>(std::max<std::size_t>(p.n, 1));
+  after /= static_cast<double>(std::max<std::size_t>(p.n, 1));
+  // Only the methods that minimise the multiclass NLL (with a ridge towards the identity at most)
+  // promise not to raise it; Platt and the binning methods fit the top label's correctness.
+  const bool nll_method = m == "temperature" || m == "vector" || m == "matrix";
+  if (nll_method && after > before + 1e-6 * (1.0 + before))
+    add("the calibrated NLL on the fitting data, " + num(after) + ", is worse than the uncalibrated " + num(before));
+  return w;
 }
 
 std::vector<double> apply_calibrator(const FittedCalibrator& f, const Predictions& p) {

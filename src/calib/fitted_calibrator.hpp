@@ -60,7 +60,15 @@ struct FittedCalibrator {
   double kernel_bandwidth = 0.0;
   QatsFit qats;              ///< qats
   LinearScalingFit linear;   ///< vector, matrix
+  /// Set by fit_calibrator (not saved): why the fit should not be trusted, "" when nothing is wrong
+  /// (the CLI prints it as a warning, the Python module raises a RuntimeWarning).
+  std::string warning;
 };
+
+/// The fit's warning: an optimiser that did not converge (platt, qats, vector, matrix), or a
+/// likelihood-fitted calibrator (temperature, vector, matrix) whose NLL on its own fitting data
+/// is worse than the uncalibrated predictions'. "" when neither.
+std::string fit_warning(const FittedCalibrator& f, const Predictions& p, const std::vector<std::int64_t>& labels);
 
 /// Fits `method` on predictions p with labels [n] in [0, k). Throws InputError on an unknown method,
 /// invalid options, labels or shapes; std::runtime_error when temperature scaling fails (beta <= 0 or

@@ -132,6 +132,12 @@ void validate(const Trace& t, const Ctx& c) {
           c.fail_index(name, std::to_string(j / P) + ", " + std::to_string(j % P), fmt_double(v[j]),
                        "finite and >= " + fmt_double(lo));
     };
+    if (t.routing_kind != "depth" && t.routing_kind != "unordered")
+      c.fail("routing_kind is '" + t.routing_kind + "', but must be 'depth' (ordered sources: AttnRes layers) or "
+             "'unordered' (mixture-of-experts gates)");
+    if (t.routing_kind == "unordered" && (!t.routing_depth_mean.empty() || !t.routing_depth_var.empty()))
+      c.fail("routing_depth_mean / routing_depth_var are present, but routing_kind is 'unordered' (experts have "
+             "no depth)");
     check_stat(t.routing_entropy, "routing_entropy", 0.0);
     check_stat(t.routing_depth_mean, "routing_depth_mean", 0.0);
     check_stat(t.routing_depth_var, "routing_depth_var", 0.0);
@@ -234,9 +240,13 @@ Trace trace_from_arrays(const std::vector<NpyArray>& list, const std::string& pa
         *dest = a->as_float(ctx);
       }
     }
+    if (const NpyArray* k = get("routing_kind")) {
+      need_ndim(*k, 0, "a 0-d string");
+      t.routing_kind = k->as_strings(ctx).at(0);
+    }
   } else {
     for (const char* name : {"routing_cls", "routing_sources", "routing_entropy", "routing_depth_mean",
-                             "routing_depth_var"})
+                             "routing_depth_var", "routing_kind"})
       if (get(name)) c.fail(std::string("has '") + name + "' but no 'routing'");
   }
   if (const NpyArray* f = get("features")) {
@@ -282,6 +292,7 @@ void save_trace(const Trace& t, const std::string& path, bool compress) {
       arrays.push_back(NpyArray::from_float("routing_depth_mean", t.routing_depth_mean, {t.n, t.points}));
     if (!t.routing_depth_var.empty())
       arrays.push_back(NpyArray::from_float("routing_depth_var", t.routing_depth_var, {t.n, t.points}));
+    if (t.routing_kind != "depth") arrays.push_back(NpyArray::scalar_string("routing_kind", t.routing_kind));
   }
   if (t.num_features > 0) {
     arrays.push_back(NpyArray::from_double("features", t.features, {t.n, t.num_features}));

@@ -26,6 +26,10 @@ struct Trace {
   std::vector<float> routing;
   std::vector<float> routing_cls;      ///< same layout at the CLS token; may be empty
   std::vector<std::int32_t> routing_sources;  ///< [P]
+  /// What the sources are: "depth" (ordered: the layers an AttnRes point reads, earliest first; the
+  /// default) or "unordered" (a mixture-of-experts gate: expert indices carry no order, so no depth
+  /// statistic applies). Array `routing_kind`, a 0-d string; written when not "depth".
+  std::string routing_kind = "depth";
   /// Per-token routing statistics averaged over tokens, row-major [N, P] (method.md §3), written by
   /// `arcal trace`; optional (when absent they are computed from the token-mean weights instead).
   std::vector<float> routing_entropy;     ///< H_p in nats (not normalised)

@@ -39,6 +39,16 @@ void Figures::render(const std::string& name, const std::string& data, const std
   paths.insert(paths.end(), written.begin(), written.end());
 }
 
+RelSeries reliability_series(const std::string& name, const std::vector<BinRow>& rows) {
+  RelSeries s{name, {}};
+  for (const auto& r : rows)
+    if (r.n > 0) {
+      const auto band = calibrated_accuracy_band(r.n, r.mean_conf);
+      s.rows.push_back({r.mean_conf, r.accuracy, r.n, band.low, band.high});
+    }
+  return s;
+}
+
 void reliability_figure(Figures& f, const std::string& name, const std::string& title, const std::vector<RelPanel>& panels,
                         int bins) {
   std::ostringstream d;

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "calib/binning.hpp"
+
 namespace arcal::report {
 
 /// Renders figures into `dir` (nothing is written when dir is empty: a dry run) and keeps each SVG's
@@ -38,6 +40,11 @@ struct RelPanel {
   std::string title;
   std::vector<RelSeries> series;
 };
+/// The non-empty bins of a reliability table (calib's BinRow table) with each bin's consistency band
+/// (a calibrated model's central 95 % accuracy for its count and mean confidence: calib/binning.hpp
+/// calibrated_accuracy_band).
+RelSeries reliability_series(const std::string& name, const std::vector<BinRow>& rows);
+
 /// Reliability diagrams, one panel per entry: the diagonal, the consistency band of single-series
 /// panels, accuracy per bin (linespoints), and the bins' counts as bars on a right-hand axis.
 void reliability_figure(Figures& f, const std::string& name, const std::string& title, const std::vector<RelPanel>& panels,

@@ -30,15 +30,7 @@ std::vector<RelPoint> rel_points(const std::vector<ReliabilityRow>& rows) {
     if (r.n > 0) out.push_back({r.confidence, r.accuracy, r.n, r.band_low, r.band_high});
   return out;
 }
-std::vector<RelPoint> rel_points(const CalibrationReport& m) {
-  std::vector<RelPoint> out;
-  for (const auto& r : m.reliability)
-    if (r.n > 0) {
-      const auto band = calibrated_accuracy_band(r.n, r.mean_conf);
-      out.push_back({r.mean_conf, r.accuracy, r.n, band.low, band.high});
-    }
-  return out;
-}
+std::vector<RelPoint> rel_points(const CalibrationReport& m) { return reliability_series("", m.reliability).rows; }
 
 std::string evidence_row_test(const VerdictEvidence& e) {
   if (e.test == "exact_null.conditional_permutation") return "exact null, conditional permutation (" + e.variant + ")";

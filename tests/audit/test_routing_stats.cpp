@@ -62,3 +62,35 @@ TEST(RoutingStats, ErrorsWithoutRouting) {
   EXPECT_THROW(routing_statistics(t), InputError);
   EXPECT_THROW(statistic_column(two_point_trace(), "nope"), InputError);
 }
+
+TEST(RoutingStats, EntropyAloneIsUsed) {
+  // A recorder of MoE gates writes routing_entropy without the depth arrays; it used to be ignored
+  // (re came from the entropy of the token-mean gate).
+  Trace t = two_point_trace();
+  t.routing_entropy = {0, 0.5f, 0, 0.25f};
+  const auto r = routing_statistics(t);
+  EXPECT_TRUE(r.per_token);
+  EXPECT_FALSE(r.per_token_depth);
+  EXPECT_NEAR(r.re[1], 0.25 / std::log(3.0) / 2, 1e-7);  // the stored per-token entropy
+  EXPECT_NEAR(r.depth_var[1], 1.0 / 6.0, 1e-6);           // depth still from the token-mean weights
+}
+
+TEST(RoutingStats, UnorderedRoutingOffersEntropyOnly) {
+  Trace t = two_point_trace();
+  EXPECT_EQ(default_statistics(t), (std::vector<std::string>{"re", "rdv"}));
+  t.routing_kind = "unordered";
+  EXPECT_EQ(default_statistics(t), (std::vector<std::string>{"re"}));
+  EXPECT_NEAR(statistic_column(t, "re")[0], 0.5, 1e-6);
+  try {
+    statistic_column(t, "rdv");
+    FAIL() << "rdv of unordered routing was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("routing_kind is 'unordered'"), std::string::npos) << e.what();
+  }
+  Trace plain = two_point_trace();
+  plain.routing.clear();
+  plain.points = 0;
+  EXPECT_TRUE(default_statistics(plain).empty());  // logits and labels only: nothing beyond the outputs
+  plain.feature_names = {"a", "b"};
+  EXPECT_EQ(default_statistics(plain), (std::vector<std::string>{"a", "b"}));
+}

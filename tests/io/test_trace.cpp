@@ -91,6 +91,20 @@ TEST(Trace, RoundTripThroughNumpy) {
   EXPECT_NEAR(p[0], std::exp(2.0) / (std::exp(2.0) + 2.0), 1e-15);
 }
 
+TEST(Trace, RoutingKindRoundTripsAndDefaultsToDepth) {
+  const std::string d = tmp_dir("trace_kind");
+  EXPECT_EQ(small_trace().routing_kind, "depth");
+  save_trace(small_trace(), d + "/depth.npz");
+  std::string out;
+  ASSERT_EQ(python("import numpy as np\nassert 'routing_kind' not in np.load('" + d + "/depth.npz')\nprint('OK')\n", &out), 0) << out;
+  EXPECT_EQ(load_trace(d + "/depth.npz").routing_kind, "depth");  // absent: depth (every earlier trace)
+  Trace moe = small_trace();
+  moe.routing_kind = "unordered";
+  save_trace(moe, d + "/moe.npz");
+  ASSERT_EQ(python("import numpy as np\nassert str(np.load('" + d + "/moe.npz')['routing_kind']) == 'unordered'\nprint('OK')\n", &out), 0) << out;
+  EXPECT_EQ(load_trace(d + "/moe.npz").routing_kind, "unordered");
+}
+
 TEST(Trace, LoadsNumpyWrittenTraceWithInt32LabelsAndProbs) {
   const std::string d = tmp_dir("trace_np");
   const std::string path = d + "/np.npz";
@@ -130,6 +144,9 @@ TEST(Trace, InvalidTracesThrowNamingArrayAndIndex) {
       {"features N mismatch", [](Trace& t) { t.features.pop_back(); }, "features has 3 values"},
       {"names mismatch", [](Trace& t) { t.feature_names.push_back("y"); }, "feature_names has 2"},
       {"entropy shape", [](Trace& t) { t.routing_entropy = {0.f}; }, "routing_entropy has 1 values"},
+      {"routing kind", [](Trace& t) { t.routing_kind = "experts"; }, "routing_kind is 'experts', but must be 'depth'"},
+      {"depth of unordered routing", [](Trace& t) { t.routing_kind = "unordered"; t.routing_depth_var.assign(8, 0.f); },
+       "routing_kind is 'unordered' (experts have no depth)"},
       {"probs sum", [](Trace& t) { t.probs = {0.5, 0.6, 0, 1, 0, 0, 0, 0, 1, 0, 1, 0}; t.logits.clear(); },
        "probs row 0 sums to 1.1"},
   };

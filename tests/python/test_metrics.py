@@ -93,7 +93,7 @@ def test_non_contiguous_and_big_endian_inputs():
     (lambda y, p: (y, p * 0.9), "probs row 0 sums to 0.9"),
     (lambda y, p: (y[:-1], p), "labels has 199 entries, but probs has N = 200 rows"),
     (lambda y, p: (y.astype(float), p), "labels has dtype float64, but must be an integer type"),
-    (lambda y, p: (y, p[:, 0]), "probs has shape (200,), but must be [N, K]"),
+    (lambda y, p: (y, p[:, :, None]), "probs has shape (200, 4, 1), but must be [N, K]"),  # [N]: binary (test_own_model)
     (lambda y, p: (y, p.astype(int)), "probs has dtype int64, but must be a float type"),
 ])
 def test_bad_input_raises_value_error_naming_array_and_index(mutate, message):

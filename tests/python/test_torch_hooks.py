@@ -80,7 +80,8 @@ def test_records_gates_features_and_logits(tmp_path, model_and_data):
 
 def test_gate_logits_with_softmax_and_audit(tmp_path, model_and_data):
     model, x, y = model_and_data
-    with torch.no_grad(), record_routing(model, routing=["gate1", ("gate2", lambda out: out)], softmax=True) as rec:
+    with torch.no_grad(), record_routing(model, routing=["gate1", ("gate2", lambda out: out)], softmax=True,
+                                         routing_kind="depth") as rec:  # depth: so that rdv applies
         model(x)
         rec.add_labels(y)
     t = rec.arrays()
