@@ -619,6 +619,15 @@ namespace {
                            byte_size(bytes) + " (a memory limit such as ulimit -v, or the machine's memory)");
 }
 
+/// libzip's own allocation failed (ZIP_ER_MEMORY, "Malloc failure"): out of memory, exit 1, never
+/// "truncated or corrupt" (under ulimit -v the first failing allocation may be libzip's).
+void fail_if_zip_out_of_memory(const std::string& label, const std::string& name, zip_error_t* err) {
+  if (zip_error_code_zip(err) != ZIP_ER_MEMORY) return;
+  throw std::runtime_error("npz: " + label + (name.empty() ? "" : ": array '" + printable(name) + "'") +
+                           ": out of memory while libzip read the archive (a memory limit such as ulimit -v, or the "
+                           "machine's memory)");
+}
+
 std::vector<NpyArray> read_archive(zip_t* za, const std::string& label) {
   std::unique_ptr<zip_t, void (*)(zip_t*)> guard(za, [](zip_t* z) { zip_discard(z); });
   const zip_int64_t entries = zip_get_num_entries(za, 0);
@@ -654,7 +663,10 @@ std::vector<NpyArray> read_archive(zip_t* za, const std::string& label) {
       fail(label, printable(name), "the archive's members together exceed the limit of " +
                                        byte_size(limits.max_total_bytes) + " per file");
     zip_file_t* zf = zip_fopen_index(za, static_cast<zip_uint64_t>(i), 0);
-    if (!zf) fail(label, printable(name), std::string("cannot open member: ") + zip_strerror(za));
+    if (!zf) {
+      fail_if_zip_out_of_memory(label, name, zip_get_error(za));
+      fail(label, printable(name), std::string("cannot open member: ") + zip_strerror(za));
+    }
     std::string bytes;
     try {
       bytes.assign(static_cast<std::size_t>(declared), '\0');
@@ -667,7 +679,9 @@ std::vector<NpyArray> read_archive(zip_t* za, const std::string& label) {
       const zip_int64_t r = zip_fread(zf, &bytes[got], bytes.size() - got);
       if (r < 0) {
         const std::string msg = zip_error_strerror(zip_file_get_error(zf));
+        const bool oom = zip_error_code_zip(zip_file_get_error(zf)) == ZIP_ER_MEMORY;
         zip_fclose(zf);
+        if (oom) out_of_memory(label, name, declared);
         fail(label, printable(name), "corrupt compressed data: " + msg);
       }
       if (r == 0) break;
@@ -699,6 +713,11 @@ std::vector<NpyArray> read_archive(zip_t* za, const std::string& label) {
 }
 
 [[noreturn]] void open_failed(const std::string& label, zip_error_t* err) {
+  if (zip_error_code_zip(err) == ZIP_ER_MEMORY) {
+    zip_error_fini(err);
+    throw std::runtime_error("npz: " + label + ": out of memory while libzip opened the archive (a memory limit such "
+                             "as ulimit -v, or the machine's memory)");
+  }
   const std::string msg = zip_message(err);
   zip_error_fini(err);
   fail(label, "", "cannot open as a zip archive (truncated or corrupt?): " + msg);
