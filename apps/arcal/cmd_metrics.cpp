@@ -30,9 +30,9 @@ struct MetricsConfig {
 
 /// DIR/reliability.{svg,png,dat,gp}: the top-label reliability diagram with the bins' counts and the
 /// consistency band of a calibrated model (Binomial(n, c)/n, calib/binning.hpp), as `arcal report`
-/// draws it for every run. DIR is arcal's only if arcal made it (the output-directory rule).
+/// draws it for every run. DIR is arcal's only if arcal made it (the output-directory rule, checked by
+/// run_metrics before any work).
 std::vector<std::string> draw_reliability(const arcal::CalibrationReport& r, const MetricsConfig& cfg) {
-  arcal::check_output_dir("--figures", cfg.figures, "arcal metrics", cfg.force, "--force");
   std::error_code ec;
   std::filesystem::create_directories(cfg.figures, ec);
   if (ec) arcal::throw_input("--figures", "cannot create " + cfg.figures + ": " + ec.message());
