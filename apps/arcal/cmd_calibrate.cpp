@@ -35,7 +35,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-inline constexpr const char* kCalibrateSchema = "arcal.calibrate/1";
 
 struct CalibrateConfig {
   std::string input, fit, apply, params, save, method, out;
@@ -265,7 +264,7 @@ int run_calibrate(const CalibrateConfig& cfg) {
   if (cfg.json) {
     const char* mode_name = mode == Mode::split ? "split" : mode == Mode::fit_apply ? "fit" : "params";
     auto or_null = [](const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); };
-    nlohmann::json j = {{"schema", kCalibrateSchema},
+    nlohmann::json j = {{"schema", arcal::kCalibrateSchema},
                         {"mode", mode_name},
                         {"method", cal.method},
                         {"fit_file", mode == Mode::split ? or_null(cfg.input) : or_null(cfg.fit)},

@@ -1,5 +1,7 @@
-// arcal report DIR: renders DIR/results.json (from arcal audit or arcal run) into DIR/report/ (or
-// --out): report.html, report.md, tables/*.csv, figures/ (SVG + PNG with their .dat and .gp).
+// arcal report DIR|FILE.json: renders DIR/results.json (from arcal audit or arcal run) into DIR/report/,
+// or a JSON file (results.json, or what arcal metrics --json / arcal calibrate --json printed) into
+// STEM_report/ beside it (or --out): report.html, report.md, tables/*.csv, figures/ (SVG + PNG with
+// their .dat and .gp).
 #include <fmt/format.h>
 
 #include <iostream>
@@ -15,7 +17,7 @@ struct ReportOptions {
 };
 
 int run_report(const ReportOptions& o) {
-  const std::string out = o.out.empty() ? o.dir + "/report" : o.out;
+  const std::string out = o.out.empty() ? arcal::default_report_dir(o.dir) : o.out;
   const auto rep = arcal::write_report(o.dir, out, o.force);
   std::cout << fmt::format("wrote {} ({} figures, {} tables) and {}\n", rep.html, rep.figures.size() / 2, rep.tables.size(),
                            rep.markdown);
@@ -25,10 +27,13 @@ int run_report(const ReportOptions& o) {
 
 arcal::cli::RunFn setup(CLI::App& app) {
   auto o = std::make_shared<ReportOptions>();
-  app.add_option("dir", o->dir, "Directory holding results.json (written by arcal audit --out or arcal run)")
+  app.add_option("source", o->dir,
+                 "Directory holding results.json (written by arcal audit --out or arcal run), or a JSON file: "
+                 "results.json, or what arcal metrics --json or arcal calibrate --json printed (a classifier's "
+                 "calibration report: metrics with intervals and the reliability diagram, before/after a calibrator)")
       ->required()
-      ->check(CLI::ExistingDirectory);
-  app.add_option("--out", o->out, "Report directory (default: DIR/report)");
+      ->check(CLI::ExistingPath);
+  app.add_option("--out", o->out, "Report directory (default: DIR/report, or STEM_report beside a FILE.json)");
   app.add_flag("--force", o->force,
                "Replace --out even when it holds files that are not part of an arcal report (it is replaced as a whole)");
   return [o]() { return run_report(*o); };
@@ -36,4 +41,7 @@ arcal::cli::RunFn setup(CLI::App& app) {
 
 }  // namespace
 
-ARCAL_COMMAND("report", "HTML/Markdown report with figures and CSV tables from results.json", setup);
+ARCAL_COMMAND("report",
+              "HTML/Markdown report with figures and CSV tables from results.json (an audit), or from the JSON of "
+              "arcal metrics / arcal calibrate (a classifier's calibration)",
+              setup);

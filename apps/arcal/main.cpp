@@ -155,5 +155,15 @@ __attribute__((section(".preinit_array"), used)) static void (*const arcal_prein
 
 int main(int argc, char** argv) {
   std::set_new_handler(nullptr);  // from here on std::bad_alloc is thrown and caught in run_main
-  finish(run_main(argc, argv));
+  int rc = 1;
+  try {
+    rc = run_main(argc, argv);
+  } catch (const std::bad_alloc&) {
+    // Before run_main's own handlers: building the command line (CLI11's options) under a tight
+    // `ulimit -v` (found by the hostile cases' 600000 KB limit once the binary grew).
+    static const char msg[] = "arcal: failed: out of memory while setting up the command line, before any work\n";
+    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+    ::_exit(1);
+  }
+  finish(rc);
 }

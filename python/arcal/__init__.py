@@ -19,12 +19,13 @@ from ._arcal import (  # noqa: F401
     audit,
     cedar_attention,
     read_trace,
+    report,
     write_trace,
 )
 from ._inputs import prediction_arrays as _prediction_arrays
 from .plots import reliability_diagram  # noqa: F401
 
-__all__ = ["metrics", "Calibrator", "audit", "read_trace", "write_trace", "cedar_attention", "reliability_diagram",
+__all__ = ["metrics", "Calibrator", "audit", "report", "read_trace", "write_trace", "cedar_attention", "reliability_diagram",
            "torch_hooks", "__version__"]
 
 

@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "io/npz.hpp"
 #include "io/trace.hpp"
+#include "report/report.hpp"
 
 namespace arcalpy {
 
@@ -84,6 +85,34 @@ void write_trace(const std::string& path, py::kwargs arrays) {
   arcal::write_npz(path, list, true);
 }
 
+py::dict report(py::object source, py::object out, bool force) {
+  const std::string fn = "arcal.report";
+  std::string out_dir = out.is_none() ? std::string() : py::str(py::module_::import("os").attr("fspath")(out)).cast<std::string>();
+  arcal::ReportOutput r;
+  if (py::isinstance<py::dict>(source)) {
+    if (out_dir.empty())
+      value_error(fn, "a dict (what arcal.metrics or arcal.audit returned, or a parsed arcal metrics --json / calibrate --json document) needs out= (the report directory)");
+    const std::string text = py_to_json(source, "source").dump();
+    py::gil_scoped_release release;
+    r = arcal::write_report_text(text, "(dict given to arcal.report)", out_dir, force);
+  } else {
+    if (!py::isinstance<py::str>(source) && !py::hasattr(source, "__fspath__"))
+      throw py::type_error("arcal.report: source must be a directory holding results.json, a JSON file (str or "
+                           "os.PathLike) or a dict, not " + py::str(py::type::of(source).attr("__name__")).cast<std::string>());
+    const std::string path = py::str(py::module_::import("os").attr("fspath")(source)).cast<std::string>();
+    if (out_dir.empty()) out_dir = arcal::default_report_dir(path);
+    py::gil_scoped_release release;
+    r = arcal::write_report(path, out_dir, force);
+  }
+  py::dict d;
+  d["html"] = r.html;
+  d["markdown"] = r.markdown;
+  d["figures"] = r.figures;
+  d["tables"] = r.tables;
+  d["verdict"] = r.verdict;
+  return d;
+}
+
 }  // namespace
 
 }  // namespace arcalpy
@@ -149,6 +178,20 @@ and Fortran-order data converted); `meta` comes back as a str (JSON).)doc");
 Keyword arguments are the arrays (logits or probs, labels, routing, routing_sources, features,
 feature_names, meta as a str of JSON, and any others, which are kept). The arrays are checked as a
 trace before anything is written (ValueError otherwise); the file is written atomically.)doc");
+
+  m.def("report", &arcalpy::report, "source"_a, "out"_a = py::none(), py::kw_only(), "force"_a = false,
+        R"doc(report(source, out=None, *, force=False): the HTML/Markdown report of `arcal report`.
+
+source : a directory holding results.json (arcal audit --out, arcal run), a JSON file (that
+    results.json, or what `arcal metrics --json` / `arcal calibrate --json` printed), or a dict:
+    what arcal.audit or arcal.metrics returned (then out= is required). A metrics document gives a
+    classifier's calibration report (every metric with its interval, the reliability diagram with
+    its consistency band); a calibrate document the same before and after the calibrator.
+out : the report directory (default DIR/report, or STEM_report beside a JSON file). It is replaced
+    as a whole, so it must be an earlier report or new, unless force=True.
+
+Returns {html, markdown, figures, tables, verdict}: the paths written and the report's first line.
+Needs gnuplot (Debian's gnuplot-nox) for the figures. ValueError names the file and the problem.)doc");
 
   arcalpy::bind_calibrator(m);
   arcalpy::bind_audit(m);

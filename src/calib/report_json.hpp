@@ -10,6 +10,8 @@ namespace arcal {
 
 /// The `schema` string of the object (docs/schema/metrics.schema.json).
 inline constexpr const char* kMetricsSchema = "arcal.metrics/1";
+/// The schema of `arcal calibrate --json` (docs/schema/calibrate.schema.json): the metrics before and after.
+inline constexpr const char* kCalibrateSchema = "arcal.calibrate/1";
 
 /// schema, n, classes, bins, bootstrap, seed, level, debiased_ece_clipped, every metric (null where
 /// undefined), ci {metric: [low, high] or null}, bias_corrected, intervals, consistency, reliability

@@ -34,10 +34,13 @@ ReportOutput build_report(const ResultsDocument& doc, const std::string& path, c
     if (ec) throw_input(kFn, "cannot create " + out_dir + ": " + ec.message());
   }
   report::Figures figures(figdir);
-  report::Context c{doc, path, figures, {}};
+  report::Context c{doc, path, figures, {}, {}};
   const report::Document d = report::build_document(c);
   ReportOutput out;
   out.verdict = doc.audit.verdict.summary;
+  if (doc.kind != ResultsDocument::Kind::audit)  // the calibration report's first line
+    for (const auto& b : d.sections.front().blocks)
+      if (b.kind == report::Block::verdict) out.verdict = b.body;
   out.html = out_dir + "/report.html";
   out.markdown = out_dir + "/report.md";
   if (dry) return out;
@@ -56,11 +59,11 @@ const std::vector<std::string> kReportEntries{"report.html", "report.md", "figur
 
 /// The report directory is replaced as a whole, so it must be arcal's (the marker, or a report of an
 /// earlier arcal: only report entries) and hold nothing else; --force replaces it anyway.
-void check_report_target(const std::string& dir, const std::string& out_dir, bool force) {
-  if (path_within(dir, out_dir))
-    throw_input("--out", out_dir + " would contain the input " + dir + "/results.json, but the report directory is "
-                                   "replaced as a whole; choose a directory outside " + dir + " or below it (default " +
-                                   dir + "/report)");
+void check_report_target(const std::string& input, const std::string& out_dir, bool force, const std::string& hint) {
+  if (out_dir.empty()) throw_input("--out", "the report directory is empty");
+  if (!input.empty() && path_within(input, out_dir))
+    throw_input("--out", out_dir + " would contain the input " + input + ", but the report directory is "
+                                   "replaced as a whole; " + hint);
   std::error_code ec;
   if (!fs::exists(out_dir, ec)) return;
   if (!fs::is_directory(out_dir, ec)) throw_input("--out", out_dir + " exists and is not a directory");
@@ -93,17 +96,9 @@ void remove_stale_report_temporaries(const std::string& out_dir) {
   }
 }
 
-}  // namespace
-
-void check_report_text(const std::string& text, const std::string& path) {
-  build_report(read_results(text, path), path, "");
-}
-
-ReportOutput write_report(const std::string& dir, const std::string& out_dir, bool force) {
-  const std::string path = dir + "/results.json";
-  if (!fs::exists(path)) throw_input(kFn, path + " does not exist (run arcal audit --out DIR or arcal run first)");
-  const ResultsDocument doc = read_results(read_text_file(path, kFn, "results.json", input_limits().max_text_bytes), path);
-  check_report_target(dir, out_dir, force);
+/// Renders a checked document into out_dir (checked by check_report_target) through a sibling
+/// temporary directory.
+ReportOutput write_document(const ResultsDocument& doc, const std::string& path, const std::string& out_dir) {
   remove_stale_report_temporaries(out_dir);
 
   // Rendered into a sibling temporary directory, then renamed over out_dir: an interrupted or
@@ -143,6 +138,43 @@ ReportOutput write_report(const std::string& dir, const std::string& out_dir, bo
   for (auto& p : out.figures) moved(p);
   for (auto& p : out.tables) moved(p);
   return out;
+}
+
+}  // namespace
+
+void check_report_text(const std::string& text, const std::string& path) {
+  build_report(read_results(text, path), path, "");
+}
+
+std::string default_report_dir(const std::string& source) {
+  std::error_code ec;
+  if (fs::is_directory(source, ec)) return source + "/report";
+  const fs::path p(source);
+  return (p.parent_path() / (p.stem().string() + "_report")).string();
+}
+
+ReportOutput write_report(const std::string& source, const std::string& out_dir, bool force) {
+  std::error_code ec0;
+  const bool is_dir = fs::is_directory(source, ec0);
+  const std::string path = is_dir ? source + "/results.json" : source;
+  if (!fs::exists(path))
+    throw_input(kFn, path + " does not exist (" +
+                         (is_dir ? std::string("run arcal audit --out DIR or arcal run first")
+                                 : std::string("give a directory holding results.json, or the JSON file arcal metrics "
+                                               "--json or arcal calibrate --json printed")) +
+                         ")");
+  if (!fs::is_regular_file(path)) throw_input(kFn, path + " is not a regular file");
+  const ResultsDocument doc = read_results(read_text_file(path, kFn, "results.json", input_limits().max_text_bytes), path);
+  check_report_target(path, out_dir, force,
+                      is_dir ? "choose a directory outside " + source + " or below it (default " + source + "/report)"
+                             : "choose another directory (default " + default_report_dir(source) + ")");
+  return write_document(doc, path, out_dir);
+}
+
+ReportOutput write_report_text(const std::string& text, const std::string& label, const std::string& out_dir, bool force) {
+  const ResultsDocument doc = read_results(text, label);
+  check_report_target("", out_dir, force, "");
+  return write_document(doc, label, out_dir);
 }
 
 }  // namespace arcal

@@ -1,5 +1,6 @@
 // The study report of `arcal report DIR` and `arcal run`: from DIR/results.json alone (the audit's
-// results, plus the "study" section that `arcal run` adds), read into typed results
+// results, plus the "study" section that `arcal run` adds; or a classifier's calibration document,
+// the JSON of `arcal metrics --json` / `arcal calibrate --json`), read into typed results
 // (results/read.hpp), it writes one self-contained report.html (inline style, every figure embedded
 // as an SVG data URI: it opens when mailed alone), report.md, CSV tables, and figures/ drawn by
 // gnuplot (NAME.dat + NAME.gp kept beside NAME.svg and NAME.png for editing). It opens with the
@@ -19,16 +20,26 @@ struct ReportOutput {
   std::string verdict;               ///< results.json's verdict.summary (the report's first paragraph)
 };
 
-/// Reads DIR/results.json (schema arcal.audit/3) and writes the report into out_dir. Throws
+/// Reads `source`, a directory holding results.json (schema arcal.audit/3, from arcal audit or arcal
+/// run) or a JSON file (that results.json, or the object `arcal metrics --json` or `arcal calibrate
+/// --json` printed: a classifier's calibration report), and writes the report into out_dir. Throws
 /// InputError naming the file when results.json is missing, too large or deeply nested, not JSON,
 /// not an arcal audit, of another schema version ("re-run arcal audit"), or holds a value of the
 /// wrong type or misses a key (naming its JSON pointer), and when gnuplot fails (naming the script).
 /// All of that is checked before anything is written; the report is rendered into a temporary
 /// sibling directory and renamed over out_dir, so a failure never leaves a partial report. out_dir
-/// must not contain DIR, and an existing out_dir must hold nothing but a report's entries
+/// must not contain the input file, and an existing out_dir must hold nothing but a report's entries
 /// (report.html, report.md, figures/, tables/, .arcal-output) unless `force`: it is replaced as a
 /// whole. Temporaries of report writers that died (out_dir.tmp-PID, out_dir.old-PID) are removed.
-ReportOutput write_report(const std::string& dir, const std::string& out_dir, bool force = false);
+ReportOutput write_report(const std::string& source, const std::string& out_dir, bool force = false);
+
+/// The same from a document's text (the Python module's `arcal.report(dict, out=...)`): `label` names
+/// it in errors and in the report's provenance line.
+ReportOutput write_report_text(const std::string& text, const std::string& label, const std::string& out_dir,
+                               bool force = false);
+
+/// The report directory when none is given: DIR/report for a directory, STEM_report beside a file.
+std::string default_report_dir(const std::string& source);
 
 /// Reads results.json text and builds the whole report from it without writing anything: what
 /// write_report does before it writes. Throws InputError naming `path` (the fuzz target's entry).

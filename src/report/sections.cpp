@@ -267,6 +267,7 @@ Section configuration_section(Context& c) {
 }
 
 Document build_document(Context& c) {
+  if (c.doc.kind != ResultsDocument::Kind::audit) return calibration_document(c);
   Document d;
   d.title = c.doc.has_study ? "arcal report: " + c.doc.study.name : std::string("arcal audit report");
   d.sections.push_back(summary_section(c));

@@ -34,8 +34,12 @@ Section exact_null_section(Context& c);
 Section convergence_section(Context& c);  ///< study with snapshot_epochs
 Section configuration_section(Context& c);
 
-/// The whole document in reading order (sections that were not run are left out).
+/// The whole document in reading order (sections that were not run are left out); a calibration
+/// document (kind metrics or calibrate) gets calibration_document.
 Document build_document(Context& c);
+
+/// The report of a classifier's metrics or of a calibrator's before/after (sections_calibration.cpp).
+Document calibration_document(Context& c);
 
 /// Run labels: each run's shortest trailing path (file name, then parent folders as needed) that no
 /// other run shares, so traces kept in one folder keep their file names and test.npz files in

@@ -375,9 +375,10 @@ inline void from_json(const nlohmann::json& j, RunProbeResult& r) {
     results::get_number(p, "ece", f.scores.ece);
     results::get_to(p, "parameters", f.parameters);
     results::get_to(p, "inputs", f.inputs);
-    const auto hidden = p.at("hidden").get<std::array<int, 2>>();
-    f.hidden1 = hidden[0];
-    f.hidden2 = hidden[1];
+    const auto& hidden = results::array_at(p, "hidden");
+    if (hidden.size() != 2) throw nlohmann::json::type_error::create(302, "hidden must be [h1, h2]", &hidden);
+    f.hidden1 = results::integer_value<int>(hidden[0]);
+    f.hidden2 = results::integer_value<int>(hidden[1]);
     results::get_number(p, "mean_epochs", f.mean_epochs);
     r.probes.push_back(f);
   }

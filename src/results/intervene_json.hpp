@@ -56,7 +56,7 @@ inline void to_json(nlohmann::json& j, const InterventionEffect& e) {
 }
 inline void from_json(const nlohmann::json& j, InterventionEffect& e) {
   const auto& p = j.at("point");
-  e.point = p.is_string() && p.get<std::string>() == "all" ? -1 : p.get<int>();
+  e.point = p.is_string() && p.get<std::string>() == "all" ? -1 : results::integer_value<int>(p);
   results::get_to(j, "family", e.family);
   results::get_number(j, "mass", e.mass);
   results::get_to(j, "n", e.n);

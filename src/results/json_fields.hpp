@@ -6,8 +6,10 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -25,10 +27,44 @@ inline nlohmann::json interval_json(const Interval& ci) {
   return nlohmann::json::array({ci.low, ci.high});
 }
 
+/// v as the integer type T. nlohmann converts a float or an out-of-range integer with a plain cast,
+/// which is undefined behaviour for 7.8e29 -> int (found by fuzz_results_json); here a value that is
+/// not an integer within T's range throws nlohmann's type_error (302) naming its JSON pointer.
+template <class T>
+T integer_value(const nlohmann::json& v) {
+  static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool>);
+  using L = std::numeric_limits<T>;
+  const auto bad = [&]() {
+    return nlohmann::json::type_error::create(
+        302, "must be an integer in [" + std::to_string(L::min()) + ", " + std::to_string(L::max()) + "], but is " + v.dump(), &v);
+  };
+  if (v.is_number_unsigned()) {
+    const std::uint64_t u = v.get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(L::max())) throw bad();
+    return static_cast<T>(u);
+  }
+  if (v.is_number_integer()) {
+    const std::int64_t s = v.get<std::int64_t>();
+    if ((std::is_unsigned_v<T> && s < 0) || (std::is_signed_v<T> && (s < static_cast<std::int64_t>(L::min()))) ||
+        (s > 0 && static_cast<std::uint64_t>(s) > static_cast<std::uint64_t>(L::max())))
+      throw bad();
+    return static_cast<T>(s);
+  }
+  if (v.is_number_float()) {
+    // 2^63 and 2^64 are exact doubles: d < 2^(digits) is the range test without a rounding cast.
+    const double d = v.get<double>(), top = std::ldexp(1.0, L::digits);
+    if (!(d == std::floor(d)) || d >= top || d < static_cast<double>(L::min())) throw bad();
+    return static_cast<T>(d);
+  }
+  return v.get<T>();  // not a number: nlohmann's own type_error
+}
+
 /// j[key] as T; throws nlohmann's out_of_range (403, naming the key and the object's pointer) when absent.
+/// Integers are range-checked (integer_value).
 template <class T>
 void get_to(const nlohmann::json& j, const char* key, T& out) {
-  j.at(key).get_to(out);
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) out = integer_value<T>(j.at(key));
+  else j.at(key).get_to(out);
 }
 
 /// j[key] as a double; null reads as NaN (absent is an error).
@@ -79,7 +115,8 @@ template <class T>
 T value_or(const nlohmann::json& j, const char* key, T fallback) {
   const auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
-  return it->template get<T>();
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) return integer_value<T>(*it);
+  else return it->template get<T>();
 }
 
 }  // namespace arcal::results

@@ -21,6 +21,43 @@ namespace {
 const char* kFn = "results.json reader";
 }
 
+namespace {
+
+/// A string field that may be null ("" then).
+std::string string_or_empty(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  return it == j.end() || it->is_null() ? std::string() : it->get<std::string>();
+}
+
+/// arcal.metrics/1 (`arcal metrics --json`) or arcal.calibrate/1 (`arcal calibrate --json`).
+void read_calibration(const nlohmann::json& j, ResultsDocument& doc) {
+  auto& c = doc.calibration;
+  if (doc.kind == ResultsDocument::Kind::metrics) {
+    c.file = string_or_empty(j, "file");
+    j.get_to(c.before);
+    return;
+  }
+  c.calibrated = true;
+  c.file = j.at("apply_file").get<std::string>();
+  c.method = j.at("method").get<std::string>();
+  c.mode = j.at("mode").get<std::string>();
+  c.fit_file = string_or_empty(j, "fit_file");
+  c.params_file = string_or_empty(j, "params_file");
+  c.out = j.at("out").get<std::string>();
+  c.save = string_or_empty(j, "save");
+  results::get_to(j, "n_fit", c.n_fit);
+  const auto& cal = j.at("calibrator");
+  if (!cal.is_object()) throw_input(kFn, "/calibrator must be an object (the calibrator arcal calibrate --save writes)");
+  if (const auto it = cal.find("converged"); it != cal.end() && it->is_boolean()) c.converged = it->get<bool>() ? 1 : 0;
+  c.calibrator = cal.dump();
+  if (j.at("before").is_null() || j.at("after").is_null())
+    throw_input(kFn, "/before and /after must be the metrics objects that arcal calibrate --json writes");
+  j.at("before").get_to(c.before);
+  j.at("after").get_to(c.after);
+}
+
+}  // namespace
+
 ResultsDocument read_results(const std::string& text, const std::string& path) {
   if (text.size() > input_limits().max_text_bytes)
     throw_input(kFn, path + " is " + byte_size(text.size()) + ", more than the limit of " +
@@ -28,15 +65,24 @@ ResultsDocument read_results(const std::string& text, const std::string& path) {
   check_json_nesting(text, kFn, path);
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded()) throw_input(kFn, path + " is not valid JSON");
-  if (!j.is_object() || !j.contains("schema") || !j["schema"].is_string() ||
-      j["schema"].get<std::string>().rfind("arcal.audit/", 0) != 0)
-    throw_input(kFn, path + " is not an arcal audit result (no \"schema\": \"" + std::string(kAuditSchema) + "\")");
-  const std::string schema = j["schema"].get<std::string>();
-  if (schema != kAuditSchema)
+  const std::string schema =
+      j.is_object() && j.contains("schema") && j["schema"].is_string() ? j["schema"].get<std::string>() : std::string();
+  ResultsDocument doc;
+  if (schema == kMetricsSchema) doc.kind = ResultsDocument::Kind::metrics;
+  else if (schema == kCalibrateSchema) doc.kind = ResultsDocument::Kind::calibrate;
+  else if (schema.rfind("arcal.audit/", 0) != 0)
+    throw_input(kFn, path + " is not an arcal result: its \"schema\" must be \"" + std::string(kAuditSchema) +
+                         "\" (arcal audit, arcal run), \"" + kMetricsSchema + "\" (arcal metrics --json) or \"" +
+                         kCalibrateSchema + "\" (arcal calibrate --json)" +
+                         (schema.empty() ? std::string() : ", not \"" + schema + "\""));
+  else if (schema != kAuditSchema)
     throw_input(kFn, path + " has schema " + schema + " (version " + schema.substr(std::string("arcal.audit/").size()) +
                          "); this arcal reads " + kAuditSchema + ": re-run arcal audit (or arcal run) to rewrite it");
-  ResultsDocument doc;
   try {
+    if (doc.kind != ResultsDocument::Kind::audit) {
+      read_calibration(j, doc);
+      return doc;
+    }
     j.get_to(doc.audit);
     doc.has_study = j.contains("study");
     if (doc.has_study) j.at("study").get_to(doc.study);

@@ -7,7 +7,30 @@
 
 namespace arcal {
 
+namespace {
+
+nlohmann::json calibration_text(const ResultsDocument& doc) {
+  const auto& c = doc.calibration;
+  auto or_null = [](const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); };
+  if (doc.kind == ResultsDocument::Kind::metrics) {
+    nlohmann::json j = calibration_report_json(c.before);
+    if (!c.file.empty()) j["file"] = c.file;
+    return j;
+  }
+  nlohmann::json before = calibration_report_json(c.before), after = calibration_report_json(c.after);
+  return {{"schema", kCalibrateSchema}, {"mode", c.mode},
+          {"method", c.method},         {"fit_file", or_null(c.fit_file)},
+          {"params_file", or_null(c.params_file)}, {"apply_file", c.file},
+          {"out", c.out},               {"save", or_null(c.save)},
+          {"n_fit", c.n_fit},           {"n_apply", c.before.n},
+          {"calibrator", nlohmann::json::parse(c.calibrator)}, {"before", before},
+          {"after", after}};
+}
+
+}  // namespace
+
 std::string results_text(const ResultsDocument& doc) {
+  if (doc.kind != ResultsDocument::Kind::audit) return calibration_text(doc).dump(1);
   nlohmann::json j = doc.audit;
   if (doc.has_study) j["study"] = doc.study;
   return j.dump(1);

@@ -188,7 +188,8 @@ TEST(CliReport, BadInputIsRefusedWithoutOutput) {
   arcal::write_file_atomic(dir + "/results.json", "{\"schema\": \"something/1\"}");
   r = run(kArcal + " report " + dir, dir);
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("not an arcal audit result"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("is not an arcal result"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("not \"something/1\""), std::string::npos) << r.err;
   arcal::write_file_atomic(dir + "/results.json", "{\"schema\": ");
   r = run(kArcal + " report " + dir, dir);
   EXPECT_EQ(r.code, 2);

@@ -340,6 +340,11 @@ def results_seeds(c, paths):
             bad["exact_null"]["runs"][0]["comparisons"][0]["null_gain"] = [1e308, -1e308, 0]
             put(c, "results_json", "audit%d-null-extreme" % i, json.dumps(bad))
         del doc
+        if doc.get("schema") in ("arcal.metrics/1", "arcal.calibrate/1"):  # a classifier's calibration report
+            bad = json.loads(data)
+            rel = bad["reliability"] if "reliability" in bad else bad["after"]["reliability"]
+            rel[0] = {"n": "3"}
+            put(c, "results_json", "audit%d-calibration-bin-string" % i, json.dumps(bad))
     put(c, "results_json", "minimal", '{"schema": "arcal.audit/1", "diagnostic": {"tests": []}}')
     put(c, "results_json", "no-schema", '{"diagnostic": {}}')
     put(c, "results_json", "nested", '{"schema": "arcal.audit/1", "diagnostic": ' + "[" * 5000 + "]" * 5000 + "}")

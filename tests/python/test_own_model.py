@@ -247,6 +247,61 @@ def test_plain_classifier_metrics_and_reliability_diagram(plain):
         assert not d["plotted"] and "matplotlib" in d["why_not"]
 
 
+def test_plain_classifier_gets_a_report(cli, plain, tmp_path):
+    # `arcal report` used to read audit results only, so a classifier without routing had no report.
+    # Now the JSON of `arcal metrics --json` / `arcal calibrate --json` (or arcal.metrics' dict) renders
+    # into one: every metric with its interval and the reliability diagram with its band.
+    import csv
+    import json
+
+    logits, y = plain
+    m = arcal.metrics(y, logits=logits, bootstrap=200)
+    rep = arcal.report(m, out=tmp_path / "rep")
+    assert rep["html"].endswith("report.html") and len(rep["figures"]) == 2
+    assert ("rejected" if m["consistency"]["p_top_label"] < 0.05 else "not rejected") in rep["verdict"]
+    html = open(rep["html"]).read()
+    assert "data:image/svg+xml;base64," in html and "Reliability diagram" in html
+    rows = {r["metric"]: r for r in csv.DictReader(open(tmp_path / "rep" / "tables" / "metrics.csv"))}
+    ece = m["bias_corrected"]["ece"]
+    assert rows["ECE"]["estimate"] == f"{ece:.4f}" and rows["ECE"]["plug-in"] == f"{m['ece']:.4f}"
+    assert rows["ECE"]["95 % CI"] == "[{:.4f}, {:.4f}]".format(*m["ci"]["ece"])
+    assert rows["NLL"]["estimate"] == f"{m['nll']:.4f}"
+    # the band of the report's bins table (C++) against the Python band (tested against scipy above)
+    d = arcal.reliability_diagram(y, logits=logits, plot=False)
+    bins = list(csv.DictReader(open(tmp_path / "rep" / "tables" / "reliability.csv")))
+    assert [int(b["n"]) for b in bins] == [int(v) for v in d["n"] if v > 0]
+    for b in bins:
+        k = int(b["bin"])
+        lo, hi = (float(x) for x in b["calibrated 95 % band"].strip("[]").split(","))
+        assert lo == pytest.approx(d["band_low"][k], abs=5e-5) and hi == pytest.approx(d["band_high"][k], abs=5e-5)
+    with pytest.raises(ValueError, match="needs out="):
+        arcal.report(m)
+    # the CLI path: metrics --json and calibrate --json print what arcal report reads
+    path = tmp_path / "plain.npz"
+    arcal.write_trace(str(path), logits=logits.detach().numpy(), labels=y.numpy())
+    r = cli("metrics", path, "--json", "--bootstrap", "100")
+    assert r.code == 0, r.err
+    (tmp_path / "m.json").write_text(r.out)
+    r = cli("report", tmp_path / "m.json")
+    assert r.code == 0, r.err
+    assert (tmp_path / "m_report" / "report.md").exists() and "ECE-15" in r.out
+    r = cli("calibrate", "--fit", path, "--apply", path, "--method", "temperature", "--out", tmp_path / "cal.npz",
+            "--json", "--bootstrap", "100")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    (tmp_path / "c.json").write_text(r.out)
+    r = cli("report", tmp_path / "c.json", "--out", tmp_path / "crep")
+    assert r.code == 0, r.err
+    cal = {row["metric"]: row for row in csv.DictReader(open(tmp_path / "crep" / "tables" / "calibration.csv"))}
+    assert cal["NLL"]["before"] == f"{doc['before']['nll']:.4f}" and cal["NLL"]["after"] == f"{doc['after']['nll']:.4f}"
+    assert "temperature" in r.out and "→" in r.out
+    # a document of another kind is refused, naming the three it reads
+    (tmp_path / "x.json").write_text(json.dumps({"schema": "arcal.simulate/1"}))
+    r = cli("report", tmp_path / "x.json")
+    assert r.code == 2 and "arcal.metrics/1" in r.err and "arcal.calibrate/1" in r.err and "arcal.simulate/1" in r.err
+    assert not (tmp_path / "x_report").exists()
+
+
 def test_metrics_accepts_what_researchers_hold():
     g = torch.Generator().manual_seed(3)
     z = torch.randn(2000, 5, generator=g) * 2

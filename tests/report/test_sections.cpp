@@ -40,7 +40,7 @@ TEST(ReportSections, StudyReliabilityFigureOnceAndOneRowPerLink) {
   doc.audit = run_audit(runs, o);
   doc.has_study = true;  // a study without convergence points
   report::Figures figures("");
-  report::Context c{doc, "results.json", figures, {}};
+  report::Context c{doc, "results.json", figures, {}, {}};
   const auto d = report::build_document(c);
   std::size_t reliability = 0, verdict_tables = 0;
   bool labelled = false;

@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "audit/audit.hpp"
 #include "audit/audit_test_util.hpp"
 #include "calib/binning.hpp"
 #include "core/error.hpp"
+#include "results/json_fields.hpp"
 #include "results/read.hpp"
 #include "audit/simulate.hpp"
 #include "calib/metrics.hpp"
@@ -117,6 +119,38 @@ TEST(ResultsJson, ReaderNamesVersionTypeAndMissingKey) {
   auto no_verdict = j;
   no_verdict.erase("verdict");
   EXPECT_NE(message(no_verdict).find("verdict"), std::string::npos) << message(no_verdict);
+}
+
+TEST(ResultsJson, IntegersOutOfRangeOrFractionalAreRefusedNamingThePointer) {
+  // nlohmann casts 7.8e29 to int without a check (undefined behaviour; fuzz_results_json found it in a
+  // calibration document's "bootstrap"); every integer field is now range-checked.
+  auto j = nlohmann::json::parse(audit_text(small_audit(0.0)));
+  auto message = [](const nlohmann::json& x) {
+    try {
+      read_results(x.dump(), "r.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto huge = j;
+  huge["runs"][0]["n"] = 7.8e29;
+  EXPECT_NE(message(huge).find("/runs/0/n"), std::string::npos) << message(huge);
+  EXPECT_NE(message(huge).find("must be an integer"), std::string::npos) << message(huge);
+  auto negative = j;
+  negative["runs"][0]["n"] = -3;
+  EXPECT_NE(message(negative).find("/runs/0/n"), std::string::npos) << message(negative);
+  auto fractional = j;
+  fractional["runs"][0]["n"] = 2.5;
+  EXPECT_NE(message(fractional).find("must be an integer"), std::string::npos) << message(fractional);
+  auto whole = j;  // an integral float is an integer
+  whole["runs"][0]["n"] = static_cast<double>(j["runs"][0]["n"].get<std::size_t>());
+  EXPECT_EQ(message(whole), "no error");
+  EXPECT_EQ(results::integer_value<int>(nlohmann::json(2147483647.0)), 2147483647);
+  EXPECT_THROW(results::integer_value<int>(nlohmann::json(2147483648.0)), nlohmann::json::type_error);
+  EXPECT_THROW(results::integer_value<std::uint64_t>(nlohmann::json(18446744073709551616.0)), nlohmann::json::type_error);
+  EXPECT_THROW(results::integer_value<std::int64_t>(nlohmann::json(std::numeric_limits<std::uint64_t>::max())),
+               nlohmann::json::type_error);
 }
 
 TEST(ResultsJson, ConsistencyBandIsTheExactBinomialCentralInterval) {

@@ -1,0 +1,157 @@
+// The report of a classifier without routing to audit: one trace's metrics (`arcal metrics --json`) or
+// the metrics before and after a post-hoc calibrator (`arcal calibrate --json`). Like the audit's
+// sections, it formats what the document holds and recomputes nothing but each bin's consistency band.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+
+#include "report/format.hpp"
+#include "report/sections.hpp"
+
+namespace arcal::report {
+
+namespace {
+
+using Row = std::pair<const char*, const Estimate CalibrationReport::*>;
+
+/// The metrics of method.md §4 in the order `arcal metrics` prints them.
+const std::vector<Row>& metric_rows() {
+  static const std::vector<Row> rows = {
+      {"accuracy", &CalibrationReport::accuracy},   {"ECE", &CalibrationReport::ece},
+      {"MCE", &CalibrationReport::mce},             {"RMSCE", &CalibrationReport::rmsce},
+      {"AdaECE", &CalibrationReport::ada_ece},      {"classwise ECE", &CalibrationReport::classwise_ece},
+      {"debiased ECE", &CalibrationReport::debiased_ece}, {"smECE", &CalibrationReport::smece},
+      {"smECE bandwidth", &CalibrationReport::smece_sigma}, {"NLL", &CalibrationReport::nll},
+      {"Brier", &CalibrationReport::brier},         {"AUROC (correct vs wrong)", &CalibrationReport::auroc}};
+  return rows;
+}
+
+/// The estimate shown beside an interval: the bias-corrected one for calibration errors (method.md §4).
+double shown(const Estimate& e) { return std::isfinite(e.bias_corrected) ? e.bias_corrected : e.value; }
+std::string plug_in(const Estimate& e) { return std::isfinite(e.bias_corrected) ? f4(e.value) : std::string("-"); }
+
+std::string file_label(const std::string& file) {
+  return file.empty() ? std::string("the predictions") : std::filesystem::path(file).filename().string();
+}
+
+/// One sentence on the consistency test of the top label (labels redrawn from the model's own
+/// probabilities), at the report's level.
+std::string consistency_sentence(const CalibrationReport& m) {
+  const Estimate& e = m.ece;
+  const std::string ece = fmt::format("ECE-{} {} (95 % CI {}; plug-in {})", m.bins, f4(shown(e)), ci(e.ci), f4(e.value));
+  if (!std::isfinite(m.consistency_p))
+    return ece + "; no consistency test was run (it needs bootstrap draws: arcal metrics --bootstrap B)";
+  const double alpha = 1.0 - m.level;
+  return fmt::format("{}; the consistency test (labels redrawn {} times from the model's own probabilities) gives p = {}: "
+                     "calibration of the top label is {} at the {:g} % level",
+                     ece, m.consistency_draws, pval(m.consistency_p),
+                     m.consistency_p < alpha ? "rejected" : "not rejected", 100.0 * alpha);
+}
+
+std::string provenance(const Context& c, const CalibrationReport& m) {
+  std::time_t t = std::time(nullptr);
+  char when[64];
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
+  return fmt::format("arcal {}; results: {}; report generated {}. Intervals: {} bootstrap resamples of the examples, seed {}, "
+                     "level {:g} % (docs/method.md §4).",
+                     ARCAL_VERSION, c.results_path, when, m.draws, m.seed, 100.0 * m.level);
+}
+
+Table bins_table(const CalibrationReport& m) {
+  Table t{{"bin", "n", "mean confidence", "accuracy", "calibrated 95 % band"}, {}};
+  const RelSeries s = reliability_series("", m.reliability);
+  std::size_t b = 0;
+  for (std::size_t i = 0; i < m.reliability.size(); ++i) {
+    const auto& r = m.reliability[i];
+    if (!r.n) continue;
+    const RelPoint& p = s.rows[b++];
+    t.rows.push_back({std::to_string(i), std::to_string(r.n), f4(r.mean_conf), f4(r.accuracy),
+                      fmt::format("[{}, {}]", f4(p.band_low), f4(p.band_high))});
+  }
+  return t;
+}
+
+Section metrics_section(Context& c) {
+  const auto& d = c.doc.calibration;
+  const auto& m = d.before;
+  Section s{"Calibration of " + file_label(d.file), {}};
+  s.verdict(consistency_sentence(m) + ".");
+  s.p(fmt::format("{}: n = {} examples, K = {} classes, accuracy {} (95 % CI {}). A classifier's report: no routing was "
+                  "audited (arcal audit needs a routing trace; docs/interface.md).",
+                  d.file.empty() ? "predictions" : d.file, m.n, m.classes, f4(m.accuracy.value), ci(m.accuracy.ci)));
+  Table t{{"metric", "estimate", "95 % CI", "plug-in"}, {}};
+  for (const auto& [name, field] : metric_rows()) {
+    const Estimate& e = m.*field;
+    t.rows.push_back({name, f4(shown(e)), ci(e.ci), plug_in(e)});
+  }
+  s.tab(t, "Every metric of docs/method.md §4. For the calibration errors the estimate is the median-unbiased one and "
+           "the interval is for the population value (its lower end is 0 when calibration is not rejected); the "
+           "plug-in value is biased upward and may lie above the interval.");
+  c.csv.push_back({"metrics.csv", t});
+  reliability_figure(c.figures, "reliability", "Reliability: " + file_label(d.file),
+                     {RelPanel{fmt::format("top label (n = {})", m.n), {reliability_series("accuracy per bin", m.reliability)}}},
+                     m.bins);
+  s.fig("reliability", fmt::format("Reliability diagram ({} equal-width bins): accuracy per bin against mean confidence, "
+                                   "the grey band where a calibrated model's accuracy falls in 95 % of draws for the "
+                                   "bin's count, and the examples per bin as bars (right axis).",
+                                   m.bins));
+  const Table bt = bins_table(m);
+  s.tab(bt, "The bins of the diagram (empty bins left out).");
+  c.csv.push_back({"reliability.csv", bt});
+  s.p(provenance(c, m));
+  return s;
+}
+
+Section calibrate_section(Context& c) {
+  const auto& d = c.doc.calibration;
+  const auto& b = d.before;
+  const auto& a = d.after;
+  Section s{fmt::format("{} scaling of {}", d.method, file_label(d.file)), {}};
+  const std::string fitted = d.mode == "split"    ? fmt::format("fitted on a class-stratified half of {} (n = {})", d.file, d.n_fit)
+                             : d.mode == "fit"    ? fmt::format("fitted on {} (n = {})", d.fit_file, d.n_fit)
+                                                  : fmt::format("read from {} (fitted on n = {})", d.params_file, d.n_fit);
+  s.verdict(fmt::format("ECE-{} {} → {}, NLL {} → {} on n = {} examples ({} calibrator {}, applied to {}).", b.bins,
+                        f4(shown(b.ece)), f4(shown(a.ece)), f4(b.nll.value), f4(a.nll.value), b.n, d.method, fitted,
+                        d.mode == "split" ? "the other half" : d.file));
+  s.p("Before: " + consistency_sentence(b) + ". After: " + consistency_sentence(a) + ".");
+  if (d.converged == 0)
+    s.p("Warning: the calibrator's fit did not converge (converged: false in its parameters); read the after column "
+        "with care.");
+  if (a.accuracy.value != b.accuracy.value)
+    s.p(fmt::format("Accuracy moved from {} to {}: the calibrator changed the predicted class of some examples.",
+                    f4(b.accuracy.value), f4(a.accuracy.value)));
+  Table t{{"metric", "before", "95 % CI", "after", "95 % CI", "after − before"}, {}};
+  for (const auto& [name, field] : metric_rows()) {
+    const Estimate &x = b.*field, &y = a.*field;
+    t.rows.push_back({name, f4(shown(x)), ci(x.ci), f4(shown(y)), ci(y.ci), sgn(shown(y) - shown(x))});
+  }
+  s.tab(t, "Every metric of docs/method.md §4 on the calibrated data, before and after (the intervals are each "
+           "column's own; they are not an interval of the difference). Calibration errors: the median-unbiased estimate.");
+  c.csv.push_back({"calibration.csv", t});
+  reliability_figure(c.figures, "reliability", "Before and after " + d.method + " scaling",
+                     {RelPanel{fmt::format("before (n = {})", b.n), {reliability_series("before", b.reliability)}},
+                      RelPanel{fmt::format("after {} (n = {})", d.method, a.n), {reliability_series("after", a.reliability)}}},
+                     b.bins);
+  s.fig("reliability", fmt::format("Reliability before and after ({} equal-width bins; grey: a calibrated model's 95 % "
+                                   "band for each bin's count; bars: examples per bin).",
+                                   b.bins));
+  c.csv.push_back({"reliability_before.csv", bins_table(b)});
+  c.csv.push_back({"reliability_after.csv", bins_table(a)});
+  s.p(provenance(c, b));
+  return s;
+}
+
+}  // namespace
+
+Document calibration_document(Context& c) {
+  Document d;
+  const auto& cal = c.doc.calibration;
+  d.title = cal.calibrated ? "arcal calibration report: " + cal.method + " scaling of " + file_label(cal.file)
+                           : "arcal calibration report: " + file_label(cal.file);
+  d.sections.push_back(cal.calibrated ? calibrate_section(c) : metrics_section(c));
+  return d;
+}
+
+}  // namespace arcal::report
