@@ -1,4 +1,7 @@
 #include "audit/audit.hpp"
+
+#include <chrono>
+
 #include "results/audit_json.hpp"
 
 #include <algorithm>
@@ -61,9 +64,16 @@ AuditResults run_audit(const std::vector<AuditRunInput>& runs, const AuditOption
   for (const auto& run : runs)
     for (std::size_t s = 0; s < run.statistics.size(); ++s)
       family.push_back({run.run, run.cell, run.statistic_names[s], run.confidence, run.correct, run.statistics[s]});
+  const auto t0 = std::chrono::steady_clock::now();
   out.diagnostic = run_diagnostic_family(family, options.diagnostic);
+  const auto t1 = std::chrono::steady_clock::now();
+  out.diagnostic_seconds = std::chrono::duration<double>(t1 - t0).count();
   for (const auto& run : runs) out.run_summaries.push_back(summarise_run(run, options.diagnostic.bins));
-  if (options.run_condcal) run_condcal_family(runs, options, out);
+  if (options.run_condcal) {
+    const auto t2 = std::chrono::steady_clock::now();
+    run_condcal_family(runs, options, out);
+    out.condcal_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t2).count();
+  }
   out.verdict = make_verdict(out);
   return out;
 }
@@ -77,6 +87,7 @@ void run_condcal_family(const std::vector<AuditRunInput>& runs, const AuditOptio
     for (std::size_t s = 0; s < run.statistics.size(); ++s) {
       CondCalOptions o = options.condcal;
       o.seed = derive_seed(options.condcal.seed, r);  // same splits for every statistic of a run
+      o.threads = options.diagnostic.threads;         // the smoother's queries on the diagnostic's workers
       AuditCondCalEntry e{run.run, run.cell, run.statistic_names[s],
                           ar_condcal(run.confidence, run.correct, run.statistics[s], run.predictive_entropy, run.labels, o)};
       if (s == 0) {

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,10 @@ struct AuditResults {
   /// (run_full_audit), written and read with results.json.
   Verdict verdict;
   IntegrityResult integrity;  ///< set by run_full_audit (method.md §6.8)
+  /// Wall seconds of the diagnostic family and of AR-CondCal (NaN when not run); the probes,
+  /// sensitivity and exact-null sections carry their own. results.json "seconds".
+  double diagnostic_seconds = std::numeric_limits<double>::quiet_NaN();
+  double condcal_seconds = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// Checks the whole input before any computation: at least one run, the same class count in every

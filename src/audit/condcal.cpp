@@ -41,6 +41,7 @@ std::vector<double> fit_predict(const Columns& cols, const std::vector<double>& 
   nw.pseudo_count = o.pseudo_count;
   nw.clip_low = o.clip;
   nw.clip_high = 1.0 - o.clip;
+  nw.threads = o.threads;
   return NadarayaWatson(rows(cols, train), pick(correct, train), d, h, nw).predict(rows(cols, test));
 }
 

@@ -21,6 +21,7 @@ struct CondCalOptions {
   double pseudo_count = 1.0;     ///< towards the calibration half's accuracy
   double clip = 1e-4;            ///< estimates clipped to [clip, 1 - clip]
   std::uint64_t seed = 0;
+  int threads = 1;               ///< the smoother's query workers (0 = all cores); results do not depend on it
 };
 
 /// Scores of a correctness estimate on an evaluation half.

@@ -649,6 +649,8 @@ inline void to_json(nlohmann::json& j, const AuditResults& res) {
   if (res.has_sensitivity) j["sensitivity"] = res.sensitivity;
   if (res.has_exact_null) j["exact_null"] = res.exact_null;
   j["verdict"] = res.verdict;
+  j["seconds"] = {{"diagnostic", results::number_or_null(res.diagnostic_seconds)},
+                  {"condcal", results::number_or_null(res.condcal_seconds)}};
   if (!res.options.run_condcal) return;
   const auto& c = res.options.condcal;
   j["condcal"] = {{"multiples", c.multiples}, {"cv_folds", c.cv_folds}, {"ece_bins", c.ece_bins},
@@ -670,6 +672,10 @@ inline void from_json(const nlohmann::json& j, AuditResults& res) {
   if (res.has_sensitivity) results::get_to(j, "sensitivity", res.sensitivity);
   res.has_exact_null = j.contains("exact_null");
   if (res.has_exact_null) results::get_to(j, "exact_null", res.exact_null);
+  if (const auto it = j.find("seconds"); it != j.end() && it->is_object()) {
+    res.diagnostic_seconds = results::value_or(*it, "diagnostic", std::numeric_limits<double>::quiet_NaN());
+    res.condcal_seconds = results::value_or(*it, "condcal", std::numeric_limits<double>::quiet_NaN());
+  }
   res.options.run_condcal = j.contains("condcal");
   res.condcal.clear();
   res.seed_bands.clear();

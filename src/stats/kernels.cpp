@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 #include <string>
 
 #include "core/check.hpp"
 #include "core/interrupt.hpp"
+#include "core/parallel.hpp"
 
 namespace arcal {
 
@@ -48,6 +50,241 @@ double scott_bandwidth(const std::vector<double>& values, std::size_t dims, doub
   return multiple * sd * std::pow(static_cast<double>(n), -1.0 / (static_cast<double>(dims) + 4.0));
 }
 
+// ---- The fast path: a Hermite-expansion Gauss transform over boxes (Greengard & Strain 1991) ----
+//
+// In z = x / (sqrt(2) h) the kernel is exp(-|z_q - z_j|^2). Points are grouped in boxes of side 1 in z
+// (|z_j - c| <= 1/2 per coordinate around the box centre c). A box of more than kDirectMax points is
+// summed through its Hermite expansion,
+//   exp(-(t - s)^2) = sum_n ((s - c)^n / n!) h_n(t - c),   h_n(x) = (-1)^n d^n/dx^n exp(-x^2),
+// truncated at kTerms terms per coordinate (their product in two dimensions); smaller boxes are summed
+// directly with the exact rule. By Cramér's inequality |h_n(x)| <= 1.0865 sqrt(2^n n!) exp(-x^2/2), so
+// one point's truncation error is at most E(x) = 1.0865 exp(-x^2/2) sum_{n>=p} (sqrt(2)/2)^n / sqrt(n!)
+// in each coordinate, and E1 + E2 + E1 E2 for the product. Each query adds these bounds over its boxes
+// (weighted by the box's total |weight|), plus the weight of the points of a visited box that lie
+// beyond the truncation window (each below exp(-t^2/2)) and the rounding of the expansion, and turns
+// them into a bound on its estimate; a query whose relative bound exceeds kFastTolerance is summed
+// exactly. Boxes are visited when they overlap the window (within t h of the query in every
+// coordinate), as the exact sum visits points.
+
+namespace {
+
+constexpr int kTerms = 20;
+constexpr std::size_t kDirectMax = 24;
+constexpr double kFastTolerance = 1e-9;
+constexpr std::size_t kFastMinPoints = 2048;
+constexpr std::size_t kQueryBlock = 256;
+
+/// Cramér's constant times sum_{n >= kTerms} (sqrt(2) r)^n / sqrt(n!) at r = 1/2.
+double hermite_tail() {
+  double term = 1.0, s = 0.0;  // (sqrt(2)/2)^n / sqrt(n!)
+  for (int n = 0; n < kTerms + 60; ++n) {
+    if (n >= kTerms) s += term;
+    term *= (std::sqrt(2.0) / 2.0) / std::sqrt(static_cast<double>(n + 1));
+  }
+  return 1.0865 * s;
+}
+
+/// h_0 .. h_{kTerms-1} at x.
+inline void hermite_functions(double x, double* h) {
+  h[0] = std::exp(-x * x);
+  h[1] = 2.0 * x * h[0];
+  for (int n = 1; n + 1 < kTerms; ++n) h[n + 1] = 2.0 * x * h[n] - 2.0 * n * h[n - 1];
+}
+
+/// d^n / n! for n < kTerms.
+inline void scaled_powers(double d, double* a) {
+  a[0] = 1.0;
+  for (int n = 1; n < kTerms; ++n) a[n] = a[n - 1] * d / n;
+}
+
+inline std::int64_t box_index(double z) { return static_cast<std::int64_t>(std::floor(z)); }
+
+}  // namespace
+
+struct NadarayaWatson::Boxes {
+  struct Box {
+    std::int64_t i1 = 0, i2 = 0;
+    std::size_t begin = 0, end = 0;  ///< range in the box-ordered arrays
+    double c1 = 0, c2 = 0;           ///< centre in z
+    std::ptrdiff_t expansion = -1;   ///< index among the expanded boxes; -1: summed directly
+  };
+  std::size_t dims = 1;
+  std::vector<Box> boxes;              ///< sorted by (i1, i2)
+  std::vector<std::size_t> row_begin;  ///< boxes[row_begin[r] .. row_begin[r + 1]) share i1 = row_i1[r]
+  std::vector<std::int64_t> row_i1;
+  std::vector<std::size_t> sorted;     ///< box order -> sorted position (index of x_ / y_)
+  std::vector<double> h;               ///< points in box order, [n, dims], bandwidth-scaled (as x_)
+  std::vector<std::size_t> expanded;   ///< the expanded boxes' indices
+  double tail = hermite_tail();
+};
+
+namespace {
+
+using Boxes = NadarayaWatson::Boxes;
+
+/// The box index of points xs ([n, dims], bandwidth-scaled).
+std::shared_ptr<const Boxes> build_boxes(const std::vector<double>& xs, std::size_t dims) {
+  auto b = std::make_shared<Boxes>();
+  b->dims = dims;
+  const std::size_t n = xs.size() / dims;
+  const double s = 1.0 / std::sqrt(2.0);
+  std::vector<std::pair<std::int64_t, std::int64_t>> key(n);
+  for (std::size_t j = 0; j < n; ++j)
+    key[j] = {box_index(xs[j * dims] * s), dims > 1 ? box_index(xs[j * dims + 1] * s) : 0};
+  b->sorted.resize(n);
+  std::iota(b->sorted.begin(), b->sorted.end(), 0);
+  std::stable_sort(b->sorted.begin(), b->sorted.end(), [&](std::size_t p, std::size_t q) { return key[p] < key[q]; });
+  b->h.resize(n * dims);
+  for (std::size_t r = 0; r < n; ++r)
+    for (std::size_t d = 0; d < dims; ++d) b->h[r * dims + d] = xs[b->sorted[r] * dims + d];
+  for (std::size_t r = 0; r < n;) {
+    const auto k = key[b->sorted[r]];
+    std::size_t e = r;
+    while (e < n && key[b->sorted[e]] == k) ++e;
+    Boxes::Box box;
+    box.i1 = k.first;
+    box.i2 = k.second;
+    box.begin = r;
+    box.end = e;
+    box.c1 = static_cast<double>(k.first) + 0.5;
+    box.c2 = dims > 1 ? static_cast<double>(k.second) + 0.5 : 0.0;
+    if (e - r > kDirectMax) {
+      box.expansion = static_cast<std::ptrdiff_t>(b->expanded.size());
+      b->expanded.push_back(b->boxes.size());
+    }
+    if (b->row_i1.empty() || b->row_i1.back() != k.first) {
+      b->row_i1.push_back(k.first);
+      b->row_begin.push_back(b->boxes.size());
+    }
+    b->boxes.push_back(box);
+    r = e;
+  }
+  b->row_begin.push_back(b->boxes.size());
+  return b;
+}
+
+/// The expansions of every expanded box for weight columns W = [1, Y_0 .. Y_{T-1}]: coef
+/// [expanded][T + 1][kTerms^dims] and the total |weight| mass [expanded][T + 1].
+struct Expansions {
+  std::size_t per = 0, cols = 0;
+  std::vector<double> coef, mass;
+};
+
+Expansions expansions(const Boxes& b, const std::vector<double>& Y, std::size_t T) {
+  Expansions ex;
+  ex.per = b.dims == 1 ? kTerms : kTerms * kTerms;
+  ex.cols = T + 1;
+  ex.coef.assign(b.expanded.size() * ex.cols * ex.per, 0.0);
+  ex.mass.assign(b.expanded.size() * ex.cols, 0.0);
+  const double s = 1.0 / std::sqrt(2.0);
+  double a1[kTerms], a2[kTerms], outer[kTerms * kTerms];
+  for (std::size_t e = 0; e < b.expanded.size(); ++e) {
+    if ((e & 255) == 0) poll_interrupt();
+    const auto& box = b.boxes[b.expanded[e]];
+    double* coef = &ex.coef[e * ex.cols * ex.per];
+    double* mass = &ex.mass[e * ex.cols];
+    for (std::size_t r = box.begin; r < box.end; ++r) {
+      scaled_powers(b.h[r * b.dims] * s - box.c1, a1);
+      const double* base = a1;
+      if (b.dims > 1) {
+        scaled_powers(b.h[r * b.dims + 1] * s - box.c2, a2);
+        for (int i = 0; i < kTerms; ++i)
+          for (int j = 0; j < kTerms; ++j) outer[i * kTerms + j] = a1[i] * a2[j];
+        base = outer;
+      }
+      const double* yr = &Y[b.sorted[r] * T];
+      for (std::size_t c = 0; c < ex.cols; ++c) {
+        const double w = c == 0 ? 1.0 : yr[c - 1];
+        double* dst = coef + c * ex.per;
+        for (std::size_t k = 0; k < ex.per; ++k) dst[k] += w * base[k];
+        mass[c] += std::abs(w);
+      }
+    }
+  }
+  return ex;
+}
+
+/// Kernel sums at one query q (bandwidth-scaled) through the boxes, with the bound `bound` on the
+/// error of den (and, per unit of max|y|, of every num).
+void box_sums(const Boxes& b, const Expansions& ex, const double* q, const std::vector<double>& Y, std::size_t T,
+              double t, double* num, double& den, double& bound) {
+  const std::size_t dims = b.dims;
+  const double s = 1.0 / std::sqrt(2.0), tz = t * s, beyond = std::exp(-0.5 * t * t);
+  const double z1 = q[0] * s, z2 = dims > 1 ? q[1] * s : 0.0;
+  const std::int64_t lo1 = box_index(z1 - tz), hi1 = box_index(z1 + tz);
+  const std::int64_t lo2 = dims > 1 ? box_index(z2 - tz) : 0, hi2 = dims > 1 ? box_index(z2 + tz) : 0;
+  std::fill(num, num + T, 0.0);
+  den = 0.0;
+  bound = 0.0;
+  double hx[kTerms], hy[kTerms], v[kTerms];
+  auto row = std::lower_bound(b.row_i1.begin(), b.row_i1.end(), lo1);
+  for (; row != b.row_i1.end() && *row <= hi1; ++row) {
+    const std::size_t r = static_cast<std::size_t>(row - b.row_i1.begin());
+    auto first = b.boxes.begin() + static_cast<std::ptrdiff_t>(b.row_begin[r]);
+    auto last = b.boxes.begin() + static_cast<std::ptrdiff_t>(b.row_begin[r + 1]);
+    if (dims > 1) first = std::lower_bound(first, last, lo2, [](const Boxes::Box& x, std::int64_t k) { return x.i2 < k; });
+    for (auto it = first; it != last && it->i2 <= hi2; ++it) {
+      const auto& box = *it;
+      if (box.expansion < 0) {
+        for (std::size_t j = box.begin; j < box.end; ++j) {
+          const double* p = &b.h[j * dims];
+          double u2 = 0.0;
+          bool inside = true;
+          for (std::size_t d = 0; d < dims; ++d) {
+            const double u = p[d] - q[d];
+            inside = inside && std::abs(u) <= t;
+            u2 += u * u;
+          }
+          if (!inside) continue;
+          const double k = std::exp(-0.5 * u2);
+          const double* yj = &Y[b.sorted[j] * T];
+          for (std::size_t c = 0; c < T; ++c) num[c] += k * yj[c];
+          den += k;
+        }
+        continue;
+      }
+      const std::size_t e = static_cast<std::size_t>(box.expansion);
+      const double* coef = &ex.coef[e * ex.cols * ex.per];
+      const double mass = ex.mass[e * ex.cols];
+      const double d1 = z1 - box.c1, d2 = z2 - box.c2;
+      hermite_functions(d1, hx);
+      const double g1 = std::exp(-0.5 * d1 * d1), E1 = b.tail * g1;
+      double per_point;
+      if (dims == 1) {
+        per_point = E1 + 1e-14 * g1;
+        for (std::size_t c = 0; c < ex.cols; ++c) {
+          const double* a = coef + c * ex.per;
+          double acc = 0.0;
+          for (int i = 0; i < kTerms; ++i) acc += a[i] * hx[i];
+          (c == 0 ? den : num[c - 1]) += acc;
+        }
+      } else {
+        hermite_functions(d2, hy);
+        const double g2 = std::exp(-0.5 * d2 * d2), E2 = b.tail * g2;
+        per_point = E1 + E2 + E1 * E2 + 1e-13 * g1 * g2;
+        for (std::size_t c = 0; c < ex.cols; ++c) {
+          const double* a = coef + c * ex.per;
+          for (int i = 0; i < kTerms; ++i) {
+            double acc = 0.0;
+            const double* ai = a + i * kTerms;
+            for (int j = 0; j < kTerms; ++j) acc += ai[j] * hy[j];
+            v[i] = acc;
+          }
+          double acc = 0.0;
+          for (int i = 0; i < kTerms; ++i) acc += v[i] * hx[i];
+          (c == 0 ? den : num[c - 1]) += acc;
+        }
+      }
+      // Points of the box beyond the window: the exact sum leaves them out; a box wholly inside has none.
+      bool whole = static_cast<double>(box.i1) >= z1 - tz && static_cast<double>(box.i1) + 1.0 <= z1 + tz;
+      if (dims > 1) whole = whole && static_cast<double>(box.i2) >= z2 - tz && static_cast<double>(box.i2) + 1.0 <= z2 + tz;
+      bound += mass * (per_point + (whole ? 0.0 : beyond));
+    }
+  }
+}
+
+}  // namespace
+
 NadarayaWatson::NadarayaWatson(const std::vector<double>& x, const std::vector<double>& y, std::size_t dims,
                                const std::vector<double>& bandwidth, const NadarayaWatsonOptions& options)
     : dims_(dims), options_(options) {
@@ -82,58 +319,81 @@ NadarayaWatson::NadarayaWatson(const std::vector<double>& x, const std::vector<d
     y_[r] = y[order[r]];
   }
   order_ = std::move(order);
+  if (options.fast && dims <= 2 && n >= kFastMinPoints) boxes_ = build_boxes(x_, dims);
+}
+
+void NadarayaWatson::exact_sums(const double* q, const double* Y, std::size_t T, double* num, double& den) const {
+  const std::size_t n = y_.size();
+  const double t = options_.truncate, t2 = t * t;
+  // Window on the sorted first coordinate.
+  std::size_t a = 0, b = n;
+  while (a < b) {
+    const std::size_t mid = (a + b) / 2;
+    if (x_[mid * dims_] < q[0] - t) a = mid + 1; else b = mid;
+  }
+  const std::size_t lo = a;
+  b = n;
+  while (a < b) {
+    const std::size_t mid = (a + b) / 2;
+    if (x_[mid * dims_] <= q[0] + t) a = mid + 1; else b = mid;
+  }
+  const std::size_t hi = a;
+  std::fill(num, num + T, 0.0);
+  den = 0.0;
+  for (std::size_t j = lo; j < hi; ++j) {
+    const double k = truncated_weight(&x_[j * dims_], q, dims_, t, t2);
+    if (k < 0) continue;
+    const double* yj = &Y[j * T];
+    for (std::size_t c = 0; c < T; ++c) num[c] += k * yj[c];
+    den += k;
+  }
+}
+
+std::vector<std::vector<double>> NadarayaWatson::estimate(const std::vector<double>& x, const std::vector<double>& Y,
+                                                          std::size_t T, const std::vector<double>& prior,
+                                                          const char* fn) const {
+  if (x.size() % dims_ != 0)
+    throw_input(fn, "x has " + std::to_string(x.size()) + " values, not a multiple of dims = " + std::to_string(dims_));
+  const std::size_t m = x.size() / dims_;
+  for (std::size_t i = 0; i < x.size(); ++i) check_finite(fn, "x", i, x[i]);
+  std::vector<std::vector<double>> out(T, std::vector<double>(m));
+  const Expansions ex = boxes_ ? expansions(*boxes_, Y, T) : Expansions{};
+  const double lambda = options_.pseudo_count;
+  const std::size_t blocks = (m + kQueryBlock - 1) / kQueryBlock;
+  parallel_for_index(blocks, options_.threads, [&](std::size_t blk) {
+    std::vector<double> q(dims_), num(T);
+    const std::size_t end = std::min(m, (blk + 1) * kQueryBlock);
+    for (std::size_t i = blk * kQueryBlock; i < end; ++i) {
+      for (std::size_t d = 0; d < dims_; ++d) q[d] = x[i * dims_ + d] * inv_h_[d];
+      double den = 0.0;
+      bool exact = !boxes_;
+      if (boxes_) {
+        double bound = 0.0;
+        box_sums(*boxes_, ex, q.data(), Y, T, options_.truncate, num.data(), den, bound);
+        // |error of num_c| <= ymax * bound, |error of den| <= bound, so every estimate is within
+        // (ymax + |estimate|) * bound / (den + lambda - bound): one test for all targets, so a target's
+        // estimate does not depend on which other targets share the call.
+        const double room = den + lambda - bound;
+        exact = !(room > 0.0) || bound > kFastTolerance * room;
+      }
+      if (exact) exact_sums(q.data(), Y.data(), T, num.data(), den);
+      for (std::size_t c = 0; c < T; ++c) {
+        const double est = (den + lambda) > 0.0 ? (num[c] + lambda * prior[c]) / (den + lambda) : prior[c];
+        out[c][i] = std::clamp(est, options_.clip_low, options_.clip_high);
+      }
+    }
+  });
+  return out;
 }
 
 std::vector<double> NadarayaWatson::predict(const std::vector<double>& x) const {
-  const char* fn = "NadarayaWatson::predict";
-  if (x.size() % dims_ != 0)
-    throw_input(fn, "x has " + std::to_string(x.size()) + " values, not a multiple of dims = " + std::to_string(dims_));
-  const std::size_t m = x.size() / dims_, n = y_.size();
-  const double t = options_.truncate, t2 = t * t;
-  std::vector<double> out(m);
-  std::vector<double> q(dims_);
-  for (std::size_t i = 0; i < m; ++i) {
-    if ((i & 1023) == 0) poll_interrupt();  // Ctrl-C from Python within a block of queries
-    for (std::size_t d = 0; d < dims_; ++d) {
-      check_finite(fn, "x", i * dims_ + d, x[i * dims_ + d]);
-      q[d] = x[i * dims_ + d] * inv_h_[d];
-    }
-    // Window on the sorted first coordinate.
-    std::size_t lo = 0, hi = n;
-    {
-      std::size_t a = 0, b = n;
-      while (a < b) {
-        const std::size_t mid = (a + b) / 2;
-        if (x_[mid * dims_] < q[0] - t) a = mid + 1; else b = mid;
-      }
-      lo = a;
-      b = n;
-      while (a < b) {
-        const std::size_t mid = (a + b) / 2;
-        if (x_[mid * dims_] <= q[0] + t) a = mid + 1; else b = mid;
-      }
-      hi = a;
-    }
-    double num = 0.0, den = 0.0;
-    for (std::size_t j = lo; j < hi; ++j) {
-      const double k = truncated_weight(&x_[j * dims_], q.data(), dims_, t, t2);
-      if (k < 0) continue;
-      num += k * y_[j];
-      den += k;
-    }
-    const double lambda = options_.pseudo_count;
-    double est = (den + lambda) > 0.0 ? (num + lambda * prior_) / (den + lambda) : prior_;
-    out[i] = std::clamp(est, options_.clip_low, options_.clip_high);
-  }
-  return out;
+  return std::move(estimate(x, y_, 1, {prior_}, "NadarayaWatson::predict")[0]);
 }
 
 std::vector<std::vector<double>> NadarayaWatson::predict_many(const std::vector<double>& x,
                                                               const std::vector<const std::vector<double>*>& ys) const {
   const char* fn = "NadarayaWatson::predict_many";
-  if (x.size() % dims_ != 0)
-    throw_input(fn, "x has " + std::to_string(x.size()) + " values, not a multiple of dims = " + std::to_string(dims_));
-  const std::size_t m = x.size() / dims_, n = y_.size(), T = ys.size();
+  const std::size_t n = y_.size(), T = ys.size();
   // Targets in sorted order, interleaved [n][T] so the inner loop runs over targets; priors as the
   // constructor computes them (sum in input order, divided by n).
   std::vector<double> Y(n * T), prior(T);
@@ -149,43 +409,7 @@ std::vector<std::vector<double>> NadarayaWatson::predict_many(const std::vector<
     prior[t] = std::isnan(options_.prior) ? sum / static_cast<double>(n) : options_.prior;
     for (std::size_t r = 0; r < n; ++r) Y[r * T + t] = (*ys[t])[order_[r]];
   }
-  const double t_ = options_.truncate, t2 = t_ * t_;
-  std::vector<std::vector<double>> out(T, std::vector<double>(m));
-  std::vector<double> q(dims_), num(T);
-  for (std::size_t i = 0; i < m; ++i) {
-    if ((i & 1023) == 0) poll_interrupt();  // Ctrl-C from Python within a block of queries
-    for (std::size_t d = 0; d < dims_; ++d) {
-      check_finite(fn, "x", i * dims_ + d, x[i * dims_ + d]);
-      q[d] = x[i * dims_ + d] * inv_h_[d];
-    }
-    std::size_t a = 0, b = n;
-    while (a < b) {
-      const std::size_t mid = (a + b) / 2;
-      if (x_[mid * dims_] < q[0] - t_) a = mid + 1; else b = mid;
-    }
-    const std::size_t lo = a;
-    b = n;
-    while (a < b) {
-      const std::size_t mid = (a + b) / 2;
-      if (x_[mid * dims_] <= q[0] + t_) a = mid + 1; else b = mid;
-    }
-    const std::size_t hi = a;
-    std::fill(num.begin(), num.end(), 0.0);
-    double den = 0.0;
-    for (std::size_t j = lo; j < hi; ++j) {
-      const double k = truncated_weight(&x_[j * dims_], q.data(), dims_, t_, t2);
-      if (k < 0) continue;
-      const double* yj = &Y[j * T];
-      for (std::size_t t = 0; t < T; ++t) num[t] += k * yj[t];
-      den += k;
-    }
-    const double lambda = options_.pseudo_count;
-    for (std::size_t t = 0; t < T; ++t) {
-      const double est = (den + lambda) > 0.0 ? (num[t] + lambda * prior[t]) / (den + lambda) : prior[t];
-      out[t][i] = std::clamp(est, options_.clip_low, options_.clip_high);
-    }
-  }
-  return out;
+  return estimate(x, Y, T, prior, fn);
 }
 
 }  // namespace arcal

@@ -123,3 +123,102 @@ TEST(NadarayaWatson, PredictManyEqualsOneEstimatorPerTarget) {
   std::vector<double> short_y(n - 1, 0.0);
   EXPECT_THROW(NadarayaWatson(x, ys[0], 2, h).predict_many(q, {&short_y}), InputError);
 }
+
+namespace {
+
+/// The untruncated O(n m) Nadaraya-Watson sum, written out independently of kernels.cpp.
+std::vector<double> brute_force_nw(const std::vector<double>& x, const std::vector<double>& y, std::size_t dims,
+                                   const std::vector<double>& h, const std::vector<double>& q, double prior) {
+  const std::size_t n = y.size(), m = q.size() / dims;
+  std::vector<double> out(m);
+  for (std::size_t i = 0; i < m; ++i) {
+    long double num = 0, den = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      double u2 = 0;
+      for (std::size_t d = 0; d < dims; ++d) {
+        const double u = (q[i * dims + d] - x[j * dims + d]) / h[d];
+        u2 += u * u;
+      }
+      const double k = std::exp(-0.5 * u2);
+      num += k * y[j];
+      den += k;
+    }
+    out[i] = std::clamp(static_cast<double>((num + prior) / (den + 1.0L)), 1e-4, 1 - 1e-4);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(NadarayaWatson, FastPathWithinOneInAMillionOfTheExactSumAtEveryScottMultiple) {
+  // The box expansion (issue 26) against the exact O(n^2) sum at the audit's bandwidths (Scott
+  // multiples 0.25..4 of sd n^(-1/6), and n^(-1/5) in 1-D), on skewed, correlated data with a tail of
+  // outliers and queries inside, between and beyond the data.
+  Rng rng(26);
+  const std::size_t n = 12000, m = 600;
+  std::vector<double> x(2 * n), y(n), x1(n), q(2 * m), q1(m);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double a = rng.normal(), b = rng.normal();
+    x[2 * i] = (i % 50 == 0) ? 6.0 * a : std::exp(0.6 * a);       // logit c: skewed, 2 % outliers
+    x[2 * i + 1] = 0.7 * a + 0.3 * b;                               // s: correlated with it
+    x1[i] = x[2 * i];
+    y[i] = rng.uniform() < 1.0 / (1.0 + std::exp(-x[2 * i] + x[2 * i + 1])) ? 1.0 : 0.0;
+  }
+  for (std::size_t i = 0; i < m; ++i) {
+    const std::size_t j = (i * 7919) % n;
+    const double far = i % 10 == 0 ? 4.0 * rng.normal() : 0.0;
+    q[2 * i] = x[2 * j] + 0.1 * rng.normal() + far;
+    q[2 * i + 1] = x[2 * j + 1] + 0.1 * rng.normal();
+    q1[i] = q[2 * i];
+  }
+  double ybar = 0;
+  for (double v : y) ybar += v;
+  ybar /= n;
+  double worst = 0;
+  for (const double mult : {0.25, 0.5, 1.0, 2.0, 4.0}) {
+    std::vector<double> cols0(x1), cols1(n);
+    for (std::size_t i = 0; i < n; ++i) cols1[i] = x[2 * i + 1];
+    const std::vector<double> h2{scott_bandwidth(cols0, 2, mult), scott_bandwidth(cols1, 2, mult)};
+    NadarayaWatson fast2(x, y, 2, h2);
+    ASSERT_TRUE(fast2.fast());
+    const auto got2 = fast2.predict(q), want2 = brute_force_nw(x, y, 2, h2, q, ybar);
+    const std::vector<double> h1{scott_bandwidth(x1, 1, mult)};
+    NadarayaWatson fast1(x1, y, 1, h1);
+    ASSERT_TRUE(fast1.fast());
+    const auto got1 = fast1.predict(q1), want1 = brute_force_nw(x1, y, 1, h1, q1, ybar);
+    for (std::size_t i = 0; i < m; ++i) {
+      EXPECT_NEAR(got2[i], want2[i], 1e-6) << "2-D, multiple " << mult << ", query " << i;
+      EXPECT_NEAR(got1[i], want1[i], 1e-6) << "1-D, multiple " << mult << ", query " << i;
+      worst = std::max({worst, std::abs(got2[i] - want2[i]), std::abs(got1[i] - want1[i])});
+    }
+  }
+  EXPECT_LT(worst, 1e-8);  // the fast path's own tolerance is 1e-9 (plus the window's exp(-32) per point)
+  // Below the size threshold, or with fast = false, the exact sum is used.
+  NadarayaWatsonOptions exact;
+  exact.fast = false;
+  EXPECT_FALSE(NadarayaWatson(x, y, 2, {0.3, 0.3}, exact).fast());
+  EXPECT_FALSE(NadarayaWatson(std::vector<double>(x.begin(), x.begin() + 2000), std::vector<double>(y.begin(), y.begin() + 1000),
+                              2, {0.3, 0.3})
+                   .fast());
+}
+
+TEST(NadarayaWatson, FastPathIsIndependentOfThreadsAndOfTheOtherTargets) {
+  Rng rng(27);
+  const std::size_t n = 5000, m = 3000;
+  std::vector<double> x(2 * n), q(2 * m);
+  for (auto& v : x) v = rng.normal();
+  for (auto& v : q) v = 1.5 * rng.normal();
+  std::vector<std::vector<double>> ys(3, std::vector<double>(n));
+  for (auto& y : ys)
+    for (auto& v : y) v = rng.uniform() < 0.6 ? 1.0 : 0.0;
+  const std::vector<double> h{0.2, 0.35};
+  NadarayaWatsonOptions one, two;
+  one.threads = 1;
+  two.threads = 2;
+  const auto a = NadarayaWatson(x, ys[0], 2, h, one).predict(q);
+  EXPECT_EQ(a, NadarayaWatson(x, ys[0], 2, h, two).predict(q));  // bit for bit
+  std::vector<const std::vector<double>*> yp;
+  for (const auto& y : ys) yp.push_back(&y);
+  const auto many = NadarayaWatson(x, ys[0], 2, h, two).predict_many(q, yp);
+  for (std::size_t t = 0; t < ys.size(); ++t) EXPECT_EQ(many[t], NadarayaWatson(x, ys[t], 2, h, one).predict(q)) << t;
+}
