@@ -64,7 +64,10 @@ double scott_bandwidth(const std::vector<double>& values, std::size_t dims, doub
 // beyond the truncation window (each below exp(-t^2/2)) and the rounding of the expansion, and turns
 // them into a bound on its estimate; a query whose relative bound exceeds kFastTolerance is summed
 // exactly. Boxes are visited when they overlap the window (within t h of the query in every
-// coordinate), as the exact sum visits points.
+// coordinate), as the exact sum visits points. In two dimensions a target box holding kLocalMin queries
+// or more translates every source expansion in reach into one local (Taylor) expansion about its own
+// centre, h_a(Δ + v) = sum_g (v^g / g!) (-1)^g h_(a+g)(Δ) (Δ the integer offset of the two centres), and
+// each query evaluates that: the bound then covers every omitted pair (a >= p or g >= p), local_tail().
 
 namespace {
 
@@ -106,7 +109,6 @@ struct NadarayaWatson::Boxes {
     std::int64_t i1 = 0, i2 = 0;
     std::size_t begin = 0, end = 0;  ///< range in the box-ordered arrays
     double c1 = 0, c2 = 0;           ///< centre in z
-    std::ptrdiff_t expansion = -1;   ///< index among the expanded boxes; -1: summed directly
   };
   std::size_t dims = 1;
   std::vector<Box> boxes;              ///< sorted by (i1, i2)
@@ -114,7 +116,6 @@ struct NadarayaWatson::Boxes {
   std::vector<std::int64_t> row_i1;
   std::vector<std::size_t> sorted;     ///< box order -> sorted position (index of x_ / y_)
   std::vector<double> h;               ///< points in box order, [n, dims], bandwidth-scaled (as x_)
-  std::vector<std::size_t> expanded;   ///< the expanded boxes' indices
   double tail = hermite_tail();
 };
 
@@ -148,10 +149,6 @@ std::shared_ptr<const Boxes> build_boxes(const std::vector<double>& xs, std::siz
     box.end = e;
     box.c1 = static_cast<double>(k.first) + 0.5;
     box.c2 = dims > 1 ? static_cast<double>(k.second) + 0.5 : 0.0;
-    if (e - r > kDirectMax) {
-      box.expansion = static_cast<std::ptrdiff_t>(b->expanded.size());
-      b->expanded.push_back(b->boxes.size());
-    }
     if (b->row_i1.empty() || b->row_i1.back() != k.first) {
       b->row_i1.push_back(k.first);
       b->row_begin.push_back(b->boxes.size());
@@ -163,24 +160,33 @@ std::shared_ptr<const Boxes> build_boxes(const std::vector<double>& xs, std::siz
   return b;
 }
 
-/// The expansions of every expanded box for weight columns W = [1, Y_0 .. Y_{T-1}]: coef
-/// [expanded][T + 1][kTerms^dims] and the total |weight| mass [expanded][T + 1].
+/// The Hermite expansions of the boxes of more than `min_points` points (index[box]: its row, -1 for a
+/// box summed directly) for weight columns W = [1, Y_0 .. Y_{T-1}]: coef [expanded][T + 1][kTerms^dims]
+/// and the total |weight| mass [expanded][T + 1].
 struct Expansions {
   std::size_t per = 0, cols = 0;
+  std::vector<std::ptrdiff_t> index;
+  std::vector<std::size_t> boxes;
   std::vector<double> coef, mass;
 };
 
-Expansions expansions(const Boxes& b, const std::vector<double>& Y, std::size_t T) {
+Expansions expansions(const Boxes& b, const std::vector<double>& Y, std::size_t T, std::size_t min_points) {
   Expansions ex;
   ex.per = b.dims == 1 ? kTerms : kTerms * kTerms;
   ex.cols = T + 1;
-  ex.coef.assign(b.expanded.size() * ex.cols * ex.per, 0.0);
-  ex.mass.assign(b.expanded.size() * ex.cols, 0.0);
+  ex.index.assign(b.boxes.size(), -1);
+  for (std::size_t k = 0; k < b.boxes.size(); ++k)
+    if (b.boxes[k].end - b.boxes[k].begin > min_points) {
+      ex.index[k] = static_cast<std::ptrdiff_t>(ex.boxes.size());
+      ex.boxes.push_back(k);
+    }
+  ex.coef.assign(ex.boxes.size() * ex.cols * ex.per, 0.0);
+  ex.mass.assign(ex.boxes.size() * ex.cols, 0.0);
   const double s = 1.0 / std::sqrt(2.0);
   double a1[kTerms], a2[kTerms], outer[kTerms * kTerms];
-  for (std::size_t e = 0; e < b.expanded.size(); ++e) {
+  for (std::size_t e = 0; e < ex.boxes.size(); ++e) {
     if ((e & 255) == 0) poll_interrupt();
-    const auto& box = b.boxes[b.expanded[e]];
+    const auto& box = b.boxes[ex.boxes[e]];
     double* coef = &ex.coef[e * ex.cols * ex.per];
     double* mass = &ex.mass[e * ex.cols];
     for (std::size_t r = box.begin; r < box.end; ++r) {
@@ -225,7 +231,8 @@ void box_sums(const Boxes& b, const Expansions& ex, const double* q, const std::
     if (dims > 1) first = std::lower_bound(first, last, lo2, [](const Boxes::Box& x, std::int64_t k) { return x.i2 < k; });
     for (auto it = first; it != last && it->i2 <= hi2; ++it) {
       const auto& box = *it;
-      if (box.expansion < 0) {
+      const std::ptrdiff_t id = ex.index[static_cast<std::size_t>(it - b.boxes.begin())];
+      if (id < 0) {
         for (std::size_t j = box.begin; j < box.end; ++j) {
           const double* p = &b.h[j * dims];
           double u2 = 0.0;
@@ -243,7 +250,7 @@ void box_sums(const Boxes& b, const Expansions& ex, const double* q, const std::
         }
         continue;
       }
-      const std::size_t e = static_cast<std::size_t>(box.expansion);
+      const std::size_t e = static_cast<std::size_t>(id);
       const double* coef = &ex.coef[e * ex.cols * ex.per];
       const double mass = ex.mass[e * ex.cols];
       const double d1 = z1 - box.c1, d2 = z2 - box.c2;
@@ -281,6 +288,160 @@ void box_sums(const Boxes& b, const Expansions& ex, const double* q, const std::
       bound += mass * (per_point + (whole ? 0.0 : beyond));
     }
   }
+}
+
+/// Queries per target box from which the box's local (Taylor) expansion is formed (2-D).
+constexpr std::size_t kLocalMin = 32;
+/// In the local expansions, boxes of at most this many points are summed directly.
+constexpr std::size_t kLocalDirectMax = 4;
+constexpr std::int64_t kHermiteReach = 7;  // |source box - target box| <= 6 within the window; a margin
+constexpr int kLocalTerms = 2 * kTerms - 1;
+
+/// The local expansion's bound per unit mass and coordinate, before the factor exp(-Δ²/2): Cramér's
+/// constant times the sum over the omitted pairs (α >= p or γ >= p) of (1/√2)^(α+γ) √((α+γ)!)/(α! γ!),
+/// the bound on |u^α/α!| |v^γ/γ!| |h_(α+γ)(Δ)| e^(Δ²/2) for |u|, |v| <= 1/2.
+double local_tail() {
+  double s = 0.0;
+  for (int a = 0; a < kTerms + 80; ++a)
+    for (int g = 0; g < kTerms + 80; ++g) {
+      if (a < kTerms && g < kTerms) continue;
+      const int n = a + g;
+      s += std::exp(-0.5 * n * std::log(2.0) + 0.5 * std::lgamma(n + 1.0) - std::lgamma(a + 1.0) - std::lgamma(g + 1.0));
+    }
+  return 1.0865 * s;
+}
+
+/// h_0 .. h_{kLocalTerms-1} at the integer box offsets -kHermiteReach .. kHermiteReach.
+struct OffsetHermite {
+  double h[2 * kHermiteReach + 1][kLocalTerms];
+  OffsetHermite() {
+    for (std::int64_t d = -kHermiteReach; d <= kHermiteReach; ++d) {
+      double* row = h[d + kHermiteReach];
+      const double x = static_cast<double>(d);
+      row[0] = std::exp(-x * x);
+      row[1] = 2.0 * x * row[0];
+      for (int n = 1; n + 1 < kLocalTerms; ++n) row[n + 1] = 2.0 * x * row[n] - 2.0 * n * row[n - 1];
+    }
+  }
+  const double* at(std::int64_t d) const { return h[d + kHermiteReach]; }
+};
+
+/// The local expansion about the centre of target box (i1, i2) of every expanded source box in reach,
+/// L[c][γ][δ] (cols x kTerms x kTerms), the boxes summed directly, and the bound on the error of den
+/// (per unit of max|y| for num) that holds for every query inside the target box.
+struct LocalExpansion {
+  std::vector<double> L;
+  std::vector<const NadarayaWatson::Boxes::Box*> direct;
+  double bound = 0.0;
+};
+
+LocalExpansion local_expansion(const Boxes& b, const Expansions& ex, std::int64_t i1, std::int64_t i2, double t) {
+  static const OffsetHermite H;
+  static const double tail = local_tail();
+  const double tz = t / std::sqrt(2.0), beyond = std::exp(-0.5 * t * t);
+  const std::size_t P = kTerms * kTerms, cols = ex.cols;
+  LocalExpansion le;
+  le.L.assign(cols * P, 0.0);
+  std::vector<double> U(cols * P);
+  // Source boxes meeting the window of some query of the box: queries lie in [i, i + 1) in z.
+  const std::int64_t lo1 = box_index(static_cast<double>(i1) - tz), hi1 = box_index(static_cast<double>(i1) + 1.0 + tz);
+  const std::int64_t lo2 = box_index(static_cast<double>(i2) - tz), hi2 = box_index(static_cast<double>(i2) + 1.0 + tz);
+  auto row = std::lower_bound(b.row_i1.begin(), b.row_i1.end(), lo1);
+  for (; row != b.row_i1.end() && *row <= hi1; ++row) {
+    const std::size_t r = static_cast<std::size_t>(row - b.row_i1.begin());
+    auto first = b.boxes.begin() + static_cast<std::ptrdiff_t>(b.row_begin[r]);
+    auto last = b.boxes.begin() + static_cast<std::ptrdiff_t>(b.row_begin[r + 1]);
+    first = std::lower_bound(first, last, lo2, [](const Boxes::Box& x, std::int64_t k) { return x.i2 < k; });
+    std::fill(U.begin(), U.end(), 0.0);
+    bool any = false;
+    const std::int64_t d1 = i1 - *row;  // centre offset, target minus source
+    for (auto it = first; it != last && it->i2 <= hi2; ++it) {
+      const std::ptrdiff_t id = ex.index[static_cast<std::size_t>(it - b.boxes.begin())];
+      if (id < 0) {
+        le.direct.push_back(&*it);
+        continue;
+      }
+      any = true;
+      const std::int64_t d2 = i2 - it->i2;
+      const double* h2 = H.at(d2);
+      const std::size_t e = static_cast<std::size_t>(id);
+      for (std::size_t c = 0; c < cols; ++c) {
+        const double* M = &ex.coef[(e * cols + c) * P];
+        double* u = &U[c * P];
+        for (int a = 0; a < kTerms; ++a)
+          for (int bb = 0; bb < kTerms; ++bb) {
+            const double m = M[a * kTerms + bb];
+            if (m == 0.0) continue;
+            const double* hh = h2 + bb;
+            double* ua = u + a * kTerms;
+            for (int dl = 0; dl < kTerms; ++dl) ua[dl] += m * hh[dl];
+          }
+      }
+      const double g1 = std::exp(-0.5 * double(d1 * d1)), g2 = std::exp(-0.5 * double(d2 * d2));
+      const double E1 = tail * g1, E2 = tail * g2;
+      const bool whole = static_cast<double>(*row) >= static_cast<double>(i1) + 1.0 - tz &&
+                         static_cast<double>(*row) + 1.0 <= static_cast<double>(i1) + tz &&
+                         static_cast<double>(it->i2) >= static_cast<double>(i2) + 1.0 - tz &&
+                         static_cast<double>(it->i2) + 1.0 <= static_cast<double>(i2) + tz;
+      le.bound += ex.mass[e * cols] * (E1 + E2 + E1 * E2 + 1e-13 * g1 * g2 + (whole ? 0.0 : beyond));
+    }
+    if (!any) continue;
+    const double* h1 = H.at(d1);
+    for (std::size_t c = 0; c < cols; ++c) {
+      const double* u = &U[c * P];
+      double* L = &le.L[c * P];
+      for (int g = 0; g < kTerms; ++g)
+        for (int a = 0; a < kTerms; ++a) {
+          const double f = h1[a + g];
+          const double* ua = u + a * kTerms;
+          double* lg = L + g * kTerms;
+          for (int dl = 0; dl < kTerms; ++dl) lg[dl] += f * ua[dl];
+        }
+    }
+  }
+  // (-1)^(γ+δ) / (γ! δ!)
+  double inv_fact[kTerms];
+  inv_fact[0] = 1.0;
+  for (int k = 1; k < kTerms; ++k) inv_fact[k] = inv_fact[k - 1] / k;
+  for (std::size_t c = 0; c < cols; ++c)
+    for (int g = 0; g < kTerms; ++g)
+      for (int dl = 0; dl < kTerms; ++dl)
+        le.L[c * P + g * kTerms + dl] *= ((g + dl) % 2 ? -1.0 : 1.0) * inv_fact[g] * inv_fact[dl];
+  return le;
+}
+
+/// The sums at one query q (bandwidth-scaled) of target box (i1, i2) from its local expansion and its
+/// directly summed boxes.
+void local_sums(const Boxes& b, const LocalExpansion& le, std::size_t cols, std::int64_t i1, std::int64_t i2,
+                const double* q, const std::vector<double>& Y, std::size_t T, double t, double* num, double& den) {
+  const double s = 1.0 / std::sqrt(2.0);
+  const double v1 = q[0] * s - (static_cast<double>(i1) + 0.5), v2 = q[1] * s - (static_cast<double>(i2) + 0.5);
+  double p1[kTerms], p2[kTerms];
+  p1[0] = p2[0] = 1.0;
+  for (int k = 1; k < kTerms; ++k) p1[k] = p1[k - 1] * v1, p2[k] = p2[k - 1] * v2;
+  const std::size_t P = kTerms * kTerms;
+  std::fill(num, num + T, 0.0);
+  den = 0.0;
+  for (std::size_t c = 0; c < cols; ++c) {
+    const double* L = &le.L[c * P];
+    double acc = 0.0;
+    for (int g = 0; g < kTerms; ++g) {
+      double r = 0.0;
+      for (int dl = 0; dl < kTerms; ++dl) r += L[g * kTerms + dl] * p2[dl];
+      acc += p1[g] * r;
+    }
+    (c == 0 ? den : num[c - 1]) += acc;
+  }
+  for (const auto* box : le.direct)
+    for (std::size_t j = box->begin; j < box->end; ++j) {
+      const double* p = &b.h[j * 2];
+      const double u0 = p[0] - q[0], u1 = p[1] - q[1];
+      if (std::abs(u0) > t || std::abs(u1) > t) continue;
+      const double k = std::exp(-0.5 * (u0 * u0 + u1 * u1));
+      const double* yj = &Y[b.sorted[j] * T];
+      for (std::size_t c = 0; c < T; ++c) num[c] += k * yj[c];
+      den += k;
+    }
 }
 
 }  // namespace
@@ -357,31 +518,74 @@ std::vector<std::vector<double>> NadarayaWatson::estimate(const std::vector<doub
   const std::size_t m = x.size() / dims_;
   for (std::size_t i = 0; i < x.size(); ++i) check_finite(fn, "x", i, x[i]);
   std::vector<std::vector<double>> out(T, std::vector<double>(m));
-  const Expansions ex = boxes_ ? expansions(*boxes_, Y, T) : Expansions{};
+  const Expansions ex = boxes_ ? expansions(*boxes_, Y, T, kDirectMax) : Expansions{};
   const double lambda = options_.pseudo_count;
+  // One query's estimates from its sums, after the bound test: |error of num_c| <= ymax * bound and
+  // |error of den| <= bound, so every estimate is within (ymax + |estimate|) * bound / (den + lambda -
+  // bound); one test for all targets, so a target's estimate does not depend on the other targets.
+  auto finish = [&](std::size_t i, const double* q, double* num, double den, double bound, bool fast_sums) {
+    const double room = den + lambda - bound;
+    if (!fast_sums || !(room > 0.0) || bound > kFastTolerance * room) exact_sums(q, Y.data(), T, num, den);
+    for (std::size_t c = 0; c < T; ++c) {
+      const double est = (den + lambda) > 0.0 ? (num[c] + lambda * prior[c]) / (den + lambda) : prior[c];
+      out[c][i] = std::clamp(est, options_.clip_low, options_.clip_high);
+    }
+  };
+  auto one_query = [&](std::size_t i, std::vector<double>& q, std::vector<double>& num) {
+    for (std::size_t d = 0; d < dims_; ++d) q[d] = x[i * dims_ + d] * inv_h_[d];
+    double den = 0.0, bound = 0.0;
+    if (boxes_) box_sums(*boxes_, ex, q.data(), Y, T, options_.truncate, num.data(), den, bound);
+    finish(i, q.data(), num.data(), den, bound, boxes_ != nullptr);
+  };
+  // The local expansions' offset table reaches kHermiteReach boxes (truncate <= 8.4 bandwidths).
+  const bool local_reach = std::ceil(options_.truncate / std::sqrt(2.0)) + 1.0 <= static_cast<double>(kHermiteReach);
+  if (boxes_ && dims_ == 2 && local_reach) {
+    // The local expansions take every box of more than kLocalDirectMax points: a box enters once per
+    // target box there, not once per query.
+    const Expansions exl = expansions(*boxes_, Y, T, kLocalDirectMax);
+    // Queries grouped by target box: a box with kLocalMin or more queries forms one local expansion of
+    // every source box in reach and evaluates it per query (kTerms^2 per target); smaller groups sum
+    // the source expansions per query (box_sums).
+    const double s = 1.0 / std::sqrt(2.0);
+    std::vector<std::pair<std::pair<std::int64_t, std::int64_t>, std::size_t>> keyed(m);
+    for (std::size_t i = 0; i < m; ++i)
+      keyed[i] = {{box_index(x[i * 2] * inv_h_[0] * s), box_index(x[i * 2 + 1] * inv_h_[1] * s)}, i};
+    std::sort(keyed.begin(), keyed.end());
+    std::vector<std::size_t> group{0};
+    for (std::size_t i = 1; i < m; ++i)
+      if (keyed[i].first != keyed[i - 1].first) group.push_back(i);
+    group.push_back(m);
+    parallel_for_index(group.size() - 1, options_.threads, [&](std::size_t g) {
+      std::vector<double> q(2), num(T);
+      const std::size_t a = group[g], e = group[g + 1];
+      if (e - a < kLocalMin) {
+        for (std::size_t k = a; k < e; ++k) one_query(keyed[k].second, q, num);
+        return;
+      }
+      const auto [i1, i2] = keyed[a].first;
+      const LocalExpansion le = local_expansion(*boxes_, exl, i1, i2, options_.truncate);
+      for (std::size_t k = a; k < e; ++k) {
+        const std::size_t i = keyed[k].second;
+        q[0] = x[i * 2] * inv_h_[0];
+        q[1] = x[i * 2 + 1] * inv_h_[1];
+        double den = 0.0;
+        local_sums(*boxes_, le, exl.cols, i1, i2, q.data(), Y, T, options_.truncate, num.data(), den);
+        const double room = den + lambda - le.bound;
+        if (room > 0.0 && le.bound <= kFastTolerance * room) {
+          finish(i, q.data(), num.data(), den, le.bound, true);
+          continue;
+        }
+        // The local bound is looser than the per-query one (both truncations): try that before the exact sum.
+        one_query(i, q, num);
+      }
+    });
+    return out;
+  }
   const std::size_t blocks = (m + kQueryBlock - 1) / kQueryBlock;
   parallel_for_index(blocks, options_.threads, [&](std::size_t blk) {
     std::vector<double> q(dims_), num(T);
     const std::size_t end = std::min(m, (blk + 1) * kQueryBlock);
-    for (std::size_t i = blk * kQueryBlock; i < end; ++i) {
-      for (std::size_t d = 0; d < dims_; ++d) q[d] = x[i * dims_ + d] * inv_h_[d];
-      double den = 0.0;
-      bool exact = !boxes_;
-      if (boxes_) {
-        double bound = 0.0;
-        box_sums(*boxes_, ex, q.data(), Y, T, options_.truncate, num.data(), den, bound);
-        // |error of num_c| <= ymax * bound, |error of den| <= bound, so every estimate is within
-        // (ymax + |estimate|) * bound / (den + lambda - bound): one test for all targets, so a target's
-        // estimate does not depend on which other targets share the call.
-        const double room = den + lambda - bound;
-        exact = !(room > 0.0) || bound > kFastTolerance * room;
-      }
-      if (exact) exact_sums(q.data(), Y.data(), T, num.data(), den);
-      for (std::size_t c = 0; c < T; ++c) {
-        const double est = (den + lambda) > 0.0 ? (num[c] + lambda * prior[c]) / (den + lambda) : prior[c];
-        out[c][i] = std::clamp(est, options_.clip_low, options_.clip_high);
-      }
-    }
+    for (std::size_t i = blk * kQueryBlock; i < end; ++i) one_query(i, q, num);
   });
   return out;
 }

@@ -38,9 +38,12 @@ struct NadarayaWatsonOptions {
 /// once): O(n·m) at the audit's bandwidths, where that window holds most points. The fast path (one
 /// and two dimensions, n >= 2048; options.fast) groups the points in boxes of side sqrt(2)·h and sums a
 /// box of more than 24 points through its 20-term Hermite expansion per coordinate (Greengard & Strain
-/// 1991), smaller boxes directly: O(n·400) to form the expansions and at most 13^d boxes per query, so
-/// O(n + m) at fixed accuracy. Its error bound is computed per query from Cramér's inequality for
-/// Hermite functions; a query whose bound exceeds the tolerance is summed exactly.
+/// 1991), smaller boxes directly: O(n·400) to form the expansions and at most 13^d boxes per query. In
+/// two dimensions the queries sharing a box (32 or more) take one local (Taylor) expansion of every
+/// source box in reach and evaluate it in 400 multiply-adds each. Its error bound is computed per query
+/// from Cramér's inequality for Hermite functions; a query whose bound exceeds the tolerance is summed
+/// by the next tighter method (local, then Hermite, then exact). A query's estimate may depend on the
+/// other queries of the call (whether its box gathers 32 of them), by less than the bound.
 class NadarayaWatson {
  public:
   /// x: row-major [n, dims]; y: [n]; bandwidth: [dims], all > 0. Throws InputError on mismatched

@@ -182,6 +182,15 @@ TEST(NadarayaWatson, FastPathWithinOneInAMillionOfTheExactSumAtEveryScottMultipl
     NadarayaWatson fast2(x, y, 2, h2);
     ASSERT_TRUE(fast2.fast());
     const auto got2 = fast2.predict(q), want2 = brute_force_nw(x, y, 2, h2, q, ybar);
+    // At the fitting points themselves (dense target boxes: the local expansions), every 30th checked.
+    const auto self2 = fast2.predict(x);
+    std::vector<double> qs;
+    for (std::size_t i = 0; i < n; i += 30) qs.insert(qs.end(), {x[2 * i], x[2 * i + 1]});
+    const auto want_self = brute_force_nw(x, y, 2, h2, qs, ybar);
+    for (std::size_t k = 0; k < want_self.size(); ++k) {
+      EXPECT_NEAR(self2[30 * k], want_self[k], 1e-6) << "2-D at the data, multiple " << mult << ", point " << 30 * k;
+      worst = std::max(worst, std::abs(self2[30 * k] - want_self[k]));
+    }
     const std::vector<double> h1{scott_bandwidth(x1, 1, mult)};
     NadarayaWatson fast1(x1, y, 1, h1);
     ASSERT_TRUE(fast1.fast());
