@@ -17,13 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string now_utc() {
-  std::time_t t = std::time(nullptr);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
-  return buf;
-}
-
 std::vector<RelPoint> rel_points(const std::vector<ReliabilityRow>& rows) {
   std::vector<RelPoint> out;
   for (const auto& r : rows)
@@ -45,6 +38,13 @@ std::string evidence_effect(const VerdictEvidence& e) {
 }
 
 }  // namespace
+
+std::string now_utc() {
+  std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
+  return buf;
+}
 
 std::map<std::string, std::string> run_labels(const std::vector<std::string>& runs) {
   std::vector<std::string> unique;

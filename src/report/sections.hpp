@@ -46,6 +46,9 @@ Document calibration_document(Context& c);
 /// different run folders get their folder. Runs that are not paths keep their id.
 std::map<std::string, std::string> run_labels(const std::vector<std::string>& runs);
 
+/// The time the report is generated, "YYYY-MM-DD HH:MM UTC" (its provenance line).
+std::string now_utc();
+
 /// The label of `run` in this report (the run id when it has none).
 const std::string& run_label(const Context& c, const std::string& run);
 

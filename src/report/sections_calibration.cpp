@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <ctime>
 #include <filesystem>
 
 #include "report/format.hpp"
@@ -51,12 +50,9 @@ std::string consistency_sentence(const CalibrationReport& m) {
 }
 
 std::string provenance(const Context& c, const CalibrationReport& m) {
-  std::time_t t = std::time(nullptr);
-  char when[64];
-  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
   return fmt::format("arcal {}; results: {}; report generated {}. Intervals: {} bootstrap resamples of the examples, seed {}, "
                      "level {:g} % (docs/method.md §4).",
-                     ARCAL_VERSION, c.results_path, when, m.draws, m.seed, 100.0 * m.level);
+                     ARCAL_VERSION, c.results_path, now_utc(), m.draws, m.seed, 100.0 * m.level);
 }
 
 Table bins_table(const CalibrationReport& m) {

@@ -23,17 +23,11 @@ const char* kFn = "results.json reader";
 
 namespace {
 
-/// A string field that may be null ("" then).
-std::string string_or_empty(const nlohmann::json& j, const char* key) {
-  const auto it = j.find(key);
-  return it == j.end() || it->is_null() ? std::string() : it->get<std::string>();
-}
-
 /// arcal.metrics/1 (`arcal metrics --json`) or arcal.calibrate/1 (`arcal calibrate --json`).
 void read_calibration(const nlohmann::json& j, ResultsDocument& doc) {
   auto& c = doc.calibration;
   if (doc.kind == ResultsDocument::Kind::metrics) {
-    c.file = string_or_empty(j, "file");
+    c.file = results::value_or(j, "file", std::string());
     j.get_to(c.before);
     return;
   }
@@ -41,10 +35,10 @@ void read_calibration(const nlohmann::json& j, ResultsDocument& doc) {
   c.file = j.at("apply_file").get<std::string>();
   c.method = j.at("method").get<std::string>();
   c.mode = j.at("mode").get<std::string>();
-  c.fit_file = string_or_empty(j, "fit_file");
-  c.params_file = string_or_empty(j, "params_file");
+  c.fit_file = results::value_or(j, "fit_file", std::string());
+  c.params_file = results::value_or(j, "params_file", std::string());
   c.out = j.at("out").get<std::string>();
-  c.save = string_or_empty(j, "save");
+  c.save = results::value_or(j, "save", std::string());
   results::get_to(j, "n_fit", c.n_fit);
   const auto& cal = j.at("calibrator");
   if (!cal.is_object()) throw_input(kFn, "/calibrator must be an object (the calibrator arcal calibrate --save writes)");

@@ -160,6 +160,28 @@ std::shared_ptr<const Boxes> build_boxes(const std::vector<double>& xs, std::siz
   return b;
 }
 
+/// Adds one box's exact kernel sums at query q (bandwidth-scaled), with the exact sum's rule: points
+/// within t in every coordinate.
+void direct_box_sums(const Boxes& b, const Boxes::Box& box, const double* q, const std::vector<double>& Y,
+                     std::size_t T, double t, double* num, double& den) {
+  const std::size_t dims = b.dims;
+  for (std::size_t j = box.begin; j < box.end; ++j) {
+    const double* p = &b.h[j * dims];
+    double u2 = 0.0;
+    bool inside = true;
+    for (std::size_t d = 0; d < dims; ++d) {
+      const double u = p[d] - q[d];
+      inside = inside && std::abs(u) <= t;
+      u2 += u * u;
+    }
+    if (!inside) continue;
+    const double k = std::exp(-0.5 * u2);
+    const double* yj = &Y[b.sorted[j] * T];
+    for (std::size_t c = 0; c < T; ++c) num[c] += k * yj[c];
+    den += k;
+  }
+}
+
 /// The Hermite expansions of the boxes of more than `min_points` points (index[box]: its row, -1 for a
 /// box summed directly) for weight columns W = [1, Y_0 .. Y_{T-1}]: coef [expanded][T + 1][kTerms^dims]
 /// and the total |weight| mass [expanded][T + 1].
@@ -233,21 +255,7 @@ void box_sums(const Boxes& b, const Expansions& ex, const double* q, const std::
       const auto& box = *it;
       const std::ptrdiff_t id = ex.index[static_cast<std::size_t>(it - b.boxes.begin())];
       if (id < 0) {
-        for (std::size_t j = box.begin; j < box.end; ++j) {
-          const double* p = &b.h[j * dims];
-          double u2 = 0.0;
-          bool inside = true;
-          for (std::size_t d = 0; d < dims; ++d) {
-            const double u = p[d] - q[d];
-            inside = inside && std::abs(u) <= t;
-            u2 += u * u;
-          }
-          if (!inside) continue;
-          const double k = std::exp(-0.5 * u2);
-          const double* yj = &Y[b.sorted[j] * T];
-          for (std::size_t c = 0; c < T; ++c) num[c] += k * yj[c];
-          den += k;
-        }
+        direct_box_sums(b, box, q, Y, T, t, num, den);
         continue;
       }
       const std::size_t e = static_cast<std::size_t>(id);
@@ -432,16 +440,7 @@ void local_sums(const Boxes& b, const LocalExpansion& le, std::size_t cols, std:
     }
     (c == 0 ? den : num[c - 1]) += acc;
   }
-  for (const auto* box : le.direct)
-    for (std::size_t j = box->begin; j < box->end; ++j) {
-      const double* p = &b.h[j * 2];
-      const double u0 = p[0] - q[0], u1 = p[1] - q[1];
-      if (std::abs(u0) > t || std::abs(u1) > t) continue;
-      const double k = std::exp(-0.5 * (u0 * u0 + u1 * u1));
-      const double* yj = &Y[b.sorted[j] * T];
-      for (std::size_t c = 0; c < T; ++c) num[c] += k * yj[c];
-      den += k;
-    }
+  for (const auto* box : le.direct) direct_box_sums(b, *box, q, Y, T, t, num, den);
 }
 
 }  // namespace

@@ -37,6 +37,16 @@ AuditResults small_audit(double effect) {
 
 std::string audit_text(const AuditResults& r) { return audit_results_json(r).dump(1); }
 
+/// The reader's error for a document ("no error" when it reads).
+std::string read_error(const nlohmann::json& x, const std::string& path) {
+  try {
+    read_results(x.dump(), path);
+  } catch (const InputError& e) {
+    return std::string(e.what());
+  }
+  return std::string("no error");
+}
+
 TEST(ResultsJson, AuditRoundTripsThroughTheTypedReader) {
   const auto res = small_audit(0.0);
   const std::string text = audit_text(res);
@@ -96,14 +106,7 @@ TEST(ResultsJson, StoredVerdictIsTheRulesOverTheResults) {
 
 TEST(ResultsJson, ReaderNamesVersionTypeAndMissingKey) {
   auto j = nlohmann::json::parse(audit_text(small_audit(0.0)));
-  auto message = [](const nlohmann::json& x) {
-    try {
-      read_results(x.dump(), "dir/results.json");
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto message = [](const nlohmann::json& x) { return read_error(x, "dir/results.json"); };
   auto old = j;
   old["schema"] = "arcal.audit/1";
   EXPECT_NE(message(old).find("version 1"), std::string::npos) << message(old);
@@ -125,14 +128,7 @@ TEST(ResultsJson, IntegersOutOfRangeOrFractionalAreRefusedNamingThePointer) {
   // nlohmann casts 7.8e29 to int without a check (undefined behaviour; fuzz_results_json found it in a
   // calibration document's "bootstrap"); every integer field is now range-checked.
   auto j = nlohmann::json::parse(audit_text(small_audit(0.0)));
-  auto message = [](const nlohmann::json& x) {
-    try {
-      read_results(x.dump(), "r.json");
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto message = [](const nlohmann::json& x) { return read_error(x, "r.json"); };
   auto huge = j;
   huge["runs"][0]["n"] = 7.8e29;
   EXPECT_NE(message(huge).find("/runs/0/n"), std::string::npos) << message(huge);
