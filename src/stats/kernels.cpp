@@ -184,10 +184,12 @@ void direct_box_sums(const Boxes& b, const Boxes::Box& box, const double* q, con
 
 /// The Hermite expansions of the boxes of more than `min_points` points (index[box]: its row, -1 for a
 /// box summed directly) for weight columns W = [1, Y_0 .. Y_{T-1}]: coef [expanded][T + 1][kTerms^dims]
-/// and the total |weight| mass [expanded][T + 1].
+/// and the total |weight| mass [expanded][T + 1]. query_index is the same for the boxes of more than
+/// kDirectMax points, which box_sums expands per query (it sums smaller boxes directly), so one set
+/// of expansions serves the local expansions (min_points = kLocalDirectMax) and box_sums.
 struct Expansions {
   std::size_t per = 0, cols = 0;
-  std::vector<std::ptrdiff_t> index;
+  std::vector<std::ptrdiff_t> index, query_index;
   std::vector<std::size_t> boxes;
   std::vector<double> coef, mass;
 };
@@ -197,11 +199,14 @@ Expansions expansions(const Boxes& b, const std::vector<double>& Y, std::size_t 
   ex.per = b.dims == 1 ? kTerms : kTerms * kTerms;
   ex.cols = T + 1;
   ex.index.assign(b.boxes.size(), -1);
-  for (std::size_t k = 0; k < b.boxes.size(); ++k)
-    if (b.boxes[k].end - b.boxes[k].begin > min_points) {
-      ex.index[k] = static_cast<std::ptrdiff_t>(ex.boxes.size());
-      ex.boxes.push_back(k);
-    }
+  ex.query_index.assign(b.boxes.size(), -1);
+  for (std::size_t k = 0; k < b.boxes.size(); ++k) {
+    const std::size_t points = b.boxes[k].end - b.boxes[k].begin;
+    if (points <= std::min(min_points, kDirectMax)) continue;
+    ex.index[k] = static_cast<std::ptrdiff_t>(ex.boxes.size());
+    if (points > kDirectMax) ex.query_index[k] = ex.index[k];
+    ex.boxes.push_back(k);
+  }
   ex.coef.assign(ex.boxes.size() * ex.cols * ex.per, 0.0);
   ex.mass.assign(ex.boxes.size() * ex.cols, 0.0);
   const double s = 1.0 / std::sqrt(2.0);
@@ -253,7 +258,7 @@ void box_sums(const Boxes& b, const Expansions& ex, const double* q, const std::
     if (dims > 1) first = std::lower_bound(first, last, lo2, [](const Boxes::Box& x, std::int64_t k) { return x.i2 < k; });
     for (auto it = first; it != last && it->i2 <= hi2; ++it) {
       const auto& box = *it;
-      const std::ptrdiff_t id = ex.index[static_cast<std::size_t>(it - b.boxes.begin())];
+      const std::ptrdiff_t id = ex.query_index[static_cast<std::size_t>(it - b.boxes.begin())];
       if (id < 0) {
         direct_box_sums(b, box, q, Y, T, t, num, den);
         continue;
@@ -517,7 +522,12 @@ std::vector<std::vector<double>> NadarayaWatson::estimate(const std::vector<doub
   const std::size_t m = x.size() / dims_;
   for (std::size_t i = 0; i < x.size(); ++i) check_finite(fn, "x", i, x[i]);
   std::vector<std::vector<double>> out(T, std::vector<double>(m));
-  const Expansions ex = boxes_ ? expansions(*boxes_, Y, T, kDirectMax) : Expansions{};
+  // The local expansions' offset table reaches kHermiteReach boxes (truncate <= 8.4 bandwidths).
+  const bool local_reach = std::ceil(options_.truncate / std::sqrt(2.0)) + 1.0 <= static_cast<double>(kHermiteReach);
+  const bool local = boxes_ && dims_ == 2 && local_reach;
+  // The local expansions take every box of more than kLocalDirectMax points (a box enters once per
+  // target box there, not once per query); box_sums those of more than kDirectMax.
+  const Expansions ex = boxes_ ? expansions(*boxes_, Y, T, local ? kLocalDirectMax : kDirectMax) : Expansions{};
   const double lambda = options_.pseudo_count;
   // One query's estimates from its sums, after the bound test: |error of num_c| <= ymax * bound and
   // |error of den| <= bound, so every estimate is within (ymax + |estimate|) * bound / (den + lambda -
@@ -536,12 +546,7 @@ std::vector<std::vector<double>> NadarayaWatson::estimate(const std::vector<doub
     if (boxes_) box_sums(*boxes_, ex, q.data(), Y, T, options_.truncate, num.data(), den, bound);
     finish(i, q.data(), num.data(), den, bound, boxes_ != nullptr);
   };
-  // The local expansions' offset table reaches kHermiteReach boxes (truncate <= 8.4 bandwidths).
-  const bool local_reach = std::ceil(options_.truncate / std::sqrt(2.0)) + 1.0 <= static_cast<double>(kHermiteReach);
-  if (boxes_ && dims_ == 2 && local_reach) {
-    // The local expansions take every box of more than kLocalDirectMax points: a box enters once per
-    // target box there, not once per query.
-    const Expansions exl = expansions(*boxes_, Y, T, kLocalDirectMax);
+  if (local) {
     // Queries grouped by target box: a box with kLocalMin or more queries forms one local expansion of
     // every source box in reach and evaluates it per query (kTerms^2 per target); smaller groups sum
     // the source expansions per query (box_sums).
@@ -562,13 +567,13 @@ std::vector<std::vector<double>> NadarayaWatson::estimate(const std::vector<doub
         return;
       }
       const auto [i1, i2] = keyed[a].first;
-      const LocalExpansion le = local_expansion(*boxes_, exl, i1, i2, options_.truncate);
+      const LocalExpansion le = local_expansion(*boxes_, ex, i1, i2, options_.truncate);
       for (std::size_t k = a; k < e; ++k) {
         const std::size_t i = keyed[k].second;
         q[0] = x[i * 2] * inv_h_[0];
         q[1] = x[i * 2 + 1] * inv_h_[1];
         double den = 0.0;
-        local_sums(*boxes_, le, exl.cols, i1, i2, q.data(), Y, T, options_.truncate, num.data(), den);
+        local_sums(*boxes_, le, ex.cols, i1, i2, q.data(), Y, T, options_.truncate, num.data(), den);
         const double room = den + lambda - le.bound;
         if (room > 0.0 && le.bound <= kFastTolerance * room) {
           finish(i, q.data(), num.data(), den, le.bound, true);
