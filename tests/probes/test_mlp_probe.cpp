@@ -226,3 +226,60 @@ TEST(MlpProbe, OffsetCorrectionStartsAtOffsetAndLearnsAnEffect) {
   bad = MlpOffsets{{btr, btr}, {bev}};
   EXPECT_THROW(fit_predict_mlp_probe(xtr, n, 1, ytr, xev, m, o, nullptr, &bad), InputError);
 }
+
+TEST(MlpProbe, BlockedPassesAndRowSourcesMatchTheWholeRows) {
+  // Large evaluation sets run in row blocks of about 2^22 activations (65,536 rows at width 64), and
+  // a row source hands the fit its rows one set at a time: neither may change a prediction. The same
+  // fit predicts 70,000 rows (two blocks) and their first 200 alone; and a source that fills its buffer
+  // gives the fit of the stored rows.
+  torch::set_num_threads(1);
+  const std::size_t n = 400, f = 3, R = 2, big = 70000, small = 200;
+  std::vector<double> x;
+  std::vector<std::vector<double>> ys;
+  stacked_data(n, f, R, 31, x, ys);
+  Rng rng(32);
+  std::vector<double> xe(big * f);
+  for (auto& v : xe) v = rng.normal();
+  const std::vector<double> xs(xe.begin(), xe.begin() + long(small * f));
+  MlpProbeOptions o;
+  o.restarts = 1;
+  o.max_epochs = 15;
+  o.patience = 3;
+  o.batch_size = 128;
+  o.seed = 4;
+  std::vector<const std::vector<double>*> yp;
+  for (const auto& y : ys) yp.push_back(&y);
+  const auto whole = fit_predict_mlp_probes(x, n, f, yp, xe, big, o);
+  const auto part = fit_predict_mlp_probes(x, n, f, yp, xs, small, o);
+  double diff = 0;
+  for (std::size_t r = 0; r < R; ++r)
+    for (std::size_t i = 0; i < small; ++i) diff = std::max(diff, std::abs(whole[r][i] - part[r][i]));
+  std::printf("  max |blocked - unblocked| = %.3g\n", diff);
+  EXPECT_LE(diff, 1e-6);
+  // Per-replicate rows from a source (replicate 1's rows negated) against the stored-rows entry point.
+  std::vector<double> neg(x), neg_e(xs);
+  for (auto& v : neg) v = -v;
+  for (auto& v : neg_e) v = -v;
+  const auto stored = fit_predict_mlp_probes_rows({&x, &neg}, n, f, yp, {&xs, &neg_e}, small, o);
+  MlpRowSource src;
+  src.train_sets = src.eval_sets = 2;
+  int calls = 0;
+  src.train = [&](std::size_t s, std::vector<double>& buf) -> const std::vector<double>& {
+    ++calls;
+    return buf = s == 0 ? x : neg;
+  };
+  src.eval = [&](std::size_t s, std::vector<double>& buf) -> const std::vector<double>& {
+    ++calls;
+    return buf = s == 0 ? xs : neg_e;
+  };
+  const auto sourced = fit_predict_mlp_probes_source(src, n, f, yp, small, o);
+  EXPECT_EQ(calls, 4);  // each set once for training, once for the one restart's predictions
+  for (std::size_t r = 0; r < R; ++r) EXPECT_EQ(sourced[r], stored[r]) << "replicate " << r;
+  // A source's bad evaluation rows are named when they are read.
+  src.eval = [&](std::size_t, std::vector<double>& buf) -> const std::vector<double>& {
+    buf = xs;
+    buf[7] = std::nan("");
+    return buf;
+  };
+  EXPECT_THROW(fit_predict_mlp_probes_source(src, n, f, yp, small, o), InputError);
+}

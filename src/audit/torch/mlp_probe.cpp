@@ -2,9 +2,11 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <string>
 
 #include "core/check.hpp"
 #include "core/interrupt.hpp"
@@ -103,29 +105,33 @@ namespace {
 
 constexpr const char* kProbeFn = "fit_predict_mlp_probes";
 
-/// The checks of fit_predict_mlp_probes_rows: row sets (1 or one per label vector) of n x f and m x f
-/// finite values, at least 10 training rows, labels 0/1 (probabilities with soft_labels), a warm start
-/// of the network's shape and offsets of the rows' sizes. Throws InputError naming the argument.
-void check_probe_inputs(const std::vector<const std::vector<double>*>& x_trains, std::size_t n, std::size_t f,
-                        const std::vector<const std::vector<double>*>& ys,
-                        const std::vector<const std::vector<double>*>& x_evals, std::size_t m,
+/// One row set of a fit: size rows x f, finite. name is "x_train" or "x_eval", with [r] when there is
+/// one set per replicate.
+void check_row_set(const std::string& name, const std::vector<double>& v, std::size_t rows, std::size_t f,
+                   const char* shape) {
+  const char* fn = kProbeFn;
+  check_same_size(fn, name.c_str(), v.size(), shape, rows * f);
+  for (std::size_t i = 0; i < v.size(); ++i) check_finite(fn, name.c_str(), i, v[i]);
+}
+
+std::string row_set_name(bool train, std::size_t sets, std::size_t r) {
+  const std::string name = train ? "x_train" : "x_eval";
+  return sets == 1 ? name : name + "[" + std::to_string(r) + "]";
+}
+
+/// The checks of a fit that do not read the rows: 1 or R row sets, at least 10 training rows, labels
+/// 0/1 (probabilities with soft_labels), a warm start of the network's shape and offsets of the rows'
+/// sizes. Throws InputError naming the argument.
+void check_probe_inputs(std::size_t train_sets, std::size_t n, std::size_t f,
+                        const std::vector<const std::vector<double>*>& ys, std::size_t eval_sets, std::size_t m,
                         const MlpProbeOptions& o, const MlpOffsets* offsets) {
   const char* fn = kProbeFn;
   if (f == 0) throw_input(fn, "no features (f = 0)");
   if (ys.empty()) throw_input(fn, "no label vectors (ys is empty)");
-  for (const auto* part : {&x_trains, &x_evals}) {
-    const bool is_train = part == &x_trains;
-    const std::string name = is_train ? "x_train" : "x_eval";
-    if (part->size() != 1 && part->size() != ys.size())
-      throw_input(fn, name + " has " + std::to_string(part->size()) + " row sets, but must have 1 or " +
+  for (const auto& [name, sets] : {std::pair<const char*, std::size_t>{"x_train", train_sets}, {"x_eval", eval_sets}})
+    if (sets != 1 && sets != ys.size())
+      throw_input(fn, std::string(name) + " has " + std::to_string(sets) + " row sets, but must have 1 or " +
                           std::to_string(ys.size()) + " (one per label vector)");
-    for (std::size_t r = 0; r < part->size(); ++r) {
-      if (!(*part)[r]) throw_input(fn, name + "[" + std::to_string(r) + "] is null");
-      const std::string row = part->size() == 1 ? name : name + "[" + std::to_string(r) + "]";
-      check_same_size(fn, row.c_str(), (*part)[r]->size(), is_train ? "n x f" : "m x f", (is_train ? n : m) * f);
-      for (std::size_t i = 0; i < (*part)[r]->size(); ++i) check_finite(fn, row.c_str(), i, (*(*part)[r])[i]);
-    }
-  }
   if (n < 10) throw_input(fn, "needs at least 10 training rows, got " + std::to_string(n));
   if (o.restarts < 1) throw_input(fn, "restarts is " + std::to_string(o.restarts) + ", but must be >= 1");
   for (std::size_t r = 0; r < ys.size(); ++r) {
@@ -172,40 +178,103 @@ void check_probe_inputs(const std::vector<const std::vector<double>*>& x_trains,
   }
 }
 
-/// The R replicates' data as tensors: rows standardised by their own training rows.
-struct StackedData {
-  std::int64_t R = 0;
-  torch::Tensor Xtr, Xev;  ///< [Rx, n, f], [Rx, m, f] float32 (Rx = 1: rows shared by every replicate)
-  torch::Tensor Y;         ///< [R, n] float32
-  torch::Tensor Otr, Oev;  ///< [R, n], [R, m] float32 offsets (zeros without offsets: adding them changes nothing)
-  bool per_replicate_rows = false;
+/// Rows per block of a forward pass over `rows` rows for `replicates` replicates of width h: activations
+/// of about 2^22 values (16 MiB) at a time, whatever N.
+std::int64_t row_block(std::int64_t replicates, int h) {
+  return std::max<std::int64_t>(1, (std::int64_t(1) << 22) / std::max<std::int64_t>(1, replicates * h));
+}
+
+/// stacked_forward over row blocks (row_block), so inner-validation and evaluation passes at large n do
+/// not hold [R, n, h] activations. Each row's logit is that of the unblocked pass.
+torch::Tensor stacked_forward_blocked(const Params& p, const torch::Tensor& x, int h) {
+  const auto rows = x.size(1), block = row_block(p[0].size(0), h);
+  if (rows <= block) return stacked_forward(p, x);
+  std::vector<torch::Tensor> parts;
+  for (std::int64_t i0 = 0; i0 < rows; i0 += block) parts.push_back(stacked_forward(p, x.narrow(1, i0, std::min(block, rows - i0))));
+  return torch::cat(parts, 1);
+}
+
+/// The standardisation of one training set: mean and 1/sd per column. A column constant on the
+/// training rows (a class never predicted in this half, a routing point that varies only elsewhere)
+/// carries nothing the fit could learn: it enters as 0 on both sides (1/sd = 0, also when the mean's
+/// rounding leaves a sd of 1e-17), so its untrained weights never touch the evaluation rows.
+struct Standardisation {
+  std::vector<double> mean, inv;  ///< [f]
 };
 
-StackedData stack_data(const std::vector<const std::vector<double>*>& x_trains, std::size_t n, std::size_t f,
-                       const std::vector<const std::vector<double>*>& ys,
-                       const std::vector<const std::vector<double>*>& x_evals, std::size_t m,
-                       const MlpOffsets* offsets) {
+/// out[i, k] = float((v[i, k] - mean[k]) · inv[k]).
+void apply_scale(const Standardisation& sc, const std::vector<double>& v, std::size_t rows, std::size_t f, float* out) {
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t k = 0; k < f; ++k) out[i * f + k] = float((v[i * f + k] - sc.mean[k]) * sc.inv[k]);
+}
+
+/// Standardises rows v [rows, f] (double) by their own column means and population sd, written as
+/// float32 to out [rows, f]; returns the scale. Two passes in double, no temporaries of the rows' size.
+Standardisation standardise_into(const std::vector<double>& v, std::size_t rows, std::size_t f, float* out) {
+  Standardisation sc;
+  sc.mean.assign(f, 0.0);
+  sc.inv.assign(f, 0.0);
+  std::vector<double> ss(f, 0.0);
+  std::vector<bool> varies(f, false);
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t k = 0; k < f; ++k) {
+      sc.mean[k] += v[i * f + k];
+      if (v[i * f + k] != v[k]) varies[k] = true;
+    }
+  for (std::size_t k = 0; k < f; ++k) sc.mean[k] /= double(rows);
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t k = 0; k < f; ++k) {
+      const double c = v[i * f + k] - sc.mean[k];
+      ss[k] += c * c;
+    }
+  for (std::size_t k = 0; k < f; ++k) {
+    const double sd = std::sqrt(ss[k] / double(rows));
+    sc.inv[k] = varies[k] && sd > 0 ? 1.0 / sd : 0.0;
+  }
+  apply_scale(sc, v, rows, f, out);
+  return sc;
+}
+
+/// The R replicates' training data as tensors (rows standardised by their own training rows), and how to
+/// make their evaluation rows.
+struct StackedData {
+  std::int64_t R = 0;
+  torch::Tensor Xtr;       ///< [Rx, n, f] float32 (Rx = 1: rows shared by every replicate)
+  torch::Tensor Y;         ///< [R, n] float32
+  torch::Tensor Otr, Oev;  ///< [R, n], [R, m] float32 offsets (zeros without offsets: adding them changes nothing)
+  bool per_replicate_rows = false;  ///< Rx = R
+  std::vector<Standardisation> scale;  ///< one per training set
+  const MlpRowSource* rows = nullptr;
+  std::size_t m = 0, f = 0;
+
+  /// Replicate r's evaluation rows standardised by its training set's scale, [1, m, f] float32
+  /// (checked: finite, m x f).
+  torch::Tensor eval_rows(std::size_t r) const {
+    const std::size_t set = rows->eval_sets == 1 ? 0 : r, tset = rows->train_sets == 1 ? 0 : r;
+    std::vector<double> buffer;
+    const auto& v = rows->eval(set, buffer);
+    check_row_set(row_set_name(false, rows->eval_sets, set), v, m, f, "m x f");
+    auto x = torch::empty({1, long(m), long(f)}, torch::kFloat);
+    apply_scale(scale[tset], v, m, f, x.data_ptr<float>());
+    return x;
+  }
+};
+
+StackedData stack_data(const MlpRowSource& rows, std::size_t n, std::size_t f,
+                       const std::vector<const std::vector<double>*>& ys, std::size_t m, const MlpOffsets* offsets) {
   StackedData d;
   const auto R = d.R = static_cast<std::int64_t>(ys.size());
-  auto stack_rows = [](const std::vector<const std::vector<double>*>& parts, std::size_t rows, std::size_t cols) {
-    std::vector<torch::Tensor> t;
-    for (const auto* v : parts)
-      t.push_back(torch::from_blob(const_cast<double*>(v->data()), {long(rows), long(cols)}, torch::kDouble));
-    return torch::stack(t);
-  };
-  auto Xtr = stack_rows(x_trains, n, f), Xev = stack_rows(x_evals, m, f);
-  if (Xev.size(0) != Xtr.size(0)) {  // one side shared, the other per replicate: share neither
-    Xtr = Xtr.expand({R, long(n), long(f)}).contiguous();
-    Xev = Xev.expand({R, long(m), long(f)}).contiguous();
+  d.rows = &rows;
+  d.m = m;
+  d.f = f;
+  d.per_replicate_rows = rows.train_sets > 1;
+  d.Xtr = torch::empty({long(rows.train_sets), long(n), long(f)}, torch::kFloat);
+  std::vector<double> buffer;
+  for (std::size_t s = 0; s < rows.train_sets; ++s) {  // one set in double at a time
+    const auto& v = rows.train(s, buffer);
+    check_row_set(row_set_name(true, rows.train_sets, s), v, n, f, "n x f");
+    d.scale.push_back(standardise_into(v, n, f, d.Xtr[long(s)].data_ptr<float>()));
   }
-  // A column constant on the training rows (a class never predicted in this half, a routing point that
-  // varies only elsewhere) carries nothing the fit could learn: it enters as 0 on both sides, so its
-  // untrained weights never touch the evaluation rows.
-  auto mean = Xtr.mean(1, /*keepdim=*/true), sd = Xtr.std(1, /*unbiased=*/false, /*keepdim=*/true);
-  const auto inv = torch::where(sd > 0, 1.0 / sd, torch::zeros_like(sd));
-  d.Xtr = ((Xtr - mean) * inv).to(torch::kFloat);
-  d.Xev = ((Xev - mean) * inv).to(torch::kFloat);
-  d.per_replicate_rows = d.Xtr.size(0) > 1;
   std::vector<float> yflat(std::size_t(R) * n);
   for (std::int64_t r = 0; r < R; ++r)
     for (std::size_t i = 0; i < n; ++i) yflat[std::size_t(r) * n + i] = float((*ys[std::size_t(r)])[i]);
@@ -228,7 +297,11 @@ StackedData stack_data(const std::vector<const std::vector<double>*>& x_trains, 
 struct ActiveSet {
   std::vector<std::int64_t> ids;  ///< original replicate indices
   Params p, exp_avg, exp_avg_sq;
-  torch::Tensor Xf, Xv, Yf, Yv, Of, Ov;
+  /// The fit rows are not copied: X (the stacked training rows, [Rx, n, f]) read through fit_rows
+  /// (the fit rows' indices into n) and, with per-replicate rows, active (the active replicates'
+  /// indices into Rx; undefined while all are active).
+  torch::Tensor X, fit_rows, active;
+  torch::Tensor Xv, Yf, Yv, Of, Ov;
   std::int64_t step = 0;  ///< AdamW steps taken
 };
 
@@ -247,7 +320,9 @@ void adamw_epoch(ActiveSet& a, std::vector<std::int64_t>& order, Rng& rng, const
     torch::Tensor loss;
     {
       torch::AutoGradMode enable(true);
-      loss = replicate_bce(stacked_forward(a.p, a.Xf.index_select(1, idx)) + a.Of.index_select(1, idx),
+      auto x = a.X.index_select(1, a.fit_rows.index_select(0, idx));
+      if (a.active.defined()) x = x.index_select(0, a.active);
+      loss = replicate_bce(stacked_forward(a.p, x) + a.Of.index_select(1, idx),
                            a.Yf.index_select(1, idx))
                  .sum();
       loss.backward();
@@ -278,8 +353,8 @@ struct BestState {
 /// After an epoch: replicates whose inner-validation loss improved by more than 1e-6 store their
 /// weights; those without improvement for `patience` epochs leave the active set (the cost of an
 /// epoch stays proportional to the replicates still improving).
-void early_stopping_step(ActiveSet& a, BestState& best, int epoch, int patience, bool per_replicate_rows) {
-  auto vl = replicate_bce(stacked_forward(a.p, a.Xv) + a.Ov, a.Yv).to(torch::kDouble).contiguous();
+void early_stopping_step(ActiveSet& a, BestState& best, int epoch, int patience, bool per_replicate_rows, int h) {
+  auto vl = replicate_bce(stacked_forward_blocked(a.p, a.Xv, h) + a.Ov, a.Yv).to(torch::kDouble).contiguous();
   std::vector<std::int64_t> improved_pos, improved_id, keep_pos, keep_id;
   for (std::size_t i = 0; i < a.ids.size(); ++i) {
     const auto r = std::size_t(a.ids[i]);
@@ -316,7 +391,7 @@ void early_stopping_step(ActiveSet& a, BestState& best, int epoch, int patience,
     a.Of = a.Of.index_select(0, pos);
     a.Ov = a.Ov.index_select(0, pos);
     if (per_replicate_rows) {
-      a.Xf = a.Xf.index_select(0, pos);
+      a.active = a.active.defined() ? a.active.index_select(0, pos) : pos;
       a.Xv = a.Xv.index_select(0, pos);
     }
     a.ids = std::move(keep_id);
@@ -329,6 +404,7 @@ void early_stopping_step(ActiveSet& a, BestState& best, int epoch, int patience,
 BestState fit_restart(const StackedData& d, std::size_t n, std::size_t f, const MlpProbeOptions& o, std::uint64_t seed,
                       bool has_offsets) {
   const auto R = d.R;
+  const int h = std::max(o.hidden1, o.hidden2);
   std::vector<std::int64_t> perm(n);
   std::iota(perm.begin(), perm.end(), 0);
   Rng rng(seed);
@@ -340,7 +416,8 @@ BestState fit_restart(const StackedData& d, std::size_t n, std::size_t f, const 
 
   ActiveSet a;
   a.Xv = d.Xtr.index_select(1, val_idx);
-  a.Xf = d.Xtr.index_select(1, fit_idx);
+  a.X = d.Xtr;
+  a.fit_rows = fit_idx;
   a.Yv = d.Y.index_select(1, val_idx);
   a.Yf = d.Y.index_select(1, fit_idx);
   a.Ov = d.Otr.index_select(1, val_idx);
@@ -370,7 +447,7 @@ BestState fit_restart(const StackedData& d, std::size_t n, std::size_t f, const 
   if (o.warm_start || has_offsets) {
     // The starting point competes with the trained epochs, so a refit can keep the warm weights and
     // a correction can keep "no change".
-    auto vl = replicate_bce(stacked_forward(a.p, a.Xv) + a.Ov, a.Yv).to(torch::kDouble).contiguous();
+    auto vl = replicate_bce(stacked_forward_blocked(a.p, a.Xv, h) + a.Ov, a.Yv).to(torch::kDouble).contiguous();
     for (std::int64_t r = 0; r < R; ++r) {
       best.loss[std::size_t(r)] = vl.data_ptr<double>()[r];
       best.has[std::size_t(r)] = true;
@@ -381,7 +458,7 @@ BestState fit_restart(const StackedData& d, std::size_t n, std::size_t f, const 
   std::vector<std::int64_t> order(fit_rows.size());
   for (int epoch = 0; epoch < o.max_epochs && !a.ids.empty(); ++epoch) {
     adamw_epoch(a, order, rng, o);
-    early_stopping_step(a, best, epoch, o.patience, d.per_replicate_rows);
+    early_stopping_step(a, best, epoch, o.patience, d.per_replicate_rows, h);
   }
   for (std::int64_t r = 0; r < R; ++r)
     // Without a warm start the state is empty only when no epoch improved on +inf (max_epochs = 0
@@ -391,36 +468,41 @@ BestState fit_restart(const StackedData& d, std::size_t n, std::size_t f, const 
   return best;
 }
 
-/// Adds the restart's predicted probabilities on the evaluation rows, / restarts, to avg [R][m]; in
-/// chunks of replicates, so [chunk, m, h] activations stay small.
+/// Adds the restart's predicted probabilities on the evaluation rows, / restarts, to avg [R][m]. Rows
+/// shared by every replicate are standardised once and run in chunks of replicates; otherwise each
+/// replicate's rows are made (MlpRowSource::eval), run and dropped in turn. Row blocks keep the
+/// activations near 2^22 values.
 void add_predictions(std::vector<std::vector<double>>& avg, const Params& best_p, const StackedData& d, std::size_t m,
                      const MlpProbeOptions& o) {
   const auto R = d.R;
-  const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t(1) << 22) / std::max<std::int64_t>(1, std::int64_t(m) * std::max(o.hidden1, o.hidden2)));
-  for (std::int64_t r0 = 0; r0 < R; r0 += chunk) {
-    const auto len = std::min(chunk, R - r0);
+  const int h = std::max(o.hidden1, o.hidden2);
+  auto run = [&](std::int64_t r0, std::int64_t len, const torch::Tensor& xe) {
     Params pc;
     for (const auto& t : best_p) pc.push_back(t.narrow(0, r0, len));
-    auto xe = d.per_replicate_rows ? d.Xev.narrow(0, r0, len) : d.Xev;
-    auto pred = torch::sigmoid(stacked_forward(pc, xe) + d.Oev.narrow(0, r0, len)).to(torch::kDouble).contiguous();
+    auto pred = torch::sigmoid(stacked_forward_blocked(pc, xe, h) + d.Oev.narrow(0, r0, len)).to(torch::kDouble).contiguous();
     const double* pp = pred.data_ptr<double>();
     for (std::int64_t r = 0; r < len; ++r)
       for (std::size_t i = 0; i < m; ++i) avg[std::size_t(r0 + r)][i] += pp[std::size_t(r) * m + i] / o.restarts;
+  };
+  if (d.rows->train_sets == 1 && d.rows->eval_sets == 1) {
+    const auto xe = d.eval_rows(0);
+    const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t(1) << 22) / std::max<std::int64_t>(1, std::int64_t(m) * h));
+    for (std::int64_t r0 = 0; r0 < R; r0 += chunk) run(r0, std::min(chunk, R - r0), xe);
+  } else {
+    for (std::int64_t r = 0; r < R; ++r) run(r, 1, d.eval_rows(std::size_t(r)));
   }
 }
 
 }  // namespace
 
-std::vector<std::vector<double>> fit_predict_mlp_probes_rows(const std::vector<const std::vector<double>*>& x_trains,
-                                                             std::size_t n, std::size_t f,
-                                                             const std::vector<const std::vector<double>*>& ys,
-                                                             const std::vector<const std::vector<double>*>& x_evals,
-                                                             std::size_t m, const MlpProbeOptions& o,
-                                                             std::vector<MlpProbeInfo>* infos,
-                                                             const MlpOffsets* offsets) {
-  check_probe_inputs(x_trains, n, f, ys, x_evals, m, o, offsets);
+std::vector<std::vector<double>> fit_predict_mlp_probes_source(const MlpRowSource& rows, std::size_t n, std::size_t f,
+                                                               const std::vector<const std::vector<double>*>& ys,
+                                                               std::size_t m, const MlpProbeOptions& o,
+                                                               std::vector<MlpProbeInfo>* infos,
+                                                               const MlpOffsets* offsets) {
+  check_probe_inputs(rows.train_sets, n, f, ys, rows.eval_sets, m, o, offsets);
   torch::NoGradGuard outer_guard;
-  const StackedData d = stack_data(x_trains, n, f, ys, x_evals, m, offsets);
+  const StackedData d = stack_data(rows, n, f, ys, m, offsets);
   const auto R = d.R;
   std::vector<std::vector<double>> avg(std::size_t(R), std::vector<double>(m, 0.0));
   std::vector<double> epochs_sum(std::size_t(R), 0.0);
@@ -450,6 +532,31 @@ std::vector<std::vector<double>> fit_predict_mlp_probes_rows(const std::vector<c
       info.mean_epochs = epochs_sum[std::size_t(r)] / o.restarts;
     }
   return avg;
+}
+
+std::vector<std::vector<double>> fit_predict_mlp_probes_rows(const std::vector<const std::vector<double>*>& x_trains,
+                                                             std::size_t n, std::size_t f,
+                                                             const std::vector<const std::vector<double>*>& ys,
+                                                             const std::vector<const std::vector<double>*>& x_evals,
+                                                             std::size_t m, const MlpProbeOptions& o,
+                                                             std::vector<MlpProbeInfo>* infos,
+                                                             const MlpOffsets* offsets) {
+  // Every row set is checked before the fit, so bad evaluation rows cost no training.
+  check_probe_inputs(x_trains.size(), n, f, ys, x_evals.size(), m, o, offsets);
+  for (const auto* part : {&x_trains, &x_evals}) {
+    const bool train = part == &x_trains;
+    for (std::size_t r = 0; r < part->size(); ++r) {
+      const std::string name = row_set_name(train, part->size(), r);
+      if (!(*part)[r]) throw_input(kProbeFn, name + " is null");
+      check_row_set(name, *(*part)[r], train ? n : m, f, train ? "n x f" : "m x f");
+    }
+  }
+  MlpRowSource rows;
+  rows.train_sets = x_trains.size();
+  rows.eval_sets = x_evals.size();
+  rows.train = [&](std::size_t s, std::vector<double>&) -> const std::vector<double>& { return *x_trains[s]; };
+  rows.eval = [&](std::size_t s, std::vector<double>&) -> const std::vector<double>& { return *x_evals[s]; };
+  return fit_predict_mlp_probes_source(rows, n, f, ys, m, o, infos, offsets);
 }
 
 std::vector<double> fit_predict_mlp_probe(const std::vector<double>& x_train, std::size_t n, std::size_t f,

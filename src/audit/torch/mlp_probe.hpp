@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace arcal {
@@ -92,6 +93,27 @@ std::vector<std::vector<double>> fit_predict_mlp_probes_rows(const std::vector<c
                                                              std::size_t m, const MlpProbeOptions& options,
                                                              std::vector<MlpProbeInfo>* infos = nullptr,
                                                              const MlpOffsets* offsets = nullptr);
+
+/// Row sets made on demand, so a caller with many replicates never holds every replicate's rows in
+/// double precision at once: train_sets and eval_sets are 1 (one set shared by every replicate) or R
+/// (one per replicate). train(s, buffer) and eval(s, buffer) return set s's rows ([n, f] and [m, f],
+/// row-major): a reference to rows the caller keeps, or to buffer after filling it. Training rows are
+/// asked for once per set before the fit and evaluation rows once per set and restart after it, so
+/// evaluation rows are checked (finite, of size m x f) only then.
+struct MlpRowSource {
+  std::size_t train_sets = 1, eval_sets = 1;
+  std::function<const std::vector<double>&(std::size_t set, std::vector<double>& buffer)> train, eval;
+};
+
+/// fit_predict_mlp_probes_rows with the rows from a source. Memory: the training rows of every
+/// replicate as float32 (twice: the fit and inner-validation rows are gathered once more), one set of
+/// rows in double at a time, and activations in blocks of about 2^22 values, so the cost is
+/// 8·R·n·f bytes plus O(n·f), never a double copy of the whole stack.
+std::vector<std::vector<double>> fit_predict_mlp_probes_source(const MlpRowSource& rows, std::size_t n, std::size_t f,
+                                                               const std::vector<const std::vector<double>*>& ys,
+                                                               std::size_t m, const MlpProbeOptions& options,
+                                                               std::vector<MlpProbeInfo>* infos = nullptr,
+                                                               const MlpOffsets* offsets = nullptr);
 
 /// Fits on (x_train [n, f], y_train [n] in {0,1}) and returns P(correct) for x_eval [m, f]
 /// (fit_predict_mlp_probes with one label vector).

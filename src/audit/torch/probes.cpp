@@ -32,6 +32,16 @@ MlpProbeOptions ProbeAuditOptions::default_probe_mlp_options() {
 namespace {
 
 constexpr std::size_t kStackReplicates = 64;  // replicates per stacked fit
+/// Bytes of float32 training rows a stack with rows of its own may hold (its replicates' rows are
+/// stacked): at N = 10^6 the 41-column full-logit probe's 5 cross-fits are 2 stacks, not one of 410 MB.
+constexpr std::size_t kStackRowBytes = std::size_t(1) << 28;
+
+/// Replicates per stacked fit of n training rows and f columns: kStackReplicates, or fewer when each
+/// replicate has rows of its own and their float32 copies would exceed kStackRowBytes (at least 1).
+std::size_t stack_size(bool rows_shared, std::size_t n, std::size_t f) {
+  if (rows_shared) return kStackReplicates;
+  return std::clamp<std::size_t>(kStackRowBytes / std::max<std::size_t>(1, n * f * sizeof(float)), 1, kStackReplicates);
+}
 
 using Columns = std::vector<const std::vector<double>*>;  // feature columns, each [n]
 
@@ -438,18 +448,14 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
           infos.push_back(std::move(info));
         }
       } else {
-      // Rows: one set shared by every replicate, or one per replicate (its halves, its permutation).
-      // A base also predicts its own calibration rows (in-sample), the training offsets of its corrections.
-      std::vector<std::vector<double>> xc_store, xe_store;
+      // Rows: one set shared by every replicate, or one per replicate (its halves, its permutation),
+      // gathered when the fit asks for them (MlpRowSource), so a stack never holds every replicate's
+      // rows in double. A base also predicts its own calibration rows (in-sample), the training offsets
+      // of its corrections.
       for (std::size_t j = 0; j < (rows_shared ? 1 : fitted); ++j) {
         const auto& s = folds_of(j)[f];
         if (s.calibration.size() != nc || s.evaluation.size() != ne)
           throw_input(fn, "replicate " + std::to_string(j) + "'s halves differ in size from the design's");
-        const auto* perm = perm_of(j);
-        xc_store.push_back(gather_rows(spec.cols, s.calibration, perm));
-        auto xe = gather_rows(spec.cols, s.evaluation, perm);
-        if (is_base[job / 2]) xe.insert(xe.begin(), xc_store.back().begin(), xc_store.back().end());
-        xe_store.push_back(std::move(xe));
       }
       const std::size_t me = is_base[job / 2] ? nc + ne : ne;
       std::vector<std::vector<double>> yc(fitted);
@@ -458,17 +464,29 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
         yc[j] = pick(*ys[j][f], folds_of(j)[f].calibration);
         yp[j] = &yc[j];
       }
-      // Stacks of at most kStackReplicates replicates bound the memory (activations, autograd state).
+      // Stacks of at most stack_size replicates bound the memory (rows, activations, autograd state).
       // A replicate's fit does not depend on the others in its stack beyond float rounding (a gain
       // moved by at most 1.4e-11 nats against one stack of 201; no p-value changed).
-      for (std::size_t j0 = 0; j0 < fitted; j0 += kStackReplicates) {
-        const std::size_t j1 = std::min(fitted, j0 + kStackReplicates);
+      const std::size_t stack = stack_size(rows_shared, nc, spec.cols.size());
+      for (std::size_t j0 = 0; j0 < fitted; j0 += stack) {
+        const std::size_t j1 = std::min(fitted, j0 + stack);
         const std::vector<const std::vector<double>*> part(yp.begin() + long(j0), yp.begin() + long(j1));
-        std::vector<const std::vector<double>*> xcp, xep;
-        for (std::size_t j = j0; j < (rows_shared ? j0 + 1 : j1); ++j) {
-          xcp.push_back(&xc_store[rows_shared ? 0 : j]);
-          xep.push_back(&xe_store[rows_shared ? 0 : j]);
-        }
+        MlpRowSource rows;
+        rows.train_sets = rows.eval_sets = rows_shared ? 1 : j1 - j0;
+        rows.train = [&, j0](std::size_t set, std::vector<double>& buf) -> const std::vector<double>& {
+          const std::size_t j = rows_shared ? 0 : j0 + set;
+          return buf = gather_rows(spec.cols, folds_of(j)[f].calibration, perm_of(j));
+        };
+        rows.eval = [&, j0](std::size_t set, std::vector<double>& buf) -> const std::vector<double>& {
+          const std::size_t j = rows_shared ? 0 : j0 + set;
+          const auto& s = folds_of(j)[f];
+          buf = gather_rows(spec.cols, s.evaluation, perm_of(j));
+          if (is_base[job / 2]) {
+            const auto xc = gather_rows(spec.cols, s.calibration, perm_of(j));
+            buf.insert(buf.begin(), xc.begin(), xc.end());
+          }
+          return buf;
+        };
         std::vector<MlpProbeInfo> part_infos;
         MlpOffsets offsets;
         if (base >= 0)
@@ -476,7 +494,7 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
             offsets.train.push_back(base_logit[base_job][j][0]);
             offsets.eval.push_back(base_logit[base_job][j][1]);
           }
-        auto part_pred = fit_predict_mlp_probes_rows(xcp, nc, spec.cols.size(), part, xep, me, mo, &part_infos,
+        auto part_pred = fit_predict_mlp_probes_source(rows, nc, spec.cols.size(), part, me, mo, &part_infos,
                                                      base >= 0 ? &offsets : nullptr);
         for (auto& p : part_pred) pred.push_back(std::move(p));
         for (auto& i : part_infos) infos.push_back(std::move(i));
