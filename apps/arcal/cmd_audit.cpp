@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 #include <cerrno>
 #include <cmath>
 #include <filesystem>
@@ -168,19 +169,23 @@ std::string sensitivity_summary(const arcal::SensitivityResult& s) {
       out += buf;
     }
   for (const auto& v : s.verdicts) out += "  verdict " + v.probe + ": " + v.verdict + "\n";
+  if (const auto scope = arcal::refit_scope_text(s.refit); !scope.empty()) out += "  " + scope + "\n";
   return out;
 }
 
 /// Pooled exact-null p per variant and comparison.
 std::string exact_null_summary(const arcal::ExactNullResult& x) {
-  std::string out = "exact null (" + std::to_string(x.replicates) + " replicates, " + std::to_string(x.seconds).substr(0, 6) +
+  std::string out = "exact null (at most " + std::to_string(x.replicates) + " replicates" +
+                    (x.stop_after > 0 ? ", sequential: stops at " + std::to_string(x.stop_after) + " null gains >= real" : "") +
+                    ", " + std::to_string(x.seconds).substr(0, 6) +
                     " s): mean real gain over runs vs the conditional permutation null (the decision), Monte-Carlo p\n";
   char buf[512];
   for (const auto& p : x.pooled) {
-    std::snprintf(buf, sizeof buf, "  %-11s %-40s real %+.5f  null mean %+.5f q95 %+.5f  p %.3f\n", p.variant.c_str(),
-                  p.comparison.c_str(), p.real_mean_gain, p.null_mean, p.null_q95, p.p);
+    std::snprintf(buf, sizeof buf, "  %-11s %-40s real %+.5f  null mean %+.5f q95 %+.5f  p %.3f (%zu replicates)\n",
+                  p.variant.c_str(), p.comparison.c_str(), p.real_mean_gain, p.null_mean, p.null_q95, p.p, p.replicates);
     out += buf;
   }
+  if (const auto scope = arcal::refit_scope_text(x.refit); !scope.empty()) out += "  " + scope + "\n";
   for (const auto& r : x.runs) {
     std::snprintf(buf, sizeof buf, "  matching %s (%s): %zu groups, mean within-group distance %.3g (random pairs %.3g)\n",
                   r.run.c_str(), r.variant.c_str(), r.matching.groups, r.matching.mean_distance,
@@ -229,7 +234,7 @@ arcal::cli::RunFn setup_audit(CLI::App& app) {
       if (runs.empty() && stat_opt->count() == 0) opt.stats = statistics_for(t, path);
       runs.push_back(arcal::make_audit_run_input(t, path, opt.stats));
     }
-    const auto res = arcal::run_full_audit(runs, opt);  // validates everything before computing
+    const auto res = arcal::run_full_audit(std::move(runs), opt);  // validates everything before computing
     output.write(res);
     if (cfg->json) {
       std::printf("%s\n", arcal::audit_results_json(res).dump(2).c_str());

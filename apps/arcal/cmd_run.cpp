@@ -24,6 +24,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <utility>
 
 #include "calib/metrics.hpp"
 #include "calib/report_json.hpp"
@@ -247,7 +248,7 @@ arcal::AuditResults audit_traces_into(const arcal::StudyConfig& st, const std::v
   ao.progress = bars;
   std::vector<arcal::AuditRunInput> inputs;
   for (const auto& t : traces) inputs.push_back(arcal::make_audit_run_input(arcal::load_trace(t), t, ao.stats));
-  const auto res = arcal::run_full_audit(inputs, ao);
+  const auto res = arcal::run_full_audit(std::move(inputs), ao);
   if (arcal::interrupt_requested()) interrupted("during the " + what + " (it restarts on resume)");
   arcal::write_audit_results(res, audit_dir);
   return res;

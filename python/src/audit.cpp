@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <cmath>
+#include <utility>
 #include <filesystem>
 #include <sstream>
 
@@ -120,7 +121,7 @@ py::dict audit(py::object traces, py::object stats, int permutations, std::uint6
       runs.push_back(arcal::make_audit_run_input(loaded[i], run_ids[i], stat_names));
       loaded[i] = arcal::Trace{};
     }
-    const arcal::AuditResults res = arcal::run_full_audit(runs, o);
+    const arcal::AuditResults res = arcal::run_full_audit(std::move(runs), o);
     if (!out_dir.empty()) {
       check_out();  // an audit that finished meanwhile (no Python object is touched: no GIL needed)
       arcal::write_audit_results(res, out_dir);
@@ -159,7 +160,8 @@ out : a directory to also write results.json and the CSV tables to, as `arcal au
     earlier audit's results there are replaced only with force=True (as --force), checked before the
     work starts. quiet : no progress bars or stage lines on stderr (they are on by default).
 **options : sensitivity_effects, sensitivity_draws, sensitivity_threshold, sensitivity_threshold_effect,
-    correction_ridge, null_replicates, null_variants, refit_restarts, refit_patience, refit_cold.
+    correction_ridge, null_replicates, null_variants, null_model_based, null_sequential, refit_restarts,
+    refit_patience, refit_cold, refit_subsample (as the CLI's flags of the same names).
 
 Returns
 -------

@@ -53,11 +53,19 @@ const OptionTable<FullAuditOptions>& audit_option_table() {
        &O::null_group_size, R::null_group_size},
       {"null_model_based", "--null-model-based", "Also run the model-based null (labels from a fitted reference; not the decision)",
        &O::null_model_based, {}, {}, true},
+      {"null_sequential", "--null-sequential",
+       "Sequential Monte Carlo (Besag-Clifford) for the decision null: stop drawing replicates once every pooled "
+       "decision at --alpha is settled (the same decisions as the full count; --no-null-sequential: all replicates)",
+       &O::null_sequential, {}, {}, true},
       {"refit_restarts", "--refit-restarts", "Restarts per MLP refit (sensitivity, exact null)", &O::refit_restarts,
        R::probe_restarts},
       {"refit_patience", "--refit-patience", "Early-stopping patience of the refits", &O::refit_patience, R::refit_patience},
       {"refit_cold", "--refit-cold", "Refits start from a seeded random initialisation instead of the soft-reference fit",
        &O::refit_cold},
+      {"refit_subsample", "--refit-subsample",
+       "Most examples per run the sensitivity audit and the exact null refit on: larger runs are cut to a seeded "
+       "uniform subsample (valid, less power; 0 = every example)",
+       &O::refit_subsample, R::refit_subsample},
       {"threads", "--threads", "Worker threads for the MLP fits, one fit per thread (0 = all cores); results do not depend on it",
        &O::threads, R::audit_threads, {}, false, false},
   };

@@ -37,9 +37,14 @@ struct FullAuditOptions {
   std::vector<std::string> null_variants{"confidence", "full_logit"};
   std::uint64_t null_group_size = 5;  ///< matched-group size of the conditional permutation null (2-10)
   bool null_model_based = true;       ///< also run the model-based null (§6.6 b), labelled as such
+  bool null_sequential = true;        ///< stop the decision null once its decisions at alpha are settled
   int refit_restarts = 1;
   int refit_patience = 3;
   bool refit_cold = false;
+  /// Most examples per run the sensitivity audit and the exact null refit on (a seeded subsample of
+  /// larger runs, run_input.hpp subsample_run; 0 = all). Their cost is a few hundred probe refits per
+  /// run, so at N = 10^5-10^6 the whole run is out of reach; the subsample costs power only.
+  std::uint64_t refit_subsample = 20000;
   int threads = 0;        ///< workers for the MLP fits (0 = all cores); results do not depend on it
   bool progress = false;  ///< progress lines and bars on stderr (not an option of the table)
 };

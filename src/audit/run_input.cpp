@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
 #include "audit/routing_stats.hpp"
+#include "core/rng.hpp"
 
 namespace arcal {
 
@@ -89,6 +91,42 @@ AuditRunInput make_audit_run_input(const Trace& t, const std::string& run, const
     }
   }
   return in;
+}
+
+AuditRunInput subsample_run(const AuditRunInput& run, std::size_t max_examples, std::uint64_t seed) {
+  const std::size_t n = run.confidence.size();
+  if (max_examples == 0 || n <= max_examples) return run;
+  std::vector<std::size_t> idx(n);
+  for (std::size_t i = 0; i < n; ++i) idx[i] = i;
+  Rng(seed).shuffle(idx);
+  idx.resize(max_examples);
+  std::sort(idx.begin(), idx.end());
+  auto rows = [&](const auto& v, std::size_t width) {
+    std::remove_cv_t<std::remove_reference_t<decltype(v)>> out;
+    if (v.empty()) return out;
+    out.reserve(idx.size() * width);
+    for (auto i : idx) out.insert(out.end(), v.begin() + long(i * width), v.begin() + long((i + 1) * width));
+    return out;
+  };
+  AuditRunInput out;
+  out.run = run.run;
+  out.cell = run.cell;
+  out.classes = run.classes;
+  out.confidence = rows(run.confidence, 1);
+  out.correct = rows(run.correct, 1);
+  out.predictive_entropy = rows(run.predictive_entropy, 1);
+  out.labels = rows(run.labels, 1);
+  out.statistic_names = run.statistic_names;
+  for (const auto& s : run.statistics) out.statistics.push_back(rows(s, 1));
+  out.profile_names = run.profile_names;
+  out.profile = rows(run.profile, run.profile_names.size());
+  out.log_probs = rows(run.log_probs, run.classes);
+  out.predicted = rows(run.predicted, 1);
+  out.routing_points = run.routing_points;
+  out.routing_max_sources = run.routing_max_sources;
+  out.routing_sources = run.routing_sources;
+  out.routing_mean = run.routing_mean;
+  return out;
 }
 
 }  // namespace arcal

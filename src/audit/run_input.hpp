@@ -4,6 +4,8 @@
 // by `arcal audit` and the tests so that both derive the audit's columns the same way.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -24,5 +26,13 @@ std::string trace_cell(const Trace& trace, const std::string& fallback);
 /// H_p at the points with S_p > 1 (names "H_<p>") when the trace has routing; otherwise the columns
 /// of `stats`. Throws InputError (from statistic_column) on an unknown statistic.
 AuditRunInput make_audit_run_input(const Trace& trace, const std::string& run, const std::vector<std::string>& stats);
+
+/// The run restricted to a seeded uniform subsample of at most `max_examples` examples (without
+/// replacement, in their original order): every per-example array (confidence, correctness, entropy,
+/// labels, statistics, profile, log-probabilities, predicted class) is subset together; the run-level
+/// fields (ids, cell, classes, names, routing means) are kept. A run of at most max_examples examples,
+/// or max_examples = 0, is returned whole. The subsample ignores routing and correctness, so the
+/// refits' nulls (method.md §6.5-6.6) hold on it as on the whole run; it only costs power.
+AuditRunInput subsample_run(const AuditRunInput& run, std::size_t max_examples, std::uint64_t seed);
 
 }  // namespace arcal

@@ -228,4 +228,27 @@ double monte_carlo_p(double real, const std::vector<double>& null) {
   return double(1 + ge) / double(null.size() + 1);
 }
 
+double sequential_p(double real, const std::vector<double>& null, std::size_t h) {
+  if (h == 0) return monte_carlo_p(real, null);
+  if (null.empty()) throw_input("sequential_p", "null has no replicates");
+  std::size_t ge = 0;
+  for (std::size_t j = 0; j < null.size(); ++j)
+    if (null[j] >= real - 1e-12 && ++ge == h) return double(h) / double(j + 1);
+  return double(1 + ge) / double(null.size() + 1);
+}
+
+std::size_t settling_count(double alpha, std::size_t n) {
+  return static_cast<std::size_t>(std::floor(alpha * double(n + 1))) + 1;
+}
+
+std::string refit_scope_text(const RefitSettings& r) {
+  if (r.subsample == 0 || std::none_of(r.examples.begin(), r.examples.end(), [&](std::size_t e) { return e == r.subsample; }))
+    return "";
+  std::string list;
+  for (std::size_t i = 0; i < r.examples.size(); ++i) list += (i ? ", " : "") + std::to_string(r.examples[i]);
+  return "Refits on at most " + std::to_string(r.subsample) +
+         " examples per run (a seeded uniform subsample of each larger run, --refit-subsample; examples refitted: " + list +
+         "): valid, with the power of that many examples.";
+}
+
 }  // namespace arcal

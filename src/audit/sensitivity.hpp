@@ -82,6 +82,17 @@ std::vector<RecoveryEstimate> summarise_recovery(const RecoveryUnits& units, con
 /// ">=" read as null >= real − 1e-12 (summation-order rounding). Throws InputError when null is empty.
 double monte_carlo_p(double real, const std::vector<double>& null);
 
+/// Besag & Clifford's (1991) sequential Monte-Carlo p with stopping count h: replicates are read in
+/// order until h of them are at or above real − 1e-12; if that happens at replicate L (1-based),
+/// p = h / L; otherwise p = (1 + #{null ≥ real − 1e-12}) / (n + 1) over all n drawn (monte_carlo_p).
+/// Valid (P(p ≤ u) ≤ u under the null) whatever h; h = 0 is monte_carlo_p.
+double sequential_p(double real, const std::vector<double>& null, std::size_t h);
+
+/// The stopping count that settles a Monte-Carlo test at level alpha with at most n replicates:
+/// h = floor(alpha (n + 1)) + 1. Once h replicates reach the real value, the fixed-n p would exceed
+/// alpha, and so does h / L (L ≤ n), so stopping there changes no decision at alpha or below.
+std::size_t settling_count(double alpha, std::size_t n);
+
 struct SensitivityEffect {
   double effect_nats = 0.0;
   std::vector<double> delta;  ///< [runs × 2] δ per run and fold (run-major)
@@ -103,7 +114,14 @@ struct RefitSettings {
   int restarts = 0, max_epochs = 0, patience = 0, batch_size = 0;
   double lr = 0.0;
   bool warm_start = false;
+  std::size_t subsample = 0;          ///< most examples per run refitted on (0: all; --refit-subsample)
+  std::vector<std::size_t> examples;  ///< [runs] examples each run's refits used (its n when not cut)
 };
+
+/// One sentence on the examples the refits used: "" when every run was refitted whole (subsample 0
+/// or no run at the cap), else "Refits on at most N examples per run (a seeded uniform subsample of each
+/// larger run, --refit-subsample; examples refitted: a, b, c): valid, with the power of that many."
+std::string refit_scope_text(const RefitSettings& r);
 
 struct SensitivityResult {
   std::vector<std::string> runs;
@@ -158,6 +176,7 @@ struct ExactNullPooled {
   std::string variant, comparison;
   double real_mean_gain = 0.0, null_mean = 0.0, null_q95 = 0.0, p = 1.0;
   std::size_t runs = 0;
+  std::size_t replicates = 0;  ///< null replicates drawn (fewer than requested when stopped early)
   std::vector<double> null_mean_gain;  ///< [replicates] replicate j's gain averaged over runs: the pooled null
 };
 
@@ -167,7 +186,10 @@ struct ExactNullPooled {
 /// is valid only if ĝ is right (reference_fit says how well it fits held-out data).
 struct ExactNullResult {
   std::vector<std::string> variants;
-  int replicates = 0;
+  int replicates = 0;  ///< the most replicates per run and variant
+  /// Sequential stopping (method.md §6.7): the decision null stops drawing once every pooled comparison
+  /// of a variant has this many null means at or above its real mean (settling_count); 0: fixed count.
+  std::size_t stop_after = 0;
   std::size_t group_size = 0;
   std::uint64_t seed = 0;
   RefitSettings refit;

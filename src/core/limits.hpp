@@ -90,6 +90,7 @@ inline constexpr IntRange permutations{1, 100000000};
 inline constexpr IntRange bins{1, 1000};
 inline constexpr IntRange probe_restarts{1, 100};  ///< also --refit-restarts
 inline constexpr IntRange refit_patience{1, 1000};
+inline constexpr IntRange refit_subsample{0, 100000000};  ///< audit --refit-subsample, 0 = every example
 inline constexpr IntRange sensitivity_draws{1, 100000};
 inline constexpr IntRange null_replicates{1, 1000000};
 inline constexpr IntRange null_group_size{2, 10};  ///< audit --null-group-size (matched-group size)

@@ -184,6 +184,7 @@ Section sensitivity_section(Context& c) {
                   "q(c) - loss of the probe) / oracle gain. 'Absent' needs the lower end of R's interval at {} nats to "
                   "reach {}.",
                   se.runs.size(), se.draws, se.threshold_effect, se.threshold));
+  if (const auto scope = refit_scope_text(se.refit); !scope.empty()) s.p(scope);
   Table t{{"effect [nats]", "probe", "R", "95 % CI", "gain [nats]", "95 % CI"}, {}};
   std::vector<CurveSeries> curves;
   for (const auto& e : se.by_effect)
@@ -221,16 +222,24 @@ Section exact_null_section(Context& c) {
                   "nonlinear function of the outputs which correctness also depends on, where it rejected 6 of 40 null runs "
                   "at 0.05 (docs/audit_validation.md); read a small full_logit p with that in mind.",
                   x.group_size, x.replicates));
+  if (x.stop_after > 0)
+    s.p(fmt::format("Sequential Monte Carlo (Besag & Clifford): each variant drew replicates in batches of 20 per run and "
+                    "stopped once every pooled comparison had {} null means at or above its real mean, which settles its "
+                    "decision at the audit's alpha (the fixed-count test would decide the same); p = {} / L for a comparison "
+                    "whose {}-th such null mean came at replicate L, else the Monte-Carlo p over the replicates drawn. Per-run "
+                    "p-values under a pooled stopping rule are descriptive.",
+                    x.stop_after, x.stop_after, x.stop_after));
+  if (const auto scope = refit_scope_text(x.refit); !scope.empty()) s.p(scope);
   Table mt{{"run", "variant", "groups", "mean within-group distance", "random-pair distance"}, {}};
   for (const auto& r : x.runs)
     mt.rows.push_back({run_label(c, r.run), r.variant, std::to_string(r.matching.groups), fmt::format("{:.3g}", r.matching.mean_distance),
                        fmt::format("{:.3g}", r.matching.random_pair_distance)});
   s.tab(mt, "Matching resolution (in the matching space's units).");
-  Table t{{"variant", "comparison", "runs", "real mean gain", "null mean", "null q95", "p"}, {}};
+  Table t{{"variant", "comparison", "runs", "replicates", "real mean gain", "null mean", "null q95", "p"}, {}};
   std::vector<HistPanel> hist;
   for (const auto& p : x.pooled) {
-    t.rows.push_back({p.variant, p.comparison, std::to_string(p.runs), sgn(p.real_mean_gain), sgn(p.null_mean), sgn(p.null_q95),
-                      pval(p.p)});
+    t.rows.push_back({p.variant, p.comparison, std::to_string(p.runs), std::to_string(p.replicates), sgn(p.real_mean_gain),
+                      sgn(p.null_mean), sgn(p.null_q95), pval(p.p)});
     if (!p.null_mean_gain.empty())
       hist.push_back({fmt::format("{}: {} (p = {})", p.variant, p.comparison, pval(p.p)), {}, {}, p.null_mean_gain, p.real_mean_gain});
   }
@@ -251,8 +260,8 @@ Section exact_null_section(Context& c) {
   if (!hist.empty()) {
     histogram_figure(c.figures, "exact_null", "Exact-null distribution of the mean gain over runs (red: real)", "gain [nats]",
                      hist);
-    s.fig("exact_null", fmt::format("Null distribution ({} replicates) of each comparison's mean gain over runs, with the real "
-                                    "mean gain.", x.replicates));
+    s.fig("exact_null", fmt::format("Null distribution (at most {} replicates; drawn: the table's column) of each comparison's "
+                                    "mean gain over runs, with the real mean gain.", x.replicates));
   }
   return s;
 }

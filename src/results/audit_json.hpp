@@ -22,7 +22,8 @@ namespace arcal {
 
 inline void to_json(nlohmann::json& j, const RefitSettings& r) {
   j = {{"restarts", r.restarts}, {"max_epochs", r.max_epochs}, {"patience", r.patience},
-       {"batch_size", r.batch_size}, {"lr", r.lr}, {"warm_start", r.warm_start}};
+       {"batch_size", r.batch_size}, {"lr", r.lr}, {"warm_start", r.warm_start},
+       {"subsample", r.subsample}, {"examples", r.examples}};
 }
 inline void from_json(const nlohmann::json& j, RefitSettings& r) {
   results::get_to(j, "restarts", r.restarts);
@@ -31,6 +32,11 @@ inline void from_json(const nlohmann::json& j, RefitSettings& r) {
   results::get_to(j, "batch_size", r.batch_size);
   results::get_number(j, "lr", r.lr);
   results::get_to(j, "warm_start", r.warm_start);
+  if (j.contains("subsample")) {  // absent before --refit-subsample: every example was refitted
+    results::get_to(j, "subsample", r.subsample);
+    r.examples.clear();
+    for (const auto& e : results::array_at(j, "examples")) r.examples.push_back(results::integer_value<std::size_t>(e));
+  }
 }
 
 // ---------------------------------------------------------------- run summaries
@@ -535,13 +541,16 @@ inline void from_json(const nlohmann::json& j, ExactNullComparison& c) {
   results::get_numbers(j, "null_gain", c.null_gain);
 }
 inline void to_json(nlohmann::json& j, const ExactNullPooled& p) {
-  j = {{"variant", p.variant}, {"comparison", p.comparison}, {"runs", p.runs}, {"real_mean_gain", p.real_mean_gain},
+  j = {{"variant", p.variant}, {"comparison", p.comparison}, {"runs", p.runs}, {"replicates", p.replicates},
+       {"real_mean_gain", p.real_mean_gain},
        {"null_mean", p.null_mean}, {"null_q95", p.null_q95}, {"p", p.p}, {"null_mean_gain", p.null_mean_gain}};
 }
 inline void from_json(const nlohmann::json& j, ExactNullPooled& p) {
   results::get_to(j, "variant", p.variant);
   results::get_to(j, "comparison", p.comparison);
   results::get_to(j, "runs", p.runs);
+  if (j.contains("replicates")) results::get_to(j, "replicates", p.replicates);  // absent before sequential stopping
+  else p.replicates = j.at("null_mean_gain").size();
   results::get_number(j, "real_mean_gain", p.real_mean_gain);
   results::get_number(j, "null_mean", p.null_mean);
   results::get_number(j, "null_q95", p.null_q95);
@@ -589,8 +598,11 @@ inline void to_json(nlohmann::json& j, const ExactNullResult& x) {
         "probabilities predict about the routing profile, a balancing score), real labels, every profile-reading "
         "probe refitted from the same cold start"},
        {"gain", "l(control) - l(probe), fold-mean log-loss (positive: the probe is better)"},
-       {"p", "(1 + #{null gain >= real gain}) / (replicates + 1)"},
-       {"variants", x.variants}, {"replicates", x.replicates}, {"group_size", x.group_size}, {"seed", x.seed},
+       {"p", x.stop_after > 0 ? "sequential (Besag-Clifford): h / L if the h-th null gain >= real gain came at replicate L "
+                                "(h = stop_after), else (1 + #{null gain >= real gain}) / (replicates drawn + 1)"
+                              : "(1 + #{null gain >= real gain}) / (replicates + 1)"},
+       {"variants", x.variants}, {"replicates", x.replicates}, {"stop_after", x.stop_after}, {"group_size", x.group_size},
+       {"seed", x.seed},
        {"refit", x.refit}, {"seconds", x.seconds}, {"runs", runs}, {"pooled", x.pooled}};
   if (x.has_model_based)
     j["model_based"] = {{"null",
@@ -602,6 +614,7 @@ inline void to_json(nlohmann::json& j, const ExactNullResult& x) {
 inline void from_json(const nlohmann::json& j, ExactNullResult& x) {
   results::get_to(j, "variants", x.variants);
   results::get_to(j, "replicates", x.replicates);
+  if (j.contains("stop_after")) results::get_to(j, "stop_after", x.stop_after);  // absent before sequential stopping
   results::get_to(j, "group_size", x.group_size);
   results::get_to(j, "seed", x.seed);
   results::get_to(j, "refit", x.refit);

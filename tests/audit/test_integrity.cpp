@@ -4,6 +4,7 @@
 // a (near-)constant routing point or statistic is dropped with a note naming it instead of aborting.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
 #include "audit/audit_test_util.hpp"
@@ -147,4 +148,45 @@ TEST(Integrity, NearConstantRoutingPointIsDroppedWithANoteNamingIt) {
   s.statistic_names.erase(s.statistic_names.begin());
   std::vector<AuditRunInput> none{s};
   EXPECT_THROW(check_integrity(none, false), InputError);
+}
+
+// The refits' subsample (--refit-subsample, issue 26): every per-example array is cut by the same
+// rows, in their original order, the run-level fields kept; seeded; a run within the cap stays whole.
+TEST(SubsampleRun, CutsEveryArrayByTheSameRowsInOrder) {
+  const auto run = test_util::simulated_run(3000, 0.0, 17);
+  const std::size_t K = run.classes, P = run.profile_names.size();
+  ASSERT_GT(P, 0u);
+  const auto sub = subsample_run(run, 700, 5);
+  ASSERT_EQ(sub.confidence.size(), 700u);
+  EXPECT_EQ(sub.log_probs.size(), 700u * K);
+  EXPECT_EQ(sub.profile.size(), 700u * P);
+  EXPECT_EQ(sub.run, run.run);
+  EXPECT_EQ(sub.classes, K);
+  EXPECT_EQ(sub.routing_mean, run.routing_mean);
+  // Recover each row's source: rows keep their order, so a forward scan of the run finds them.
+  std::size_t src = 0;
+  for (std::size_t i = 0; i < 700; ++i) {
+    while (src < run.confidence.size() &&
+           !(run.confidence[src] == sub.confidence[i] && run.statistics[0][src] == sub.statistics[0][i]))
+      ++src;
+    ASSERT_LT(src, run.confidence.size()) << "row " << i << " of the subsample is not a later row of the run";
+    EXPECT_EQ(sub.correct[i], run.correct[src]);
+    EXPECT_EQ(sub.labels[i], run.labels[src]);
+    EXPECT_EQ(sub.predicted[i], run.predicted[src]);
+    EXPECT_EQ(sub.predictive_entropy[i], run.predictive_entropy[src]);
+    for (std::size_t k = 0; k < K; ++k) EXPECT_EQ(sub.log_probs[i * K + k], run.log_probs[src * K + k]);
+    for (std::size_t p = 0; p < P; ++p) EXPECT_EQ(sub.profile[i * P + p], run.profile[src * P + p]);
+    ++src;
+  }
+  // Seeded: the same seed, the same rows; another seed, other rows.
+  EXPECT_EQ(subsample_run(run, 700, 5).confidence, sub.confidence);
+  EXPECT_NE(subsample_run(run, 700, 6).confidence, sub.confidence);
+  // Uniform: the subsample's accuracy is the run's within sampling error (4 sd of a 700-row mean).
+  double a = 0, b = 0;
+  for (double c : run.correct) a += c / double(run.correct.size());
+  for (double c : sub.correct) b += c / 700.0;
+  EXPECT_LT(std::abs(a - b), 4.0 * std::sqrt(a * (1 - a) / 700.0));
+  // Within the cap, or cap 0: the run itself.
+  EXPECT_EQ(subsample_run(run, 3000, 5).confidence, run.confidence);
+  EXPECT_EQ(subsample_run(run, 0, 5).log_probs, run.log_probs);
 }

@@ -148,6 +148,51 @@ TEST(Sensitivity, MonteCarloPIsUniformUnderExchangeability) {
   EXPECT_THROW(monte_carlo_p(0.0, {}), InputError);
 }
 
+TEST(Sensitivity, SequentialPIsValidAndKeepsTheDecisionsAtAlpha) {
+  // Besag-Clifford with h = settling_count(0.05, 199) = 11: real and 199 null values i.i.d. (so the
+  // fixed-count p is uniform on k/200). Under exchangeability P(p <= u) <= u for every u (checked at
+  // 0.05, 0.2, 0.5 in a 99 % band above), the decision at 0.05 is that of the fixed-count p in every
+  // trial, and the stopping point L is far below 199 on average (the saving it buys).
+  Rng rng(10);
+  const int trials = 4000;
+  const std::size_t n = 199, h = settling_count(0.05, n);
+  EXPECT_EQ(h, 11u);  // floor(0.05 * 200) + 1
+  int le05 = 0, le20 = 0, le50 = 0, disagree = 0;
+  double mean_drawn = 0;
+  for (int t = 0; t < trials; ++t) {
+    std::vector<double> null(n);
+    for (auto& v : null) v = rng.normal();
+    const double real = rng.normal();
+    const double p = sequential_p(real, null, h), fixed = monte_carlo_p(real, null);
+    le05 += p <= 0.05 + 1e-12;
+    le20 += p <= 0.2 + 1e-12;
+    le50 += p <= 0.5 + 1e-12;
+    disagree += (p <= 0.05 + 1e-12) != (fixed <= 0.05 + 1e-12);
+    std::size_t ge = 0, drawn = n;
+    for (std::size_t j = 0; j < n; ++j)
+      if (null[j] >= real - 1e-12 && ++ge == h) {
+        drawn = j + 1;
+        break;
+      }
+    mean_drawn += double(drawn) / trials;
+    if (p < 1.0 && drawn < n) EXPECT_DOUBLE_EQ(p, double(h) / double(drawn));
+  }
+  std::printf("  P(p<=.05) %.4f  P(p<=.2) %.4f  P(p<=.5) %.4f, decisions changed %d, mean replicates drawn %.1f of %zu\n",
+              le05 / double(trials), le20 / double(trials), le50 / double(trials), disagree, mean_drawn, n);
+  EXPECT_EQ(disagree, 0);
+  EXPECT_LE(le05, 200 + 36);   // Bin(4000, 0.05) 99 % upper end
+  EXPECT_LE(le20, 800 + 65);   // sd 25.3
+  EXPECT_LE(le50, 2000 + 82);  // sd 31.6
+  EXPECT_GE(le05, 200 - 36);   // the fixed test's decisions, so its rate
+  EXPECT_LT(mean_drawn, 60.0);  // E[L] = sum over ranks ~ h (n+1)(H_{n+1} - H_h)/... : about 43
+  // Closed forms: every null value above the real one stops at the h-th; h = 0 is monte_carlo_p.
+  EXPECT_DOUBLE_EQ(sequential_p(0.0, std::vector<double>(50, 1.0), 11), 1.0);
+  EXPECT_DOUBLE_EQ(sequential_p(0.0, {-1, 2, -1, 2, 2}, 2), 2.0 / 4.0);
+  EXPECT_DOUBLE_EQ(sequential_p(10.0, {0, 1, 2}, 2), 0.25);
+  EXPECT_DOUBLE_EQ(sequential_p(1.5, {0, 1, 2}, 0), monte_carlo_p(1.5, {0, 1, 2}));
+  EXPECT_THROW(sequential_p(0.0, {}, 3), InputError);
+}
+
 TEST(Sensitivity, RejectsBadInput) {
   EXPECT_THROW(nw_confidence_reference({0.5, 0.6}, {1.0}, {0, 1}), InputError);
   EXPECT_THROW(nw_confidence_reference({0.5, 0.6, 0.7}, {1.0, 0.0, 1.0}, {0}), InputError);

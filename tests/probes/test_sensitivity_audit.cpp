@@ -193,6 +193,43 @@ TEST(ExactNull, ConditionalPermutationFindsPlantedDependence) {
   }
 }
 
+TEST(ExactNull, SequentialStoppingDrawsAPrefixOfTheFixedNull) {
+  // Sequential stopping draws replicates 0..L-1 of the fixed-count null (the same seeds; a fit does not
+  // depend on its stack companions beyond float rounding), stops on a null run well before the
+  // maximum, and keeps the fixed test's decision at alpha.
+  torch::set_num_threads(1);
+  ExactNullAuditOptions o;
+  o.probes.only = {"full_vector", "capacity_matched"};
+  o.replicates = 99;
+  o.variants = {"confidence"};
+  o.model_based = false;
+  const std::vector<AuditRunInput> runs{simulated_run(600, 0.0, 41), simulated_run(600, 0.0, 42)};
+  const auto fixed = run_exact_null_audit(runs, o);
+  o.sequential = true;
+  const auto seq = run_exact_null_audit(runs, o);
+  EXPECT_EQ(fixed.stop_after, 0u);
+  EXPECT_EQ(seq.stop_after, settling_count(0.05, 99));
+  ASSERT_EQ(seq.pooled.size(), 1u);
+  const auto& sp = seq.pooled[0];
+  const auto& fp = fixed.pooled[0];
+  std::printf("  sequential: %zu of 99 replicates, p %.3f (fixed: %.3f, %.1f s vs %.1f s)\n", sp.replicates, sp.p, fp.p,
+              seq.seconds, fixed.seconds);
+  EXPECT_EQ(fp.replicates, 99u);
+  // Where the fixed null says it stops: the batch (of 20) holding its h-th null mean >= the real mean.
+  std::size_t ge = 0, expect = 99;
+  for (std::size_t j = 0; j < 99; ++j)
+    if (fp.null_mean_gain[j] >= fp.real_mean_gain - 1e-12 && ++ge == seq.stop_after) {
+      expect = std::min<std::size_t>(99, (j / 20 + 1) * 20);
+      break;
+    }
+  EXPECT_EQ(sp.replicates, expect);
+  ASSERT_EQ(sp.null_mean_gain.size(), sp.replicates);
+  for (std::size_t j = 0; j < sp.replicates; ++j) EXPECT_NEAR(sp.null_mean_gain[j], fp.null_mean_gain[j], 1e-9) << j;
+  EXPECT_NEAR(sp.real_mean_gain, fp.real_mean_gain, 1e-9);
+  EXPECT_EQ(sp.p <= 0.05, fp.p <= 0.05);
+  EXPECT_DOUBLE_EQ(sp.p, sequential_p(sp.real_mean_gain, sp.null_mean_gain, seq.stop_after));
+}
+
 TEST(ExactNull, MatchingAndLayout) {
   torch::set_num_threads(1);
   ExactNullAuditOptions o;

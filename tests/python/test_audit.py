@@ -82,6 +82,24 @@ def test_sensitivity_and_exact_null_match_cli(cli, traces):
                "--sensitivity-threshold-effect", 0.02, "--null-replicates", 2, "--refit-patience", 1, "--json").json()
     assert "sensitivity" in got and "exact_null" in got
     assert strip_times(got) == strip_times(want)
+    assert got["exact_null"]["refit"]["examples"] == [2000]  # within the default cap: whole
+
+
+def test_refits_on_a_subsample_match_cli(cli, traces):
+    # --refit-subsample cuts each larger run to a seeded subsample for the sensitivity audit and the
+    # exact null only; the rest of the audit sees every example.
+    d, paths = traces
+    got = arcal.audit(paths[:1], permutations=200, probe_repeats=2, exact_null=True, seed=3, condcal=False,
+                      null_replicates=2, refit_patience=1, null_model_based=False, refit_subsample=800)
+    want = cli("audit", paths[0], "--out", d / "cli3", "--permutations", 200, "--probe-repeats", 2, "--exact-null",
+               "--seed", 3, "--no-condcal", "--null-replicates", 2, "--refit-patience", 1, "--no-null-model-based",
+               "--refit-subsample", 800, "--json").json()
+    assert strip_times(got) == strip_times(want)
+    refit = got["exact_null"]["refit"]
+    assert refit["subsample"] == 800 and refit["examples"] == [800]
+    groups = sum(r["matching"]["groups"] for r in got["exact_null"]["runs"] if r["variant"] == "confidence")
+    assert 800 / 6 < groups <= 800 / 4  # groups of about 5 among the 800 refitted examples, not the 2,000
+    assert got["probes"]["runs"][0]["n"] == 2000
 
 
 def test_torch_threads_restored():

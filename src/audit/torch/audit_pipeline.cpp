@@ -9,6 +9,8 @@
 #include "audit/torch/probes.hpp"
 #include "audit/torch/exact_null.hpp"
 #include "audit/torch/sensitivity_audit.hpp"
+#include "audit/run_input.hpp"
+#include "core/rng.hpp"
 #include "core/progress.hpp"
 #include "train/threads.hpp"
 
@@ -73,8 +75,7 @@ void validate_full_audit(const std::vector<AuditRunInput>& runs, const FullAudit
   validate_checked(checked, o);
 }
 
-AuditResults run_full_audit(const std::vector<AuditRunInput>& given, const FullAuditOptions& o) {
-  auto runs = given;
+AuditResults run_full_audit(std::vector<AuditRunInput> runs, const FullAuditOptions& o) {
   IntegrityResult integrity = check_integrity(runs, o.drop_duplicates);
   if (o.progress)
     for (const auto& note : integrity.notes) std::fprintf(stderr, "integrity: %s\n", note.c_str());
@@ -100,6 +101,29 @@ AuditResults run_full_audit(const std::vector<AuditRunInput>& given, const FullA
     res.has_probes = true;
   }
   if (o.sensitivity || o.exact_null) set_compute_threads(1);
+  // The refits' runs: each cut to a seeded subsample of at most refit_subsample examples (issue 26:
+  // a few hundred probe refits per run are out of reach at N = 10^5-10^6; the nulls hold on any
+  // subsample drawn without looking at routing or correctness, so only power is lost).
+  std::vector<AuditRunInput> cut;  // empty: every run is refitted whole
+  const std::size_t cap = std::size_t(o.refit_subsample);
+  const bool cutting = (o.sensitivity || o.exact_null) && cap > 0 &&
+                       std::any_of(runs.begin(), runs.end(), [&](const AuditRunInput& r) { return r.confidence.size() > cap; });
+  if (cutting)
+    for (std::size_t r = 0; r < runs.size(); ++r) {
+      // A run within the cap is copied whole (at most cap examples); a larger one is subsampled.
+      cut.push_back(subsample_run(runs[r], cap, derive_seed(o.seed, 0x5AB5 + r)));
+      if (o.progress && runs[r].confidence.size() > cap)
+        std::fprintf(stderr, "refits on %zu of %zu examples of %s (--refit-subsample)\n", cap, runs[r].confidence.size(),
+                     runs[r].run.c_str());
+    }
+  const std::vector<AuditRunInput>& refit_runs = cut.empty() ? runs : cut;
+  RefitSettings sub;
+  sub.subsample = cap;
+  for (const auto& r : refit_runs) sub.examples.push_back(r.confidence.size());
+  auto record = [&](RefitSettings& r) {
+    r.subsample = sub.subsample;
+    r.examples = sub.examples;
+  };
   if (o.sensitivity) {
     SensitivityAuditOptions so;
     so.probes = popt;
@@ -115,7 +139,8 @@ AuditResults run_full_audit(const std::vector<AuditRunInput>& given, const FullA
                    o.sensitivity_effects.size(), o.sensitivity_draws);
     ProgressBar bar("sensitivity (runs)", static_cast<long long>(runs.size()), o.progress, stderr);
     so.progress = [&](std::size_t done, std::size_t) { bar.update(static_cast<long long>(done)); };
-    res.sensitivity = run_sensitivity_audit(runs, so);
+    res.sensitivity = run_sensitivity_audit(refit_runs, so);
+    record(res.sensitivity.refit);
     bar.finish();
     res.has_sensitivity = true;
   }
@@ -128,6 +153,8 @@ AuditResults run_full_audit(const std::vector<AuditRunInput>& given, const FullA
     xo.variants = o.null_variants;
     xo.group_size = o.null_group_size;
     xo.model_based = o.null_model_based;
+    xo.sequential = o.null_sequential;
+    xo.alpha = o.alpha;
     if (o.progress)
       std::fprintf(stderr, "exact null: %zu runs x %zu variants x %d replicates, every probe refitted\n", runs.size(),
                    xo.variants.size(), o.null_replicates);
@@ -135,7 +162,8 @@ AuditResults run_full_audit(const std::vector<AuditRunInput>& given, const FullA
                     static_cast<long long>(runs.size() * xo.variants.size() * (xo.model_based ? 2 : 1)), o.progress,
                     stderr);
     xo.progress = [&](std::size_t done, std::size_t) { bar.update(static_cast<long long>(done)); };
-    res.exact_null = run_exact_null_audit(runs, xo);
+    res.exact_null = run_exact_null_audit(refit_runs, xo);
+    record(res.exact_null.refit);
     bar.finish();
     res.has_exact_null = true;
   }

@@ -18,7 +18,8 @@ void validate_full_audit(const std::vector<AuditRunInput>& runs, const FullAudit
 
 /// validate_full_audit, run_audit, then run_probe_family / run_sensitivity_audit /
 /// run_exact_null_audit as asked. LibTorch's and OpenBLAS's thread counts are set to 1 for the MLP
-/// fits (their parallelism is one fit per worker) and restored afterwards.
-AuditResults run_full_audit(const std::vector<AuditRunInput>& runs, const FullAuditOptions& options);
+/// fits (their parallelism is one fit per worker) and restored afterwards. runs is taken by value (the
+/// integrity step edits it): callers that no longer need theirs move it in, saving a copy of every run.
+AuditResults run_full_audit(std::vector<AuditRunInput> runs, const FullAuditOptions& options);
 
 }  // namespace arcal

@@ -20,6 +20,9 @@ namespace {
 
 using namespace refit_detail;
 
+/// Replicates per run drawn between two checks of the sequential stopping rule.
+constexpr std::size_t kNullBatch = 20;
+
 using Gains = std::vector<double>;  // one per applicable comparison
 
 /// The comparisons of kProbeComparisons whose probe and control were fitted; with `needs_profile`
@@ -55,7 +58,7 @@ Gains gains_of(const std::vector<ProbeComparisonSpec>& comps, const std::vector<
 
 /// Fills a run's comparisons from the real gains and the replicates' null gains.
 void finish_run(ExactNullRun& out, const std::vector<ProbeComparisonSpec>& comps, const Gains& real,
-                const std::vector<Gains>& null) {
+                const std::vector<Gains>& null, std::size_t h = 0) {
   for (std::size_t c = 0; c < comps.size(); ++c) {
     ExactNullComparison ec;
     ec.comparison = comps[c].name;
@@ -67,13 +70,14 @@ void finish_run(ExactNullRun& out, const std::vector<ProbeComparisonSpec>& comps
     for (double x : ec.null_gain) m += x;
     ec.null_mean = m / double(ec.null_gain.size());
     ec.null_q95 = quantile_of(ec.null_gain, 0.95);
-    ec.p = monte_carlo_p(ec.real_gain, ec.null_gain);
+    ec.p = sequential_p(ec.real_gain, ec.null_gain, h);
     out.comparisons.push_back(std::move(ec));
   }
 }
 
 /// Pooled over runs: replicate j's mean over runs is one draw of the null of the mean gain.
-std::vector<ExactNullPooled> pool(const std::vector<ExactNullRun>& runs, const std::vector<std::string>& variants) {
+std::vector<ExactNullPooled> pool(const std::vector<ExactNullRun>& runs, const std::vector<std::string>& variants,
+                                  std::size_t h = 0) {
   std::vector<ExactNullPooled> out;
   for (const auto& variant : variants) {
     std::vector<const ExactNullRun*> rs;
@@ -95,7 +99,8 @@ std::vector<ExactNullPooled> pool(const std::vector<ExactNullRun>& runs, const s
       for (double x : null) m += x;
       p.null_mean = m / double(null.size());
       p.null_q95 = quantile_of(null, 0.95);
-      p.p = monte_carlo_p(p.real_mean_gain, null);
+      p.p = sequential_p(p.real_mean_gain, null, h);
+      p.replicates = reps;
       p.null_mean_gain = std::move(null);
       out.push_back(std::move(p));
     }
@@ -215,16 +220,30 @@ std::vector<double> matching_space(const AuditRunInput& run, const ProbeDesign& 
   return x;
 }
 
-ExactNullRun conditional_null_run(const AuditRunInput& run, const ProbeDesign& d, const std::string& variant,
-                                  std::size_t v, const ExactNullAuditOptions& o) {
-  const std::uint64_t vseed = derive_seed(derive_seed(d.run_seed, 0xC0D1), v);
+/// A run's conditional null in progress: its groups, the comparisons, the real gains and the null gains
+/// of the replicates fitted so far.
+struct ConditionalState {
+  ExactNullRun out;
+  std::vector<std::vector<std::size_t>> groups;
+  std::uint64_t vseed = 0;
+  std::vector<ProbeComparisonSpec> comps;
+  Gains real;
+  std::vector<Gains> null;
+};
+
+/// Matching space and groups of a run's conditional null (method.md §6.6 a); no fit yet.
+ConditionalState prepare_conditional(const AuditRunInput& run, const ProbeDesign& d, const std::string& variant,
+                                     std::size_t v, const ExactNullAuditOptions& o) {
+  ConditionalState st;
+  st.vseed = derive_seed(derive_seed(d.run_seed, 0xC0D1), v);
+  const std::uint64_t vseed = st.vseed;
   std::size_t dims = 1;
   const auto x = matching_space(run, d, variant, o.probes.mlp, derive_seed(vseed, 40), dims);
-  ExactNullRun out;
+  ExactNullRun& out = st.out;
   out.run = run.run;
   out.variant = variant;
   // Groups inside each cross-fit half, so a permutation never moves a value between halves.
-  std::vector<std::vector<std::size_t>> groups;
+  auto& groups = st.groups;
   double dist = 0, scale = 0;
   // full_logit: also inside each predicted class, so a permutation never moves routing between classes
   // (the predicted class is part of the outputs; method.md §6.6). Distances are weighted by rows.
@@ -252,25 +271,51 @@ ExactNullRun conditional_null_run(const AuditRunInput& run, const ProbeDesign& d
                                                 ") of the routing profile predicted from the whole output (class-ordered "
                                                 "log-probabilities), and logit P(correct) predicted from it",
                   o.group_size, groups.size(), dist, scale};
-  std::vector<std::vector<std::size_t>> perms(std::size_t(o.replicates));
-  std::vector<ReplicateSpec> specs(std::size_t(o.replicates) + 1);
-  for (int j = 0; j < o.replicates; ++j) {
-    perms[std::size_t(j)] = permute_within_groups(d.n, groups, derive_seed(vseed, std::uint64_t(j)));
-    specs[std::size_t(j)].profile_permutation = &perms[std::size_t(j)];
+  return st;
+}
+
+/// Fits replicates [first, first + count) of a run's conditional null (and, with first = 0, the real
+/// labels as the last member of the same stack: the same seeds, splits, batch order and cold start, so
+/// real and permuted fits are exchangeable under the null) and appends their null gains. A replicate's
+/// fit does not depend on the others in its stack beyond float rounding, so drawing the replicates in
+/// batches (sequential stopping) gives the gains of one stack.
+void extend_conditional(ConditionalState& st, const AuditRunInput& run, const ProbeDesign& d, std::size_t first,
+                        std::size_t count, const ExactNullAuditOptions& o) {
+  const bool with_real = first == 0;
+  std::vector<std::vector<std::size_t>> perms(count);
+  std::vector<ReplicateSpec> specs(count + (with_real ? 1 : 0));
+  for (std::size_t j = 0; j < count; ++j) {
+    perms[j] = permute_within_groups(d.n, st.groups, derive_seed(st.vseed, std::uint64_t(first + j)));
+    specs[j].profile_permutation = &perms[j];
   }
-  // The real fit is the last member of the same stack: the same seeds, splits, batch order and cold
-  // start, so real and permuted fits are exchangeable under the null.
   std::vector<std::array<const std::vector<double>*, 2>> ys(specs.size(), {&run.correct, &run.correct});
-  const auto fits = fit_probe_design_replicates(d, ys, o.refit, {derive_seed(vseed, 10), derive_seed(vseed, 11)},
+  const auto fits = fit_probe_design_replicates(d, ys, o.refit, {derive_seed(st.vseed, 10), derive_seed(st.vseed, 11)},
                                                 nullptr, false, &specs);
-  const auto& names = fits.back().names;
-  const auto comps = applicable(d, names, true);
+  const auto& names = fits.front().names;
   const std::array<const std::vector<double>*, 2> y{&run.correct, &run.correct};
-  const auto real = gains_of(comps, names, refit_losses(d, fits.back(), y));
-  std::vector<Gains> null;
-  for (int j = 0; j < o.replicates; ++j) null.push_back(gains_of(comps, names, refit_losses(d, fits[std::size_t(j)], y)));
-  finish_run(out, comps, real, null);
-  return out;
+  if (with_real) {
+    st.comps = applicable(d, names, true);
+    st.real = gains_of(st.comps, names, refit_losses(d, fits.back(), y));
+  }
+  for (std::size_t j = 0; j < count; ++j) st.null.push_back(gains_of(st.comps, names, refit_losses(d, fits[j], y)));
+}
+
+/// Whether every pooled comparison of a variant has h null means at or above its real mean gain among
+/// the replicates drawn so far (its decision at level alpha is then settled: method.md §6.7).
+bool pooled_settled(const std::vector<ConditionalState*>& states, std::size_t h) {
+  const auto& first = *states.front();
+  for (std::size_t c = 0; c < first.comps.size(); ++c) {
+    double real = 0;
+    for (const auto* st : states) real += st->real[c] / double(states.size());
+    std::size_t ge = 0;
+    for (std::size_t j = 0; j < first.null.size(); ++j) {
+      double m = 0;
+      for (const auto* st : states) m += st->null[j][c] / double(states.size());
+      ge += m >= real - 1e-12;
+    }
+    if (ge < h) return false;
+  }
+  return true;
 }
 
 /// Hosmer-Lemeshow on each fold's evaluation half: deciles of g, Σ (O − E)² / (E (1 − E / n_g)).
@@ -373,18 +418,43 @@ ExactNullResult run_exact_null_audit(const std::vector<AuditRunInput>& runs, con
   res.has_model_based = o.model_based;
   const std::size_t total = runs.size() * o.variants.size() * (o.model_based ? 2 : 1);
   std::size_t done = 0;
-  for (std::size_t r = 0; r < runs.size(); ++r) {
-    const auto d = make_probe_design(runs[r], r, o.probes);
-    for (std::size_t v = 0; v < o.variants.size(); ++v) {
-      res.runs.push_back(conditional_null_run(runs[r], d, o.variants[v], v, o));
+  // Every run's design at once: the sequential null draws its replicates run by run in batches and
+  // stops on the pooled comparisons (the runs' refits are subsampled, audit --refit-subsample).
+  std::vector<ProbeDesign> designs;
+  for (std::size_t r = 0; r < runs.size(); ++r) designs.push_back(make_probe_design(runs[r], r, o.probes));
+  const std::size_t n_max = std::size_t(o.replicates);
+  const std::size_t h = o.sequential ? settling_count(o.alpha, n_max) : 0;
+  res.stop_after = h;
+  std::vector<std::vector<ExactNullRun>> cond(runs.size()), model(runs.size());  // [run][variant]
+  for (std::size_t v = 0; v < o.variants.size(); ++v) {
+    std::vector<ConditionalState> states;
+    for (std::size_t r = 0; r < runs.size(); ++r) states.push_back(prepare_conditional(runs[r], designs[r], o.variants[v], v, o));
+    std::vector<ConditionalState*> ptrs;
+    for (auto& st : states) ptrs.push_back(&st);
+    const std::size_t batch = o.sequential ? kNullBatch : n_max;
+    for (std::size_t first = 0; first < n_max;) {
+      const std::size_t count = std::min(batch, n_max - first);
+      for (std::size_t r = 0; r < runs.size(); ++r) extend_conditional(states[r], runs[r], designs[r], first, count, o);
+      first += count;
+      if (h > 0 && pooled_settled(ptrs, h)) break;  // every pooled decision at alpha is settled
+    }
+    for (std::size_t r = 0; r < runs.size(); ++r) {
+      auto& st = states[r];
+      finish_run(st.out, st.comps, st.real, st.null, h);
+      cond[r].push_back(std::move(st.out));
       if (o.progress) o.progress(++done, total);
-      if (o.model_based) {
-        res.model_runs.push_back(model_based_run(runs[r], d, o.variants[v], v, o));
+    }
+    if (o.model_based)
+      for (std::size_t r = 0; r < runs.size(); ++r) {
+        model[r].push_back(model_based_run(runs[r], designs[r], o.variants[v], v, o));
         if (o.progress) o.progress(++done, total);
       }
-    }
   }
-  res.pooled = pool(res.runs, o.variants);
+  for (std::size_t r = 0; r < runs.size(); ++r) {  // run-major, as results.json lists them
+    for (auto& x : cond[r]) res.runs.push_back(std::move(x));
+    for (auto& x : model[r]) res.model_runs.push_back(std::move(x));
+  }
+  res.pooled = pool(res.runs, o.variants, h);
   if (o.model_based) res.model_pooled = pool(res.model_runs, o.variants);
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;

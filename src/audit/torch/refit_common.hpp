@@ -73,8 +73,9 @@ inline void check_runs(const char* fn, const std::vector<AuditRunInput>& runs, c
   validate_probe_inputs(runs, po);
 }
 
+/// The refits' training settings (the subsample fields are set by the pipeline: audit_pipeline.cpp).
 inline RefitSettings refit_settings(const MlpProbeOptions& m, bool warm_start) {
-  return {m.restarts, m.max_epochs, m.patience, m.batch_size, m.lr, warm_start};
+  return {m.restarts, m.max_epochs, m.patience, m.batch_size, m.lr, warm_start, 0, {}};
 }
 
 inline double quantile_of(std::vector<double> v, double q) {
