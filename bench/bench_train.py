@@ -7,8 +7,13 @@ method.md, stacking and RMS-normalising every source at every routing point, as 
 implementation does) with the same loss (CE + 0.5 SB-ECE), AdamW, crop+flip augmentation and
 Fashion-MNIST batches. Both sides time optimizer steps only (data loading and evaluation excluded).
 
+Both precisions in one run (--precision fp32 bf16, the default): arcal's --precision bf16 (autocast of
+the forward pass, routing softmax and loss in fp32) against the reference under
+torch.autocast("cpu", dtype=torch.bfloat16) around its forward pass, the loss in fp32 likewise.
+
 Usage: bench_train.py [--arcal build/arcal] [--steps 60] [--threads 1] [--residual full]
-Prints images/s of each and the ratio arcal / PyTorch.
+                      [--precision fp32 bf16]
+Prints images/s of each and the ratio arcal / PyTorch per precision.
 """
 import argparse
 import os
@@ -104,7 +109,7 @@ def augment(x, pad=2):
     return out
 
 
-def python_throughput(mode, steps, batch, threads):
+def python_throughput(mode, steps, batch, threads, precision="fp32"):
     torch.set_num_threads(threads)
     x, y = load_fmnist()
     P = init_params(mode)
@@ -116,7 +121,9 @@ def python_throughput(mode, steps, batch, threads):
         idx = perm[s * batch:(s + 1) * batch]
         t0 = time.perf_counter()
         xb = augment(x[idx])
-        logits, _ = attnres_ref.forward(P, xb, cfg)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            logits, _ = attnres_ref.forward(P, xb, cfg)
+        logits = logits.float()
         loss = F.cross_entropy(logits, y[idx]) + 0.5 * attnres_ref.sb_ece(logits, y[idx], 15, 0.01)
         opt.zero_grad()
         loss.backward()
@@ -125,11 +132,12 @@ def python_throughput(mode, steps, batch, threads):
     return steps * batch / elapsed
 
 
-def arcal_throughput(binary, residual, steps, batch, threads):
+def arcal_throughput(binary, residual, steps, batch, threads, precision="fp32"):
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "run")
         subprocess.run([binary, "train", "--residual", residual, "--max-steps", str(steps), "--batch-size", str(batch),
-                        "--threads", str(threads), "--quiet", "--out", out], check=True, stdout=subprocess.DEVNULL)
+                        "--threads", str(threads), "--precision", precision, "--quiet", "--out", out], check=True,
+                       stdout=subprocess.DEVNULL)
         with open(os.path.join(out, "summary.json")) as f:
             return json.load(f)["images_per_second"]
 
@@ -141,15 +149,16 @@ def main():
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--residual", default="full", choices=["full", "block", "standard"])
+    ap.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     a = ap.parse_args()
     mode = {"standard": 0, "full": 1, "block": 2}[a.residual]
-    cpp = arcal_throughput(a.arcal, a.residual, a.steps, a.batch, a.threads)
-    py = python_throughput(mode, a.steps, a.batch, a.threads)
     print(f"AR-ViT-tiny {a.residual}, batch {a.batch}, {a.threads} thread(s), {a.steps} steps, "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(OpenBLAS default)')} on both sides")
-    print(f"  arcal (C++/LibTorch) : {cpp:8.1f} images/s")
-    print(f"  PyTorch eager (ref)  : {py:8.1f} images/s")
-    print(f"  ratio arcal/PyTorch  : {cpp / py:8.2f}x")
+    for precision in a.precision:
+        cpp = arcal_throughput(a.arcal, a.residual, a.steps, a.batch, a.threads, precision)
+        py = python_throughput(mode, a.steps, a.batch, a.threads, precision)
+        print(f"  {precision}: arcal (C++/LibTorch) {cpp:8.1f} images/s, PyTorch eager (ref) {py:8.1f} images/s, "
+              f"ratio {cpp / py:.2f}x", flush=True)
 
 
 if __name__ == "__main__":
