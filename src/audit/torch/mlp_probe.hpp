@@ -106,9 +106,9 @@ struct MlpRowSource {
 };
 
 /// fit_predict_mlp_probes_rows with the rows from a source. Memory: the training rows of every
-/// replicate as float32 (twice: the fit and inner-validation rows are gathered once more), one set of
-/// rows in double at a time, and activations in blocks of about 2^22 values, so the cost is
-/// 8·R·n·f bytes plus O(n·f), never a double copy of the whole stack.
+/// replicate as float32 (4·Rx·n·f bytes, plus a copy of the inner-validation fifth), one set of rows in
+/// double at a time, and activations in blocks of about 2^22 values: never a double-precision copy of
+/// the whole stack.
 std::vector<std::vector<double>> fit_predict_mlp_probes_source(const MlpRowSource& rows, std::size_t n, std::size_t f,
                                                                const std::vector<const std::vector<double>*>& ys,
                                                                std::size_t m, const MlpProbeOptions& options,

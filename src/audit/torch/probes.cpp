@@ -480,11 +480,9 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
         rows.eval = [&, j0](std::size_t set, std::vector<double>& buf) -> const std::vector<double>& {
           const std::size_t j = rows_shared ? 0 : j0 + set;
           const auto& s = folds_of(j)[f];
-          buf = gather_rows(spec.cols, s.evaluation, perm_of(j));
-          if (is_base[job / 2]) {
-            const auto xc = gather_rows(spec.cols, s.calibration, perm_of(j));
-            buf.insert(buf.begin(), xc.begin(), xc.end());
-          }
+          buf = is_base[job / 2] ? gather_rows(spec.cols, s.calibration, perm_of(j)) : std::vector<double>{};
+          const auto xe = gather_rows(spec.cols, s.evaluation, perm_of(j));
+          buf.insert(buf.end(), xe.begin(), xe.end());
           return buf;
         };
         std::vector<MlpProbeInfo> part_infos;
