@@ -67,6 +67,24 @@ void validate_checked(const std::vector<AuditRunInput>& runs, const FullAuditOpt
   if (o.probes || o.sensitivity || o.exact_null) validate_probe_inputs(runs, probe_options(o));
 }
 
+/// The refits' runs (sensitivity, exact null): each run of more than refit_subsample examples cut to a
+/// seeded subsample of that many (a few hundred probe refits per run are out of reach at N = 10^5-10^6;
+/// the nulls hold on any subsample drawn without looking at routing or correctness, so only power is
+/// lost), the others copied whole. Empty when no run is cut (the caller then refits `runs`).
+std::vector<AuditRunInput> runs_for_refits(const std::vector<AuditRunInput>& runs, const FullAuditOptions& o) {
+  const std::size_t cap = std::size_t(o.refit_subsample);
+  std::vector<AuditRunInput> cut;
+  if (cap == 0 || std::none_of(runs.begin(), runs.end(), [&](const AuditRunInput& r) { return r.confidence.size() > cap; }))
+    return cut;
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    cut.push_back(subsample_run(runs[r], cap, derive_seed(o.seed, 0x5AB5 + r)));
+    if (o.progress && runs[r].confidence.size() > cap)
+      std::fprintf(stderr, "refits on %zu of %zu examples of %s (--refit-subsample)\n", cap, runs[r].confidence.size(),
+                   runs[r].run.c_str());
+  }
+  return cut;
+}
+
 }  // namespace
 
 void validate_full_audit(const std::vector<AuditRunInput>& runs, const FullAuditOptions& o) {
@@ -101,28 +119,13 @@ AuditResults run_full_audit(std::vector<AuditRunInput> runs, const FullAuditOpti
     res.has_probes = true;
   }
   if (o.sensitivity || o.exact_null) set_compute_threads(1);
-  // The refits' runs: each cut to a seeded subsample of at most refit_subsample examples (issue 26:
-  // a few hundred probe refits per run are out of reach at N = 10^5-10^6; the nulls hold on any
-  // subsample drawn without looking at routing or correctness, so only power is lost).
-  std::vector<AuditRunInput> cut;  // empty: every run is refitted whole
-  const std::size_t cap = std::size_t(o.refit_subsample);
-  const bool cutting = (o.sensitivity || o.exact_null) && cap > 0 &&
-                       std::any_of(runs.begin(), runs.end(), [&](const AuditRunInput& r) { return r.confidence.size() > cap; });
-  if (cutting)
-    for (std::size_t r = 0; r < runs.size(); ++r) {
-      // A run within the cap is copied whole (at most cap examples); a larger one is subsampled.
-      cut.push_back(subsample_run(runs[r], cap, derive_seed(o.seed, 0x5AB5 + r)));
-      if (o.progress && runs[r].confidence.size() > cap)
-        std::fprintf(stderr, "refits on %zu of %zu examples of %s (--refit-subsample)\n", cap, runs[r].confidence.size(),
-                     runs[r].run.c_str());
-    }
+  const std::vector<AuditRunInput> cut = (o.sensitivity || o.exact_null) ? runs_for_refits(runs, o) : std::vector<AuditRunInput>{};
   const std::vector<AuditRunInput>& refit_runs = cut.empty() ? runs : cut;
-  RefitSettings sub;
-  sub.subsample = cap;
-  for (const auto& r : refit_runs) sub.examples.push_back(r.confidence.size());
+  std::vector<std::size_t> examples;
+  for (const auto& r : refit_runs) examples.push_back(r.confidence.size());
   auto record = [&](RefitSettings& r) {
-    r.subsample = sub.subsample;
-    r.examples = sub.examples;
+    r.subsample = std::size_t(o.refit_subsample);
+    r.examples = examples;
   };
   if (o.sensitivity) {
     SensitivityAuditOptions so;
