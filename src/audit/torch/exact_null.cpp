@@ -302,15 +302,15 @@ void extend_conditional(ConditionalState& st, const AuditRunInput& run, const Pr
 
 /// Whether every pooled comparison of a variant has h null means at or above its real mean gain among
 /// the replicates drawn so far (its decision at level alpha is then settled: method.md §6.7).
-bool pooled_settled(const std::vector<ConditionalState*>& states, std::size_t h) {
-  const auto& first = *states.front();
+bool pooled_settled(const std::vector<ConditionalState>& states, std::size_t h) {
+  const auto& first = states.front();
   for (std::size_t c = 0; c < first.comps.size(); ++c) {
     double real = 0;
-    for (const auto* st : states) real += st->real[c] / double(states.size());
+    for (const auto& st : states) real += st.real[c] / double(states.size());
     std::size_t ge = 0;
     for (std::size_t j = 0; j < first.null.size(); ++j) {
       double m = 0;
-      for (const auto* st : states) m += st->null[j][c] / double(states.size());
+      for (const auto& st : states) m += st.null[j][c] / double(states.size());
       ge += m >= real - 1e-12;
     }
     if (ge < h) return false;
@@ -429,14 +429,12 @@ ExactNullResult run_exact_null_audit(const std::vector<AuditRunInput>& runs, con
   for (std::size_t v = 0; v < o.variants.size(); ++v) {
     std::vector<ConditionalState> states;
     for (std::size_t r = 0; r < runs.size(); ++r) states.push_back(prepare_conditional(runs[r], designs[r], o.variants[v], v, o));
-    std::vector<ConditionalState*> ptrs;
-    for (auto& st : states) ptrs.push_back(&st);
     const std::size_t batch = o.sequential ? kNullBatch : n_max;
     for (std::size_t first = 0; first < n_max;) {
       const std::size_t count = std::min(batch, n_max - first);
       for (std::size_t r = 0; r < runs.size(); ++r) extend_conditional(states[r], runs[r], designs[r], first, count, o);
       first += count;
-      if (h > 0 && pooled_settled(ptrs, h)) break;  // every pooled decision at alpha is settled
+      if (h > 0 && pooled_settled(states, h)) break;  // every pooled decision at alpha is settled
     }
     for (std::size_t r = 0; r < runs.size(); ++r) {
       auto& st = states[r];
