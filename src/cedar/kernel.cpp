@@ -28,7 +28,7 @@ namespace arcal::cedar {
 
 namespace {
 
-using impl::exp_nonpos;
+using arcal::exp_nonpos;
 using impl::kNegInf;
 
 constexpr int kTile = 32;     // queries per job (lanes of the tile kernels)
