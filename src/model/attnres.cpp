@@ -1,5 +1,7 @@
 #include "model/attnres.hpp"
 
+#include "model/fused.hpp"
+
 namespace arcal {
 
 torch::Tensor rms_normalise(const torch::Tensor& v, double eps) {
@@ -21,6 +23,18 @@ torch::Tensor attnres_route(int point, const std::vector<torch::Tensor>& scores,
     alpha = alpha / alpha.sum(0, true).clamp_min(1e-30);
   }
   if (capture) capture->alpha.push_back(alpha.detach());
+  if (fused_operators_enabled()) {
+    // The weighted sum in alpha's precision (fp32 at least), returned in the dtype the stacked
+    // composite below would give (the sources' promoted type).
+    auto result = values[0].scalar_type();
+    for (const auto& v : values) result = torch::promote_types(result, v.scalar_type());
+    const auto compute = result == torch::kDouble ? torch::kDouble : alpha.scalar_type();
+    std::vector<torch::Tensor> v;
+    v.reserve(values.size());
+    for (const auto& t : values) v.push_back(t.scalar_type() == compute ? t : t.to(compute));
+    auto h = routing_sum(alpha.to(compute), v);
+    return h.scalar_type() == result ? h : h.to(result);
+  }
   auto V = torch::stack(values, 0);                             // (S,B,T,d)
   return (alpha.to(V.scalar_type()).unsqueeze(-1) * V).sum(0);  // (B,T,d)
 }
@@ -33,8 +47,11 @@ torch::Tensor attnres_stack(const torch::Tensor& v0, int layers, int block_size,
   // Completed sources b_0..b_{n-1}: their values and their scores against every point, computed
   // once when the source completes (the key is RMS-normalised once, not at every point).
   std::vector<torch::Tensor> done_values, done_scores;  // (B,T,d), (B,T,P)
+  // With the fused routing sum a reduced-precision source is widened once here, not at every point.
+  const bool widen = fused_operators_enabled();
   auto complete = [&](const torch::Tensor& v) {
-    done_values.push_back(v);
+    const auto t = v.scalar_type();
+    done_values.push_back(widen && (t == torch::kBFloat16 || t == torch::kHalf) ? v.to(torch::kFloat) : v);
     done_scores.push_back(torch::matmul(rms_normalise(v, eps), U.t()));
   };
   complete(v0);

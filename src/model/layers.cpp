@@ -1,5 +1,7 @@
 #include "model/layers.hpp"
 
+#include "model/fused.hpp"
+
 #include <cmath>
 
 namespace arcal {
@@ -12,6 +14,14 @@ MultiHeadAttentionImpl::MultiHeadAttentionImpl(int dim, int heads) : heads_(head
 torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x) {
   const auto B = x.size(0), T = x.size(1), D = x.size(2);
   const auto hd = D / heads_;
+  if (!(backend_ && !is_training()) && fused_operators_enabled()) {
+    // One operator for every head's softmax(q k^T / sqrt(hd)) v, forward and backward, in fp32 at
+    // least (under bf16 autocast the products are tiny; the projections stay in bf16).
+    auto qkv = qkv_(x);
+    const auto t = qkv.scalar_type();
+    auto heads_out = fused_self_attention(t == torch::kDouble ? qkv : qkv.to(torch::kFloat), heads_);
+    return proj_(heads_out.scalar_type() == t ? heads_out : heads_out.to(t));
+  }
   // (B,T,3D) -> (3,B,H,T,hd)
   auto qkv = qkv_(x).reshape({B, T, 3, heads_, hd}).permute({2, 0, 3, 1, 4});
   auto q = qkv[0], k = qkv[1], v = qkv[2];

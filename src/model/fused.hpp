@@ -1,0 +1,32 @@
+// Fused training operators for the small-token presets: the AttnRes routing sum over a list of
+// sources and the multi-head self-attention core, each one operator with its own backward (a
+// torch::autograd::Function over hand-written loops). LibTorch's composite spends a training step on
+// tens of thousands of tiny calls at 17 tokens x 64 dimensions (bench/README.md "profile_train.py"):
+// stacking every source at every routing point, and the attention's batched products computed one
+// matrix at a time. The fused forms compute the same functions (float rounding aside; tests/model/
+// test_fused.cpp checks values and gradients against LibTorch's autograd) in a handful of calls.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+namespace arcal {
+
+/// Whether the models use the fused operators (default true). ARCAL_FUSED=0 in the environment
+/// turns them off for the whole process (the LibTorch composite instead: for profiles and the
+/// before/after benchmark); set_fused_operators overrides both.
+bool fused_operators_enabled();
+void set_fused_operators(bool enabled);
+
+/// h[b,t,:] = sum_s alpha[s,b,t] * values[s][b,t,:]: alpha (S,B,T); every value (B,T,d) of
+/// alpha's dtype (float or double). Differentiable in alpha and in every value; returns (B,T,d).
+torch::Tensor routing_sum(const torch::Tensor& alpha, const std::vector<torch::Tensor>& values);
+
+/// The self-attention core of every head from the packed projection qkv (B,T,3D) = [q | k | v],
+/// head h in columns h*hd .. (h+1)*hd of each, hd = D / heads: softmax(q k^T / sqrt(hd)) v per
+/// head, returned with the heads side by side (B,T,D), which is what the output projection reads.
+/// float or double; differentiable in qkv.
+torch::Tensor fused_self_attention(const torch::Tensor& qkv, int heads);
+
+}  // namespace arcal

@@ -1,0 +1,206 @@
+// The fused operators (model/fused.hpp) against LibTorch's autograd on the composite they replace:
+// values and gradients in double (1e-12) and float (1e-6, relative to the largest entry), odd
+// shapes and strided inputs, whole AR-ViT models with the fused operators on and off, results
+// independent of the thread count, and the errors for inputs of the wrong shape or dtype.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
+
+#include "core/error.hpp"
+
+#include "model/ar_vit.hpp"
+#include "model/fused.hpp"
+
+using namespace arcal;
+
+namespace {
+
+double max_rel(const torch::Tensor& a, const torch::Tensor& b) {
+  auto diff = (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+  auto scale = b.to(torch::kDouble).abs().max().item<double>();
+  return diff / std::max(scale, 1e-30);
+}
+
+struct FusedGuard {  // restores the process-wide switch
+  bool before = fused_operators_enabled();
+  ~FusedGuard() { set_fused_operators(before); }
+};
+
+torch::Tensor composite_routing(const torch::Tensor& alpha, const std::vector<torch::Tensor>& values) {
+  return (alpha.unsqueeze(-1) * torch::stack(values, 0)).sum(0);
+}
+
+torch::Tensor composite_attention(const torch::Tensor& qkv, int heads) {
+  const auto B = qkv.size(0), T = qkv.size(1), D = qkv.size(2) / 3, hd = D / heads;
+  auto x = qkv.reshape({B, T, 3, heads, hd}).permute({2, 0, 3, 1, 4});
+  auto q = x[0], k = x[1], v = x[2];
+  auto att = torch::softmax(torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(hd)), -1);
+  return torch::matmul(att, v).transpose(1, 2).reshape({B, T, D});
+}
+
+void check_routing(torch::Dtype dtype, int S, double tol, bool strided) {
+  torch::manual_seed(S);
+  const auto opt = torch::TensorOptions().dtype(dtype);
+  auto logits = torch::randn({S, 3, 5}, opt);
+  std::vector<torch::Tensor> a_in(2), v_in;  // [0] fused, [1] composite
+  auto alpha0 = torch::softmax(logits, 0);
+  for (int s = 0; s < S; ++s) {
+    // strided: each source a (B,T,d) view of a wider tensor (every other column)
+    auto base = torch::randn({3, 5, strided ? 14 : 7}, opt);
+    v_in.push_back(strided ? base.slice(2, 0, 14, 2) : base);
+  }
+  auto g = torch::randn({3, 5, 7}, opt);
+  std::vector<torch::Tensor> outs, galpha;
+  std::vector<std::vector<torch::Tensor>> gvals;
+  for (int f = 0; f < 2; ++f) {
+    auto alpha = alpha0.clone().requires_grad_(true);
+    std::vector<torch::Tensor> values;
+    for (auto& v : v_in) values.push_back(v.clone().requires_grad_(true));
+    std::vector<torch::Tensor> used;
+    for (auto& v : values) used.push_back(strided ? v.transpose(0, 1).transpose(0, 1) : v);
+    auto h = f == 0 ? routing_sum(alpha, used) : composite_routing(alpha, used);
+    (h * g).sum().backward();
+    outs.push_back(h.detach());
+    galpha.push_back(alpha.grad());
+    gvals.emplace_back();
+    for (auto& v : values) gvals.back().push_back(v.grad());
+  }
+  EXPECT_LE(max_rel(outs[0], outs[1]), tol) << "S=" << S;
+  EXPECT_LE(max_rel(galpha[0], galpha[1]), tol) << "S=" << S;
+  for (int s = 0; s < S; ++s) EXPECT_LE(max_rel(gvals[0][s], gvals[1][s]), tol) << "S=" << S << " source " << s;
+}
+
+void check_attention(torch::Dtype dtype, int B, int T, int D, int heads, double tol) {
+  torch::manual_seed(B * 100 + T);
+  const auto opt = torch::TensorOptions().dtype(dtype);
+  auto x = torch::randn({B, T, 3 * D}, opt) * 2.0;
+  auto g = torch::randn({B, T, D}, opt);
+  std::vector<torch::Tensor> outs, grads;
+  for (int f = 0; f < 2; ++f) {
+    auto qkv = x.clone().requires_grad_(true);
+    auto o = f == 0 ? fused_self_attention(qkv, heads) : composite_attention(qkv, heads);
+    (o * g).sum().backward();
+    outs.push_back(o.detach());
+    grads.push_back(qkv.grad());
+  }
+  EXPECT_LE(max_rel(outs[0], outs[1]), tol) << "B=" << B << " T=" << T << " D=" << D << " H=" << heads;
+  EXPECT_LE(max_rel(grads[0], grads[1]), tol) << "B=" << B << " T=" << T << " D=" << D << " H=" << heads;
+}
+
+}  // namespace
+
+TEST(Fused, RoutingSumMatchesAutogradInDouble) {
+  for (int S : {1, 2, 5, 13}) check_routing(torch::kDouble, S, 1e-12, false);
+  check_routing(torch::kDouble, 4, 1e-12, true);
+}
+
+TEST(Fused, RoutingSumMatchesAutogradInFloat) {
+  for (int S : {1, 3, 13}) check_routing(torch::kFloat, S, 1e-6, false);
+  check_routing(torch::kFloat, 6, 1e-6, true);
+}
+
+TEST(Fused, AttentionMatchesAutogradInDouble) {
+  check_attention(torch::kDouble, 3, 17, 64, 4, 1e-12);  // AR-ViT-tiny's shape
+  check_attention(torch::kDouble, 2, 5, 12, 3, 1e-12);   // hd = 4, odd token count
+  check_attention(torch::kDouble, 1, 1, 8, 2, 1e-12);    // one token: weights exactly 1
+  check_attention(torch::kDouble, 2, 9, 128, 2, 1e-12);  // hd = 64
+  check_attention(torch::kDouble, 2, 7, 96, 3, 1e-12);   // hd = 32
+}
+
+TEST(Fused, AttentionMatchesAutogradInFloat) {
+  check_attention(torch::kFloat, 4, 17, 64, 4, 1e-6);
+  check_attention(torch::kFloat, 2, 50, 96, 3, 1e-6);  // hd = 32, a longer sequence
+}
+
+TEST(Fused, AttentionOfANonContiguousProjection) {
+  torch::manual_seed(3);
+  auto wide = torch::randn({2, 6, 2 * 3 * 8}, torch::kDouble);
+  auto qkv = wide.slice(2, 0, 48, 2);  // (2,6,24), stride 2 on the last axis
+  EXPECT_LE(max_rel(fused_self_attention(qkv, 2), composite_attention(qkv, 2)), 1e-12);
+}
+
+// The whole model, forward and every parameter's gradient, with the fused operators on and off.
+TEST(Fused, ARViTLogitsAndGradientsMatchTheComposite) {
+  FusedGuard guard;
+  for (auto mode : {ResidualMode::Full, ResidualMode::Block, ResidualMode::Standard}) {
+    auto cfg = make_model_config("ar-vit-tiny", 28, 1, 10, mode, 2);
+    torch::manual_seed(5);
+    ARViT m(cfg);
+    {
+      torch::NoGradGuard ng;
+      auto params = m->named_parameters();
+      if (params.contains("pseudo_query")) params["pseudo_query"].normal_(0.0, 0.5);
+    }
+    auto images = torch::randn({6, 1, 28, 28});
+    auto labels = torch::randint(0, 10, {6}, torch::kLong);
+    std::vector<torch::Tensor> logits;
+    std::vector<std::vector<torch::Tensor>> grads;
+    for (bool fused : {true, false}) {
+      set_fused_operators(fused);
+      m->zero_grad();
+      auto out = m->forward(images);
+      torch::nn::functional::cross_entropy(out, labels).backward();
+      logits.push_back(out.detach());
+      grads.emplace_back();
+      for (auto& p : m->parameters()) grads.back().push_back(p.grad().clone());
+    }
+    EXPECT_LE(max_rel(logits[0], logits[1]), 1e-5) << to_string(mode);
+    for (std::size_t i = 0; i < grads[0].size(); ++i)
+      EXPECT_LE(max_rel(grads[0][i], grads[1][i]), 1e-4) << to_string(mode) << " parameter " << i;
+  }
+}
+
+TEST(Fused, ARViTUnderBf16AutocastStaysCloseToTheComposite) {
+  FusedGuard guard;
+  auto cfg = make_model_config("ar-vit-tiny", 28, 1, 10, ResidualMode::Full, 1);
+  torch::manual_seed(6);
+  ARViT m(cfg);
+  auto images = torch::randn({4, 1, 28, 28});
+  std::vector<torch::Tensor> logits;
+  for (bool fused : {true, false}) {
+    set_fused_operators(fused);
+    at::autocast::set_cpu_enabled(true);
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    auto out = m->forward(images).to(torch::kFloat).detach();
+    at::autocast::set_cpu_enabled(false);
+    at::autocast::clear_cache();
+    logits.push_back(out);
+  }
+  // bf16 has 8 bits of mantissa; the fused attention runs in fp32, the composite's products in bf16.
+  EXPECT_LE(max_rel(logits[0], logits[1]), 0.05);
+}
+
+TEST(Fused, ResultsDoNotDependOnTheThreadCount) {
+  const int before = at::get_num_threads();
+  torch::manual_seed(8);
+  auto qkv = torch::randn({32, 17, 192}).requires_grad_(true);
+  auto alpha = torch::softmax(torch::randn({5, 32, 17}), 0).requires_grad_(true);
+  std::vector<torch::Tensor> values;
+  for (int s = 0; s < 5; ++s) values.push_back(torch::randn({32, 17, 64}).requires_grad_(true));
+  std::vector<torch::Tensor> results;
+  for (int threads : {1, 2}) {
+    at::set_num_threads(threads);
+    qkv.mutable_grad() = torch::Tensor();
+    alpha.mutable_grad() = torch::Tensor();
+    auto a = fused_self_attention(qkv, 4);
+    auto r = routing_sum(alpha, values);
+    (a.sum() + r.pow(2).sum()).backward();
+    results.push_back(torch::cat({a.detach().flatten(), r.detach().flatten(), qkv.grad().flatten(), alpha.grad().flatten()}));
+  }
+  at::set_num_threads(before);
+  EXPECT_TRUE(torch::equal(results[0], results[1]));
+}
+
+TEST(Fused, WrongShapesAndDtypesAreRejected) {
+  auto alpha = torch::softmax(torch::randn({2, 3, 4}), 0);
+  EXPECT_THROW(routing_sum(alpha, {}), InputError);
+  EXPECT_THROW(routing_sum(alpha, {torch::randn({3, 4, 8})}), InputError);  // S = 2, one source
+  EXPECT_THROW(routing_sum(alpha, {torch::randn({3, 4, 8}), torch::randn({3, 5, 8})}), InputError);
+  EXPECT_THROW(routing_sum(alpha, {torch::randn({3, 4, 8}), torch::randn({3, 4, 8}, torch::kDouble)}),
+               InputError);
+  EXPECT_THROW(fused_self_attention(torch::randn({2, 3, 10}), 2), InputError);  // 10 % 3
+  EXPECT_THROW(fused_self_attention(torch::randn({2, 3, 12}), 3), InputError);  // D = 4, 3 heads
+  EXPECT_THROW(fused_self_attention(torch::randn({2, 3, 12}).to(torch::kBFloat16), 2), InputError);
+}
