@@ -1,6 +1,9 @@
 #include "train/threads.hpp"
 
 #include <dlfcn.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <unistd.h>
 
 #include <cstdlib>
@@ -15,6 +18,13 @@ void set_compute_threads(int n) {
   using SetThreads = void (*)(int);
   // Looked up at run time: present when libblas.so.3 resolves to OpenBLAS, absent otherwise.
   if (auto* f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(n);
+}
+
+void keep_freed_memory_for_training() {
+#if defined(__GLIBC__)
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+#endif
 }
 
 void reexec_with_native_openblas_kernels(char** argv) {

@@ -18,4 +18,10 @@ void set_compute_threads(int n);
 /// old kernels), or the exec failing. Call first thing in main, before any thread starts.
 void reexec_with_native_openblas_kernels(char** argv);
 
+/// glibc's allocator for a training loop: a step frees and reallocates the same few hundred
+/// activation buffers of 0.1-2 MB, which by default go back to the kernel (mmap, trim) and fault in
+/// again on the next step. Keeps freed blocks below 64 MiB in the heap (mmap and trim thresholds 64
+/// and 256 MiB); about 5 % of an AR-ViT-tiny step (bench/bench_step). No-op outside glibc.
+void keep_freed_memory_for_training();
+
 }  // namespace arcal

@@ -622,6 +622,7 @@ nlohmann::json train_locked(const TrainConfig& requested, const std::string& run
   };
 
   set_compute_threads(c.threads);
+  keep_freed_memory_for_training();
   // Everything that can fail on user input happens before RUN/ is touched.
   DatasetSplits data = load_dataset(c.dataset, c.data_dir, c.val_fraction, c.train_subset, c.seed);
   const auto& train = data.train;

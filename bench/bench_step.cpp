@@ -1,0 +1,113 @@
+// The training step split into its phases (forward, loss + backward, AdamW), with the fused
+// operators of model/fused.hpp on and off, in fp32 and bf16 autocast, all in one run (issue 26).
+// Wall-clock timing without LibTorch's profiler, whose per-operator cost distorts a step made of
+// thousands of small calls (bench/README.md). Random images and labels: the step's cost does not
+// depend on the data.
+//
+// Usage: bench_step [--preset ar-vit-tiny] [--residual full|block|standard] [--batch 128]
+//                   [--steps 30] [--threads 1]
+#include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+
+#include "model/ar_vit.hpp"
+#include "model/fused.hpp"
+#include "train/sbece.hpp"
+#include "train/threads.hpp"
+
+using namespace arcal;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Phases {
+  double forward = 0, backward = 0, optimizer = 0;
+  double total() const { return forward + backward + optimizer; }
+};
+
+Phases time_steps(ARViT& model, torch::optim::AdamW& opt, const torch::Tensor& x, const torch::Tensor& y, int steps,
+                  bool bf16) {
+  Phases p;
+  for (int s = 0; s < steps + 3; ++s) {  // 3 warm-up steps
+    opt.zero_grad();
+    auto t0 = Clock::now();
+    if (bf16) {
+      at::autocast::set_cpu_enabled(true);
+      at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    }
+    auto logits = model->forward(x);
+    if (bf16) {
+      at::autocast::set_cpu_enabled(false);
+      at::autocast::clear_cache();
+    }
+    logits = logits.to(torch::kFloat);
+    auto t1 = Clock::now();
+    auto loss = torch::cross_entropy_loss(logits, y) + 0.1 * soft_binned_ece(logits, y, 15, 0.01);
+    loss.backward();
+    auto t2 = Clock::now();
+    opt.step();
+    auto t3 = Clock::now();
+    if (s >= 3) {
+      p.forward += std::chrono::duration<double>(t1 - t0).count();
+      p.backward += std::chrono::duration<double>(t2 - t1).count();
+      p.optimizer += std::chrono::duration<double>(t3 - t2).count();
+    }
+  }
+  p.forward /= steps;
+  p.backward /= steps;
+  p.optimizer /= steps;
+  return p;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_step: the training step's phases with the fused operators on and off (fp32, bf16)"};
+  std::string preset = "ar-vit-tiny", residual = "full";
+  int batch = 128, steps = 30, threads = 1;
+  app.add_option("--preset", preset, "model preset")->capture_default_str();
+  app.add_option("--residual", residual, "full | block | standard")->capture_default_str();
+  app.add_option("--batch", batch, "images per step")->capture_default_str();
+  app.add_option("--steps", steps, "timed steps per case (after 3 warm-up steps)")->capture_default_str();
+  app.add_option("--threads", threads, "intra-op threads")->capture_default_str();
+  std::string only;
+  app.add_option("--only", only, "time one case only (for perf record): fp32-fused, fp32-composite, bf16-fused, bf16-composite");
+  CLI11_PARSE(app, argc, argv);
+  reexec_with_native_openblas_kernels(argv);  // as arcal itself does
+  set_compute_threads(threads);               // LibTorch's and OpenBLAS's threads, as arcal train sets them
+  keep_freed_memory_for_training();           // and its allocator settings
+  const auto mode = parse_residual_mode(residual);
+  auto cfg = make_model_config(preset, 28, 1, 10, mode, 2);
+  torch::manual_seed(0);
+  auto x = torch::randn({batch, 1, 28, 28});
+  auto y = torch::randint(0, 10, {batch}, torch::kLong);
+  std::printf("%s %s, batch %d, %d thread(s), %d steps per case; ms per step (images/s)\n", preset.c_str(),
+              residual.c_str(), batch, threads, steps);
+  std::printf("%-6s %-9s %9s %9s %9s %9s %10s\n", "prec", "operators", "forward", "backward", "AdamW", "step",
+              "images/s");
+  for (bool bf16 : {false, true}) {
+    double composite = 0;
+    for (bool fused : {false, true}) {
+      const std::string name = std::string(bf16 ? "bf16" : "fp32") + (fused ? "-fused" : "-composite");
+      if (!only.empty() && only != name) continue;
+      set_fused_operators(fused);
+      torch::manual_seed(1);
+      ARViT model(cfg);
+      torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3).weight_decay(0.05));
+      const auto p = time_steps(model, opt, x, y, steps, bf16);
+      std::printf("%-6s %-9s %9.2f %9.2f %9.2f %9.2f %10.1f", bf16 ? "bf16" : "fp32", fused ? "fused" : "composite",
+                  1e3 * p.forward, 1e3 * p.backward, 1e3 * p.optimizer, 1e3 * p.total(), batch / p.total());
+      if (fused && composite > 0)
+        std::printf("   fused / composite: %.2fx\n", composite / p.total());
+      else
+        std::printf("\n");
+      composite = p.total();
+    }
+  }
+  return 0;
+}
