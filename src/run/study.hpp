@@ -16,7 +16,7 @@ namespace arcal {
 
 /// The study's audit defaults (see StudyConfig::audit).
 FullAuditOptions default_study_audit();
-/// The study's training defaults: all training images, 6 epochs, lr 2e-3, beta 0.1, precision auto.
+/// The study's training defaults: all training images, 10 epochs, lr 2e-3, beta 0.1, precision auto.
 TrainConfig default_study_train();
 
 struct StudyConfig {
