@@ -188,8 +188,8 @@ ARCAL_ALWAYS_INLINE void transpose_head(const T* x, std::int64_t ld, int n, int 
 // compile time (unrolled loops); HD = 0 reads it from hd.
 template <typename T, int HD>
 ARCAL_ALWAYS_INLINE void attention_head_forward(const T* q, const T* k, const T* v, std::int64_t ld, int n,
-                                                int hd_runtime, T scale, T* __restrict P, T* out, std::int64_t ldo,
-                                                T* __restrict Kt) {
+                                                int hd_runtime, T scale, bool causal, T* __restrict P, T* out,
+                                                std::int64_t ldo, T* __restrict Kt) {
   const int hd = HD > 0 ? HD : hd_runtime;
   transpose_head(k, ld, n, hd, Kt);
   const std::int64_t nn = std::int64_t(n) * n;
@@ -207,9 +207,10 @@ ARCAL_ALWAYS_INLINE void attention_head_forward(const T* q, const T* k, const T*
   for (int i = 0; i < n; ++i) {
     T* __restrict p = P + std::int64_t(i) * n;
     T mx = -std::numeric_limits<T>::infinity();
+    const int last = causal ? i : n - 1;  // keys after `last` get weight exactly 0
 #pragma omp simd reduction(max : mx)
     for (int j = 0; j < n; ++j) {
-      p[j] *= scale;
+      p[j] = j > last ? -std::numeric_limits<T>::infinity() : p[j] * scale;
       mx = p[j] > mx ? p[j] : mx;
     }
     T sum = 0;
@@ -292,6 +293,7 @@ ARCAL_ALWAYS_INLINE void attention_head_backward(const T* q, const T* k, const T
 
 struct AttentionShape {
   std::int64_t B, T, D, H, hd;
+  bool causal;  ///< query i sees keys j <= i only
 };
 
 template <typename T, int HD>
@@ -303,8 +305,8 @@ ARCAL_ALWAYS_INLINE void attention_forward_heads(const T* qkv, const AttentionSh
   for (std::int64_t bh = begin; bh < end; ++bh) {
     const std::int64_t b = bh / s.H, h = bh % s.H;
     const T* q = qkv + b * s.T * ld + h * s.hd;
-    attention_head_forward<T, HD>(q, q + s.D, q + 2 * s.D, ld, int(s.T), int(s.hd), scale, P + bh * s.T * s.T,
-                                  out + b * s.T * s.D + h * s.hd, s.D, kt.data());
+    attention_head_forward<T, HD>(q, q + s.D, q + 2 * s.D, ld, int(s.T), int(s.hd), scale, s.causal,
+                                  P + bh * s.T * s.T, out + b * s.T * s.D + h * s.hd, s.D, kt.data());
   }
 }
 
@@ -384,15 +386,15 @@ inline void attention_backward(const double* x, const AttentionShape& s, const d
   attention_backward_d(x, s, P, g, b, e, dx);
 }
 
-AttentionShape attention_shape(const torch::Tensor& qkv, std::int64_t heads) {
+AttentionShape attention_shape(const torch::Tensor& qkv, std::int64_t heads, bool causal) {
   const std::int64_t D = qkv.size(2) / 3;
-  return {qkv.size(0), qkv.size(1), D, heads, D / heads};
+  return {qkv.size(0), qkv.size(1), D, heads, D / heads, causal};
 }
 
 struct SelfAttentionFunction : public torch::autograd::Function<SelfAttentionFunction> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& qkv_in, std::int64_t heads) {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& qkv_in, std::int64_t heads, bool causal) {
     auto qkv = qkv_in.contiguous();
-    const auto s = attention_shape(qkv, heads);
+    const auto s = attention_shape(qkv, heads, causal);
     auto out = torch::empty({s.B, s.T, s.D}, qkv.options());
     auto P = torch::empty({s.B, s.H, s.T, s.T}, qkv.options());
     AT_DISPATCH_FLOATING_TYPES(qkv.scalar_type(), "fused_self_attention", [&] {
@@ -405,6 +407,7 @@ struct SelfAttentionFunction : public torch::autograd::Function<SelfAttentionFun
     });
     ctx->save_for_backward({qkv, P});
     ctx->saved_data["heads"] = heads;
+    ctx->saved_data["causal"] = causal;
     return out;
   }
 
@@ -412,7 +415,7 @@ struct SelfAttentionFunction : public torch::autograd::Function<SelfAttentionFun
     auto saved = ctx->get_saved_variables();
     const auto& qkv = saved[0];
     const auto& P = saved[1];
-    const auto s = attention_shape(qkv, ctx->saved_data["heads"].toInt());
+    const auto s = attention_shape(qkv, ctx->saved_data["heads"].toInt(), ctx->saved_data["causal"].toBool());
     auto g = grad_outputs[0].to(qkv.scalar_type()).contiguous();
     auto dqkv = torch::empty_like(qkv);  // every entry is written: each head zeroes its own columns
     AT_DISPATCH_FLOATING_TYPES(qkv.scalar_type(), "fused_self_attention_backward", [&] {
@@ -424,7 +427,7 @@ struct SelfAttentionFunction : public torch::autograd::Function<SelfAttentionFun
         attention_backward(x, s, p, gp, b, e, dx);
       });
     });
-    return {dqkv, torch::Tensor()};
+    return {dqkv, torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -462,12 +465,12 @@ torch::Tensor routing_sum(const torch::Tensor& alpha, const std::vector<torch::T
   return RoutingSumFunction::apply(alpha, torch::TensorList(values));
 }
 
-torch::Tensor fused_self_attention(const torch::Tensor& qkv, int heads) {
+torch::Tensor fused_self_attention(const torch::Tensor& qkv, int heads, bool causal) {
   const char* fn = "fused_self_attention";
   if (qkv.dim() != 3 || qkv.size(2) % 3 != 0) throw_input(fn, "qkv must be (B,T,3D)");
   if (heads < 1 || (qkv.size(2) / 3) % heads != 0) throw_input(fn, "D must be a multiple of the number of heads");
   if (!floating(qkv)) throw_input(fn, "qkv must be float or double");
-  return SelfAttentionFunction::apply(qkv, static_cast<std::int64_t>(heads));
+  return SelfAttentionFunction::apply(qkv, static_cast<std::int64_t>(heads), causal);
 }
 
 }  // namespace arcal

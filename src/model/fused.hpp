@@ -26,7 +26,8 @@ torch::Tensor routing_sum(const torch::Tensor& alpha, const std::vector<torch::T
 /// The self-attention core of every head from the packed projection qkv (B,T,3D) = [q | k | v],
 /// head h in columns h*hd .. (h+1)*hd of each, hd = D / heads: softmax(q k^T / sqrt(hd)) v per
 /// head, returned with the heads side by side (B,T,D), which is what the output projection reads.
+/// causal: query i attends to keys 0..i only (a decoder's mask; the others get weight exactly 0).
 /// float or double; differentiable in qkv.
-torch::Tensor fused_self_attention(const torch::Tensor& qkv, int heads);
+torch::Tensor fused_self_attention(const torch::Tensor& qkv, int heads, bool causal = false);
 
 }  // namespace arcal

@@ -1,12 +1,14 @@
 #include "model/layers.hpp"
 
-#include "model/fused.hpp"
-
 #include <cmath>
+#include <limits>
+
+#include "core/check.hpp"
+#include "model/fused.hpp"
 
 namespace arcal {
 
-MultiHeadAttentionImpl::MultiHeadAttentionImpl(int dim, int heads) : heads_(heads) {
+MultiHeadAttentionImpl::MultiHeadAttentionImpl(int dim, int heads, bool causal) : heads_(heads), causal_(causal) {
   qkv_ = register_module("qkv", torch::nn::Linear(dim, 3 * dim));
   proj_ = register_module("proj", torch::nn::Linear(dim, dim));
 }
@@ -19,7 +21,7 @@ torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x) {
     // least (under bf16 autocast the products are tiny; the projections stay in bf16).
     auto qkv = qkv_(x);
     const auto t = qkv.scalar_type();
-    auto heads_out = fused_self_attention(t == torch::kDouble ? qkv : qkv.to(torch::kFloat), heads_);
+    auto heads_out = fused_self_attention(t == torch::kDouble ? qkv : qkv.to(torch::kFloat), heads_, causal_);
     return proj_(heads_out.scalar_type() == t ? heads_out : heads_out.to(t));
   }
   // (B,T,3D) -> (3,B,H,T,hd)
@@ -27,9 +29,14 @@ torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x) {
   auto q = qkv[0], k = qkv[1], v = qkv[2];
   torch::Tensor heads_out;  // (B,H,T,hd)
   if (backend_ && !is_training()) {
+    if (causal_) throw_input("attention backend", "a causal attention layer has no backend hook");
     heads_out = backend_(q, k, v);
   } else {
-    auto att = torch::softmax(torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(hd))), -1);
+    auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(hd)));
+    if (causal_)
+      scores = scores.masked_fill(torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool)).triu(1),
+                                  -std::numeric_limits<double>::infinity());
+    auto att = torch::softmax(scores, -1);
     heads_out = torch::matmul(att, v);
   }
   auto out = heads_out.transpose(1, 2).reshape({B, T, D});  // (B,T,D)

@@ -23,13 +23,15 @@ inline torch::Tensor layer_norm_fp32(torch::nn::LayerNorm& norm, const torch::Te
 
 class MultiHeadAttentionImpl : public torch::nn::Module {
  public:
-  MultiHeadAttentionImpl(int dim, int heads);
+  /// causal: token i attends to tokens 0..i only (the language model's decoder mask).
+  MultiHeadAttentionImpl(int dim, int heads, bool causal = false);
   torch::Tensor forward(const torch::Tensor& x);  // (B,T,d) -> (B,T,d)
   /// Used in eval mode only (see AttentionBackend); an empty function restores the standard product.
   void set_attention_backend(AttentionBackend backend) { backend_ = std::move(backend); }
 
  private:
   int heads_;
+  bool causal_;
   AttentionBackend backend_;
   torch::nn::Linear qkv_{nullptr}, proj_{nullptr};
 };

@@ -9,9 +9,11 @@
 #include <iostream>
 
 #include "model/ar_vit.hpp"
+#include "model/tensor_compare.hpp"
 #include "train/sbece.hpp"
 
 using namespace arcal;
+using arcal::test::max_rel;
 
 namespace {
 
@@ -34,12 +36,6 @@ void randomise_routing(ARViT& m, std::uint64_t seed) {
   auto params = m->named_parameters();
   params["pseudo_query"].normal_(0.0, 0.5);
   params["key_gain"].uniform_(0.5, 1.5);
-}
-
-double max_rel(const torch::Tensor& a, const torch::Tensor& b) {
-  auto diff = (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-  auto scale = b.to(torch::kDouble).abs().max().item<double>();
-  return diff / std::max(scale, 1e-30);
 }
 
 }  // namespace

@@ -8,20 +8,18 @@
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
 
+#include <limits>
+
 #include "core/error.hpp"
 
 #include "model/ar_vit.hpp"
 #include "model/fused.hpp"
+#include "model/tensor_compare.hpp"
 
 using namespace arcal;
+using arcal::test::max_rel;
 
 namespace {
-
-double max_rel(const torch::Tensor& a, const torch::Tensor& b) {
-  auto diff = (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-  auto scale = b.to(torch::kDouble).abs().max().item<double>();
-  return diff / std::max(scale, 1e-30);
-}
 
 struct FusedGuard {  // restores the process-wide switch
   bool before = fused_operators_enabled();
@@ -32,11 +30,15 @@ torch::Tensor composite_routing(const torch::Tensor& alpha, const std::vector<to
   return (alpha.unsqueeze(-1) * torch::stack(values, 0)).sum(0);
 }
 
-torch::Tensor composite_attention(const torch::Tensor& qkv, int heads) {
+torch::Tensor composite_attention(const torch::Tensor& qkv, int heads, bool causal = false) {
   const auto B = qkv.size(0), T = qkv.size(1), D = qkv.size(2) / 3, hd = D / heads;
   auto x = qkv.reshape({B, T, 3, heads, hd}).permute({2, 0, 3, 1, 4});
   auto q = x[0], k = x[1], v = x[2];
-  auto att = torch::softmax(torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(hd)), -1);
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(hd));
+  if (causal)
+    scores = scores.masked_fill(torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool)).triu(1),
+                                -std::numeric_limits<double>::infinity());
+  auto att = torch::softmax(scores, -1);
   return torch::matmul(att, v).transpose(1, 2).reshape({B, T, D});
 }
 
@@ -72,7 +74,7 @@ void check_routing(torch::Dtype dtype, int S, double tol, bool strided) {
   for (int s = 0; s < S; ++s) EXPECT_LE(max_rel(gvals[0][s], gvals[1][s]), tol) << "S=" << S << " source " << s;
 }
 
-void check_attention(torch::Dtype dtype, int B, int T, int D, int heads, double tol) {
+void check_attention(torch::Dtype dtype, int B, int T, int D, int heads, double tol, bool causal = false) {
   torch::manual_seed(B * 100 + T);
   const auto opt = torch::TensorOptions().dtype(dtype);
   auto x = torch::randn({B, T, 3 * D}, opt) * 2.0;
@@ -80,7 +82,7 @@ void check_attention(torch::Dtype dtype, int B, int T, int D, int heads, double 
   std::vector<torch::Tensor> outs, grads;
   for (int f = 0; f < 2; ++f) {
     auto qkv = x.clone().requires_grad_(true);
-    auto o = f == 0 ? fused_self_attention(qkv, heads) : composite_attention(qkv, heads);
+    auto o = f == 0 ? fused_self_attention(qkv, heads, causal) : composite_attention(qkv, heads, causal);
     (o * g).sum().backward();
     outs.push_back(o.detach());
     grads.push_back(qkv.grad());
@@ -112,6 +114,13 @@ TEST(Fused, AttentionMatchesAutogradInDouble) {
 TEST(Fused, AttentionMatchesAutogradInFloat) {
   check_attention(torch::kFloat, 4, 17, 64, 4, 1e-6);
   check_attention(torch::kFloat, 2, 50, 96, 3, 1e-6);  // hd = 32, a longer sequence
+}
+
+TEST(Fused, CausalAttentionMatchesTheMaskedComposite) {
+  check_attention(torch::kDouble, 3, 17, 64, 4, 1e-12, true);
+  check_attention(torch::kDouble, 2, 33, 128, 4, 1e-12, true);  // hd = 32
+  check_attention(torch::kDouble, 2, 6, 12, 3, 1e-12, true);    // generic hd = 4
+  check_attention(torch::kFloat, 4, 64, 128, 4, 1e-6, true);
 }
 
 TEST(Fused, AttentionOfANonContiguousProjection) {

@@ -18,9 +18,11 @@
 #include "core/error.hpp"
 #include "model/ar_vit.hpp"
 #include "model/cost.hpp"
+#include "model/tensor_compare.hpp"
 #include "test_util.hpp"
 
 using namespace arcal;
+using arcal::test::max_rel;
 
 namespace {
 
@@ -259,11 +261,6 @@ TEST(Presets, BadInputNamesTheProblem) {
 // ---- independent PyTorch reference for AR-Swin ----
 
 namespace {
-
-double max_rel(const torch::Tensor& a, const torch::Tensor& b) {
-  auto diff = (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-  return diff / std::max(b.to(torch::kDouble).abs().max().item<double>(), 1e-30);
-}
 
 // ar-swin-tiny's geometry (32x32, patch 2, window 4: shifted stages 0-1, an unshifted one-window
 // stage 2, a window clipped to 2 in stage 3) with narrow stages, so the reference stays fast.
