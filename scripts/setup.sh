@@ -13,7 +13,7 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   libtorch-dev libgloo-dev libopenblas0-pthread \
   libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libfmt-dev libtoml11-dev \
   libzip-dev zlib1g-dev \
-  dataset-fashion-mnist gnuplot-nox \
+  dataset-fashion-mnist dict-gcide gnuplot-nox \
   python3 python3-dev pybind11-dev python3-torch python3-numpy >/dev/null
 if [ "${1:-}" != "--no-build" ]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release

@@ -65,7 +65,7 @@ namespace {
 // Bounds on every size a configuration (config.json, a checkpoint) can ask for, so a crafted file
 // cannot make the model constructor allocate terabytes.
 constexpr IntRange kImageSize{1, 4096}, kChannels{1, 64}, kDim{1, 16384}, kDepth{1, 1024}, kHeads{1, 1024},
-    kMlpRatio{1, 64}, kClasses{2, 1000000}, kWindow{1, 4096};
+    kMlpRatio{1, 64}, kClasses{2, 1000000}, kWindow{1, 4096}, kContext{1, 65536};
 constexpr double kMaxParameters = 4e9;
 
 std::string join(const std::vector<int>& v) {
@@ -137,16 +137,20 @@ void validate_model_config(const ModelConfig& c) {
   bound("classes", c.classes, kClasses);
   if (c.dim % c.heads != 0)
     throw_input(f, "dim " + std::to_string(c.dim) + " is not divisible by heads " + std::to_string(c.heads));
-  if (c.patch <= 0 || c.image_size % c.patch != 0)
+  if (c.arch == "lm") {
+    bound("context", c.context, kContext);
+  } else if (c.patch <= 0 || c.image_size % c.patch != 0) {
     throw_input(f, "patch " + std::to_string(c.patch) + " must divide the image size " +
                        std::to_string(c.image_size));
+  }
   if (!in_range(ranges::norm_eps, c.norm_eps)) throw_input(f, "norm_eps must be in " + range_text(ranges::norm_eps));
-  if (c.arch != "vit" && c.arch != "swin") throw_input(f, "arch '" + c.arch + "' is not vit or swin");
+  if (c.arch != "vit" && c.arch != "swin" && c.arch != "lm")
+    throw_input(f, "arch '" + c.arch + "' is not vit, swin or lm");
   if (c.arch == "swin") validate_swin(c);
   // Parameters, roughly (attention 4 d^2 + MLP 2 r d^2 per block, embeddings, head), in double so
   // nothing overflows: a configuration beyond the limit is refused before anything is allocated.
-  double params = double(c.patch) * c.patch * c.channels * c.dim + double(c.dim) * c.classes +
-                  double(c.tokens()) * c.dim;
+  const double embed = c.arch == "lm" ? double(c.classes) * c.dim : double(c.patch) * c.patch * c.channels * c.dim;
+  double params = embed + double(c.dim) * c.classes + double(c.tokens()) * c.dim;
   if (c.arch == "swin")
     for (std::size_t s = 0; s < c.stage_depths.size(); ++s)
       params += double(c.stage_depths[s]) * (4.0 + 2.0 * c.mlp_ratio) * double(c.stage_dims[s]) * c.stage_dims[s];
@@ -214,13 +218,35 @@ ModelConfig make_model_config(const std::string& preset, int image_size, int cha
   return c;
 }
 
+ModelConfig make_lm_config(const std::string& preset, int context, ResidualMode residual, int block_size) {
+  if (preset != "ar-lm-tiny") throw_input("--model", "'" + preset + "' is not a language-model preset; available: ar-lm-tiny");
+  ModelConfig c;
+  c.preset = preset;
+  c.arch = "lm";
+  c.context = context;
+  c.classes = 256;  // byte-level tokens
+  c.dim = 128;
+  c.depth = 4;
+  c.heads = 4;
+  c.mlp_ratio = 4;
+  c.tie_weights = true;
+  c.residual = residual;
+  c.block_size = block_size;
+  validate_model_config(c);
+  return c;
+}
+
 void to_json(nlohmann::json& j, const ModelConfig& c) {
   j = nlohmann::json{{"preset", c.preset},       {"image_size", c.image_size}, {"channels", c.channels},
                      {"patch", c.patch},         {"dim", c.dim},               {"depth", c.depth},
                      {"heads", c.heads},         {"mlp_ratio", c.mlp_ratio},   {"classes", c.classes},
                      {"residual", to_string(c.residual)}, {"block_size", c.block_size},
                      {"norm_eps", c.norm_eps}};
-  if (c.arch != "vit") {
+  if (c.arch == "lm") {
+    j["arch"] = c.arch;
+    j["context"] = c.context;
+    j["tie_weights"] = c.tie_weights;
+  } else if (c.arch != "vit") {
     j["arch"] = c.arch;
     j["stage_depths"] = c.stage_depths;
     j["stage_dims"] = c.stage_dims;
@@ -266,6 +292,12 @@ ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& w
   c.block_size = i("block_size");
   c.norm_eps = json_real(j, "norm_eps", where);
   c.arch = j.contains("arch") ? json_string(j, "arch", where) : "vit";  // runs written before Swin have no arch
+  if (c.arch == "lm") {
+    c.context = i("context");
+    if (!j.contains("tie_weights") || !j["tie_weights"].is_boolean())
+      throw InputError(where + ": key 'tie_weights' must be true or false");
+    c.tie_weights = j["tie_weights"].get<bool>();
+  }
   if (c.arch == "swin") {
     c.stage_depths = ints("stage_depths");
     c.stage_dims = ints("stage_dims");

@@ -19,7 +19,7 @@ ResidualMode parse_residual_mode(const std::string& name);
 
 struct ModelConfig {
   std::string preset = "ar-vit-tiny";
-  std::string arch = "vit";  ///< "vit" (ar-vit-tiny, ar-deit-small) or "swin" (ar-swin-tiny)
+  std::string arch = "vit";  ///< "vit" (ar-vit-tiny, ar-deit-small), "swin" (ar-swin-tiny) or "lm" (ar-lm-tiny)
   int image_size = 28;
   int channels = 1;
   int patch = 7;
@@ -35,6 +35,9 @@ struct ModelConfig {
   // stage 0's width, the total block count and stage 0's heads.
   std::vector<int> stage_depths, stage_dims, stage_heads;
   int window = 0;  ///< Swin window size before clipping to a stage's resolution
+  // Language model only (arch "lm"): classes is the vocabulary (256 bytes); the image fields are unused.
+  int context = 0;           ///< tokens per sequence (positions learned up to this length)
+  bool tie_weights = false;  ///< the next-token head reuses the token embedding (no head weight)
 
   int layers() const { return 2 * depth; }
   int stages() const { return arch == "swin" ? static_cast<int>(stage_depths.size()) : 1; }
@@ -46,7 +49,7 @@ struct ModelConfig {
   int stage_window(int s) const;
   /// Swin: shift of the odd blocks of stage s: window / 2, or 0 when one window covers the stage.
   int stage_shift(int s) const;
-  int tokens() const { return (image_size / patch) * (image_size / patch) + 1; }
+  int tokens() const { return arch == "lm" ? context : (image_size / patch) * (image_size / patch) + 1; }
   /// Routing points: L + 1 per AttnRes stack (P = L + 1 for ViT, sum of 2 depth_s + 1 for Swin),
   /// 0 for the standard twin.
   int routing_points() const;
@@ -62,6 +65,11 @@ struct ModelConfig {
 /// at every stage or split into whole windows, or an inconsistent block size.
 ModelConfig make_model_config(const std::string& preset, int image_size, int channels, int classes,
                               ResidualMode residual, int block_size);
+
+/// The byte-level AttnRes language model (issue 27): ar-lm-tiny is d 128, 4 blocks, 4 heads, MLP x4,
+/// vocabulary 256, learned positions over `context` tokens, the head tied to the embedding.
+/// Throws InputError for an unknown preset or an inconsistent block size.
+ModelConfig make_lm_config(const std::string& preset, int context, ResidualMode residual, int block_size);
 
 /// Throws InputError naming the field when the configuration is inconsistent.
 void validate_model_config(const ModelConfig& config);

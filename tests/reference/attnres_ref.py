@@ -55,32 +55,37 @@ def attnres(point, sources, P, eps, alphas):
     return (alpha.unsqueeze(-1) * V).sum(0)
 
 
+def residual_stack(v0, L, mode, S, sub, P, eps):
+    """L sublayers sub(l, h) over v0: standard residuals (mode 0), Full (1) or Block AttnRes (2, block
+    size S), ending in the final aggregation. Returns the output and every point's routing weights."""
+    alphas = []
+    if mode == 0:
+        h = v0
+        for l in range(L):
+            h = h + sub(l, h)
+        return h, alphas
+    if mode == 1:
+        S = 1
+    blocks = [v0]      # completed block representations b_0..b_{n-1}
+    partial = None     # b_n^partial
+    for l in range(L):
+        if l % S == 0 and partial is not None:
+            blocks.append(partial)
+            partial = None
+        sources = blocks + ([partial] if partial is not None else [])
+        h = attnres(l, sources, P, eps, alphas)
+        out = sub(l, h)
+        partial = out if partial is None else partial + out
+    return attnres(L, blocks + [partial], P, eps, alphas), alphas
+
+
 def forward(P, images, cfg):
     dim, depth, heads, patch, mode, S, eps = cfg[:7]
     x = F.conv2d(images, P["patch_embed.weight"], P["patch_embed.bias"], stride=patch)
     x = x.flatten(2).transpose(1, 2)
     cls = P["cls_token"].expand(x.shape[0], 1, dim)
     v0 = torch.cat([cls, x], 1) + P["pos_embed"]
-    L = 2 * depth
-    alphas = []
-    if mode == 0:
-        h = v0
-        for l in range(L):
-            h = h + sublayer(l, h, P, heads, eps)
-    else:
-        if mode == 1:
-            S = 1
-        blocks = [v0]      # completed block representations b_0..b_{n-1}
-        partial = None     # b_n^partial
-        for l in range(L):
-            if l % S == 0 and partial is not None:
-                blocks.append(partial)
-                partial = None
-            sources = blocks + ([partial] if partial is not None else [])
-            h = attnres(l, sources, P, eps, alphas)
-            out = sublayer(l, h, P, heads, eps)
-            partial = out if partial is None else partial + out
-        h = attnres(L, blocks + [partial], P, eps, alphas)
+    h, alphas = residual_stack(v0, 2 * depth, mode, S, lambda l, x: sublayer(l, x, P, heads, eps), P, eps)
     h = F.layer_norm(h, (dim,), P["final_norm.weight"], P["final_norm.bias"], eps)
     return F.linear(h[:, 0], P["head.weight"], P["head.bias"]), alphas
 
