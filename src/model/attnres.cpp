@@ -23,7 +23,7 @@ torch::Tensor attnres_route(int point, const std::vector<torch::Tensor>& scores,
     alpha = alpha / alpha.sum(0, true).clamp_min(1e-30);
   }
   if (capture) capture->alpha.push_back(alpha.detach());
-  if (fused_operators_enabled()) {
+  if (fused_operators_enabled() && alpha.device().is_cpu()) {
     // The weighted sum in alpha's precision (fp32 at least), returned in the dtype the stacked
     // composite below would give (the sources' promoted type).
     auto result = values[0].scalar_type();
@@ -48,7 +48,7 @@ torch::Tensor attnres_stack(const torch::Tensor& v0, int layers, int block_size,
   // once when the source completes (the key is RMS-normalised once, not at every point).
   std::vector<torch::Tensor> done_values, done_scores;  // (B,T,d), (B,T,P)
   // With the fused routing sum a reduced-precision source is widened once here, not at every point.
-  const bool widen = fused_operators_enabled();
+  const bool widen = fused_operators_enabled() && v0.device().is_cpu();
   auto complete = [&](const torch::Tensor& v) {
     const auto t = v.scalar_type();
     done_values.push_back(widen && (t == torch::kBFloat16 || t == torch::kHalf) ? v.to(torch::kFloat) : v);

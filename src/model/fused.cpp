@@ -455,12 +455,13 @@ torch::Tensor routing_sum(const torch::Tensor& alpha, const std::vector<torch::T
   if (alpha.dim() != 3 || alpha.size(0) != static_cast<std::int64_t>(values.size()))
     throw_input(fn, "alpha must be (S,B,T) with S = the number of sources (" + std::to_string(values.size()) + ")");
   if (!floating(alpha)) throw_input(fn, "alpha must be float or double");
+  if (!alpha.device().is_cpu()) throw_input(fn, "CPU tensors only (the models use LibTorch's composite on other devices)");
   for (std::size_t s = 0; s < values.size(); ++s) {
     const auto& v = values[s];
     if (v.dim() != 3 || v.size(0) != alpha.size(1) || v.size(1) != alpha.size(2) || v.sizes() != values[0].sizes())
       throw_input(fn, "source " + std::to_string(s) + " must be (B,T,d) matching alpha (S,B,T) and source 0");
-    if (v.scalar_type() != alpha.scalar_type())
-      throw_input(fn, "source " + std::to_string(s) + " must have alpha's dtype");
+    if (v.scalar_type() != alpha.scalar_type() || v.device() != alpha.device())
+      throw_input(fn, "source " + std::to_string(s) + " must have alpha's dtype and device");
   }
   return RoutingSumFunction::apply(alpha, torch::TensorList(values));
 }
@@ -470,6 +471,7 @@ torch::Tensor fused_self_attention(const torch::Tensor& qkv, int heads, bool cau
   if (qkv.dim() != 3 || qkv.size(2) % 3 != 0) throw_input(fn, "qkv must be (B,T,3D)");
   if (heads < 1 || (qkv.size(2) / 3) % heads != 0) throw_input(fn, "D must be a multiple of the number of heads");
   if (!floating(qkv)) throw_input(fn, "qkv must be float or double");
+  if (!qkv.device().is_cpu()) throw_input(fn, "CPU tensors only (the models use LibTorch's composite on other devices)");
   return SelfAttentionFunction::apply(qkv, static_cast<std::int64_t>(heads), causal);
 }
 

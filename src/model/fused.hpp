@@ -13,7 +13,8 @@
 
 namespace arcal {
 
-/// Whether the models use the fused operators (default true). ARCAL_FUSED=0 in the environment
+/// Whether the models use the fused operators on CPU tensors (default true; on other devices they
+/// always use LibTorch's composite). ARCAL_FUSED=0 in the environment
 /// turns them off for the whole process (the LibTorch composite instead: for profiles and the
 /// before/after benchmark); set_fused_operators overrides both.
 bool fused_operators_enabled();

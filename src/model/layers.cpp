@@ -16,7 +16,7 @@ MultiHeadAttentionImpl::MultiHeadAttentionImpl(int dim, int heads, bool causal) 
 torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x) {
   const auto B = x.size(0), T = x.size(1), D = x.size(2);
   const auto hd = D / heads_;
-  if (!(backend_ && !is_training()) && fused_operators_enabled()) {
+  if (!(backend_ && !is_training()) && fused_operators_enabled() && x.device().is_cpu()) {
     // One operator for every head's softmax(q k^T / sqrt(hd)) v, forward and backward, in fp32 at
     // least (under bf16 autocast the products are tiny; the projections stay in bf16).
     auto qkv = qkv_(x);
