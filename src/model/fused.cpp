@@ -111,10 +111,15 @@ inline void routing_sum_backward(const double* a, const double* const* v, const 
   routing_sum_backward_d(a, v, g, S, N, d, b, e, da, dv);
 }
 
+// Rows per parallel task: about 16K multiply-adds each.
+std::int64_t routing_grain(int S, std::int64_t d) {
+  return std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(1, S * d));
+}
+
 void routing_sum_kernel(const torch::Tensor& alpha, const std::vector<torch::Tensor>& values, torch::Tensor& out) {
   const int S = static_cast<int>(values.size());
   const std::int64_t N = alpha.size(1) * alpha.size(2), d = out.size(-1);
-  const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(1, S * d));
+  const std::int64_t grain = routing_grain(S, d);
   AT_DISPATCH_FLOATING_TYPES(alpha.scalar_type(), "routing_sum", [&] {
     std::vector<const scalar_t*> v(S);
     for (int s = 0; s < S; ++s) v[s] = values[s].data_ptr<scalar_t>();
@@ -149,7 +154,7 @@ struct RoutingSumFunction : public torch::autograd::Function<RoutingSumFunction>
     std::vector<torch::Tensor> dvalues(S);
     for (int s = 0; s < S; ++s) dvalues[s] = torch::empty_like(values[s]);
     const std::int64_t N = alpha.size(1) * alpha.size(2), d = grad.size(-1);
-    const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(1, S * d));
+    const std::int64_t grain = routing_grain(S, d);
     AT_DISPATCH_FLOATING_TYPES(alpha.scalar_type(), "routing_sum_backward", [&] {
       std::vector<const scalar_t*> v(S);
       std::vector<scalar_t*> dv(S);
@@ -180,30 +185,39 @@ ARCAL_ALWAYS_INLINE void transpose_head(const T* x, std::int64_t ld, int n, int 
     for (int c = 0; c < hd; ++c) xt[c * n + j] = x[j * ld + c];
 }
 
-// Loop orders keep every vector update independent of the one before it: the score matrix is built
-// column by column of the head dimension (row i's scores are updated again only after the other n-1
-// rows), output rows accumulate key by key with the rows in between, and the backward splits dq
-// (accumulated over keys) from dk and dv (accumulated over queries). Kt (hd x n) holds the keys
-// transposed so that score updates run over contiguous keys. HD > 0 fixes the head dimension at
+// out (n x n) = a b^T for two heads' rows (n x hd, rows lda / ldb apart): out[i][j] = a_i . b_j, built
+// column by column of the head dimension so that row i is updated again only after the other n-1
+// rows. bt (hd x n) is scratch for b held transposed, so every update runs over contiguous j.
+template <typename T, int HD>
+ARCAL_ALWAYS_INLINE void head_products(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, int n,
+                                       int hd_runtime, T* __restrict out, T* __restrict bt) {
+  const int hd = HD > 0 ? HD : hd_runtime;
+  transpose_head(b, ldb, n, hd, bt);
+  const std::int64_t nn = std::int64_t(n) * n;
+#pragma omp simd
+  for (std::int64_t e = 0; e < nn; ++e) out[e] = 0;
+  for (int c = 0; c < hd; ++c) {
+    const T* __restrict bc = bt + c * n;
+    for (int i = 0; i < n; ++i) {
+      const T aic = a[i * lda + c];
+      T* __restrict o = out + std::int64_t(i) * n;
+#pragma omp simd
+      for (int j = 0; j < n; ++j) o[j] += aic * bc[j];
+    }
+  }
+}
+
+// Loop orders keep every vector update independent of the one before it: score matrices come from
+// head_products, output rows accumulate key by key with the rows in between, and the backward splits
+// dq (accumulated over keys) from dk and dv (accumulated over queries). Kt and Vt are head_products'
+// scratch. HD > 0 fixes the head dimension at
 // compile time (unrolled loops); HD = 0 reads it from hd.
 template <typename T, int HD>
 ARCAL_ALWAYS_INLINE void attention_head_forward(const T* q, const T* k, const T* v, std::int64_t ld, int n,
                                                 int hd_runtime, T scale, bool causal, T* __restrict P, T* out,
                                                 std::int64_t ldo, T* __restrict Kt) {
   const int hd = HD > 0 ? HD : hd_runtime;
-  transpose_head(k, ld, n, hd, Kt);
-  const std::int64_t nn = std::int64_t(n) * n;
-#pragma omp simd
-  for (std::int64_t e = 0; e < nn; ++e) P[e] = 0;
-  for (int c = 0; c < hd; ++c) {
-    const T* __restrict kc = Kt + c * n;
-    for (int i = 0; i < n; ++i) {
-      const T qic = q[i * ld + c];
-      T* __restrict p = P + std::int64_t(i) * n;
-#pragma omp simd
-      for (int j = 0; j < n; ++j) p[j] += qic * kc[j];
-    }
-  }
+  head_products<T, HD>(q, ld, k, ld, n, hd, P, Kt);  // raw scores q_i . k_j
   for (int i = 0; i < n; ++i) {
     T* __restrict p = P + std::int64_t(i) * n;
     T mx = -std::numeric_limits<T>::infinity();
@@ -237,26 +251,15 @@ ARCAL_ALWAYS_INLINE void attention_head_forward(const T* q, const T* k, const T*
   }
 }
 
-// dq, dk, dv (same layout as q, k, v) must start at zero (attention_backward_heads zeroes them); dS (n x n) and Vt (hd x n) are scratch.
+// dq, dk, dv (same layout as q, k, v) must start at zero (attention_backward_heads zeroes them);
+// dS (n x n) and Vt (hd x n) are scratch.
 template <typename T, int HD>
 ARCAL_ALWAYS_INLINE void attention_head_backward(const T* q, const T* k, const T* v, std::int64_t ld, int n,
                                                  int hd_runtime, T scale, const T* __restrict P, const T* g,
                                                  std::int64_t ldo, T* dq, T* dk, T* dv, T* __restrict dS,
                                                  T* __restrict Vt) {
   const int hd = HD > 0 ? HD : hd_runtime;
-  transpose_head(v, ld, n, hd, Vt);
-  const std::int64_t nn = std::int64_t(n) * n;
-#pragma omp simd
-  for (std::int64_t e = 0; e < nn; ++e) dS[e] = 0;
-  for (int c = 0; c < hd; ++c) {  // dP_ij = g_i . v_j
-    const T* __restrict vc = Vt + c * n;
-    for (int i = 0; i < n; ++i) {
-      const T gic = g[i * ldo + c];
-      T* __restrict d = dS + std::int64_t(i) * n;
-#pragma omp simd
-      for (int j = 0; j < n; ++j) d[j] += gic * vc[j];
-    }
-  }
+  head_products<T, HD>(g, ldo, v, ld, n, hd, dS, Vt);  // dP_ij = g_i . v_j
   for (int i = 0; i < n; ++i) {  // dS_ij = P_ij (dP_ij - sum_j' P_ij' dP_ij') / sqrt(hd)
     const T* __restrict p = P + std::int64_t(i) * n;
     T* __restrict d = dS + std::int64_t(i) * n;
