@@ -63,7 +63,7 @@ AuditResults run_audit(const std::vector<AuditRunInput>& runs, const AuditOption
   std::vector<DiagnosticTestSpec> family;
   for (const auto& run : runs)
     for (std::size_t s = 0; s < run.statistics.size(); ++s)
-      family.push_back({run.run, run.cell, run.statistic_names[s], run.confidence, run.correct, run.statistics[s]});
+      family.push_back({run.run, run.cell, run.statistic_names[s], run.confidence, run.correct, run.statistics[s], run.cluster});
   const auto t0 = std::chrono::steady_clock::now();
   out.diagnostic = run_diagnostic_family(family, options.diagnostic);
   const auto t1 = std::chrono::steady_clock::now();
@@ -89,7 +89,8 @@ void run_condcal_family(const std::vector<AuditRunInput>& runs, const AuditOptio
       o.seed = derive_seed(options.condcal.seed, r);  // same splits for every statistic of a run
       o.threads = options.diagnostic.threads;         // the smoother's queries on the diagnostic's workers
       AuditCondCalEntry e{run.run, run.cell, run.statistic_names[s],
-                          ar_condcal(run.confidence, run.correct, run.statistics[s], run.predictive_entropy, run.labels, o)};
+                          ar_condcal(run.confidence, run.correct, run.statistics[s], run.predictive_entropy, run.labels, o,
+                                     run.cluster)};
       if (s == 0) {
         auto it = std::find(cells.begin(), cells.end(), run.cell);
         if (it == cells.end()) {

@@ -51,6 +51,9 @@ struct AuditRunInput {
   std::size_t routing_points = 0, routing_max_sources = 0;
   std::vector<int> routing_sources;
   std::vector<double> routing_mean;
+  /// Cluster id per example ([n], from the trace's `cluster`; empty = independent examples): every
+  /// split, permutation and bootstrap keeps a cluster whole (method.md §6.8).
+  std::vector<std::int64_t> cluster;
 };
 
 struct AuditOptions {

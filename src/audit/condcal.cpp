@@ -25,8 +25,9 @@ std::vector<double> rows(const Columns& cols, const std::vector<std::size_t>& id
   return x;
 }
 
-std::vector<double> pick(const std::vector<double>& v, const std::vector<std::size_t>& idx) {
-  std::vector<double> out(idx.size());
+template <class T>
+std::vector<T> pick(const std::vector<T>& v, const std::vector<std::size_t>& idx) {
+  std::vector<T> out(idx.size());
   for (std::size_t r = 0; r < idx.size(); ++r) out[r] = v[idx[r]];
   return out;
 }
@@ -88,8 +89,10 @@ double binary_ece(const std::vector<double>& estimate, const std::vector<double>
 
 CondCalResult ar_condcal(const std::vector<double>& confidence, const std::vector<double>& correct,
                          const std::vector<double>& statistic, const std::vector<double>& predictive_entropy,
-                         const std::vector<std::int64_t>& labels, const CondCalOptions& o) {
+                         const std::vector<std::int64_t>& labels, const CondCalOptions& o,
+                         const std::vector<std::int64_t>& cluster) {
   const char* fn = "ar_condcal";
+  if (!cluster.empty()) check_same_size(fn, "confidence", confidence.size(), "cluster", cluster.size());
   const std::size_t n = confidence.size();
   check_same_size(fn, "confidence", n, "correct", correct.size());
   check_same_size(fn, "confidence", n, "statistic", statistic.size());
@@ -145,7 +148,7 @@ CondCalResult ar_condcal(const std::vector<double>& confidence, const std::vecto
     arm.dims = s.cols.size();
     result.arms.push_back(arm);
   }
-  const auto folds = cross_fit_halves(labels, derive_seed(o.seed, 0));
+  const auto folds = cross_fit_halves(labels, cluster, derive_seed(o.seed, 0));
   for (std::size_t f = 0; f < 2; ++f) {
     const auto& cal = folds[f].calibration;
     const auto& eval = folds[f].evaluation;
@@ -167,7 +170,8 @@ CondCalResult ar_condcal(const std::vector<double>& confidence, const std::vecto
     for (auto& c : raw) c = std::clamp(c, o.clip, 1.0 - o.clip);
     accumulate(result.uncalibrated, score(raw, a_eval, tertile, o.ece_bins), 0.5);
     // Inner CV folds shared by every arm (matched).
-    const auto inner = kfold_assignment(cal.size(), o.cv_folds, derive_seed(o.seed, 10 + f));
+    const auto inner = kfold_assignment(cal.size(), o.cv_folds, cluster.empty() ? cluster : pick(cluster, cal),
+                                        derive_seed(o.seed, 10 + f));
     for (std::size_t a = 0; a < specs.size(); ++a) {
       const auto& cols = specs[a].cols;
       for (std::size_t d = 0; d < cols.size(); ++d) {

@@ -55,10 +55,12 @@ struct CondCalResult {
 /// Bandwidth per coordinate: scott_bandwidth(column, dims, m) of the data the estimator is fitted on
 /// (equivalent to standardising), so the 1-D control uses n^(-1/5) and the 2-D arms n^(-1/6).
 /// Throws InputError on mismatched sizes, invalid values, a constant statistic or entropy, or too few
-/// examples (each half needs >= 2 * cv_folds).
+/// examples (each half needs >= 2 * cv_folds). With `cluster` [n] (dependent examples, method.md
+/// §6.8) the halves and the bandwidth CV folds hold whole clusters (stats/splits.hpp).
 CondCalResult ar_condcal(const std::vector<double>& confidence, const std::vector<double>& correct,
                          const std::vector<double>& statistic, const std::vector<double>& predictive_entropy,
-                         const std::vector<std::int64_t>& labels, const CondCalOptions& options);
+                         const std::vector<std::int64_t>& labels, const CondCalOptions& options,
+                         const std::vector<std::int64_t>& cluster = {});
 
 /// Top-label binary ECE of estimates vs correctness with `bins` equal-width bins ([n] each).
 double binary_ece(const std::vector<double>& estimate, const std::vector<double>& correct, std::size_t bins);

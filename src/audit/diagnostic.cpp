@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <map>
 
 #include "core/check.hpp"
 #include "core/parallel.hpp"
@@ -155,17 +156,11 @@ MatchedStrata matched_confidence_strata(const std::vector<double>& confidence, c
   return r;
 }
 
-std::vector<double> cross_fitted_accuracy(const std::vector<double>& confidence, const std::vector<double>& correct,
-                                          std::uint64_t seed) {
-  const char* fn = "cross_fitted_accuracy";
+namespace {
+/// The isotonic cross-fit of q̂ over two given halves.
+std::vector<double> cross_fit_isotonic(const std::vector<double>& confidence, const std::vector<double>& correct,
+                                       const std::array<std::vector<std::size_t>, 2>& half) {
   const std::size_t n = confidence.size();
-  check_same_size(fn, "confidence", n, "correct", correct.size());
-  if (n < 4) throw_input(fn, "needs at least 4 examples, got " + std::to_string(n));
-  std::vector<std::size_t> order(n);
-  for (std::size_t i = 0; i < n; ++i) order[i] = i;
-  Rng(seed).shuffle(order);
-  std::array<std::vector<std::size_t>, 2> half;
-  for (std::size_t k = 0; k < n; ++k) half[k % 2].push_back(order[k]);
   std::vector<double> out(n);
   for (std::size_t h = 0; h < 2; ++h) {
     const auto& fit = half[1 - h];
@@ -181,6 +176,35 @@ std::vector<double> cross_fitted_accuracy(const std::vector<double>& confidence,
     for (std::size_t k = 0; k < half[h].size(); ++k) out[half[h][k]] = pred[k];
   }
   return out;
+}
+}  // namespace
+
+std::vector<double> cross_fitted_accuracy(const std::vector<double>& confidence, const std::vector<double>& correct,
+                                          std::uint64_t seed) {
+  const char* fn = "cross_fitted_accuracy";
+  const std::size_t n = confidence.size();
+  check_same_size(fn, "confidence", n, "correct", correct.size());
+  if (n < 4) throw_input(fn, "needs at least 4 examples, got " + std::to_string(n));
+  std::vector<std::size_t> order(n);
+  for (std::size_t i = 0; i < n; ++i) order[i] = i;
+  Rng(seed).shuffle(order);
+  std::array<std::vector<std::size_t>, 2> half;
+  for (std::size_t k = 0; k < n; ++k) half[k % 2].push_back(order[k]);
+  return cross_fit_isotonic(confidence, correct, half);
+}
+
+std::vector<double> cross_fitted_accuracy(const std::vector<double>& confidence, const std::vector<double>& correct,
+                                          const std::vector<std::int64_t>& cluster, std::uint64_t seed) {
+  if (cluster.empty()) return cross_fitted_accuracy(confidence, correct, seed);
+  const char* fn = "cross_fitted_accuracy";
+  const std::size_t n = confidence.size();
+  check_same_size(fn, "confidence", n, "correct", correct.size());
+  check_same_size(fn, "confidence", n, "cluster", cluster.size());
+  if (n < 4) throw_input(fn, "needs at least 4 examples, got " + std::to_string(n));
+  const auto fold = cluster_kfold_assignment(cluster, 2, seed);
+  std::array<std::vector<std::size_t>, 2> half;
+  for (std::size_t i = 0; i < n; ++i) half[static_cast<std::size_t>(fold[i])].push_back(i);
+  return cross_fit_isotonic(confidence, correct, half);
 }
 
 GapTestResult residual_gap_test(const std::vector<double>& confidence, const std::vector<double>& correct,
@@ -238,6 +262,72 @@ GapTestResult residual_gap_test(const std::vector<double>& confidence, const std
   return r;
 }
 
+GapTestResult clustered_residual_gap_test(const std::vector<double>& confidence, const std::vector<double>& correct,
+                                          const std::vector<double>& statistic, const std::vector<std::int64_t>& cluster,
+                                          const DiagnosticOptions& options, std::uint64_t seed) {
+  const char* fn = "clustered_residual_gap_test";
+  if (options.strata_size == 0) throw_input(fn, "strata_size is 0, but must be >= 1");
+  check_same_size(fn, "confidence", confidence.size(), "cluster", cluster.size());
+  const auto bt = bin_tertiles(confidence, correct, statistic, options);
+  const auto qhat = cross_fitted_accuracy(confidence, correct, cluster, derive_seed(seed, 1));
+  GapTestResult r;
+  r.n = confidence.size();
+  r.n_used = bt.n_used;
+  r.bins_dropped = bt.bins_dropped;
+  std::map<std::int64_t, double> contribution;  // T_g, by cluster id (ordered: the null's draws are reproducible)
+  for (const auto& kb : bt.bins) {
+    BinGap g = bin_summary(kb, confidence, correct, bt.n_used);
+    const double ct = g.weight / static_cast<double>(g.n_top), cb = -g.weight / static_cast<double>(g.n_bottom);
+    std::vector<double> cb_conf(kb.idx.size());
+    for (std::size_t k = 0; k < kb.idx.size(); ++k) cb_conf[k] = confidence[kb.idx[k]];
+    const std::size_t groups = std::max<std::size_t>(
+        1, static_cast<std::size_t>(std::llround(double(kb.idx.size()) / double(options.strata_size))));
+    const auto stratum = equal_mass_group_index(cb_conf, groups);
+    std::vector<double> phi(kb.idx.size()), phi_sum(groups, 0.0);
+    std::vector<std::size_t> count(groups, 0);
+    for (std::size_t k = 0; k < kb.idx.size(); ++k) {
+      phi[k] = kb.tertile[k] == 2 ? ct : kb.tertile[k] == 0 ? cb : 0.0;
+      phi_sum[static_cast<std::size_t>(stratum[k])] += phi[k];
+      ++count[static_cast<std::size_t>(stratum[k])];
+    }
+    for (std::size_t k = 0; k < kb.idx.size(); ++k) {
+      const std::size_t i = kb.idx[k], st = static_cast<std::size_t>(stratum[k]);
+      const double res = correct[i] - qhat[i];
+      contribution[cluster[i]] += (phi[k] - phi_sum[st] / double(count[st])) * res;
+      if (kb.tertile[k] == 2) g.resid_top += res;
+      if (kb.tertile[k] == 0) g.resid_bottom += res;
+    }
+    r.strata += static_cast<std::size_t>(std::count_if(count.begin(), count.end(), [](std::size_t c) { return c > 0; }));
+    g.resid_top /= static_cast<double>(g.n_top);
+    g.resid_bottom /= static_cast<double>(g.n_bottom);
+    g.gap = g.resid_top - g.resid_bottom;
+    r.bins.push_back(g);
+  }
+  std::vector<double> t;
+  t.reserve(contribution.size());
+  for (const auto& kv : contribution) t.push_back(kv.second);
+  if (t.size() < 2)
+    throw_input(fn, "the kept bins hold " + std::to_string(t.size()) + " cluster(s); a sign-flip null needs at least 2");
+  r.clusters = t.size();
+  r.gap = 0;
+  for (double v : t) r.gap += v;
+  std::vector<double> null(static_cast<std::size_t>(std::max(0, options.permutations)));
+  Rng rng(seed);
+  for (auto& x : null) {
+    double sum = 0;
+    std::uint64_t bits = 0;
+    for (std::size_t g = 0; g < t.size(); ++g) {
+      if (g % 64 == 0) bits = rng.next_u64();
+      sum += (bits >> (g % 64)) & 1U ? t[g] : -t[g];
+    }
+    x = sum;
+  }
+  r.permutations = options.permutations;
+  r.p = permutation_p_value(r.gap, null, &r.exceed);
+  fill_null_histogram(r, null);
+  return r;
+}
+
 GapTestResult matched_confidence_gap_test(const std::vector<double>& confidence, const std::vector<double>& correct,
                                           const std::vector<double>& statistic, const DiagnosticOptions& options,
                                           std::uint64_t seed) {
@@ -274,7 +364,10 @@ DiagnosticFamily run_diagnostic_family(const std::vector<DiagnosticTestSpec>& fa
     test.seed = derive_seed(options.seed, t);
     try {
       test.paper = matched_confidence_gap_test(spec.confidence, spec.correct, spec.values, options, test.seed);
-      test.result = residual_gap_test(spec.confidence, spec.correct, spec.values, options, derive_seed(test.seed, 0xD1A6));
+      test.result = spec.cluster.empty()
+                        ? residual_gap_test(spec.confidence, spec.correct, spec.values, options, derive_seed(test.seed, 0xD1A6))
+                        : clustered_residual_gap_test(spec.confidence, spec.correct, spec.values, spec.cluster, options,
+                                                      derive_seed(test.seed, 0xD1A6));
     } catch (const InputError& e) {
       throw InputError(std::string(fn) + ": test[" + std::to_string(t) + "] (run '" + spec.run + "', statistic '" +
                        spec.statistic + "'): " + e.what());

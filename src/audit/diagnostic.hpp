@@ -4,7 +4,9 @@
 // test: residuals a - q̂(c) against a cross-fitted monotone estimate of P(a = 1 | c), with s permuted
 // within fine strata of c nested in the bins (a conditional permutation test that keeps the s-c
 // dependence, so s cannot reject through c alone). A declared family of (run x statistic) tests gets
-// raw, Holm and BH p-values for both protocols and a cross-seed stability verdict per cell.
+// raw, Holm and BH p-values for both protocols and a cross-seed stability verdict per cell. Examples
+// that carry a cluster id (tokens of one sequence, method.md §6.8) get the clustered decision test:
+// q̂ cross-fitted over whole clusters and a cluster sign-flip null of the stratum-centred gap.
 #pragma once
 
 #include <cstddef>
@@ -53,6 +55,9 @@ struct GapTestResult {
   std::vector<double> null_edges;
   std::vector<std::size_t> null_counts;
   std::size_t strata = 0;  ///< decision test: conditional-permutation strata (0 for the paper protocol)
+  /// Clustered decision test (clustered_residual_gap_test): the clusters whose signs the null flips;
+  /// 0 for a test on independent examples (the null then permutes s).
+  std::size_t clusters = 0;
 };
 
 inline constexpr std::size_t kNullHistogramBins = 40;
@@ -98,6 +103,27 @@ GapTestResult residual_gap_test(const std::vector<double>& confidence, const std
                                 const std::vector<double>& statistic, const DiagnosticOptions& options,
                                 std::uint64_t seed);
 
+/// cross_fitted_accuracy with whole clusters to each half (cluster_kfold_assignment, k = 2) when
+/// `cluster` [n] is non-empty, so no example's q̂ was fitted on its own cluster.
+std::vector<double> cross_fitted_accuracy(const std::vector<double>& confidence, const std::vector<double>& correct,
+                                          const std::vector<std::int64_t>& cluster, std::uint64_t seed);
+
+/// The decision test for dependent examples (method.md §6.8): cluster [n] >= 0 groups examples that
+/// are not independent (tokens of a sequence). Bins, tertiles and strata as residual_gap_test; q̂
+/// cross-fitted over whole clusters. With phi_i the tertile weight of example i (w_b / n_top for the
+/// top tertile, -w_b / n_bottom for the bottom, 0 between) centred within its stratum of c
+/// (phi~_i = phi_i - the stratum's mean, which removes what a smooth error of q̂ shares with c), the gap
+/// is G_c = Σ_i phi~_i r_i = Σ_g T_g over clusters; null: G* = Σ_g e_g T_g with independent signs e_g
+/// = ±1 (a wild cluster bootstrap / sign-flip test: valid whenever the clusters are independent and
+/// E[r | c, s] = 0, whatever the dependence inside a cluster). p = (1 + #{|G*| >= |G_c|}) / (R + 1).
+/// The within-stratum permutation of residual_gap_test moves single examples: under within-cluster
+/// dependence of both s and the residuals its null is too narrow (docs/audit_validation.md measures
+/// it). Throws as residual_gap_test, and InputError for a cluster of the wrong size, a negative id, or
+/// fewer than 2 clusters.
+GapTestResult clustered_residual_gap_test(const std::vector<double>& confidence, const std::vector<double>& correct,
+                                          const std::vector<double>& statistic, const std::vector<std::int64_t>& cluster,
+                                          const DiagnosticOptions& options, std::uint64_t seed);
+
 /// One declared test: a run, the cell it belongs to (runs of one cell differ only by seed) and a
 /// statistic name, with its arrays ([n] each).
 struct DiagnosticTestSpec {
@@ -107,6 +133,9 @@ struct DiagnosticTestSpec {
   std::vector<double> confidence;
   std::vector<double> correct;
   std::vector<double> values;
+  /// Cluster id per example ([n], or empty for independent examples): the decision test is then
+  /// clustered_residual_gap_test; the paper protocol (reported only) stays as it is.
+  std::vector<std::int64_t> cluster;
 };
 
 struct DiagnosticTest {

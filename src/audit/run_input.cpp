@@ -1,5 +1,7 @@
 #include "audit/run_input.hpp"
 
+#include <map>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -32,6 +34,7 @@ AuditRunInput make_audit_run_input(const Trace& t, const std::string& run, const
   in.cell = trace_cell(t, run);
   in.classes = K;
   in.labels = t.labels;
+  in.cluster = t.cluster;
   in.confidence.resize(n);
   in.correct.resize(n);
   in.predictive_entropy.resize(n);
@@ -98,8 +101,21 @@ AuditRunInput subsample_run(const AuditRunInput& run, std::size_t max_examples, 
   if (max_examples == 0 || n <= max_examples) return run;
   std::vector<std::size_t> idx(n);
   for (std::size_t i = 0; i < n; ++i) idx[i] = i;
-  Rng(seed).shuffle(idx);
-  idx.resize(max_examples);
+  if (run.cluster.empty()) {
+    Rng(seed).shuffle(idx);
+    idx.resize(max_examples);
+  } else {  // whole clusters, in a seeded order, until max_examples would be passed
+    std::map<std::int64_t, std::vector<std::size_t>> members;
+    for (std::size_t i = 0; i < n; ++i) members[run.cluster[i]].push_back(i);
+    std::vector<const std::vector<std::size_t>*> order;
+    for (const auto& kv : members) order.push_back(&kv.second);
+    Rng(seed).shuffle(order);
+    idx.clear();
+    for (const auto* m : order) {
+      if (!idx.empty() && idx.size() + m->size() > max_examples) break;
+      idx.insert(idx.end(), m->begin(), m->end());
+    }
+  }
   std::sort(idx.begin(), idx.end());
   auto rows = [&](const auto& v, std::size_t width) {
     std::remove_cv_t<std::remove_reference_t<decltype(v)>> out;
@@ -126,6 +142,7 @@ AuditRunInput subsample_run(const AuditRunInput& run, std::size_t max_examples, 
   out.routing_max_sources = run.routing_max_sources;
   out.routing_sources = run.routing_sources;
   out.routing_mean = run.routing_mean;
+  out.cluster = rows(run.cluster, 1);
   return out;
 }
 

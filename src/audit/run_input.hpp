@@ -30,7 +30,9 @@ AuditRunInput make_audit_run_input(const Trace& trace, const std::string& run, c
 /// The run restricted to a seeded uniform subsample of at most `max_examples` examples (without
 /// replacement, in their original order): every per-example array (confidence, correctness, entropy,
 /// labels, statistics, profile, log-probabilities, predicted class) is subset together; the run-level
-/// fields (ids, cell, classes, names, routing means) are kept. A run of at most max_examples examples,
+/// fields (ids, cell, classes, names, routing means) are kept. A run with clusters is subsampled by
+/// whole clusters (a seeded order of them, taken while the total stays within max_examples; at least
+/// one). A run of at most max_examples examples,
 /// or max_examples = 0, is returned whole. The subsample ignores routing and correctness, so the
 /// refits' nulls (method.md §6.5-6.6) hold on it as on the whole run; it only costs power.
 AuditRunInput subsample_run(const AuditRunInput& run, std::size_t max_examples, std::uint64_t seed);

@@ -192,4 +192,72 @@ SimulatedTrace simulate_trace(const SimulationOptions& o) {
   return sim;
 }
 
+SimulatedTokens simulate_tokens(const TokenSimulationOptions& o) {
+  const char* fn = "simulate_tokens";
+  if (o.sequences < 2) throw_input(fn, "sequences is " + std::to_string(o.sequences) + ", but must be >= 2");
+  if (o.length < 1) throw_input(fn, "length is 0, but must be >= 1");
+  if (o.classes < 2) throw_input(fn, "classes is " + std::to_string(o.classes) + ", but must be >= 2");
+  for (double v : {o.confidence_mean, o.confidence_cluster_sd, o.confidence_token_sd, o.routing_cluster_sd,
+                   o.correct_cluster_sd, o.slope, o.confound, o.effect})
+    if (!std::isfinite(v)) throw_input(fn, "every setting must be finite");
+  if (o.confidence_cluster_sd < 0 || o.confidence_token_sd < 0 || o.routing_cluster_sd < 0 || o.correct_cluster_sd < 0)
+    throw_input(fn, "standard deviations must be >= 0");
+  if (!(std::abs(o.token_autocorrelation) < 1)) throw_input(fn, "token_autocorrelation must be in (-1, 1)");
+  const std::size_t G = o.sequences, m = o.length, N = G * m, K = o.classes;
+  Rng rng(o.seed);
+  SimulatedTokens out;
+  std::vector<double> lc(N), e(N);
+  out.cluster.resize(N);
+  std::vector<double> v(G);
+  const double floor_logit = std::log(1.0 / double(K - 1)) + 1e-6;  // c > 1/K: the top class must lead
+  for (std::size_t g = 0; g < G; ++g) {
+    const double u = rng.normal(), w = rng.normal();
+    v[g] = rng.normal();
+    double ar = rng.normal();
+    for (std::size_t t = 0; t < m; ++t) {
+      const std::size_t i = g * m + t;
+      if (t > 0) ar = o.token_autocorrelation * ar + std::sqrt(1 - o.token_autocorrelation * o.token_autocorrelation) * rng.normal();
+      e[i] = ar;
+      lc[i] = std::max(floor_logit, o.confidence_mean + o.confidence_cluster_sd * u + o.confidence_token_sd * rng.normal());
+      out.cluster[i] = static_cast<std::int64_t>(g);
+      out.statistic.push_back(o.routing_cluster_sd * w + e[i]);  // the confound is added below
+    }
+  }
+  double mean = 0, var = 0;
+  for (double x : lc) mean += x / double(N);
+  for (double x : lc) var += (x - mean) * (x - mean) / double(N);
+  const double sd = std::sqrt(std::max(var, 1e-300));
+  Trace& tr = out.trace;
+  tr.n = N;
+  tr.classes = K;
+  tr.logits.assign(N * K, 0.0);
+  tr.labels.resize(N);
+  for (std::size_t i = 0; i < N; ++i) {
+    out.statistic[i] += o.confound * (lc[i] - mean) / sd;
+    const double c = 1.0 / (1.0 + std::exp(-lc[i]));
+    const double eta = o.slope * lc[i] + o.correct_cluster_sd * v[static_cast<std::size_t>(out.cluster[i])] + o.effect * e[i];
+    const double a = rng.uniform() < 1.0 / (1.0 + std::exp(-eta)) ? 1.0 : 0.0;
+    out.confidence.push_back(c);
+    out.correct.push_back(a);
+    // Logits: the predicted class leads by L with softmax top probability c: e^L / (e^L + K - 1) = c.
+    const auto pred = static_cast<std::int64_t>(rng.below(K));
+    tr.logits[i * K + static_cast<std::size_t>(pred)] = std::log(c * double(K - 1) / (1.0 - c));
+    auto other = static_cast<std::int64_t>(rng.below(K - 1));
+    if (other >= pred) ++other;
+    tr.labels[i] = a > 0 ? pred : other;
+  }
+  tr.features = out.statistic;
+  tr.num_features = 1;
+  tr.feature_names = {"routing_s"};
+  tr.cluster = out.cluster;
+  tr.meta_json = nlohmann::json{{"simulated", "tokens"},
+                                {"sequences", G},
+                                {"length", m},
+                                {"confound", o.confound},
+                                {"effect", o.effect},
+                                {"seed", o.seed}}
+                     .dump();
+  return out;
+}
+
 }  // namespace arcal

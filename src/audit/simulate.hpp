@@ -58,6 +58,39 @@ struct SimulatedTrace {
   double delta = 0.0;
 };
 
+/// Simulated token data with strong within-sequence dependence (method.md §6.8, issue 27): `sequences`
+/// clusters of `length` tokens. Per sequence g: u_g, v_g, w_g ~ N(0, 1); per token an AR(1) series
+/// e_t = phi e_{t-1} + sqrt(1 - phi^2) eta_t (phi = token_autocorrelation) and d_t ~ N(0, 1).
+/// Confidence: logit c = confidence_mean + confidence_cluster_sd u_g + confidence_token_sd d_t
+/// (c = sigma of it, kept above 1/K). Routing statistic: s = confound z(c) + routing_cluster_sd w_g + e_t,
+/// z the standardised logit c. Correctness: a ~ Bern(sigma(slope logit c + correct_cluster_sd v_g +
+/// effect e_t)). With effect 0 routing carries nothing about a beyond c (w, e independent of v), yet
+/// both s and a are correlated inside a sequence; effect != 0 plants a dependence on the token-level
+/// part of s that c does not carry.
+struct TokenSimulationOptions {
+  std::size_t sequences = 200, length = 64;
+  std::size_t classes = 256;
+  double confidence_mean = 0.5, confidence_cluster_sd = 0.8, confidence_token_sd = 1.2;
+  double routing_cluster_sd = 1.0, token_autocorrelation = 0.6;
+  double correct_cluster_sd = 1.0;
+  double slope = 1.0;    ///< < 1: over-confident (the confounded family uses 0.6)
+  double confound = 0.0; ///< s tracks c inside a sequence too
+  double effect = 0.0;   ///< logit of a per unit of e (the planted effect)
+  std::uint64_t seed = 0;
+};
+
+struct SimulatedTokens {
+  std::vector<double> confidence, correct, statistic;
+  std::vector<std::int64_t> cluster;  ///< the sequence of each token, 0..sequences-1
+  /// A trace of the same tokens: logits [N, K] whose top probability is c (the predicted class drawn
+  /// uniformly), labels consistent with a, features [N, 1] "routing_s" = s, cluster, meta.
+  Trace trace;
+};
+
+/// Builds it from Rng(seed). Throws InputError for sequences < 2, length < 1, classes < 2, or a
+/// non-finite or out-of-range (|phi| >= 1, sds < 0) setting.
+SimulatedTokens simulate_tokens(const TokenSimulationOptions& options);
+
 /// Builds a synthetic trace. Every random draw comes from Rng(seed). Throws InputError when n < 2,
 /// classes < 2 (3 with confound_source "outputs" or an output_effect), points < 1, effect_nats is
 /// negative or unreachable, confound is outside [0, 1), or confound_source is unknown ("confidence",

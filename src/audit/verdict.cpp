@@ -68,6 +68,8 @@ VerdictEvidence diagnostic_evidence(const DiagnosticFamily& d) {
       e.comparison = t.statistic;
     }
   e.runs = d.tests.size();
+  // Token traces (clusters): the clustered test, whole sequences sign-flipped (method.md §6.8).
+  if (!d.tests.empty() && d.tests.front().result.clusters > 0) e.variant = "clustered";
   return e;
 }
 
@@ -83,8 +85,8 @@ std::string describe(const VerdictEvidence& e, int replicates) {
     return fmt::format("{} over {} run{}: gain {}, p = {}", e.comparison, e.runs, e.runs == 1 ? "" : "s", gain_text(e),
                        p_text(e.p));
   if (e.test == "diagnostic.decision")
-    return fmt::format("matched-confidence diagnostic (decision test), smallest Holm p of {} tests = {} ({})", e.runs,
-                       p_text(e.p), e.comparison);
+    return fmt::format("matched-confidence diagnostic (decision test{}), smallest Holm p of {} tests = {} ({})",
+                       e.variant == "clustered" ? ", clusters sign-flipped whole" : "", e.runs, p_text(e.p), e.comparison);
   return "not run";
 }
 

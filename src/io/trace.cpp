@@ -142,6 +142,12 @@ void validate(const Trace& t, const Ctx& c) {
     check_stat(t.routing_depth_mean, "routing_depth_mean", 0.0);
     check_stat(t.routing_depth_var, "routing_depth_var", 0.0);
   }
+  if (!t.cluster.empty()) {
+    if (t.cluster.size() != N)
+      c.fail("cluster has " + std::to_string(t.cluster.size()) + " entries, but the trace has N = " + std::to_string(N));
+    for (std::size_t i = 0; i < N; ++i)
+      if (t.cluster[i] < 0) c.fail_index("cluster", std::to_string(i), std::to_string(t.cluster[i]), ">= 0");
+  }
   if (!t.features.empty() || t.num_features > 0) {
     if (t.features.size() != prod(N, t.num_features))
       c.fail("features has " + std::to_string(t.features.size()) + " values, but N*F = " + std::to_string(N) + "*" +
@@ -263,6 +269,15 @@ Trace trace_from_arrays(const std::vector<NpyArray>& list, const std::string& pa
     t.feature_names = fn->as_strings(ctx);
     if (!get("features")) c.fail("has 'feature_names' but no 'features'");
   }
+  if (const NpyArray* cl = get("cluster")) {
+    need_ndim(*cl, 1, "[N]");
+    if (cl->dtype != DType::i8 && cl->dtype != DType::i4)
+      c.fail("cluster has dtype " + dtype_descr(cl->dtype, cl->itemsize / 4) + ", but must be int64 or int32");
+    if (cl->shape[0] != t.n)
+      c.fail("cluster has " + std::to_string(cl->shape[0]) + " entries, but " + scores.name + " has N = " +
+             std::to_string(t.n) + " rows");
+    t.cluster = cl->as_int64(ctx);
+  }
   if (const NpyArray* m = get("meta")) {
     need_ndim(*m, 0, "a 0-d string");
     t.meta_json = m->as_strings(ctx).at(0);
@@ -299,6 +314,7 @@ void save_trace(const Trace& t, const std::string& path, bool compress) {
     if (!t.feature_names.empty())
       arrays.push_back(NpyArray::from_strings("feature_names", t.feature_names, {t.num_features}));
   }
+  if (!t.cluster.empty()) arrays.push_back(NpyArray::from_int64("cluster", t.cluster, {t.n}));
   arrays.push_back(NpyArray::scalar_string("meta", t.meta_json.empty() ? "{}" : t.meta_json));
   write_npz(path, arrays, compress);
 }

@@ -38,6 +38,10 @@ struct Trace {
   std::vector<double> features;        ///< row-major [N, F]; may be empty
   std::size_t num_features = 0;        ///< F
   std::vector<std::string> feature_names;  ///< [F]
+  /// Cluster id of each example [N] (array `cluster`, int64/int32, >= 0; may be empty): examples that
+  /// are not independent share one (the tokens of one sequence in a language model's token trace,
+  /// method.md §6.8), and every split, permutation and bootstrap of the audit keeps a cluster whole.
+  std::vector<std::int64_t> cluster;
   std::string meta_json;               ///< JSON object as text ("{}" when absent)
   std::string path;                    ///< where it was loaded from (for error messages)
 };

@@ -57,6 +57,53 @@ std::array<SplitIndices, 2> cross_fit_halves(const std::vector<std::int64_t>& la
   return folds;
 }
 
+std::vector<int> cluster_kfold_assignment(const std::vector<std::int64_t>& cluster, int k, std::uint64_t seed) {
+  const char* fn = "cluster_kfold_assignment";
+  if (k < 2) throw_input(fn, "k is " + std::to_string(k) + ", but must be >= 2");
+  std::map<std::int64_t, std::vector<std::size_t>> members;
+  for (std::size_t i = 0; i < cluster.size(); ++i) {
+    if (cluster[i] < 0) throw_index(fn, "cluster", i, std::to_string(cluster[i]), ">= 0");
+    members[cluster[i]].push_back(i);
+  }
+  if (members.size() < static_cast<std::size_t>(k))
+    throw_input(fn, "cluster holds " + std::to_string(members.size()) + " distinct ids, but a " + std::to_string(k) +
+                        "-fold split of whole clusters needs at least " + std::to_string(k));
+  std::vector<const std::vector<std::size_t>*> order;
+  for (const auto& kv : members) order.push_back(&kv.second);
+  Rng rng(seed);
+  rng.shuffle(order);
+  std::vector<std::size_t> size(static_cast<std::size_t>(k), 0);
+  std::vector<int> fold(cluster.size());
+  for (const auto* m : order) {
+    const auto f = static_cast<std::size_t>(std::min_element(size.begin(), size.end()) - size.begin());
+    for (std::size_t i : *m) fold[i] = static_cast<int>(f);
+    size[f] += m->size();
+  }
+  return fold;
+}
+
+std::array<SplitIndices, 2> cross_fit_halves(const std::vector<std::int64_t>& labels,
+                                             const std::vector<std::int64_t>& cluster, std::uint64_t seed) {
+  if (cluster.empty()) return cross_fit_halves(labels, seed);
+  if (cluster.size() != labels.size())
+    throw_input("cross_fit_halves", "cluster has " + std::to_string(cluster.size()) + " entries, but labels has " +
+                                        std::to_string(labels.size()));
+  const auto half = cluster_kfold_assignment(cluster, 2, seed);
+  std::array<SplitIndices, 2> folds;
+  for (std::size_t i = 0; i < half.size(); ++i) {
+    (half[i] == 0 ? folds[0].calibration : folds[0].evaluation).push_back(i);
+    (half[i] == 0 ? folds[1].evaluation : folds[1].calibration).push_back(i);
+  }
+  return folds;
+}
+
+std::vector<int> kfold_assignment(std::size_t n, int k, const std::vector<std::int64_t>& cluster, std::uint64_t seed) {
+  if (cluster.empty()) return kfold_assignment(n, k, seed);
+  if (cluster.size() != n)
+    throw_input("kfold_assignment", "cluster has " + std::to_string(cluster.size()) + " entries, but n is " + std::to_string(n));
+  return cluster_kfold_assignment(cluster, k, seed);
+}
+
 std::vector<int> equal_width_bin_index(const std::vector<double>& values, std::size_t bins) {
   if (bins == 0) throw_input("equal_width_bin_index", "bins is 0, but must be >= 1");
   std::vector<int> bin(values.size());

@@ -1,5 +1,6 @@
 // Seeded data splits: k-fold assignments, the calibration/evaluation halving stratified by class with
-// its 2-fold cross-fit (method.md §6), and equal-width / equal-mass grouping with the tie rule of
+// its 2-fold cross-fit (method.md §6), the same splits over clusters of dependent examples (whole
+// clusters to one side, method.md §6.8), and equal-width / equal-mass grouping with the tie rule of
 // method.md §4 (a tied run never straddles a group boundary; it goes to the lower group).
 #pragma once
 
@@ -28,6 +29,21 @@ struct SplitIndices {
 /// The two cross-fit folds of stratified_halves: fold 0 calibrates on half 0 and evaluates on half 1,
 /// fold 1 the reverse. Throws as stratified_halves.
 std::array<SplitIndices, 2> cross_fit_halves(const std::vector<std::int64_t>& labels, std::uint64_t seed);
+
+/// Clustered splits (method.md §6.8): every example of a cluster gets the same fold. The distinct
+/// cluster ids are shuffled (Rng(seed)) and each is dealt to the fold holding the fewest examples so
+/// far (lowest fold on ties), so fold sizes differ by at most the largest cluster. cluster [n] must be
+/// >= 0 and hold at least k distinct ids (throws InputError naming the constraint otherwise).
+std::vector<int> cluster_kfold_assignment(const std::vector<std::int64_t>& cluster, int k, std::uint64_t seed);
+
+/// cross_fit_halves over clusters when `cluster` is non-empty (halves of cluster_kfold_assignment
+/// with k = 2: no cluster is split, labels are not stratified), else cross_fit_halves(labels, seed).
+/// Throws InputError when cluster's size differs from labels' or it has fewer than 2 distinct ids.
+std::array<SplitIndices, 2> cross_fit_halves(const std::vector<std::int64_t>& labels,
+                                             const std::vector<std::int64_t>& cluster, std::uint64_t seed);
+
+/// kfold_assignment(n, k, seed), or cluster_kfold_assignment(cluster, k, seed) when cluster is non-empty.
+std::vector<int> kfold_assignment(std::size_t n, int k, const std::vector<std::int64_t>& cluster, std::uint64_t seed);
 
 /// Equal-width bin of each value in [0, 1]: bin k holds k/B <= v < (k+1)/B, v = 1 goes to the last
 /// bin. Throws InputError when B == 0 or a value is outside [0, 1] (naming the index).

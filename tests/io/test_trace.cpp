@@ -195,3 +195,43 @@ TEST(Trace, LoadRejectsFilesNamingArrays) {
     EXPECT_NE(msg.find("load_trace: " + path), std::string::npos) << msg;
   }
 }
+
+TEST(Trace, ClusterIdsRoundTripAndBadOnesAreRefusedByName) {
+  const std::string d = tmp_dir("trace_cluster");
+  Trace t = small_trace();
+  t.cluster = {0, 0, 5, 5};
+  save_trace(t, d + "/tokens.npz");
+  std::string out;
+  ASSERT_EQ(python("import numpy as np\nz = np.load('" + d + "/tokens.npz')\n"
+                   "assert z['cluster'].dtype == np.int64 and list(z['cluster']) == [0, 0, 5, 5]\n"
+                   "np.savez('" + d + "/i32.npz', **{k: z[k] for k in z.files if k != 'cluster'}, cluster=np.array([1, 2, 3, 4], np.int32))\n"
+                   "np.savez('" + d + "/short.npz', **{k: z[k] for k in z.files if k != 'cluster'}, cluster=np.array([1, 2], np.int64))\n"
+                   "np.savez('" + d + "/float.npz', **{k: z[k] for k in z.files if k != 'cluster'}, cluster=np.zeros(4))\n"
+                   "print('OK')\n",
+                   &out),
+            0)
+      << out;
+  EXPECT_EQ(load_trace(d + "/tokens.npz").cluster, t.cluster);
+  EXPECT_EQ(load_trace(d + "/i32.npz").cluster, (std::vector<std::int64_t>{1, 2, 3, 4}));
+  save_trace(small_trace(), d + "/plain.npz");
+  EXPECT_TRUE(load_trace(d + "/plain.npz").cluster.empty());  // independent examples: no array
+  auto message = [&](const std::string& path) {
+    try {
+      load_trace(path);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(d + "/short.npz").find("cluster has 2 entries"), std::string::npos) << message(d + "/short.npz");
+  EXPECT_NE(message(d + "/float.npz").find("cluster has dtype"), std::string::npos) << message(d + "/float.npz");
+  Trace bad = t;
+  bad.cluster[2] = -1;
+  try {
+    save_trace(bad, d + "/bad.npz");
+    FAIL() << "a negative cluster id was written";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("cluster[2] is -1"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(d + "/bad.npz"));
+}

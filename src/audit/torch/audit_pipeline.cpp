@@ -147,7 +147,15 @@ AuditResults run_full_audit(std::vector<AuditRunInput> runs, const FullAuditOpti
     bar.finish();
     res.has_sensitivity = true;
   }
-  if (o.exact_null) {
+  // The exact null permutes routing between single examples of matched groups: with clustered
+  // (dependent) examples that null is too narrow, as the diagnostic's token-level permutation is
+  // (docs/audit_validation.md), and there is no cluster-level version of it; it does not run, and
+  // the verdict's dependence step is the clustered diagnostic.
+  const bool clustered = std::any_of(runs.begin(), runs.end(), [](const AuditRunInput& r) { return !r.cluster.empty(); });
+  if (o.exact_null && clustered)
+    integrity.notes.push_back("exact null not run: the runs carry cluster ids (dependent examples, method.md §6.8) and its "
+                              "permutation moves single examples; dependence is decided by the clustered diagnostic");
+  if (o.exact_null && !clustered) {
     ExactNullAuditOptions xo;
     xo.probes = popt;
     xo.refit = refit;

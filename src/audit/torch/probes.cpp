@@ -121,10 +121,10 @@ ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t r, const Pro
   d.run_seed = derive_seed(o.seed, r);
   // The halves of AR-CondCal: ar_condcal uses cross_fit_halves(labels, derive_seed(its seed, 0)) with
   // its seed = derive_seed(audit seed, r).
-  d.folds = cross_fit_halves(run.labels, derive_seed(d.run_seed, 0));
+  d.folds = cross_fit_halves(run.labels, run.cluster, derive_seed(d.run_seed, 0));
   if (o.repeats < 1) throw_input("run_probes", "repeats is " + std::to_string(o.repeats) + ", but must be >= 1");
   d.repeats.push_back(d.folds);
-  for (int r = 1; r < o.repeats; ++r) d.repeats.push_back(cross_fit_halves(run.labels, derive_seed(d.run_seed, 0x5EED + std::uint64_t(r))));
+  for (int r = 1; r < o.repeats; ++r) d.repeats.push_back(cross_fit_halves(run.labels, run.cluster, derive_seed(d.run_seed, 0x5EED + std::uint64_t(r))));
   d.fold_of.assign(n, 0);
   for (int f = 0; f < 2; ++f)
     for (auto i : d.folds[static_cast<std::size_t>(f)].evaluation) d.fold_of[i] = f;

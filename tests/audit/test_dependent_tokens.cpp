@@ -1,0 +1,138 @@
+// The audit on dependent examples (method.md §6.8, issue 27): simulated token data whose routing
+// statistic and correctness are both correlated inside a sequence. The clustered decision test must
+// hold its level on a clean and a confounded null, the example-level test must not (the reason for
+// the clustered one), and the clustered test must find a planted effect. The splits keep clusters
+// whole. docs/audit_validation.md "Dependent tokens" quotes these counts.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "audit/audit.hpp"
+#include "audit/diagnostic.hpp"
+#include "audit/run_input.hpp"
+#include "audit/simulate.hpp"
+#include "audit_test_util.hpp"
+#include "core/error.hpp"
+#include "core/rng.hpp"
+#include "stats/splits.hpp"
+
+namespace arcal {
+namespace {
+
+using test_util::binomial_band_99;
+
+TokenSimulationOptions family(const std::string& name, std::uint64_t seed) {
+  TokenSimulationOptions o;
+  o.sequences = 150;
+  o.length = 64;
+  o.seed = seed;
+  if (name == "confounded") {  // s tracks c inside every sequence, and the model is over-confident
+    o.confound = 0.8;
+    o.slope = 0.6;
+  }
+  return o;
+}
+
+struct Rejections {
+  std::size_t clustered = 0, iid = 0;
+};
+
+Rejections count_rejections(const std::string& name, std::size_t sets, double effect, std::uint64_t base) {
+  DiagnosticOptions d;
+  d.permutations = 199;
+  Rejections r;
+  for (std::size_t k = 0; k < sets; ++k) {
+    auto o = family(name, base + k);
+    o.effect = effect;
+    const auto sim = simulate_tokens(o);
+    const auto c = clustered_residual_gap_test(sim.confidence, sim.correct, sim.statistic, sim.cluster, d, derive_seed(base, k));
+    const auto i = residual_gap_test(sim.confidence, sim.correct, sim.statistic, d, derive_seed(base, k));
+    EXPECT_EQ(c.clusters, o.sequences);
+    r.clustered += c.p <= 0.05;
+    r.iid += i.p <= 0.05;
+  }
+  return r;
+}
+
+TEST(DependentTokens, ClusteredDecisionTestHoldsItsLevelWhereTheExampleLevelTestDoesNot) {
+  const std::size_t sets = test_util::long_tests() ? 400 : 100;
+  const auto band = binomial_band_99(sets, 0.05);
+  for (const std::string name : {"clean", "confounded"}) {
+    SCOPED_TRACE(name);
+    const Rejections r = count_rejections(name, sets, 0.0, name == "clean" ? 1000 : 2000);
+    EXPECT_GE(r.clustered, band.first);
+    EXPECT_LE(r.clustered, band.second) << "clustered: " << r.clustered << " / " << sets;
+    // The example-level permutation ignores the within-sequence correlation: far above the band.
+    EXPECT_GT(r.iid, band.second) << "example-level: " << r.iid << " / " << sets;
+    std::printf("[dependent tokens] %s null: clustered %zu / %zu, example-level %zu / %zu (band [%zu, %zu])\n",
+                name.c_str(), r.clustered, sets, r.iid, sets, band.first, band.second);
+  }
+}
+
+TEST(DependentTokens, ClusteredDecisionTestFindsAPlantedTokenLevelEffect) {
+  for (const std::string name : {"clean", "confounded"}) {
+    SCOPED_TRACE(name);
+    const Rejections r = count_rejections(name, 20, 0.5, name == "clean" ? 3000 : 4000);
+    EXPECT_GE(r.clustered, 16u) << "power " << r.clustered << " / 20";
+    std::printf("[dependent tokens] %s, effect 0.5: clustered %zu / 20\n", name.c_str(), r.clustered);
+    if (test_util::long_tests())  // the power curve of docs/audit_validation.md
+      for (double effect : {0.1, 0.2, 0.3}) {
+        const Rejections w = count_rejections(name, 100, effect, name == "clean" ? 5000 : 6000);
+        std::printf("[dependent tokens] %s, effect %.1f: clustered %zu / 100\n", name.c_str(), effect, w.clustered);
+      }
+  }
+}
+
+TEST(DependentTokens, ClusterSplitsKeepEveryClusterWholeAndBalanced) {
+  std::vector<std::int64_t> cluster;
+  Rng rng(7);
+  for (std::int64_t g = 0; g < 101; ++g)
+    for (std::uint64_t t = 0, m = 1 + rng.below(40); t < m; ++t) cluster.push_back(1000 - 3 * g);  // sizes 1..40
+  for (int k : {2, 5}) {
+    const auto fold = cluster_kfold_assignment(cluster, k, 11);
+    std::map<std::int64_t, std::set<int>> folds_of;
+    std::vector<std::size_t> size(static_cast<std::size_t>(k), 0);
+    for (std::size_t i = 0; i < cluster.size(); ++i) {
+      folds_of[cluster[i]].insert(fold[i]);
+      ++size[static_cast<std::size_t>(fold[i])];
+    }
+    for (const auto& [id, f] : folds_of) EXPECT_EQ(f.size(), 1u) << "cluster " << id << " split across folds";
+    const auto [lo, hi] = std::minmax_element(size.begin(), size.end());
+    EXPECT_LE(*hi - *lo, 40u);  // at most the largest cluster
+  }
+  const std::vector<std::int64_t> labels(cluster.size(), 0);
+  const auto halves = cross_fit_halves(labels, cluster, 3);
+  std::set<std::int64_t> cal;
+  for (std::size_t i : halves[0].calibration) cal.insert(cluster[i]);
+  for (std::size_t i : halves[0].evaluation) EXPECT_EQ(cal.count(cluster[i]), 0u);
+  EXPECT_EQ(halves[0].calibration, halves[1].evaluation);
+  EXPECT_THROW(cluster_kfold_assignment(std::vector<std::int64_t>(10, 4), 2, 0), InputError);
+  EXPECT_THROW(cluster_kfold_assignment(std::vector<std::int64_t>{0, -1}, 2, 0), InputError);
+}
+
+TEST(DependentTokens, TraceClustersReachTheAuditAndItsSubsampleKeepsThemWhole) {
+  auto o = family("clean", 5);
+  o.sequences = 40;
+  o.length = 16;
+  const auto sim = simulate_tokens(o);
+  const auto run = make_audit_run_input(sim.trace, "tokens", {"routing_s"});
+  ASSERT_EQ(run.cluster, sim.cluster);
+  const auto cut = subsample_run(run, 100, 9);
+  ASSERT_EQ(cut.cluster.size(), cut.confidence.size());
+  EXPECT_EQ(cut.confidence.size(), 96u);  // six whole sequences of 16
+  std::map<std::int64_t, int> count;
+  for (auto c : cut.cluster) ++count[c];
+  for (const auto& [c, k] : count) EXPECT_EQ(k, 16) << "cluster " << c;
+  // The audit's diagnostic runs the clustered test on a clustered run.
+  AuditOptions ao;
+  ao.diagnostic.permutations = 99;
+  ao.run_condcal = false;
+  const auto res = run_audit({run}, ao);
+  ASSERT_EQ(res.diagnostic.tests.size(), 1u);
+  EXPECT_EQ(res.diagnostic.tests[0].result.clusters, 40u);
+  EXPECT_EQ(res.verdict.dependence.variant, "clustered");
+}
+
+}  // namespace
+}  // namespace arcal
