@@ -51,6 +51,7 @@ int run_metrics(const MetricsConfig& cfg) {
   opt.bins = cfg.bins;
   opt.draws = cfg.bootstrap;
   opt.seed = cfg.seed;
+  opt.cluster = trace.cluster;  // a token trace: the bootstrap resamples whole sequences
   if (!cfg.figures.empty()) arcal::check_output_dir("--figures", cfg.figures, "arcal metrics", cfg.force, "--force");
   const auto r = arcal::calibration_report(arcal::trace_probabilities(trace), trace.n, trace.classes, trace.labels, opt);
   const std::vector<std::string> drawn = cfg.figures.empty() ? std::vector<std::string>{} : draw_reliability(r, cfg);
@@ -67,8 +68,9 @@ int run_metrics(const MetricsConfig& cfg) {
     return 0;
   }
   std::cout << fmt::format(
-      "arcal metrics: {}\n  n = {}, classes = {}, bins = {}, bootstrap = {}, label redraws = {}, seed = {}\n\n", cfg.input,
-      r.n, r.classes, r.bins, r.draws, r.consistency_draws, r.seed);
+      "arcal metrics: {}\n  n = {}, classes = {}, bins = {}, bootstrap = {}{}, label redraws = {}, seed = {}\n\n", cfg.input,
+      r.n, r.classes, r.bins, r.draws, r.clusters > 0 ? fmt::format(" (whole clusters: {})", r.clusters) : "",
+      r.consistency_draws, r.seed);
   // The number beside an interval is the estimate it is for: the bias-corrected (median-unbiased) one for
   // calibration errors, with the plug-in value in its own labelled column.
   std::cout << fmt::format("  {:<14} {:>10}   {:>21}   {:>10}\n", "metric", "estimate", "95% interval", "plug-in");

@@ -29,13 +29,15 @@ __all__ = ["metrics", "Calibrator", "audit", "report", "read_trace", "write_trac
            "torch_hooks", "__version__"]
 
 
-def metrics(labels, probs=None, *, logits=None, bins=15, ci=True, seed=0, bootstrap=1000):
+def metrics(labels, probs=None, *, logits=None, bins=15, ci=True, seed=0, bootstrap=1000, cluster=None):
     y, z, p = _prediction_arrays(labels, logits, probs, "metrics")
-    return _arcal.metrics(y, logits=z, probs=p, bins=bins, ci=ci, seed=seed, bootstrap=bootstrap)
+    if cluster is not None and hasattr(cluster, "detach"):  # a torch tensor
+        cluster = cluster.detach().cpu().numpy()
+    return _arcal.metrics(y, logits=z, probs=p, bins=bins, ci=ci, seed=seed, bootstrap=bootstrap, cluster=cluster)
 
 
 _doc = _arcal.metrics.__doc__ or ""
-metrics.__doc__ = ("metrics(labels, probs=None, *, logits=None, bins=15, ci=True, seed=0, bootstrap=1000) -> dict\n\n" +
+metrics.__doc__ = ("metrics(labels, probs=None, *, logits=None, bins=15, ci=True, seed=0, bootstrap=1000, cluster=None) -> dict\n\n" +
                    _doc[_doc.find("Calibration metrics"):] + """
 Also accepted: positional (labels, probs); torch tensors of any dtype and device (bf16, fp16,
 requires_grad, CUDA: detached and copied to the CPU); a binary problem as probs [N] (the positive

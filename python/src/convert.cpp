@@ -161,12 +161,12 @@ LogitMatrix logit_matrix(py::handle obj, const std::string& fn, const std::strin
   return m;
 }
 
-Labels labels_array(py::handle obj, const std::string& fn) {
-  py::array a = as_array(obj, fn, "labels");
-  if (a.ndim() != 1) value_error(fn, "labels has shape " + shape_text(a) + ", but must be [N]");
+Labels labels_array(py::handle obj, const std::string& fn, const std::string& name) {
+  py::array a = as_array(obj, fn, name);
+  if (a.ndim() != 1) value_error(fn, name + " has shape " + shape_text(a) + ", but must be [N]");
   const char k = kind(a);
   if (k != 'i' && k != 'u' && k != 'b')
-    value_error(fn, "labels has dtype " + dtype_name(a) + ", but must be an integer type (int64, int32, uint8, ...)");
+    value_error(fn, name + " has dtype " + dtype_name(a) + ", but must be an integer type (int64, int32, uint8, ...)");
   Labels l;
   l.keep = ensure_c<std::int64_t>(a);
   if (!aligned(l.keep)) l.keep = l.keep.attr("copy")();

@@ -81,7 +81,8 @@ struct Labels {
   py::array keep;
   arcal::Span<std::int64_t> view;
 };
-Labels labels_array(py::handle obj, const std::string& fn);
+/// A 1-d integer array read as int64 (labels, or cluster ids: `name` names it in messages).
+Labels labels_array(py::handle obj, const std::string& fn, const std::string& name = "labels");
 
 /// Softmax rows of [n, k] logits (float32 or float64) into double probabilities, with the arithmetic
 /// of io/trace.hpp's trace_probabilities. Throws InputError (ValueError) naming fn and the index of a

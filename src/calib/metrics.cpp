@@ -6,6 +6,7 @@
 #include <sstream>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -496,11 +497,12 @@ struct Tables {
 };
 
 // Every top-label metric, NLL and Brier in one pass over the sorted data with multiplicities w
-// (nullptr = all 1; otherwise sum w = n): equal-width and equal-mass bin sums, AUROC over tied runs,
+// (nullptr = all 1; otherwise any counts, e.g. a cluster bootstrap's): equal-width and equal-mass bin sums, AUROC over tied runs,
 // the M = 200 smECE grid; then the O(B) summaries and the smECE bisection.
 void evaluate(const Sorted& p, const std::uint32_t* w, double* out, Tables* tables) {
   const std::size_t n = p.n, B = static_cast<std::size_t>(p.bins);
-  const std::uint64_t total = n;
+  std::uint64_t total = n;
+  if (w) total = std::accumulate(w, w + n, std::uint64_t{0});
   // First rank of each equal-mass group (nominal_group is monotone in the rank): start[g], g = 0..B.
   std::vector<std::uint64_t> start(B + 1);
   const std::uint64_t q = total / B, rem = total % B;
@@ -756,11 +758,43 @@ CalibrationReport calibration_report(Span<double> probs, std::size_t n, std::siz
   r.reliability_equal_mass = std::move(tables.mass);
   r.debiased_clipped = tables.deb_raw < 0;
 
+  // Clustered examples (method.md §6.8): resample whole clusters; cluster_of[pos] is the cluster
+  // (0..G-1, in id order) of the example at sorted position pos.
+  std::vector<std::uint32_t> cluster_of;
+  std::size_t clusters = 0;
+  if (!opt.cluster.empty()) {
+    if (opt.cluster.size() != n)
+      throw_input(fn, "cluster has " + std::to_string(opt.cluster.size()) + " entries, but there are " + std::to_string(n) +
+                          " examples");
+    std::map<std::int64_t, std::uint32_t> dense;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (opt.cluster[i] < 0) throw_index(fn, "cluster", i, std::to_string(opt.cluster[i]), ">= 0");
+      dense.emplace(opt.cluster[i], 0);
+    }
+    if (dense.size() < 2) throw_input(fn, "cluster holds 1 distinct id; a cluster bootstrap needs at least 2 clusters");
+    std::uint32_t next = 0;
+    for (auto& kv : dense) kv.second = next++;
+    clusters = dense.size();
+    cluster_of.resize(n);
+    for (std::size_t j = 0; j < n; ++j) cluster_of[j] = dense[opt.cluster[p.order[j]]];
+  }
+  r.clusters = clusters;
   std::vector<std::vector<double>> draws(kCount);
   if (opt.draws > 0) {
     for (auto& d : draws) d.reserve(static_cast<std::size_t>(opt.draws));
-    std::vector<std::uint32_t> w;  // multiplicities over sorted positions
+    std::vector<std::uint32_t> w, per_cluster;  // multiplicities over sorted positions / clusters
     for (int b = 0; b < opt.draws; ++b) {
+      if (clusters > 0) {  // G clusters drawn with replacement; each member gets its cluster's count
+        per_cluster.assign(clusters, 0);
+        Rng rng(derive_seed(opt.seed, 0xC1u << 20 | static_cast<std::uint64_t>(b)));
+        for (std::size_t g = 0; g < clusters; ++g) ++per_cluster[rng.below(clusters)];
+        w.resize(n);
+        for (std::size_t j = 0; j < n; ++j) w[j] = per_cluster[cluster_of[j]];
+        double v[kCount];
+        evaluate(p, w.data(), v, nullptr);
+        for (int m = 0; m < kCount; ++m) draws[static_cast<std::size_t>(m)].push_back(v[m]);
+        continue;
+      }
       // Resample b = percentile_bootstrap's resample b over sorted positions (stats/bootstrap.hpp).
       bootstrap_counts(n, opt.seed, static_cast<std::uint64_t>(b), w);
       double v[kCount];
@@ -792,6 +826,17 @@ CalibrationReport calibration_report(Span<double> probs, std::size_t n, std::siz
   r.ada_ece = none(point[kAda]);
   r.debiased_ece = none(point[kDeb]);
   r.classwise_ece = none(cw_point);
+  if (clusters > 0) {
+    // The label redraws of the test-inversion intervals treat examples as independent given their
+    // probabilities; with clusters the top-label errors get the cluster bootstrap's percentile
+    // interval instead (around the plug-in value, which is biased upward), classwise ECE none.
+    r.ece = percentile(kEce);
+    r.rmsce = percentile(kRmsce);
+    r.ada_ece = percentile(kAda);
+    r.debiased_ece = percentile(kDeb);
+    r.consistency_draws = 0;
+    return r;
+  }
   // Calibration errors: test inversion along the scaled-gap family (calib/consistency.hpp), whose
   // consistency test (labels redrawn from the model's own probabilities) decides the zero lower end.
   r.consistency_draws = opt.consistency_draws;

@@ -101,11 +101,17 @@ struct ReportOptions {
   /// > 0: every probs row must sum to 1 within this (InputError naming the row otherwise), checked in
   /// the one matrix scan; 0: rows are taken as given (trace files are checked when loaded).
   double row_sum_tolerance = 0.0;
+  /// Cluster id per example ([n] >= 0, at least 2 distinct; empty = independent examples): the
+  /// bootstrap then resamples whole clusters (tokens of one sequence, method.md §6.8), the top-label
+  /// calibration errors get that bootstrap's percentile interval, and the consistency tests (which
+  /// redraw labels independently) are not run.
+  std::vector<std::int64_t> cluster;
 };
 
 struct CalibrationReport {
   std::size_t n = 0, classes = 0;
   int bins = 15, draws = 0;
+  std::size_t clusters = 0;  ///< clusters the bootstrap resampled (0: examples were resampled)
   std::uint64_t seed = 0;
   double level = 0.95;
   Estimate accuracy, ece, mce, rmsce, ada_ece, classwise_ece, debiased_ece, smece, smece_sigma, nll, brier, auroc;

@@ -24,6 +24,7 @@ nlohmann::json calibration_report_json(const CalibrationReport& r) {
   j["classes"] = r.classes;
   j["bins"] = r.bins;
   j["bootstrap"] = r.draws;
+  if (r.clusters > 0) j["clusters"] = r.clusters;
   j["seed"] = r.seed;
   j["level"] = r.level;
   j["debiased_ece_clipped"] = r.debiased_clipped;
@@ -35,8 +36,12 @@ nlohmann::json calibration_report_json(const CalibrationReport& r) {
   }
   j["ci"] = ci;
   j["bias_corrected"] = corrected;
-  j["intervals"] =
-      "accuracy, nll, brier, auroc: percentile bootstrap; ece, rmsce, ada_ece, classwise_ece, debiased_ece: "
+  j["intervals"] = r.clusters > 0
+      ? "cluster bootstrap (whole clusters resampled with replacement, method.md section 6.8): percentile "
+        "intervals for accuracy, nll, brier, auroc, ece, rmsce, ada_ece and debiased_ece (the errors' intervals "
+        "lie around their upward-biased plug-in values); classwise_ece, mce, smece and smece_sigma: none; no "
+        "consistency test (its label redraws assume independent examples)"
+      : "accuracy, nll, brier, auroc: percentile bootstrap; ece, rmsce, ada_ece, classwise_ece, debiased_ece: "
       "inversion of the consistency test along the scaled-gap family (labels ~ Bern(p + lambda d), lower end "
       "from the noise-shrunk gaps and 0 when the consistency test does not reject at 2.5 %, upper end from the "
       "raw gaps; the interval is for the population value and may lie below the upward-biased plug-in value; "

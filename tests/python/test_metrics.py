@@ -142,3 +142,25 @@ def test_gil_is_released_during_the_computation():
     # The main thread kept running: no gap near the computation's length. (With the GIL held the
     # whole time, one gap would be the whole computation.)
     assert max(np.diff(ticks)) < 0.5 * elapsed
+
+
+def test_cluster_bootstrap_counts_copies_once():
+    """Each of 200 predictions repeated 10 times in one cluster: the cluster interval is the interval of
+    the 200 distinct predictions, about sqrt(10) times the naive interval over the 2,000 rows."""
+    rng = np.random.default_rng(4)
+    c = rng.uniform(0.55, 0.95, 200)
+    y = (rng.uniform(size=200) >= c).astype(np.int64)  # class 0 predicted, correct with probability c
+    probs = np.stack([c, 1 - c], 1)
+    base = arcal.metrics(y, probs, bootstrap=2000)
+    rep_p, rep_y, cl = np.repeat(probs, 10, 0), np.repeat(y, 10), np.repeat(np.arange(200), 10)
+    naive = arcal.metrics(rep_y, rep_p, bootstrap=2000)
+    clustered = arcal.metrics(rep_y, rep_p, bootstrap=2000, cluster=cl)
+    width = lambda m: m["ci"]["accuracy"][1] - m["ci"]["accuracy"][0]
+    assert clustered["clusters"] == 200 and "clusters" not in naive
+    assert abs(width(clustered) / width(base) - 1) < 0.15
+    assert abs(width(clustered) / width(naive) - np.sqrt(10)) < 0.6
+    assert clustered["consistency"]["p_top_label"] is None
+    with pytest.raises(ValueError, match="cluster has dtype"):
+        arcal.metrics(rep_y, rep_p, cluster=cl.astype(float))
+    with pytest.raises(ValueError, match="cluster has 5 entries"):
+        arcal.metrics(rep_y, rep_p, cluster=cl[:5])
