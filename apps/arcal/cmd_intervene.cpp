@@ -59,7 +59,7 @@ int run(const Options& o) {
   io.seed = o.seed;
   arcal::TrainConfig tc;
   auto model = arcal::load_trained_model(o.run, &tc, o.load.options);
-  auto data = arcal::load_dataset(tc.dataset, tc.data_dir, tc.val_fraction, tc.train_subset, tc.seed);
+  auto data = arcal::load_dataset(tc.dataset, tc.data_dir, tc.val_fraction, tc.train_subset, tc.seed, tc.context);
   auto split = o.split == "val" ? data.val : data.test;
   if (split.size() == 0) arcal::throw_input("--split", o.split + " split of " + o.run + " is empty");
   if (o.subset > 0 && o.subset < split.size())

@@ -1,5 +1,7 @@
 // arcal trace: runs a trained model over its test or validation split and writes a trace file
-// (docs/interface.md), then reports accuracy against the run's summary.json.
+// (docs/interface.md), then reports accuracy against the run's summary.json. A language-model run
+// gives a token trace (one example per next-token prediction, the sequence as cluster id) of an evenly
+// spaced subsample of the split's sequences (--sequences).
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -21,6 +23,7 @@ namespace {
 struct TraceOptions {
   std::string run, split = "test", out;
   int batch = 500;
+  std::int64_t sequences = 512;
   arcal::cli::ModelLoadFlags load;
   int threads = 1;
   bool force = false;
@@ -40,15 +43,23 @@ int run_trace(const TraceOptions& o) {
   arcal::set_compute_threads(o.threads);
   arcal::TrainConfig tc;
   auto model = arcal::load_trained_model(o.run, &tc, o.load.options);
-  auto data = arcal::load_dataset(tc.dataset, tc.data_dir, tc.val_fraction, tc.train_subset, tc.seed);
-  const auto& split = o.split == "test" ? data.test : data.val;
-  if (split.size() == 0) arcal::throw_input("--split", o.split + " split of " + o.run + " is empty");
+  auto data = arcal::load_dataset(tc.dataset, tc.data_dir, tc.val_fraction, tc.train_subset, tc.seed, tc.context);
+  const auto& full = o.split == "test" ? data.test : data.val;
+  if (full.size() == 0) arcal::throw_input("--split", o.split + " split of " + o.run + " is empty");
+  const auto split = full.text ? arcal::select_sequences(full, o.sequences) : full;
   nlohmann::json meta = {{"model", tc.model},   {"residual", tc.residual},
                          {"block_size", tc.block_size}, {"dataset", tc.dataset},
                          {"split", o.split},    {"seed", tc.seed},
                          {"run", std::filesystem::path(o.run).filename().string()},
                          {"run_dir", o.run},    {"version", ARCAL_VERSION},
                          {"as_attnres", o.load.options.as_attnres}};
+  if (split.text) {
+    meta["task"] = "lm";
+    meta["cluster"] = "sequence";
+    meta["context"] = tc.context;
+    meta["sequences"] = split.size();
+    meta["sequences_in_split"] = full.size();
+  }
   auto bar = arcal::cli::stderr_progress_bar("trace", split.size());
   auto trace = arcal::export_trace(model, split, meta.dump(), o.batch,
                                    [&](std::int64_t done, std::int64_t) { bar->update(done); });
@@ -62,7 +73,8 @@ int run_trace(const TraceOptions& o) {
       if (row[k] > row[best]) best = k;
     correct += static_cast<std::int64_t>(best) == trace.labels[i];
   }
-  std::cout << fmt::format("wrote {}: {} examples, {} classes, {} routing points; accuracy {:.4f}\n", o.out, trace.n,
+  std::cout << fmt::format("wrote {}: {} examples{}, {} classes, {} routing points; accuracy {:.4f}\n", o.out, trace.n,
+                           split.text ? fmt::format(" (tokens of {} of the split's {} sequences)", split.size(), full.size()) : "",
                            trace.classes, trace.points, double(correct) / double(trace.n));
   return 0;
 }
@@ -74,6 +86,11 @@ arcal::cli::RunFn setup(CLI::App& app) {
   app.add_option("--out", o->out, "Trace file to write (.npz)")->required();
   app.add_option("--batch-size", o->batch, "Evaluation batch size")->capture_default_str()->check(arcal::cli::in_range(arcal::ranges::batch_size));
   app.add_option("--threads", o->threads, "Intra-op threads")->capture_default_str()->check(arcal::cli::in_range(arcal::ranges::threads));
+  app.add_option("--sequences", o->sequences,
+                 "Language-model runs: trace this many evenly spaced sequences of the split (0 = all; each is one "
+                 "cluster of --context tokens)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30));
   app.add_flag("--force", o->force, "Replace an existing --out file (atomically, once the new trace is complete)");
   o->load.add_to(app);
   return [o]() { return run_trace(*o); };

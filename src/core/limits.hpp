@@ -70,6 +70,7 @@ inline constexpr IntRange train_subset{0, 1000000000};    ///< 0 = all
 inline constexpr IntRange batch_size{1, 65536};
 inline constexpr IntRange block_size{1, 64};  ///< the preset narrows it further
 inline constexpr IntRange patch{0, 1024};      ///< train --patch, 0 = the preset's; must divide the image
+inline constexpr IntRange context{2, 8192};   ///< train --context: tokens per language-model sequence
 inline constexpr IntRange threads{1, 1024};
 inline constexpr IntRange checkpoint_every{1, 1000000000000LL};
 inline constexpr IntRange sbece_bins{1, 1000};

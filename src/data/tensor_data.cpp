@@ -1,9 +1,11 @@
 #include "data/tensor_data.hpp"
 
+#include <algorithm>
 #include <numeric>
 
 #include "core/check.hpp"
 #include "core/rng.hpp"
+#include "io/text_corpus.hpp"
 
 namespace arcal {
 
@@ -15,7 +17,7 @@ Norm dataset_norm(const std::string& dataset) {
   if (dataset == "fashion-mnist") return {{0.2860f}, {0.3530f}};
   if (dataset == "cifar10") return {{0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f}};
   if (dataset == "cifar100") return {{0.5071f, 0.4865f, 0.4409f}, {0.2673f, 0.2564f, 0.2762f}};
-  throw_input("--dataset", "'" + dataset + "' is not a known dataset; expected fashion-mnist, cifar10 or cifar100");
+  throw_input("--dataset", "'" + dataset + "' is not a known dataset; expected fashion-mnist, cifar10, cifar100 or gcide (text)");
 }
 
 TensorData take(const TensorData& d, const std::vector<std::int64_t>& idx) {
@@ -26,7 +28,65 @@ TensorData take(const TensorData& d, const std::vector<std::int64_t>& idx) {
 
 std::string default_data_dir(const std::string& dataset) {
   if (dataset == "fashion-mnist") return kFashionMnistDir;
+  if (dataset == "gcide") return "/usr/share/dictd";
   return "";
+}
+
+bool is_text_dataset(const std::string& name) { return name == "gcide"; }
+
+torch::Tensor lm_inputs(const torch::Tensor& sequences) {
+  return sequences.narrow(1, 0, sequences.size(1) - 1).to(torch::kLong);
+}
+
+torch::Tensor lm_targets(const torch::Tensor& sequences) {
+  return sequences.narrow(1, 1, sequences.size(1) - 1).to(torch::kLong);
+}
+
+namespace {
+TensorData text_split(const TokenSequences& seq) {
+  TensorData d;
+  d.text = true;
+  d.classes = 256;
+  d.images = torch::from_blob(const_cast<std::uint8_t*>(seq.tokens.data()), {seq.count, seq.length}, torch::kUInt8).clone();
+  std::vector<std::int64_t> doc(seq.document_of.begin(), seq.document_of.end());
+  d.labels = torch::tensor(doc, torch::kLong);
+  return d;
+}
+}  // namespace
+
+DatasetSplits load_text_dataset(const std::string& data_dir, double val_fraction, std::int64_t train_subset,
+                                std::uint64_t seed, int context) {
+  if (!(val_fraction > 0.0 && val_fraction <= 0.25))
+    throw_input("--val-fraction", "is " + std::to_string(val_fraction) +
+                                      "; the text corpus needs a fraction in (0, 0.25] (the test split takes as many documents)");
+  if (context < 2) throw_input("--context", std::to_string(context) + " must be >= 2");
+  if (train_subset < 0)
+    throw_input("--train-subset", std::to_string(train_subset) + " must be >= 0 (0 = the whole training split)");
+  const std::string dir = data_dir.empty() ? default_data_dir("gcide") : data_dir;
+  const TextCorpus corpus = read_dictd_corpus(dir + "/gcide.dict.dz", dir + "/gcide.index");
+  // The split is the corpus' own, the same for every run seed (as a dataset's official test split), so
+  // the runs of a study are scored on the same test documents and AttnRes and its twin pair up.
+  const DocumentSplit split = split_documents(corpus.documents.size(), val_fraction, val_fraction, kTextSplitSeed);
+  DatasetSplits s;
+  s.name = "gcide";
+  s.train = text_split(pack_sequences(corpus, split.train, context + 1));
+  s.val = text_split(pack_sequences(corpus, split.validation, context + 1));
+  s.test = text_split(pack_sequences(corpus, split.test, context + 1));
+  for (const auto* part : {&s.train, &s.val, &s.test})
+    if (part->size() == 0)
+      throw_input("load_dataset", corpus.source + ": a split holds no sequence of " + std::to_string(context + 1) +
+                                      " bytes (corpus too small for --context and --val-fraction)");
+  if (train_subset > 0 && train_subset < s.train.size()) {
+    std::vector<std::int64_t> perm(static_cast<std::size_t>(s.train.size()));
+    std::iota(perm.begin(), perm.end(), 0);
+    Rng rng(derive_seed(seed, 0x5B5E));
+    rng.shuffle(perm);
+    perm.resize(static_cast<std::size_t>(train_subset));
+    std::sort(perm.begin(), perm.end());
+    s.train = take(s.train, perm);
+    s.train.text = true;
+  }
+  return s;
 }
 
 TensorData to_tensor_data(const ImageSet& set, const std::string& dataset) {
@@ -45,7 +105,8 @@ TensorData to_tensor_data(const ImageSet& set, const std::string& dataset) {
 }
 
 DatasetSplits load_dataset(const std::string& name, const std::string& data_dir, double val_fraction,
-                           std::int64_t train_subset, std::uint64_t seed) {
+                           std::int64_t train_subset, std::uint64_t seed, int context) {
+  if (is_text_dataset(name)) return load_text_dataset(data_dir, val_fraction, train_subset, seed, context);
   dataset_norm(name);  // validates the name before touching files
   std::string dir = data_dir.empty() ? default_data_dir(name) : data_dir;
   if (dir.empty()) throw_input("--data-dir", "dataset '" + name + "' has no default location; pass --data-dir");

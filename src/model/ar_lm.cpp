@@ -47,6 +47,10 @@ torch::Tensor ARLMImpl::sublayer(int l, const torch::Tensor& h) {
   return (l % 2 == 0) ? attn_[l / 2]->forward(normed) : mlp_[l / 2]->forward(normed);
 }
 
+void ARLMImpl::set_attention_backend(const AttentionBackend& backend) {
+  for (auto& a : attn_) a->set_attention_backend(backend);
+}
+
 torch::Tensor ARLMImpl::forward(const torch::Tensor& tokens, RoutingCapture* capture, const RoutingAblation* ablation) {
   const char* fn = "ARLM::forward";
   if (tokens.dim() != 2 || tokens.scalar_type() != torch::kLong)

@@ -30,6 +30,9 @@ class ARLMImpl : public torch::nn::Module {
 
   const ModelConfig& config() const { return config_; }
 
+  /// Sets the eval-mode attention backend of every (causal) attention layer (layers.hpp).
+  void set_attention_backend(const AttentionBackend& backend);
+
   /// Sublayer l's raw output f_l(h) = causal Attn(LN(h)) (l even) or MLP(LN(h)) (l odd).
   torch::Tensor sublayer(int l, const torch::Tensor& h);
 

@@ -12,6 +12,10 @@ ARViTImpl::ARViTImpl(const ModelConfig& config) : config_(config) {
     swin_ = register_module("swin", ARSwin(config_));
     return;
   }
+  if (config_.arch == "lm") {
+    lm_ = register_module("lm", ARLM(config_));
+    return;
+  }
   const int d = config_.dim;
   patch_embed_ = register_module(
       "patch_embed",
@@ -45,6 +49,7 @@ ARViTImpl::ARViTImpl(const ModelConfig& config) : config_(config) {
 }
 
 torch::Tensor ARViTImpl::embed(const torch::Tensor& images) {
+  if (swin_ || lm_) throw_input("ARViT::embed", "the ViT presets only");
   auto x = patch_embed_(images);             // (B,d,H/p,W/p)
   x = x.flatten(2).transpose(1, 2);          // (B,T-1,d)
   auto cls = cls_token_.expand({x.size(0), 1, x.size(2)});
@@ -52,6 +57,8 @@ torch::Tensor ARViTImpl::embed(const torch::Tensor& images) {
 }
 
 torch::Tensor ARViTImpl::sublayer(int l, const torch::Tensor& h) {
+  if (lm_) return lm_->sublayer(l, h);
+  if (swin_) throw_input("ARViT::sublayer", "the ViT and LM presets only");
   torch::nn::LayerNorm norm{std::dynamic_pointer_cast<torch::nn::LayerNormImpl>(norms_[l])};
   auto normed = layer_norm_fp32(norm, h);
   return (l % 2 == 0) ? attn_[l / 2]->forward(normed) : mlp_[l / 2]->forward(normed);
@@ -60,6 +67,7 @@ torch::Tensor ARViTImpl::sublayer(int l, const torch::Tensor& h) {
 torch::Tensor ARViTImpl::forward(const torch::Tensor& images, RoutingCapture* capture,
                                  const RoutingAblation* ablation) {
   if (swin_) return swin_->forward(images, capture, ablation);
+  if (lm_) return lm_->forward(images, capture, ablation);
   const int L = config_.layers();
   auto v0 = embed(images);
   torch::Tensor stream;
@@ -77,6 +85,7 @@ torch::Tensor ARViTImpl::forward(const torch::Tensor& images, RoutingCapture* ca
 
 void ARViTImpl::set_attention_backend(const AttentionBackend& backend) {
   if (swin_) throw_input("attention backend", "the ViT presets only; ar-swin-tiny's window attention has no hook");
+  if (lm_) return lm_->set_attention_backend(backend);
   for (auto& a : attn_) a->set_attention_backend(backend);
 }
 

@@ -1,14 +1,17 @@
 // AR-ViT: a vision transformer whose residual connections are Attention Residuals
 // (method.md §1): Full AttnRes, Block AttnRes, or the standard-residual twin. ar-vit-tiny and
-// ar-deit-small are this architecture; for ar-swin-tiny ARViT delegates to ARSwin (ar_swin.hpp),
-// so the trainer, trace export and interventions hold one model type for every preset.
-// Shapes: images (B,C,H,W) -> tokens (B,T,d) with T = patches + 1 (CLS first) -> logits (B,K).
+// ar-deit-small are this architecture; for ar-swin-tiny ARViT delegates to ARSwin (ar_swin.hpp) and
+// for the language model ar-lm-tiny to ARLM (ar_lm.hpp), so the trainer, trace export and
+// interventions hold one model type for every preset.
+// Shapes: images (B,C,H,W) -> tokens (B,T,d) with T = patches + 1 (CLS first) -> logits (B,K);
+// language model: tokens (B,T) int64 -> next-token logits (B,T,K).
 #pragma once
 
 #include <torch/torch.h>
 
 #include <vector>
 
+#include "model/ar_lm.hpp"
 #include "model/ar_swin.hpp"
 #include "model/attnres.hpp"
 #include "model/config.hpp"
@@ -20,25 +23,27 @@ class ARViTImpl : public torch::nn::Module {
  public:
   explicit ARViTImpl(const ModelConfig& config);
 
-  /// images (B,C,H,W) float -> logits (B,K). With `capture`, records routing weights per point.
+  /// images (B,C,H,W) float -> logits (B,K); for arch "lm" tokens (B,T) int64 -> logits (B,T,K).
+  /// With `capture`, records routing weights per point.
   torch::Tensor forward(const torch::Tensor& images, RoutingCapture* capture = nullptr,
                         const RoutingAblation* ablation = nullptr);
 
   const ModelConfig& config() const { return config_; }
 
-  /// Sublayer l's raw output (ViT architecture only) f_l(h) = Attn(LN(h)) or MLP(LN(h)).
+  /// Sublayer l's raw output (ViT and LM architectures) f_l(h) = Attn(LN(h)) or MLP(LN(h)).
   torch::Tensor sublayer(int l, const torch::Tensor& h);
 
   /// Token embedding v_0: patches + CLS + positions, (B,T,d).
   torch::Tensor embed(const torch::Tensor& images);
 
   /// Sets the eval-mode attention backend of every attention layer (layers.hpp; empty = standard).
-  /// ViT architecture only: throws InputError for ar-swin-tiny, whose window attention has no hook.
+  /// ViT and LM architectures: throws InputError for ar-swin-tiny, whose window attention has no hook.
   void set_attention_backend(const AttentionBackend& backend);
 
  private:
   ModelConfig config_;
   ARSwin swin_{nullptr};  // set for arch "swin"; then every other member stays empty
+  ARLM lm_{nullptr};      // set for arch "lm"; likewise
   torch::nn::Conv2d patch_embed_{nullptr};
   torch::Tensor cls_token_, pos_embed_;
   torch::nn::ModuleList norms_;  // one pre-norm per sublayer

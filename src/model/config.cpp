@@ -121,6 +121,15 @@ const std::vector<std::string>& model_presets() {
   return names;
 }
 
+const std::vector<std::string>& lm_presets() {
+  static const std::vector<std::string> names = {"ar-lm-tiny"};
+  return names;
+}
+
+bool is_lm_preset(const std::string& preset) {
+  return std::find(lm_presets().begin(), lm_presets().end(), preset) != lm_presets().end();
+}
+
 void validate_model_config(const ModelConfig& c) {
   const std::string f = "model config";
   if (c.dim <= 0 || c.depth <= 0 || c.heads <= 0 || c.mlp_ratio <= 0 || c.classes < 2 || c.channels <= 0)
@@ -209,10 +218,12 @@ ModelConfig make_model_config(const std::string& preset, int image_size, int cha
     c.heads = 3;
     c.mlp_ratio = 4;
     c.patch = 2;
+  } else if (is_lm_preset(preset)) {
+    throw_input("--model", "'" + preset + "' is a language model: it trains on a text corpus (--dataset gcide), not on images");
   } else {
     std::string names;
     for (const auto& n : model_presets()) names += (names.empty() ? "" : ", ") + n;
-    throw_input("--model", "'" + preset + "' is not a known preset; available: " + names);
+    throw_input("--model", "'" + preset + "' is not a known preset; available: " + names + " (images), ar-lm-tiny (text)");
   }
   validate_model_config(c);
   return c;

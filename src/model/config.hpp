@@ -87,5 +87,8 @@ std::string model_config_hash(const ModelConfig& c);
 
 /// The preset names, for help texts and error messages.
 const std::vector<std::string>& model_presets();
+/// The language-model presets (make_lm_config): ar-lm-tiny.
+const std::vector<std::string>& lm_presets();
+bool is_lm_preset(const std::string& preset);
 
 }  // namespace arcal

@@ -8,7 +8,13 @@ ModelCost model_cost(const ModelConfig& c) {
   const auto sources = c.sources_per_point();
   std::size_t point = 0;
   const double pp = double(c.channels) * c.patch * c.patch;
-  if (c.arch != "swin") {
+  if (c.arch == "lm") {  // per sequence of `context` tokens; causal attention reads T(T+1)/2 pairs
+    const double T = c.tokens(), d = c.dim, hidden = double(c.dim) * c.mlp_ratio;
+    const double per_block_attn = T * (T + 1) * d;
+    cost.attention_macs = c.depth * per_block_attn;
+    cost.macs = c.depth * (T * d * 3 * d + per_block_attn + T * d * d + 2.0 * T * d * hidden) + T * d * c.classes;
+    for (int S : sources) cost.routing_macs += 2.0 * S * T * d;
+  } else if (c.arch != "swin") {
     const double T = c.tokens(), d = c.dim, hidden = double(c.dim) * c.mlp_ratio;
     const double per_block_attn = 2.0 * T * T * d;
     const double per_block = T * d * 3 * d + per_block_attn + T * d * d + 2.0 * T * d * hidden;

@@ -1,4 +1,5 @@
-// Closed-form compute cost of a model configuration per image: multiply-accumulates (MACs) of every
+// Closed-form compute cost of a model configuration per image (per sequence of `context` tokens for
+// the language model): multiply-accumulates (MACs) of every
 // convolution, linear layer and attention product, plus the AttnRes routing ops. The DeiT and
 // Swin papers call MACs "FLOPs" (DeiT-S 4.6G, Swin-T 4.5G at 224x224); arcal prints both MACs and
 // 2 x MACs so the two conventions cannot be confused. Norms, softmax and GELU are not counted.

@@ -22,6 +22,10 @@ struct TrainSummary {
   std::string precision = "fp32";
   double max_parameter_divergence = 0;
   std::int64_t parameters = 0;
+  /// Language model (dataset gcide): test_nll is per token in nats, test_accuracy next-token top-1,
+  /// test_n the test tokens; bits per byte = test_nll / ln 2 (one token per byte); images_per_second
+  /// counts sequences. Both written only for a text run (bits_per_byte > 0).
+  double test_bits_per_byte = 0, tokens_per_second = 0;
 };
 
 inline void to_json(nlohmann::json& j, const TrainSummary& s) {
@@ -41,6 +45,10 @@ inline void to_json(nlohmann::json& j, const TrainSummary& s) {
        {"precision", s.precision},
        {"max_parameter_divergence", s.max_parameter_divergence},
        {"parameters", s.parameters}};
+  if (s.test_bits_per_byte > 0) {
+    j["test_bits_per_byte"] = s.test_bits_per_byte;
+    j["tokens_per_second"] = s.tokens_per_second;
+  }
 }
 /// Reads every key; summaries written before the schema string was added carry none and read the same.
 inline void from_json(const nlohmann::json& j, TrainSummary& s) {
@@ -61,6 +69,10 @@ inline void from_json(const nlohmann::json& j, TrainSummary& s) {
   results::get_to(j, "precision", s.precision);
   results::get_number(j, "max_parameter_divergence", s.max_parameter_divergence);
   results::get_to(j, "parameters", s.parameters);
+  if (j.contains("test_bits_per_byte")) {
+    results::get_number(j, "test_bits_per_byte", s.test_bits_per_byte);
+    results::get_number(j, "tokens_per_second", s.tokens_per_second);
+  }
 }
 
 }  // namespace arcal

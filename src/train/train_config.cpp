@@ -12,9 +12,14 @@ namespace arcal {
 const OptionTable<TrainConfig>& train_option_table() {
   using T = TrainConfig;
   namespace R = ranges;
-  static const std::vector<std::string> presets = model_presets();
+  static const std::vector<std::string> presets = [] {
+    auto all = model_presets();
+    all.insert(all.end(), lm_presets().begin(), lm_presets().end());
+    return all;
+  }();
   static const OptionTable<T> table = {
-      {"dataset", "--dataset", "Dataset", &T::dataset, {}, {"fashion-mnist", "cifar10", "cifar100"}},
+      {"dataset", "--dataset", "Dataset: images (fashion-mnist, cifar10, cifar100) or the text corpus gcide (dict-gcide, for ar-lm-tiny)",
+       &T::dataset, {}, {"fashion-mnist", "cifar10", "cifar100", "gcide"}},
       {"model", "--model", "Preset", &T::model, {}, presets},
       {"residual", "--residual", "Residual mode", &T::residual, {}, {"full", "block", "standard"}},
       {"data_dir", "--data-dir",
@@ -23,6 +28,8 @@ const OptionTable<TrainConfig>& train_option_table() {
        &T::data_dir, {}, {}, false, false, "data"},
       {"patch", "--patch", "Patch size of the ViT presets instead of the preset's (0 = the preset's; 2 on 28x28 gives 197 tokens)",
        &T::patch, R::patch, {}, false, true, "model"},
+      {"context", "--context", "Language model: tokens (bytes) per training sequence, the model's context", &T::context,
+       R::context, {}, false, true, "model"},
       {"block_size", "--block-size", "Block AttnRes block size S in sublayers", &T::block_size, R::block_size, {}, false, true, "model"},
       {"norm_eps", "--norm-eps", "Epsilon of every LayerNorm/RMSNorm", &T::norm_eps, R::norm_eps, {}, false, true, "model"},
       {"epochs", "--epochs", "Training epochs", &T::epochs, R::epochs, {}, false, true, "train"},
@@ -39,7 +46,10 @@ const OptionTable<TrainConfig>& train_option_table() {
       {"sbece_bins", "--sbece-bins", "M: soft bins", &T::sbece_bins, R::sbece_bins, {}, false, true, "train"},
       {"sbece_temperature", "--sbece-temperature", "T > 0: soft-bin temperature (method.md §2)", &T::sbece_temperature,
        R::sbece_temperature, {}, false, true, "train"},
-      {"val_fraction", "", "Share of the training split held out for validation", &T::val_fraction,
+      {"val_fraction", "--val-fraction",
+       "Share of the training split held out for validation (gcide: the share of documents for validation, and as "
+       "many for test)",
+       &T::val_fraction,
        RealRange{0.0, 0.999, false}, {}, false, true, "train"},
       {"seed", "--seed", "Seed for initialisation, split, order and augmentation", &T::seed},
       {"threads", "--threads", "Intra-op threads", &T::threads, R::threads, {}, false, false},
@@ -92,6 +102,14 @@ void check_train_config(const TrainConfig& c) {
   parse_residual_mode(c.residual);
   if (!(c.sbece_temperature > 0))
     throw_input("--sbece-temperature", std::to_string(c.sbece_temperature) + " must be > 0 (method.md §2)");
+  const bool text = c.dataset == "gcide", lm = is_lm_preset(c.model);
+  if (text != lm)
+    throw_input("--model", text ? "'" + c.model + "' is an image model; the text corpus gcide trains ar-lm-tiny"
+                                : "'" + c.model + "' is a language model; it trains on --dataset gcide, not " + c.dataset);
+  if (text && c.patch > 0) throw_input("--patch", "applies to the ViT presets, not the language model");
+  if (text && !(c.val_fraction > 0 && c.val_fraction <= 0.25))
+    throw_input("val_fraction", std::to_string(c.val_fraction) +
+                                    ": the text corpus needs a fraction in (0, 0.25] of its documents (test takes as many)");
   if (c.precision == "fp16" && c.device != "cuda")
     throw_input("--precision", "fp16 autocast needs --device cuda (LibTorch's CPU autocast runs bf16 only); use bf16");
 }

@@ -39,6 +39,7 @@ struct TrainConfig {
   std::int64_t checkpoint_every = 200;  ///< steps; a checkpoint is also written at every epoch end
   double norm_eps = 1e-6;
   int patch = 0;  ///< > 0: the ViT presets' patch size instead of the preset's (more tokens per image)
+  int context = 128;  ///< language model (dataset gcide): tokens per sequence
   /// Epochs after which the model is also kept as RUN/epoch-E/ (config.json, model.pt): a run
   /// directory of its own that `arcal trace` reads, for the convergence audit of `arcal run`.
   std::vector<std::uint64_t> snapshot_epochs;

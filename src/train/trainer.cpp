@@ -39,6 +39,12 @@ void validate_train_config(const TrainConfig& c) {
 }
 
 ModelConfig model_config_for(const TrainConfig& c, int image_size, int channels, int classes) {
+  if (is_text_dataset(c.dataset)) {
+    auto mc = make_lm_config(c.model, c.context, parse_residual_mode(c.residual), c.block_size);
+    mc.norm_eps = c.norm_eps;
+    validate_model_config(mc);
+    return mc;
+  }
   auto mc = make_model_config(c.model, image_size, channels, classes, parse_residual_mode(c.residual), c.block_size);
   mc.norm_eps = c.norm_eps;
   if (c.patch > 0) {
@@ -61,16 +67,20 @@ nlohmann::json describe_model(const TrainConfig& c) {
   const ModelConfig mc = model_config_for(c, image_size, channels, classes);
   ARViT model(mc);
   const ModelCost cost = model_cost(mc);
+  // Per image, or for the language model per sequence of `context` tokens (the keys say which).
+  const std::string unit = mc.arch == "lm" ? "_per_sequence" : "_per_image";
+  nlohmann::json input = nlohmann::json::array({channels, image_size, image_size});
+  if (mc.arch == "lm") input = nlohmann::json::array({c.context});
   return {{"model", mc},
           {"dataset", c.dataset},
-          {"input", {channels, image_size, image_size}},
+          {"input", input},
           {"parameters", parameter_count(*model)},
           {"routing_points", mc.routing_points()},
           {"routing_sources", mc.sources_per_point()},
-          {"macs_per_image", cost.macs},
-          {"flops_per_image", 2.0 * cost.macs},
-          {"routing_macs_per_image", cost.routing_macs},
-          {"attention_macs_per_image", cost.attention_macs}};
+          {"macs" + unit, cost.macs},
+          {"flops" + unit, 2.0 * cost.macs},
+          {"routing_macs" + unit, cost.routing_macs},
+          {"attention_macs" + unit, cost.attention_macs}};
 }
 
 double top_label_ece(const torch::Tensor& logits, const torch::Tensor& labels, int bins) {
@@ -83,9 +93,51 @@ double top_label_ece(const torch::Tensor& logits, const torch::Tensor& labels, i
   return expected_calibration_error(c, a, bins);
 }
 
+namespace {
+
+/// evaluate() on a text split: every next-token prediction of every sequence, streamed in batches of
+/// `batch_size` / 4 sequences (the logits of a whole split would not fit).
+EvalResult evaluate_text(ARViT& model, const TensorData& data, int batch_size) {
+  EvalResult r;
+  const auto device = model->parameters().front().device();
+  const std::int64_t sequences = std::max(1, batch_size / 4);
+  double nll = 0, correct = 0;
+  std::vector<double> conf, hit;
+  for (std::int64_t s = 0; s < data.size(); s += sequences) {
+    const auto len = std::min<std::int64_t>(sequences, data.size() - s);
+    const auto seq = data.images.narrow(0, s, len);
+    const auto y = lm_targets(seq).reshape({-1});
+    auto lp = torch::log_softmax(model->forward(lm_inputs(seq).to(device)).to(torch::kCPU).to(torch::kFloat), -1)
+                  .reshape({y.size(0), -1});
+    nll -= lp.gather(1, y.unsqueeze(1)).to(torch::kDouble).sum().item<double>();
+    auto [top, pred] = lp.max(-1);
+    auto ok = pred.eq(y).to(torch::kDouble).contiguous();
+    auto c = top.exp().to(torch::kDouble).contiguous();
+    correct += ok.sum().item<double>();
+    conf.insert(conf.end(), c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
+    hit.insert(hit.end(), ok.data_ptr<double>(), ok.data_ptr<double>() + ok.numel());
+  }
+  r.n = static_cast<std::int64_t>(conf.size());
+  if (r.n == 0) return r;
+  r.nll = nll / double(r.n);
+  r.accuracy = correct / double(r.n);
+  r.ece = expected_calibration_error(conf, hit, 15);
+  r.bits_per_byte = r.nll / std::log(2.0);
+  return r;
+}
+
+}  // namespace
+
 EvalResult evaluate(ARViT& model, const TensorData& data, int batch_size) {
   if (batch_size < 1) throw_input("evaluate", "batch size " + std::to_string(batch_size) + " must be >= 1");
   torch::NoGradGuard guard;
+  if (data.text) {
+    const bool was_training = model->is_training();
+    model->eval();
+    EvalResult r = evaluate_text(model, data, batch_size);
+    if (was_training) model->train();
+    return r;
+  }
   const bool was_training = model->is_training();
   model->eval();
   EvalResult r;
@@ -507,6 +559,11 @@ std::pair<torch::Tensor, torch::Tensor> rank_batch(const TensorData& train, std:
                                                    const torch::Device& device) {
   const auto offset = (step % per_epoch) * global_batch;
   auto idx = torch::from_blob(order.data() + offset, {global_batch}, torch::kLong);
+  if (train.text) {  // byte sequences: inputs (b,T) and next-token targets flattened to (b T); no augmentation
+    auto seq = train.images.index_select(0, idx);
+    if (c.world_size > 1) seq = seq.narrow(0, std::int64_t(rank) * c.batch_size, c.batch_size);
+    return {lm_inputs(seq).to(device), lm_targets(seq).reshape({-1}).to(device)};
+  }
   auto x = augment_batch(train.images.index_select(0, idx), pad, derive_seed(c.seed, 5000000 + static_cast<std::uint64_t>(step)), c.dataset);
   auto y = train.labels.index_select(0, idx);
   if (c.world_size > 1) {
@@ -554,7 +611,7 @@ StepResult optimizer_step(ARViT& model, torch::optim::AdamW& opt, const torch::T
   autocast.set(true);
   auto logits = model->forward(x);
   autocast.set(false);
-  logits = logits.to(torch::kFloat);
+  logits = logits.to(torch::kFloat).reshape({-1, logits.size(-1)});  // (b,K); a language model's (b,T,K) -> (bT,K)
   auto loss = torch::cross_entropy_loss(logits, y);
   if (c.sbece_weight > 0) loss = loss + c.sbece_weight * soft_binned_ece(logits, y, c.sbece_bins, c.sbece_temperature);
   (scaler.scale != 1.0 ? loss * scaler.scale : loss).backward();
@@ -604,6 +661,10 @@ nlohmann::json write_final_outputs(ARViT& model, const TensorData& test_split, c
   s.precision = c.precision;
   s.max_parameter_divergence = divergence;
   s.parameters = parameter_count(*model);
+  if (test_split.text) {
+    s.test_bits_per_byte = test.bits_per_byte;
+    s.tokens_per_second = s.images_per_second * double(test_split.images.size(1) - 1);
+  }
   const nlohmann::json summary = s;
   write_file_atomic(paths.summary, summary.dump(2) + "\n");
   return summary;
@@ -624,10 +685,11 @@ nlohmann::json train_locked(const TrainConfig& requested, const std::string& run
   set_compute_threads(c.threads);
   keep_freed_memory_for_training();
   // Everything that can fail on user input happens before RUN/ is touched.
-  DatasetSplits data = load_dataset(c.dataset, c.data_dir, c.val_fraction, c.train_subset, c.seed);
+  DatasetSplits data = load_dataset(c.dataset, c.data_dir, c.val_fraction, c.train_subset, c.seed, c.context);
   const auto& train = data.train;
-  ModelConfig mc = model_config_for(c, static_cast<int>(train.images.size(2)), static_cast<int>(train.images.size(1)),
-                                    train.classes);
+  ModelConfig mc = train.text ? model_config_for(c, 0, 0, train.classes)
+                              : model_config_for(c, static_cast<int>(train.images.size(2)),
+                                                 static_cast<int>(train.images.size(1)), train.classes);
   if (resume && model_config_hash(mc) != model_config_hash(run.stored.model))
     throw_input("--resume", paths.config + ": its model section does not match the model its train section builds ("
                                            "edited by hand?); the checkpoint cannot be resumed safely");
@@ -669,7 +731,7 @@ nlohmann::json train_locked(const TrainConfig& requested, const std::string& run
   if (group) group->barrier();  // every rank has checked RUN/ before rank 0 writes checkpoints into it
 
   const Autocast autocast(c.precision, device);
-  const int pad = train.images.size(2) == 28 ? 2 : 4;
+  const int pad = train.text ? 0 : train.images.size(2) == 28 ? 2 : 4;
   const auto t0 = std::chrono::steady_clock::now();
   double train_seconds = 0;
   std::int64_t images_seen = 0;
@@ -731,6 +793,7 @@ nlohmann::json train_locked(const TrainConfig& requested, const std::string& run
                             {"val_ece", v.ece},
                             {"val_n", v.n},
                             {"lr", lr_at(c, step, total)}};
+      if (data.val.text) rec["val_bits_per_byte"] = v.bits_per_byte;
       loss_sum = 0;
       loss_count = 0;
       append_line(paths.log, rec.dump());

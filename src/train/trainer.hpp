@@ -36,9 +36,10 @@ struct EvalResult {
   std::int64_t n = 0;
   double accuracy = 0, nll = 0, ece = 0;
   double loss = 0;  ///< CE + beta * SB-ECE over the whole set
+  double bits_per_byte = 0;  ///< text: nll / ln 2 (n, accuracy, nll and ece are then per next-token prediction)
 };
 
-/// Evaluates on a split in batches (no gradients).
+/// Evaluates on a split in batches (no gradients); on a text split every next-token prediction.
 EvalResult evaluate(ARViT& model, const TensorData& data, int batch_size = 500);
 
 /// Top-label ECE with 15 equal-width bins (method.md §4) of logits (N,K) against labels.

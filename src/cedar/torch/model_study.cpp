@@ -115,7 +115,7 @@ ModelStudyResult run_model_study(const ModelStudyConfig& cfg,
       throw_index(f, "budgets", i, std::to_string(cfg.budgets[i]),
                   "in [1, " + std::to_string(grid) + "] (rows of patches)");
 
-  const DatasetSplits data = load_dataset(tc.dataset, tc.data_dir, tc.val_fraction, tc.train_subset, tc.seed);
+  const DatasetSplits data = load_dataset(tc.dataset, tc.data_dir, tc.val_fraction, tc.train_subset, tc.seed, tc.context);
   const std::int64_t n = cfg.subset > 0 ? std::min<std::int64_t>(cfg.subset, data.test.size()) : data.test.size();
   if (n < 2) throw_input(f, "the test split of " + cfg.run + " has fewer than 2 images");
   const torch::Tensor images = data.test.images.narrow(0, 0, n);
