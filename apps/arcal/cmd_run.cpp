@@ -295,7 +295,8 @@ std::vector<arcal::ConvergencePoint> audit_snapshots(const arcal::StudyConfig& s
       if (fs::exists(tf)) continue;
       Job j;
       j.label = "trace " + r.id + " " + sub;
-      j.args = {"trace", "--run", snap, "--split", st.split, "--out", tf, "--threads", std::to_string(st.threads_per_job), "--quiet"};
+      j.args = {"trace", "--run", snap, "--split", st.split, "--out", tf, "--threads", std::to_string(st.threads_per_job),
+                "--sequences", std::to_string(st.trace_sequences), "--quiet"};
       j.log = snap + "/trace.log";
       jobs.push_back(j);
     }
@@ -384,7 +385,7 @@ int run_study(const RunOptions& o) {
     Job j;
     j.label = "trace " + r.id;
     j.args = {"trace", "--run", rd, "--split", st.split, "--out", rd + "/" + st.split + ".npz", "--threads",
-              std::to_string(st.threads_per_job), "--quiet"};
+              std::to_string(st.threads_per_job), "--sequences", std::to_string(st.trace_sequences), "--quiet"};
     j.log = rd + "/trace.log";
     trace_jobs.push_back(j);
   }
@@ -412,6 +413,7 @@ int run_study(const RunOptions& o) {
     row.audited = r.audited;
     row.trace = "runs/" + r.dir_name() + "/" + st.split + ".npz";
     row.config_hash = r.hash;
+    ro.cluster = trace.cluster;  // token traces: the bootstrap resamples whole sequences
     row.metrics = arcal::calibration_report(arcal::trace_probabilities(trace), trace.n, trace.classes, trace.labels, ro);
     try {  // a damaged summary.json only loses these two numbers
       const auto summary =

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "core/check.hpp"
 #include "core/rng.hpp"
@@ -170,6 +171,14 @@ CondCalResult ar_condcal(const std::vector<double>& confidence, const std::vecto
     for (auto& c : raw) c = std::clamp(c, o.clip, 1.0 - o.clip);
     accumulate(result.uncalibrated, score(raw, a_eval, tertile, o.ece_bins), 0.5);
     // Inner CV folds shared by every arm (matched).
+    if (!cluster.empty()) {
+      const auto cal_clusters = pick(cluster, cal);
+      const std::set<std::int64_t> distinct(cal_clusters.begin(), cal_clusters.end());
+      if (distinct.size() < static_cast<std::size_t>(o.cv_folds))
+        throw_input(fn, "a cross-fit half holds " + std::to_string(distinct.size()) + " clusters, but the " +
+                            std::to_string(o.cv_folds) + "-fold bandwidth CV splits whole clusters and needs at least " +
+                            std::to_string(o.cv_folds) + " (trace more sequences, or run without AR-CondCal: --no-condcal)");
+    }
     const auto inner = kfold_assignment(cal.size(), o.cv_folds, cluster.empty() ? cluster : pick(cluster, cal),
                                         derive_seed(o.seed, 10 + f));
     for (std::size_t a = 0; a < specs.size(); ++a) {

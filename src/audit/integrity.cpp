@@ -18,6 +18,10 @@ struct RowView {
   std::size_t K, P;
   std::uint64_t hash(std::size_t i) const {
     std::uint64_t h = fnv1a64(&r.labels[i], sizeof(std::int64_t));
+    // Clustered examples: a row equal to one of another cluster is a second draw that happens to
+    // coincide (two sequences that start with the same bytes predict alike), not a copy; only copies
+    // inside one cluster count.
+    if (!r.cluster.empty()) h = fnv1a64(&r.cluster[i], sizeof(std::int64_t), h);
     h = fnv1a64(&r.confidence[i], sizeof(double), h);
     if (!r.log_probs.empty()) h = fnv1a64(&r.log_probs[i * K], K * sizeof(double), h);
     if (P > 0 && !r.profile.empty()) h = fnv1a64(&r.profile[i * P], P * sizeof(double), h);
@@ -26,6 +30,7 @@ struct RowView {
   }
   bool equal(std::size_t a, std::size_t b) const {
     if (r.labels[a] != r.labels[b] || r.confidence[a] != r.confidence[b]) return false;
+    if (!r.cluster.empty() && r.cluster[a] != r.cluster[b]) return false;
     if (!r.log_probs.empty() && !std::equal(&r.log_probs[a * K], &r.log_probs[a * K] + K, &r.log_probs[b * K]))
       return false;
     if (P > 0 && !r.profile.empty() && !std::equal(&r.profile[a * P], &r.profile[a * P] + P, &r.profile[b * P]))
@@ -82,6 +87,7 @@ void drop_rows(AuditRunInput& r, const std::vector<std::size_t>& keep) {
   keep_rows(r.log_probs, keep, K);
   if (P > 0) keep_rows(r.profile, keep, P);
   for (auto& s : r.statistics) keep_rows(s, keep, 1);
+  keep_rows(r.cluster, keep, 1);
 }
 
 void drop_profile_columns(AuditRunInput& r, const std::vector<bool>& drop) {

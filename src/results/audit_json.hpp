@@ -167,6 +167,7 @@ inline void to_json(nlohmann::json& j, const DiagnosticTest& t) {
         {{"gap", pr.gap}, {"p", pr.p}, {"p_holm", t.paper_p_holm}, {"p_bh", t.paper_p_bh}, {"exceed", pr.exceed},
          {"permutations", pr.permutations}, {"bins", bins_json(pr, false)},
          {"null_histogram", {{"edges", pr.null_edges}, {"counts", pr.null_counts}}}}}};
+  if (t.result.clusters > 0) j["clusters"] = t.result.clusters;  // the clustered decision test (sign-flip)
 }
 inline void from_json(const nlohmann::json& j, DiagnosticTest& t) {
   results::get_to(j, "run", t.run);
@@ -182,6 +183,7 @@ inline void from_json(const nlohmann::json& j, DiagnosticTest& t) {
   results::get_to(j, "exceed", t.result.exceed);
   results::get_to(j, "permutations", t.result.permutations);
   results::get_to(j, "strata", t.result.strata);
+  t.result.clusters = results::value_or<std::size_t>(j, "clusters", 0);
   results::get_to(j, "seed", t.seed);
   bins_from_json(j, t.result);
   const auto& pr = j.at("paper");

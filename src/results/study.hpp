@@ -78,6 +78,7 @@ inline void from_json(const nlohmann::json& j, CalibrationReport& r) {
   results::get_to(j, "classes", r.classes);
   results::get_to(j, "bins", r.bins);
   r.draws = results::value_or(j, "bootstrap", 0);
+  r.clusters = results::value_or<std::size_t>(j, "clusters", 0);
   r.seed = results::value_or<std::uint64_t>(j, "seed", 0);
   r.level = results::value_or(j, "level", 0.95);
   const std::vector<std::pair<const char*, Estimate*>> rows = {

@@ -449,6 +449,9 @@ StudyConfig parse_study_toml_text(const std::string& text, const std::string& pa
     c.threads_per_job = r.bounded(v, "execution", "threads_per_job", ranges::threads);
   };
   keys["trace"]["split"] = [&](const toml::value& v) { c.split = r.str(v, "trace", "split"); };
+  keys["trace"]["sequences"] = [&](const toml::value& v) {
+    c.trace_sequences = r.bounded(v, "trace", "sequences", IntRange{0, 1 << 30});
+  };
   for (const auto& o : audit_option_table())
     keys["audit"][o.key] = [&, opt = &o](const toml::value& v) { read_option(r, "audit", *opt, v, c.audit); };
 
@@ -491,12 +494,16 @@ void validate_study(const StudyConfig& c) {
        "name", "must be 1-100 letters, digits, '.', '_' or '-', not starting with '.'");
   need(!c.datasets.empty(), "[data] datasets", "must name at least one dataset");
   for (const auto& d : c.datasets)
-    need(d == "fashion-mnist" || d == "cifar10" || d == "cifar100", "[data] datasets", "entry '" + d + "' is not fashion-mnist, cifar10 or cifar100");
+    need(d == "fashion-mnist" || d == "cifar10" || d == "cifar100" || d == "gcide", "[data] datasets",
+         "entry '" + d + "' is not fashion-mnist, cifar10, cifar100 or gcide (the text corpus)");
   need(!c.models.empty(), "[model] presets", "must name at least one preset");
   for (const auto& m : c.models) {
     const auto& known = model_presets();
-    need(std::find(known.begin(), known.end(), m) != known.end(), "[model] presets",
-         "entry '" + m + "' is not a known preset (ar-vit-tiny, ar-deit-small, ar-swin-tiny)");
+    need(std::find(known.begin(), known.end(), m) != known.end() || is_lm_preset(m), "[model] presets",
+         "entry '" + m + "' is not a known preset (ar-vit-tiny, ar-deit-small, ar-swin-tiny; ar-lm-tiny for gcide)");
+    for (const auto& d : c.datasets)
+      need((d == "gcide") == is_lm_preset(m), "[model] presets",
+           "pairs '" + m + "' with dataset '" + d + "': the language model ar-lm-tiny trains on gcide, the image presets on images");
   }
   need(!c.residuals.empty() || c.standard_twin, "[model] residuals", "is empty and standard_twin is false: nothing to train");
   std::set<std::string> seen;
@@ -510,6 +517,7 @@ void validate_study(const StudyConfig& c) {
   in(c.parallel, ranges::parallel, "[execution] parallel");
   in(c.threads_per_job, ranges::threads, "[execution] threads_per_job");
   need(c.split == "test" || c.split == "val", "[trace] split", "must be test or val");
+  need(c.trace_sequences >= 0 && c.trace_sequences <= (std::int64_t{1} << 30), "[trace] sequences", "must be in [0, 2^30]");
   {
     // The shared training options, by their study keys (the per-run ones are set in expand_study).
     TrainConfig t = c.train;
@@ -525,7 +533,7 @@ std::string study_to_toml(const StudyConfig& c) {
   o << "# arcal study (resolved). Every key is optional; omitted keys take these defaults.\n";
   o << "name = " << toml_string(c.name) << "\n\n";
   o << "[data]\n";
-  o << "datasets = " << list(c.datasets, true) << "   # fashion-mnist | cifar10 | cifar100\n";
+  o << "datasets = " << list(c.datasets, true) << "   # fashion-mnist | cifar10 | cifar100 | gcide (text)\n";
   for (const auto& opt : train_option_table())
     if (opt.section == "data") o << option_line(opt, c.train);
   o << "\n";
@@ -545,7 +553,8 @@ std::string study_to_toml(const StudyConfig& c) {
   o << "parallel = " << c.parallel << "   # trainings and traces at once\n";
   o << "threads_per_job = " << c.threads_per_job << "\n\n";
   o << "[trace]\n";
-  o << "split = " << toml_string(c.split) << "\n\n";
+  o << "split = " << toml_string(c.split) << "\n";
+  o << "sequences = " << c.trace_sequences << "   # language models: evenly spaced sequences traced (0 = all)\n\n";
   o << "[audit]\n";
   for (const auto& opt : audit_option_table()) o << option_line(opt, c.audit);
   return o.str();

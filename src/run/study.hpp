@@ -37,6 +37,9 @@ struct StudyConfig {
   int threads_per_job = 1;  ///< intra-op threads of each
   // [trace]
   std::string split = "test";
+  /// Language models: the token trace holds this many evenly spaced sequences of the split (each a
+  /// cluster of `context` tokens; 0 = all), arcal trace --sequences.
+  std::int64_t trace_sequences = 512;
   // [audit]: every option of the audit family (audit/audit_options.hpp), with the study's defaults
   // (default_study_audit): probes with 5 restarts, sensitivity and exact null on, 100 null replicates
   // (p resolution 1/101, keeps the default study near 15 minutes), 2 worker threads.

@@ -10,6 +10,7 @@
 
 #include "audit/audit.hpp"
 #include "audit/diagnostic.hpp"
+#include "audit/integrity.hpp"
 #include "audit/run_input.hpp"
 #include "audit/simulate.hpp"
 #include "audit_test_util.hpp"
@@ -132,6 +133,36 @@ TEST(DependentTokens, TraceClustersReachTheAuditAndItsSubsampleKeepsThemWhole) {
   ASSERT_EQ(res.diagnostic.tests.size(), 1u);
   EXPECT_EQ(res.diagnostic.tests[0].result.clusters, 40u);
   EXPECT_EQ(res.verdict.dependence.variant, "clustered");
+}
+
+TEST(DependentTokens, OnlyCopiesInsideOneClusterCountAsDuplicates) {
+  auto o = family("clean", 6);
+  o.sequences = 30;
+  o.length = 20;
+  auto run = make_audit_run_input(simulate_tokens(o).trace, "tokens", {"routing_s"});
+  // Row 0 of sequence 1 equal to row 0 of sequence 0 (two sequences that open alike): not a copy.
+  auto copy_row = [&](std::size_t from, std::size_t to) {
+    run.confidence[to] = run.confidence[from];
+    run.correct[to] = run.correct[from];
+    run.predictive_entropy[to] = run.predictive_entropy[from];
+    run.labels[to] = run.labels[from];
+    run.predicted[to] = run.predicted[from];
+    std::copy_n(run.log_probs.begin() + long(from * run.classes), run.classes, run.log_probs.begin() + long(to * run.classes));
+    const std::size_t P = run.profile_names.size();
+    std::copy_n(run.profile.begin() + long(from * P), P, run.profile.begin() + long(to * P));
+    for (auto& s : run.statistics) s[to] = s[from];
+  };
+  copy_row(0, 20);
+  auto checked = std::vector<AuditRunInput>{run};
+  EXPECT_EQ(check_integrity(checked, false).runs[0].duplicate_rows, 0u);
+  // Row 3 copied into row 7 of the same sequence: a copy, counted, and dropped with its cluster id.
+  copy_row(3, 7);
+  checked = {run};
+  const auto res = check_integrity(checked, true);
+  EXPECT_EQ(res.runs[0].duplicate_rows, 1u);
+  ASSERT_EQ(checked[0].cluster.size(), checked[0].confidence.size());
+  EXPECT_EQ(checked[0].confidence.size(), 599u);
+  EXPECT_EQ(checked[0].cluster[19], 1);  // row 20 (sequence 1) moved up by one
 }
 
 }  // namespace
