@@ -22,6 +22,12 @@ the entropy of the token-averaged gate. `routing_kind` says whether the sources 
 layers, earliest first) or not ("unordered", the default: mixture-of-experts experts), and the audit
 offers only the statistics that apply (no depth variance over expert indices).
 
+Language models (per_token=True): every token is an example. The model's output is next-token logits
+[B, T, K]; each routing point gives the token's own weights (no token mean), labels are added as [B, T]
+(the next tokens), and every sequence is a cluster: the trace's `cluster` array holds the running
+sequence index (or what rec.add_clusters gives), so that the audit splits, permutes and resamples
+whole sequences (shared/method.md §6.8). This is the layout `arcal trace` writes for ar-lm-tiny.
+
 Models: an eager torch.nn.Module. A torch.compile'd model (torch >= 2.0) is accepted: its submodules
 are found under their eager names (the `_orig_mod.` prefix is added where needed). A TorchScript model
 (torch.jit.trace / torch.jit.script) runs without Python forward hooks, so it is refused: record the
@@ -150,7 +156,7 @@ class RoutingRecorder:
     """
 
     def __init__(self, model, *, routing=(), features=None, output=None, softmax=False, meta=None,
-                 layout="auto", routing_kind="unordered"):
+                 layout="auto", routing_kind="unordered", per_token=False):
         if isinstance(model, torch.jit.ScriptModule):
             raise ValueError("record_routing: the model is a TorchScript module (torch.jit.trace or torch.jit.script), "
                              "which runs without Python forward hooks; record the eager torch.nn.Module instead "
@@ -161,6 +167,9 @@ class RoutingRecorder:
             raise ValueError(f"record_routing: routing_kind is {routing_kind!r}, but must be 'depth' (ordered sources: "
                              "layers, earliest first) or 'unordered' (mixture-of-experts experts)")
         self.model = model
+        self._per_token = bool(per_token)
+        self._tokens = None  # per_token: the sequence length of the first batch (every batch must match)
+        self._clusters, self._given_clusters, self._sequences = [], [], 0
         self._output = output or _default_output
         self._softmax = softmax
         self._meta = dict(meta or {})
@@ -248,14 +257,26 @@ class RoutingRecorder:
         d = torch.linspace(0, 1, e) if e > 1 else torch.zeros(1)
         mu = (w * d).sum(dim=-1)
         var = (w * (d - mu.unsqueeze(-1)) ** 2).sum(dim=-1)
+        if self._per_token:  # every token its own example: [B*T, E] rows and [B*T] statistics
+            if w.shape[1] != self._tokens:
+                raise ValueError(f"record_routing: routing point '{name}' has {w.shape[1]} tokens per sequence, but the "
+                                 f"logits have T = {self._tokens}")
+            return w.reshape(-1, e), ent.reshape(-1), mu.reshape(-1), var.reshape(-1)
         return w.mean(dim=1), ent.mean(dim=1), mu.mean(dim=1), var.mean(dim=1)
 
     def _on_forward(self, _module, _inputs, out):
         logits = self._output(out)
-        if not torch.is_tensor(logits) or logits.dim() != 2:
-            raise ValueError("record_routing: the model's output must be logits [B, K]; got "
+        want = 3 if self._per_token else 2
+        if not torch.is_tensor(logits) or logits.dim() != want:
+            raise ValueError("record_routing: the model's output must be logits "
+                             f"{'[B, T, K] (per_token=True)' if self._per_token else '[B, K]'}; got "
                              f"{tuple(logits.shape) if torch.is_tensor(logits) else type(logits).__name__}")
         batch = logits.shape[0]
+        if self._per_token:
+            if self._tokens is not None and logits.shape[1] != self._tokens:
+                raise ValueError(f"record_routing: this batch has sequences of {logits.shape[1]} tokens, but the first "
+                                 f"had {self._tokens}; record sequences of one length")
+            self._tokens = logits.shape[1]
         pending, self._pending = self._pending, {}
 
         def take(module, fn, what, name):
@@ -272,7 +293,13 @@ class RoutingRecorder:
         feats = {}
         for fname, (mname, module, fn) in self._features.items():
             t = _as_tokens(mname, take(module, fn, "feature", fname).detach(), batch, "feature", self._layout_of(mname))
-            feats[fname] = t.float().mean(dim=1)
+            if self._per_token:
+                if t.shape[1] != self._tokens:
+                    raise ValueError(f"record_routing: feature '{fname}' has {t.shape[1]} tokens per sequence, but the "
+                                     f"logits have T = {self._tokens}")
+                feats[fname] = t.float().reshape(-1, t.shape[-1])
+            else:
+                feats[fname] = t.float().mean(dim=1)
         # Only a forward whose every entry was read is kept: a refused batch leaves the recording as it was.
         for p, (mean, ent, mu, var) in enumerate(rows):
             self._routing_rows[p].append(_to_numpy(mean))
@@ -280,6 +307,11 @@ class RoutingRecorder:
             self._depth_rows[p].append((_to_numpy(mu), _to_numpy(var)))
         for fname, v in feats.items():
             self._feature_rows[fname].append(_to_numpy(v))
+        if self._per_token:
+            self._clusters.append(np.repeat(np.arange(self._sequences, self._sequences + batch, dtype=np.int64),
+                                            self._tokens))
+            self._sequences += batch
+            logits = logits.reshape(-1, logits.shape[-1])
         self._logits.append(_to_numpy(logits))
 
     def __enter__(self):
@@ -299,8 +331,17 @@ class RoutingRecorder:
 
     # ---- what the user adds
     def add_labels(self, labels):
+        """The batch's true classes [B] (per_token: the next tokens [B, T], flattened as the logits are)."""
         y = labels.detach().cpu().numpy() if torch.is_tensor(labels) else np.asarray(labels)
         self._labels.append(y.reshape(-1).astype(np.int64))
+
+    def add_clusters(self, ids):
+        """per_token only: the batch's sequence ids [B] (e.g. document ids), replacing the running sequence
+        index as the cluster of every token of the sequence."""
+        if not self._per_token:
+            raise ValueError("record_routing: add_clusters applies to per_token=True recordings")
+        v = ids.detach().cpu().numpy() if torch.is_tensor(ids) else np.asarray(ids)
+        self._given_clusters.append(v.reshape(-1).astype(np.int64))
 
     def add_feature(self, name, values):
         v = values.detach().to("cpu", torch.float32).numpy() if torch.is_tensor(values) else np.asarray(values, np.float32)
@@ -319,6 +360,15 @@ class RoutingRecorder:
             raise ValueError(f"record_routing: {labels.shape[0]} labels were added (add_labels), but the model saw "
                              f"N = {n} examples")
         out["labels"] = labels
+        if self._per_token:
+            clusters = np.concatenate(self._clusters)
+            if self._given_clusters:
+                given = np.concatenate(self._given_clusters)
+                if given.shape[0] != self._sequences:
+                    raise ValueError(f"record_routing: {given.shape[0]} sequence ids were added (add_clusters), but the "
+                                     f"model saw {self._sequences} sequences")
+                clusters = np.repeat(given, self._tokens)
+            out["cluster"] = clusters
         if self._routing:
             rows = [np.concatenate(r) for r in self._routing_rows]
             sources = np.array([r.shape[1] for r in rows], np.int32)
@@ -349,6 +399,8 @@ class RoutingRecorder:
                 "version": _arcal.__version__}
         if self._renormalised > 0:
             meta["routing_rows_renormalised_max_deviation"] = self._renormalised
+        if self._per_token:
+            meta.update({"task": "lm", "cluster": "sequence", "context": int(self._tokens), "sequences": self._sequences})
         meta.update(self._meta)
         out["meta"] = json.dumps(meta)
         return out
@@ -360,7 +412,7 @@ class RoutingRecorder:
 
 @contextlib.contextmanager
 def record_routing(model, path=None, *, routing=(), features=None, output=None, softmax=False, meta=None,
-                   layout="auto", routing_kind="unordered"):
+                   layout="auto", routing_kind="unordered", per_token=False):
     """Records a trace from a PyTorch model's forward hooks while the with-block runs.
 
     model : the torch.nn.Module whose forward returns logits [B, K] (or a tuple / an object with
@@ -385,12 +437,14 @@ def record_routing(model, path=None, *, routing=(), features=None, output=None, 
         the audit offers entropy only) or "depth" (ordered sources such as the layers an AttnRes point
         reads; adds the per-token depth mean and variance).
     meta : extra keys for the trace's meta JSON.
+    per_token : a language model: logits [B, T, K], every token one example with its own routing weights,
+        labels [B, T], and each sequence a cluster (array `cluster`; rec.add_clusters(ids) sets the ids).
 
     Yields the RoutingRecorder: call rec.add_labels(y) for every batch; rec.add_feature(name, values)
     adds per-example signals computed outside the model. The hooks are removed on leaving the block.
     """
     rec = RoutingRecorder(model, routing=routing, features=features, output=output, softmax=softmax, meta=meta,
-                          layout=layout, routing_kind=routing_kind)
+                          layout=layout, routing_kind=routing_kind, per_token=per_token)
     with rec:
         yield rec
     if path is not None:

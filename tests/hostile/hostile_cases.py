@@ -287,6 +287,9 @@ def files_cases(r):
     cases.append(("empty trace (N = 0)", a, "no examples"))
     a = trace(); a["logits"] = a["logits"][:, :1].copy(); a["labels"][:] = 0; cases.append(("one class (K = 1)", a, "must be >= 2"))
     a = trace(); a["meta"] = np.array(["a", "b"]); cases.append(("meta not a 0-d string", a, "meta has shape"))
+    a = trace(); a["cluster"] = np.arange(39); cases.append(("cluster of the wrong length", a, "cluster has 39 entries"))
+    a = trace(); a["cluster"] = np.zeros(40, dtype=np.int64); a["cluster"][6] = -3; cases.append(("negative cluster id", a, "cluster[6] is -3"))
+    a = trace(); a["cluster"] = np.zeros(40); cases.append(("float cluster ids", a, "cluster has dtype"))
     for i, (what, arrays, text) in enumerate(cases):
         f = save(W("t%02d.npz" % i), arrays)
         r.run(what, ["metrics", f], 2, text)

@@ -116,3 +116,64 @@ def test_errors(model_and_data):
         with record_routing(model) as rec:
             pass
         rec.arrays()
+
+
+class TinyCausalLM(nn.Module):
+    """tokens [B, T] -> next-token logits [B, T, K]; one depth-routing point whose weights over 3
+    sources (embedding, two block outputs) are computed per token, as an AttnRes point's are."""
+
+    def __init__(self, vocab=16, width=8):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.block1 = nn.Linear(width, width)
+        self.block2 = nn.Linear(width, width)
+        self.route = nn.Sequential(nn.Linear(width, 3), nn.Softmax(dim=-1))
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, tokens):
+        v0 = self.embed(tokens)
+        v1 = torch.tanh(self.block1(torch.cumsum(v0, dim=1)))  # causal: a prefix sum
+        v2 = torch.tanh(self.block2(v1))
+        a = self.route(v2)  # [B, T, 3]
+        h = a[..., 0:1] * v0 + a[..., 1:2] * v1 + a[..., 2:3] * v2
+        return self.head(h)
+
+
+def test_per_token_recording_writes_the_token_trace_layout_of_arcal_trace(tmp_path):
+    torch.manual_seed(1)
+    model = TinyCausalLM().eval()
+    seq = torch.randint(0, 16, (12, 9))  # 12 sequences of 8 inputs + their next tokens
+    path = tmp_path / "tokens.npz"
+    with torch.no_grad():
+        with record_routing(model, path, routing=["route"], routing_kind="depth", per_token=True) as rec:
+            for i in range(0, 12, 5):
+                model(seq[i:i + 5, :-1])
+                rec.add_labels(seq[i:i + 5, 1:])
+        logits = model(seq[:, :-1])
+        weights = model.route(torch.tanh(model.block2(torch.tanh(model.block1(torch.cumsum(model.embed(seq[:, :-1]), 1))))))
+    tr = arcal.read_trace(str(path))
+    # The layout arcal trace writes for a language model (tests/train/test_lm_train.cpp): rows s * T + t.
+    assert tr["logits"].shape == (96, 16)
+    np.testing.assert_allclose(tr["logits"], logits.reshape(96, 16).numpy(), atol=1e-6)
+    assert (tr["labels"] == seq[:, 1:].reshape(-1).numpy()).all()
+    assert tr["cluster"].dtype == np.int64 and (tr["cluster"] == np.repeat(np.arange(12), 8)).all()
+    assert tr["routing"].shape == (96, 1, 3)
+    np.testing.assert_allclose(tr["routing"][:, 0, :], weights.reshape(96, 3).numpy(), atol=1e-6)
+    w = weights.reshape(96, 3).numpy()
+    np.testing.assert_allclose(tr["routing_entropy"][:, 0], -(w * np.log(w)).sum(1), atol=1e-5)
+    np.testing.assert_allclose(tr["routing_depth_mean"][:, 0], w @ np.array([0, 0.5, 1]), atol=1e-6)
+    meta = json.loads(str(tr["meta"]))
+    assert meta["task"] == "lm" and meta["cluster"] == "sequence" and meta["sequences"] == 12
+    # Document ids as clusters, and the errors of a mismatched recording.
+    with torch.no_grad():
+        with record_routing(model, routing=["route"], per_token=True) as rec:
+            model(seq[:4, :-1])
+            rec.add_labels(seq[:4, 1:])
+            rec.add_clusters([7, 7, 3, 9])
+            with pytest.raises(ValueError, match="sequences of one length"):
+                model(seq[:4, :-2])
+    assert (rec.arrays()["cluster"] == np.repeat([7, 7, 3, 9], 8)).all()
+    moe = TinyMoE().eval()
+    with pytest.raises(ValueError, match=r"\[B, T, K\]"):
+        with torch.no_grad(), record_routing(moe, routing=["gate1"], per_token=True):
+            moe(torch.randn(2, 5, 6))

@@ -85,6 +85,8 @@ def outputs(work):
     p = run("train", "--dry-run", "--json", "--dataset", "cifar10", "--model", "ar-swin-tiny", "--residual", "standard",
             cwd=work)
     out["train --dry-run --json (swin, standard)"] = ("train_dry_run.schema.json", one_document(p))
+    p = run("train", "--dry-run", "--json", "--dataset", "gcide", "--model", "ar-lm-tiny", "--residual", "block", cwd=work)
+    out["train --dry-run --json (language model)"] = ("train_dry_run.schema.json", one_document(p))
     (work / "study.toml").write_text('name = "tiny"\n[model]\nresiduals = ["full", "block"]\n[train]\nseeds = [0]\n')
     for mode in ("--list", "--dry-run"):
         p = run("sweep", "--config", "study.toml", "--out", "sweep", mode, "--json", cwd=work)
@@ -127,6 +129,31 @@ def trained(work):
     out["cedar-study --json"] = ("cedar_study.schema.json", one_document(p))
     out["cedar-study results.json"] = ("cedar_study.schema.json", read_json(work / "study" / "results.json"))
     return out
+
+
+@pytest.fixture(scope="module")
+def trained_lm(work):
+    """The language model's outputs: a 2-step ar-lm-tiny run, its token trace's metrics (cluster bootstrap)."""
+    if not pathlib.Path("/usr/share/dictd/gcide.dict.dz").exists():
+        pytest.skip("needs Debian's dict-gcide")
+    out = {}
+    p = run("train", "--dataset", "gcide", "--model", "ar-lm-tiny", "--residual", "block", "--context", "16",
+            "--train-subset", "64", "--batch-size", "8", "--max-steps", "2", "--val-fraction", "0.002", "--out", "lm",
+            "--json", "--quiet", cwd=work)
+    out["train --json (language model)"] = ("train_summary.schema.json", one_document(p))
+    out["RUN/config.json (language model)"] = ("train_config.schema.json", read_json(work / "lm" / "config.json"))
+    for i, line in enumerate((work / "lm" / "log.jsonl").read_text().splitlines()):
+        out[f"RUN/log.jsonl (language model) line {i + 1}"] = ("train_log.schema.json", json.loads(line))
+    run("trace", "--run", "lm", "--sequences", "20", "--out", "lm.npz", "--quiet", cwd=work)
+    p = run("metrics", "lm.npz", "--json", "--bootstrap", "50", cwd=work)
+    out["metrics --json (token trace)"] = ("metrics.schema.json", one_document(p))
+    assert out["metrics --json (token trace)"][1]["clusters"] == 20
+    assert "test_bits_per_byte" in out["train --json (language model)"][1]
+    return out
+
+
+def test_language_model_outputs_match_their_schemas(trained_lm):
+    check_all(trained_lm)
 
 
 def check_all(docs):
