@@ -11,7 +11,7 @@ ARLMImpl::ARLMImpl(const ModelConfig& config) : config_(config) {
   if (config_.arch != "lm") throw_input("ARLM", "the model config's arch is '" + config_.arch + "', not lm");
   const int d = config_.dim, K = config_.classes;
   tok_embed_ = register_module("tok_embed", torch::nn::Embedding(K, d));
-  pos_embed_ = register_parameter("pos_embed", torch::zeros({config_.context, d}));
+  if (config_.learned_positions) pos_embed_ = register_parameter("pos_embed", torch::zeros({config_.context, d}));
   norms_ = register_module("norms", torch::nn::ModuleList());
   for (int l = 0; l < config_.layers(); ++l)
     norms_->push_back(torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(config_.norm_eps)));
@@ -32,7 +32,7 @@ ARLMImpl::ARLMImpl(const ModelConfig& config) : config_(config) {
   // GPT-2-style initialisation: normal(0, 0.02) embeddings and linear weights, zero biases.
   torch::NoGradGuard guard;
   torch::nn::init::normal_(tok_embed_->weight, 0.0, 0.02);
-  torch::nn::init::normal_(pos_embed_, 0.0, 0.02);
+  if (pos_embed_.defined()) torch::nn::init::normal_(pos_embed_, 0.0, 0.02);
   for (auto& m : modules(/*include_self=*/false)) {
     if (auto* lin = m->as<torch::nn::Linear>()) {
       torch::nn::init::normal_(lin->weight, 0.0, 0.02);
@@ -56,16 +56,18 @@ torch::Tensor ARLMImpl::forward(const torch::Tensor& tokens, RoutingCapture* cap
   if (tokens.dim() != 2 || tokens.scalar_type() != torch::kLong)
     throw_input(fn, "tokens must be a (B,T) int64 tensor");
   const auto T = tokens.size(1);
-  if (T < 1 || T > config_.context)
+  // Learned positions end at the training context; without positions (NoPE) any length runs.
+  if (T < 1 || (config_.learned_positions && T > config_.context))
     throw_input(fn, "sequence length " + std::to_string(T) + " must be in [1, " + std::to_string(config_.context) +
-                        "] (the model's context)");
+                        "] (the model's context: its learned positions end there)");
   if (tokens.numel() > 0) {
     const auto lo = tokens.min().item<std::int64_t>(), hi = tokens.max().item<std::int64_t>();
     if (lo < 0 || hi >= config_.classes)
       throw_input(fn, "tokens must be in [0, " + std::to_string(config_.classes) + ") (got " + std::to_string(lo) +
                           ".." + std::to_string(hi) + ")");
   }
-  auto v0 = tok_embed_(tokens) + pos_embed_.slice(0, 0, T);  // (B,T,d)
+  auto v0 = tok_embed_(tokens);  // (B,T,d)
+  if (pos_embed_.defined()) v0 = v0 + pos_embed_.slice(0, 0, T);
   const int L = config_.layers();
   torch::Tensor stream;
   if (config_.residual == ResidualMode::Standard) {

@@ -1,5 +1,6 @@
 // AR-LM: a decoder-only byte-level language model whose residual connections are Attention
-// Residuals (method.md §1; issue 27): token embedding plus learned positions, then causal
+// Residuals (method.md §1; issue 27): token embedding plus learned positions (none for
+// ar-lm-tiny-nope, which therefore runs past its training context), then causal
 // self-attention and GELU MLP sublayers through the same attnres_stack as AR-ViT (Full AttnRes,
 // Block AttnRes with block size S, or the standard-residual twin), a final LayerNorm and a
 // next-token head (tied to the embedding for ar-lm-tiny). Every token is a routing "example": the
@@ -24,7 +25,7 @@ class ARLMImpl : public torch::nn::Module {
   explicit ARLMImpl(const ModelConfig& config);
 
   /// tokens (B,T) int64 -> next-token logits (B,T,K). Throws InputError for another dtype or
-  /// rank, T > context, or a token outside [0, K).
+  /// rank, T > context with learned positions (NoPE runs at any T), or a token outside [0, K).
   torch::Tensor forward(const torch::Tensor& tokens, RoutingCapture* capture = nullptr,
                         const RoutingAblation* ablation = nullptr);
 
@@ -39,7 +40,7 @@ class ARLMImpl : public torch::nn::Module {
  private:
   ModelConfig config_;
   torch::nn::Embedding tok_embed_{nullptr};
-  torch::Tensor pos_embed_;      // (context, d)
+  torch::Tensor pos_embed_;      // (context, d); undefined without positions (NoPE)
   torch::nn::ModuleList norms_;  // one pre-norm per sublayer
   std::vector<MultiHeadAttention> attn_;
   std::vector<Mlp> mlp_;

@@ -122,7 +122,7 @@ const std::vector<std::string>& model_presets() {
 }
 
 const std::vector<std::string>& lm_presets() {
-  static const std::vector<std::string> names = {"ar-lm-tiny"};
+  static const std::vector<std::string> names = {"ar-lm-tiny", "ar-lm-tiny-nope"};
   return names;
 }
 
@@ -230,7 +230,8 @@ ModelConfig make_model_config(const std::string& preset, int image_size, int cha
 }
 
 ModelConfig make_lm_config(const std::string& preset, int context, ResidualMode residual, int block_size) {
-  if (preset != "ar-lm-tiny") throw_input("--model", "'" + preset + "' is not a language-model preset; available: ar-lm-tiny");
+  if (preset != "ar-lm-tiny" && preset != "ar-lm-tiny-nope")
+    throw_input("--model", "'" + preset + "' is not a language-model preset; available: ar-lm-tiny, ar-lm-tiny-nope");
   ModelConfig c;
   c.preset = preset;
   c.arch = "lm";
@@ -241,6 +242,7 @@ ModelConfig make_lm_config(const std::string& preset, int context, ResidualMode 
   c.heads = 4;
   c.mlp_ratio = 4;
   c.tie_weights = true;
+  c.learned_positions = preset != "ar-lm-tiny-nope";
   c.residual = residual;
   c.block_size = block_size;
   validate_model_config(c);
@@ -257,6 +259,8 @@ void to_json(nlohmann::json& j, const ModelConfig& c) {
     j["arch"] = c.arch;
     j["context"] = c.context;
     j["tie_weights"] = c.tie_weights;
+    // Written only for NoPE, so that the hash of every run written before it stays the same.
+    if (!c.learned_positions) j["positions"] = "none";
   } else if (c.arch != "vit") {
     j["arch"] = c.arch;
     j["stage_depths"] = c.stage_depths;
@@ -308,6 +312,12 @@ ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& w
     if (!j.contains("tie_weights") || !j["tie_weights"].is_boolean())
       throw InputError(where + ": key 'tie_weights' must be true or false");
     c.tie_weights = j["tie_weights"].get<bool>();
+    if (j.contains("positions")) {
+      const std::string pos = json_string(j, "positions", where);
+      if (pos != "none" && pos != "learned")
+        throw InputError(where + ": key 'positions' is '" + pos + "', but must be learned or none");
+      c.learned_positions = pos == "learned";
+    }
   }
   if (c.arch == "swin") {
     c.stage_depths = ints("stage_depths");

@@ -36,7 +36,10 @@ struct ModelConfig {
   std::vector<int> stage_depths, stage_dims, stage_heads;
   int window = 0;  ///< Swin window size before clipping to a stage's resolution
   // Language model only (arch "lm"): classes is the vocabulary (256 bytes); the image fields are unused.
-  int context = 0;           ///< tokens per sequence (positions learned up to this length)
+  int context = 0;           ///< tokens per training sequence (positions learned up to this length)
+  /// Learned absolute positions (ar-lm-tiny); false: none at all (ar-lm-tiny-nope, "NoPE": the causal
+  /// mask alone carries order), and the model then runs on sequences longer than `context`.
+  bool learned_positions = true;
   bool tie_weights = false;  ///< the next-token head reuses the token embedding (no head weight)
 
   int layers() const { return 2 * depth; }
@@ -67,7 +70,8 @@ ModelConfig make_model_config(const std::string& preset, int image_size, int cha
                               ResidualMode residual, int block_size);
 
 /// The byte-level AttnRes language model (issue 27): ar-lm-tiny is d 128, 4 blocks, 4 heads, MLP x4,
-/// vocabulary 256, learned positions over `context` tokens, the head tied to the embedding.
+/// vocabulary 256, learned positions over `context` tokens, the head tied to the embedding;
+/// ar-lm-tiny-nope is the same without positions (it extends past `context`).
 /// Throws InputError for an unknown preset or an inconsistent block size.
 ModelConfig make_lm_config(const std::string& preset, int context, ResidualMode residual, int block_size);
 

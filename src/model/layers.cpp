@@ -29,8 +29,7 @@ torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x) {
   auto q = qkv[0], k = qkv[1], v = qkv[2];
   torch::Tensor heads_out;  // (B,H,T,hd)
   if (backend_ && !is_training()) {
-    if (causal_) throw_input("attention backend", "a causal attention layer has no backend hook");
-    heads_out = backend_(q, k, v);
+    heads_out = backend_(q, k, v, causal_);
   } else {
     auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(hd)));
     if (causal_)

@@ -8,11 +8,13 @@
 
 namespace arcal {
 
-/// An inference-time replacement for softmax(q k^T / sqrt(hd)) v: q, k, v (B,H,T,hd) -> (B,H,T,hd).
-/// Attention layers call it only in eval mode (training numerics never change); empty = the
-/// standard product. cedar/torch/cedar_torch.hpp makes one from the CEDAR kernel.
-using AttentionBackend =
-    std::function<torch::Tensor(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v)>;
+/// An inference-time replacement for softmax(q k^T / sqrt(hd) + mask) v: q, k, v (B,H,T,hd) ->
+/// (B,H,T,hd); `causal` is true in a causal layer (the language model's decoder: token i sees keys
+/// 0..i), and a backend must then honour the mask. Attention layers call it only in eval mode
+/// (training numerics never change); empty = the standard product. cedar/torch/cedar_torch.hpp
+/// makes one from the CEDAR kernel.
+using AttentionBackend = std::function<torch::Tensor(const torch::Tensor& q, const torch::Tensor& k,
+                                                     const torch::Tensor& v, bool causal)>;
 
 /// LayerNorm in at least fp32. Under autocast a norm may receive bf16/fp16 activations while its
 /// weights stay fp32; LibTorch 1.13's CPU layer_norm rejects that mix, and AMP keeps norms in fp32.

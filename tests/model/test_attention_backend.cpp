@@ -29,7 +29,7 @@ TEST(AttentionBackend, UsedInEvalOnlyAndNeverInTraining) {
   ARViT m = small_vit();
   const auto x = torch::randn({3, 1, 28, 28});
   int calls = 0;
-  m->set_attention_backend([&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  m->set_attention_backend([&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool) {
     ++calls;
     return torch::matmul(torch::softmax(torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(-1))), -1), v);
   });

@@ -31,18 +31,36 @@ std::pair<torch::Tensor, torch::Tensor> attention_tensors(const torch::Tensor& q
   return {out.to(q.scalar_type()), expanded};
 }
 
+namespace {
+
+torch::Tensor backend_call(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal,
+                           const ChunkLayout& chunks, Options options, ExpansionTally* tally) {
+  options.causal = options.causal || causal;
+  Stats st;
+  auto [out, expanded] = attention_tensors(q, k, v, chunks, options, &st);
+  if (tally) {
+    const double n = double(expanded.numel());
+    tally->expanded += st.mean_expanded * n;
+    tally->queries += n;
+    tally->seconds += st.kernel_seconds + st.summary_seconds;
+  }
+  return out;
+}
+
+}  // namespace
+
 AttentionBackend make_backend(ChunkLayout chunks, Options options, std::shared_ptr<ExpansionTally> tally) {
   return [chunks = std::move(chunks), options, tally](const torch::Tensor& q, const torch::Tensor& k,
-                                                      const torch::Tensor& v) {
-    Stats st;
-    auto [out, expanded] = attention_tensors(q, k, v, chunks, options, &st);
-    if (tally) {
-      const double n = double(expanded.numel());
-      tally->expanded += st.mean_expanded * n;
-      tally->queries += n;
-      tally->seconds += st.kernel_seconds + st.summary_seconds;
-    }
-    return out;
+                                                      const torch::Tensor& v, bool causal) {
+    return backend_call(q, k, v, causal, chunks, options, tally.get());
+  };
+}
+
+AttentionBackend make_backend_fixed(std::int64_t chunk_size, Options options, std::shared_ptr<ExpansionTally> tally) {
+  if (chunk_size < 1) throw_input("cedar backend", "chunk size " + std::to_string(chunk_size) + " must be >= 1");
+  return [chunk_size, options, tally](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                      bool causal) {
+    return backend_call(q, k, v, causal, fixed_chunks(k.size(-2), chunk_size), options, tally.get());
   };
 }
 

@@ -28,7 +28,14 @@ struct ExpansionTally {
 };
 
 /// A model AttentionBackend running `options` over `chunks` (which must cover the model's tokens) in
-/// every attention layer; adds each call to *tally when given.
+/// every attention layer; adds each call to *tally when given. In a causal layer (the language
+/// model) the call runs as causal prefill: every token is a query that sees keys up to its own
+/// position, its own chunk exact (options.causal is set for that call).
 AttentionBackend make_backend(ChunkLayout chunks, Options options, std::shared_ptr<ExpansionTally> tally = {});
+
+/// The same with chunks of `chunk_size` tokens laid over whatever length each call has (the last
+/// chunk may be shorter): the language model's prefill at any context.
+AttentionBackend make_backend_fixed(std::int64_t chunk_size, Options options,
+                                    std::shared_ptr<ExpansionTally> tally = {});
 
 }  // namespace arcal::cedar
