@@ -1,5 +1,6 @@
-// arcal intervene: routing ablations by source family (method.md §7) on a run's test split,
-// written as JSON (atomically) with a printed table of mass against effect.
+// arcal intervene: routing ablations by source family (method.md §7) on a run's test split (an
+// image model's images, or a language model's next-byte predictions with whole sequences
+// resampled), written as JSON (atomically) with a printed table of mass against effect.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -63,7 +64,7 @@ int run(const Options& o) {
   auto split = o.split == "val" ? data.val : data.test;
   if (split.size() == 0) arcal::throw_input("--split", o.split + " split of " + o.run + " is empty");
   if (o.subset > 0 && o.subset < split.size())
-    split = {split.images.narrow(0, 0, o.subset), split.labels.narrow(0, 0, o.subset), split.classes};
+    split = {split.images.narrow(0, 0, o.subset), split.labels.narrow(0, 0, o.subset), split.classes, split.text};
   std::unique_ptr<arcal::ProgressBar> bar;
   auto rep = arcal::run_interventions(model, split, io, [&](int done, int total) {
     if (!bar) bar = arcal::cli::stderr_progress_bar("intervene", total);
@@ -79,6 +80,14 @@ int run(const Options& o) {
   res.bootstrap = o.bootstrap;
   res.seed = o.seed;
   res.report = rep;
+  if (!o.load.options.as_attnres.empty()) {
+    // The wrapper against the standard model it wraps, on the first batch (method.md §1).
+    arcal::LoadOptions plain = o.load.options;
+    plain.as_attnres.clear();
+    auto standard = arcal::load_trained_model(o.run, nullptr, plain);
+    res.has_wrapper_check = true;
+    res.wrapper_check = arcal::check_wrapper(standard, model, split, split.text ? 16 : 250);
+  }
   const nlohmann::json j = res;  // results/intervene_json.hpp
   arcal::write_file_atomic(o.out, j.dump(2) + "\n");
   std::vector<std::string> figure_paths;
@@ -87,16 +96,34 @@ int run(const Options& o) {
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  std::cout << fmt::format("base accuracy {:.4f}, NLL {:.4f} (n = {})\n", rep.base_accuracy, rep.base_nll, rep.n);
-  std::cout << fmt::format("{:>5} {:<10} {:>7} {:>22} {:>22} {:>22}\n", "point", "family", "mass", "Δacc [95% CI]",
-                           "ΔNLL [95% CI]", "KL [95% CI]");
+  if (rep.unit == "token")
+    std::cout << fmt::format("base next-byte accuracy {:.4f}, NLL {:.4f} nats = {:.4f} bits per byte (n = {} tokens in {} "
+                             "sequences; intervals resample whole sequences)\n",
+                             rep.base_accuracy, rep.base_nll, rep.base_nll / arcal::kLn2, rep.n, rep.clusters);
+  else
+    std::cout << fmt::format("base accuracy {:.4f}, NLL {:.4f} (n = {})\n", rep.base_accuracy, rep.base_nll, rep.n);
+  if (res.has_wrapper_check)
+    std::cout << fmt::format("wrapped standard model (norm eps {:g}): max relative logit difference {:.2e}, max |alpha - "
+                             "1/S_p| {:.2e} over {} examples\n",
+                             res.wrapper_check.norm_eps, res.wrapper_check.max_rel_logit_diff,
+                             res.wrapper_check.max_routing_deviation, res.wrapper_check.examples);
+  std::cout << fmt::format("{:>5} {:<9} {:<10} {:>7} {:>22} {:>22} {:>22}\n", "point", "sublayer", "family", "mass",
+                           "Δacc [95% CI]", "ΔNLL [95% CI]", "KL [95% CI]");
   for (const auto& e : rep.effects)
-    std::cout << fmt::format("{:>5} {:<10} {:>7.4f} {:>+8.4f} [{:+.4f},{:+.4f}] {:>+8.4f} [{:+.4f},{:+.4f}] {:>8.4f} [{:.4f},{:.4f}]\n",
-                             e.point < 0 ? std::string("all") : std::to_string(e.point), e.family, e.mass,
+    std::cout << fmt::format("{:>5} {:<9} {:<10} {:>7.4f} {:>+8.4f} [{:+.4f},{:+.4f}] {:>+8.4f} [{:+.4f},{:+.4f}] {:>8.4f} [{:.4f},{:.4f}]\n",
+                             e.point < 0 ? std::string("all") : std::to_string(e.point), e.sublayer, e.family, e.mass,
                              e.delta_accuracy, e.delta_accuracy_ci.low, e.delta_accuracy_ci.high, e.delta_nll,
                              e.delta_nll_ci.low, e.delta_nll_ci.high, e.mean_kl, e.mean_kl_ci.low, e.mean_kl_ci.high);
   std::cout << fmt::format("Spearman(mass, KL) = {:.3f}, Spearman(mass, ΔNLL) = {:.3f} over {} (point, family) pairs\n",
                            rep.spearman_mass_kl, rep.spearman_mass_nll, rep.pairs);
+  for (const auto& m : rep.mass_importance) {
+    std::string none;
+    for (const auto& f : m.mass_without_effect) none += (none.empty() ? "" : ", ") + f;
+    std::cout << fmt::format("{}: largest mass {} ({:.3f}), largest effect {} (KL {:.4f}){}; {} of {} points dissociated{}\n",
+                             m.sublayer, m.largest_mass_family, m.largest_mass, m.largest_effect_family, m.largest_effect_kl,
+                             m.dissociated ? " -- mass is not importance" : "", m.dissociated_points, m.points,
+                             none.empty() ? "" : "; mass >= 0.1 with no detectable ΔNLL: " + none);
+  }
   std::cout << "wrote " << o.out << "\n";
   for (const auto& f : figure_paths) std::cout << "wrote " << f << "\n";
   return 0;
@@ -111,7 +138,7 @@ arcal::cli::RunFn setup(CLI::App& app) {
   app.add_option("--points", o->points, "Comma-separated routing points (default: all)");
   app.add_option("--families", o->families, "Source families: embedding,current,history")->capture_default_str();
   app.add_option("--split", o->split, "test | val")->capture_default_str();
-  app.add_option("--subset", o->subset, "Use only the first N examples of the split (0 = all)")
+  app.add_option("--subset", o->subset, "Use only the first N examples (images, or a language model's sequences) of the split (0 = all)")
       ->capture_default_str()
       ->check(arcal::cli::in_range(arcal::ranges::subset));
   o->load.add_to(app);

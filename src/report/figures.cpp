@@ -114,7 +114,70 @@ std::vector<std::string> write_intervention_figures(const nlohmann::json& j, con
                       "'' using 4 title 'history'\n";
   auto out2 = render_gnuplot_figure(dir, "intervene_per_point", bars.str(), body2, 900, 500);
   out.insert(out.end(), out2.begin(), out2.end());
+
+  // Mass against importance per sublayer type (seed 002): each family's share of the routing mass
+  // beside its share of the summed KL, from the all-points rows of the attention and MLP points.
+  std::ostringstream shares;
+  shares << "# label mass_share kl_share (the family ablated at every point feeding that sublayer type)\n";
+  int rows = 0;
+  for (const std::string type : {"attention", "mlp"}) {
+    std::map<std::string, std::pair<double, double>> fam;  // family -> (mass, kl)
+    double kl_total = 0;
+    for (const auto& e : j["effects"]) {
+      if (e["point"].is_number_integer() || e.value("sublayer", std::string()) != type) continue;
+      fam[e["family"].get<std::string>()] = {e["mass"].get<double>(), e["mean_kl"].get<double>()};
+      kl_total += e["mean_kl"].get<double>();
+    }
+    for (const auto& f : families) {
+      if (!fam.count(f)) continue;
+      shares << type << "/" << f << " " << fam[f].first << " " << (kl_total > 0 ? fam[f].second / kl_total : 0.0)
+             << "\n";
+      ++rows;
+    }
+  }
+  if (rows > 0) {
+    std::string body3 = "set title 'Routing mass and causal importance by sublayer type (" + model + ")'\n"
+                        "set ylabel 'share'\nset yrange [0:1]\nset style data histogram\n"
+                        "set style histogram cluster gap 1\nset style fill solid 0.8 border -1\nset key top right\n"
+                        "set grid y\nset xtics rotate by -30\n"
+                        "plot 'intervene_mass_importance.dat' using 2:xtic(1) title 'mean routing mass', '' using 3 "
+                        "title 'share of the KL of ablating it'\n";
+    auto out3 = render_gnuplot_figure(dir, "intervene_mass_importance", shares.str(), body3, 900, 500);
+    out.insert(out.end(), out3.begin(), out3.end());
+  }
   return out;
+}
+
+std::vector<std::string> write_cedar_lm_figure(const nlohmann::json& j, const std::string& dir) {
+  if (!j.contains("contexts") || !j["contexts"].is_array())
+    throw_input("write_cedar_lm_figure", "the JSON has no 'contexts' array (not arcal.cedar_lm/1?)");
+  // One data block per (context, method): budget, Δ bits per byte, low, high.
+  std::ostringstream data;
+  std::string plot;
+  int block = 0;
+  for (const auto& c : j["contexts"]) {
+    const auto L = c.at("context").get<std::int64_t>();
+    for (const std::string method : {"topk", "cedar"}) {
+      data << "# context " << L << " " << method << "\n";
+      for (const auto& a : c.at("arms")) {
+        const std::string m = a.at("method").get<std::string>();
+        if ((m != method && m != "summary") || !a.value("second_order", true)) continue;
+        const auto& d = a.at("delta_vs_dense").at("bits_per_byte");
+        data << (m == "summary" ? 0 : a.at("budget").get<std::int64_t>()) << " " << d.at("value").get<double>() << " "
+             << d.at("ci")[0].get<double>() << " " << d.at("ci")[1].get<double>() << "\n";
+      }
+      data << "\n\n";
+      plot += std::string(plot.empty() ? "plot " : ", ") + "'cedar_lm_bpb.dat' index " + std::to_string(block) +
+              " using 1:2:3:4 with yerrorlines pt " + (method == "cedar" ? "7" : "5") + " dt " +
+              (method == "cedar" ? "1" : "2") + " title " + gnuplot_quote((method == "cedar" ? "CEDAR, L = " : "top-k, L = ") + std::to_string(L));
+      ++block;
+    }
+  }
+  const std::string body =
+      "set title 'Language model prefill: bits per byte lost against dense attention'\n"
+      "set xlabel 'exact chunks per query B (0: summaries only)'\nset ylabel '{/Symbol D} bits per byte vs dense'\n"
+      "set key top right\nset grid\n" + plot + "\n";
+  return render_gnuplot_figure(dir, "cedar_lm_bpb", data.str(), body);
 }
 
 }  // namespace arcal

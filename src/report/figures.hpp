@@ -1,7 +1,8 @@
 // Figures drawn by gnuplot (Debian's gnuplot-nox) from data files and .gp scripts kept beside them,
 // so a user can restyle a figure for a paper: NAME.dat + NAME.gp -> NAME.svg and NAME.png. gnuplot
 // is started with posix_spawnp and an argument vector, never through a shell.
-// Also the intervention figures (routing mass against causal effect; per-point effects).
+// Also the intervention figures (routing mass against causal effect; per-point effects) and the
+// language model's CEDAR figure.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -21,8 +22,13 @@ std::vector<std::string> render_gnuplot_figure(const std::string& dir, const std
                                                const std::string& plot_body, int width = 800, int height = 500);
 
 /// From an arcal.intervene/1 JSON object: DIR/intervene_mass_vs_kl (scatter of family mass against
-/// mean KL per (point, family), log-scaled effect) and DIR/intervene_per_point (KL per point and
-/// family). Returns every written figure path.
+/// mean KL per (point, family), log-scaled effect), DIR/intervene_per_point (KL per point and
+/// family) and, when the JSON has the attention/MLP all-points rows, DIR/intervene_mass_importance
+/// (each family's mass beside its share of the KL, per sublayer type). Returns every written path.
 std::vector<std::string> write_intervention_figures(const nlohmann::json& intervene, const std::string& dir);
+
+/// From an arcal.cedar_lm/1 JSON object: DIR/cedar_lm_bpb, Δ bits per byte against dense by budget
+/// for hard top-k and CEDAR at every context (summaries only at B = 0), with the intervals.
+std::vector<std::string> write_cedar_lm_figure(const nlohmann::json& cedar_lm, const std::string& dir);
 
 }  // namespace arcal

@@ -66,7 +66,9 @@ TEST(Intervene, FamilyMassesPartitionEachPoint) {
   o.points = {3, 12};
   o.bootstrap = 50;
   auto rep = run_interventions(m, data, o);
-  ASSERT_EQ(rep.effects.size(), 3u * 2u + 3u);
+  // Per point (3: MLP, 12: final) x 3 families, then every family at all points and at the MLP
+  // points (no attention point was chosen).
+  ASSERT_EQ(rep.effects.size(), 3u * 2u + 3u + 3u);
   double mass_p3 = 0;
   for (const auto& e : rep.effects)
     if (e.point == 3) mass_p3 += e.mass;
