@@ -149,6 +149,16 @@ def trained_lm(work):
     out["metrics --json (token trace)"] = ("metrics.schema.json", one_document(p))
     assert out["metrics --json (token trace)"][1]["clusters"] == 20
     assert "test_bits_per_byte" in out["train --json (language model)"][1]
+    p = run("intervene", "--run", "lm", "--out", "lm_iv.json", "--subset", "6", "--bootstrap", "20", "--json", cwd=work)
+    out["intervene --json (language model)"] = ("intervene.schema.json", one_document(p))
+    assert out["intervene --json (language model)"][1]["unit"] == "token"
+    assert out["intervene --json (language model)"][1]["clusters"] == 6
+    # Context 32 is past the learned positions of a context-16 model: listed as skipped, not run.
+    p = run("cedar-lm", "--run", "lm", "--out", "cedar_lm", "--contexts", "16,32", "--budgets", "1", "--chunk", "4",
+            "--tokens", "64", "--timing-contexts", "16", "--bootstrap", "20", "--threads", "1", "--json", cwd=work)
+    out["cedar-lm --json"] = ("cedar_lm.schema.json", one_document(p))
+    out["cedar-lm results.json"] = ("cedar_lm.schema.json", read_json(work / "cedar_lm" / "results.json"))
+    assert out["cedar-lm --json"][1]["skipped_contexts"] == [32]
     return out
 
 
@@ -175,6 +185,8 @@ def test_training_outputs_match_their_schemas(trained):
 
 # Schemas of outputs that other tests produce and check (the audit's and arcal run's results.json).
 CHECKED_ELSEWHERE = {"audit.schema.json"}
+# Checked by test_language_model_outputs_match_their_schemas (it needs Debian's dict-gcide).
+CHECKED_ELSEWHERE |= {"cedar_lm.schema.json"}
 
 
 def test_every_schema_is_exercised(outputs, trained):
