@@ -650,6 +650,10 @@ def train_cases(r):
     r.run("config.json asking for a 2^30-wide model", ["trace", "--run", bad, "--out", W("bad.npz")], 2, "dim 1073741824 must be in")
     r.run("trace --out onto the run's model.pt", ["trace", "--run", run, "--out", os.path.join(run, "model.pt")], 2, "is the input")
     r.run("trace --split bogus", ["trace", "--run", run, "--split", "bogus", "--out", W("t.npz")], 2, "expected test or val")
+    # CEDAR in a language model's prefill (issue 28): an image model's run, a zero chunk, no run.
+    r.run("cedar-lm on an image model's run", ["cedar-lm", "--run", run, "--out", W("clm")], 2, "not a language model")
+    r.run("cedar-lm --chunk 0", ["cedar-lm", "--run", run, "--out", W("clm"), "--chunk", "0"], 2, "--chunk: 0 is outside")
+    r.run("cedar-lm --run a missing directory", ["cedar-lm", "--run", W("nowhere"), "--out", W("clm")], 2, "--run")
 
 
 def long_train(out, steps=400):
