@@ -161,7 +161,9 @@ std::vector<std::string> write_cedar_lm_figure(const nlohmann::json& j, const st
       data << "# context " << L << " " << method << "\n";
       for (const auto& a : c.at("arms")) {
         const std::string m = a.at("method").get<std::string>();
-        if ((m != method && m != "summary") || !a.value("second_order", true)) continue;
+        // Summaries only is CEDAR at B = 0; hard top-k has no B = 0 point (it would keep the sink and
+        // the query's own chunk alone, which is not run).
+        if ((m != method && !(m == "summary" && method == "cedar")) || !a.value("second_order", true)) continue;
         const auto& d = a.at("delta_vs_dense").at("bits_per_byte");
         data << (m == "summary" ? 0 : a.at("budget").get<std::int64_t>()) << " " << d.at("value").get<double>() << " "
              << d.at("ci")[0].get<double>() << " " << d.at("ci")[1].get<double>() << "\n";
@@ -175,7 +177,7 @@ std::vector<std::string> write_cedar_lm_figure(const nlohmann::json& j, const st
   }
   const std::string body =
       "set title 'Language model prefill: bits per byte lost against dense attention'\n"
-      "set xlabel 'exact chunks per query B (0: summaries only)'\nset ylabel '{/Symbol D} bits per byte vs dense'\n"
+      "set xlabel 'exact chunks per query B (CEDAR at 0: summaries only)'\nset ylabel '{/Symbol D} bits per byte vs dense'\n"
       "set key top right\nset grid\n" + plot + "\n";
   return render_gnuplot_figure(dir, "cedar_lm_bpb", data.str(), body);
 }

@@ -28,7 +28,7 @@ std::vector<std::string> render_gnuplot_figure(const std::string& dir, const std
 std::vector<std::string> write_intervention_figures(const nlohmann::json& intervene, const std::string& dir);
 
 /// From an arcal.cedar_lm/1 JSON object: DIR/cedar_lm_bpb, Δ bits per byte against dense by budget
-/// for hard top-k and CEDAR at every context (summaries only at B = 0), with the intervals.
+/// for hard top-k and CEDAR at every context (CEDAR's B = 0 point is summaries only), with the intervals.
 std::vector<std::string> write_cedar_lm_figure(const nlohmann::json& cedar_lm, const std::string& dir);
 
 }  // namespace arcal
