@@ -97,6 +97,12 @@ TEST(RoutingEquivalentWrapper, StandardRunLoadsAsUniformAttnResWithSameLogits) {
     auto a = standard->forward(x), b = wrapped->forward(x, &cap);
     const double rel = ((b - a).abs().max() / a.abs().max()).item<double>();
     EXPECT_LT(rel, 1e-5) << mode;
+    // The library's wrapper check (written by arcal intervene --as-attnres) gives the same number.
+    const WrapperCheck w = check_wrapper(standard, wrapped, TensorData{x, torch::zeros({16}, torch::kLong), 10}, 16);
+    // Both are float32 round-off at eps 0 (about 2e-7); two forward passes may round alike or not.
+    EXPECT_NEAR(w.max_rel_logit_diff, rel, 5e-7) << mode;
+    EXPECT_LE(w.max_routing_deviation, 1e-7) << mode;
+    EXPECT_EQ(w.examples, 16);
     const auto S = wrapped->config().sources_per_point();
     ASSERT_EQ(cap.alpha.size(), S.size());
     for (std::size_t p = 0; p < S.size(); ++p)

@@ -114,7 +114,7 @@ TEST(TrainCli, BadInputFailsCleanlyWithoutCompleteLookingFiles) {
   const std::vector<Case> cases = {
       {"--data-dir " + d + "/nowhere", "train-images-idx3-ubyte.gz: cannot open"},
       {"--data-dir " + d + "/data", "magic number is 2049, but must be 2051"},
-      {"--model ar-vit-huge", "--model: ar-vit-huge not in {ar-vit-tiny,ar-deit-small,ar-swin-tiny,ar-lm-tiny}"},
+      {"--model ar-vit-huge", "--model: ar-vit-huge not in {ar-vit-tiny,ar-deit-small,ar-swin-tiny,ar-lm-tiny,ar-lm-tiny-nope}"},
       {"--dataset imagenet", "--dataset: imagenet not in {fashion-mnist,cifar10,cifar100,gcide}"},
       {"--residual block --block-size 13", "--block-size: 13 must be in [1, 12]"},
       {"--residual sideways", "--residual: sideways not in {full,block,standard}"},
