@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <thread>
 
 #include "calib/binning.hpp"
 #include "cedar/torch/cedar_torch.hpp"
