@@ -12,6 +12,7 @@
 
 #include "calib/binning.hpp"
 #include "cedar/torch/cedar_torch.hpp"
+#include "cedar/torch/estimate_format.hpp"
 #include "core/check.hpp"
 #include "stats/bootstrap.hpp"
 #include "train/threads.hpp"
@@ -159,10 +160,6 @@ LmTiming time_kernels(ARViT& model, const TrainConfig& tc, const LmStudyConfig& 
   return t;
 }
 
-std::string ci(const Estimate& e, int digits = 4) {
-  return fmt::format("{:.{}f} [{:.{}f}, {:.{}f}]", e.value, digits, e.ci.low, digits, e.ci.high, digits);
-}
-nlohmann::json est_json(const Estimate& e) { return {{"value", e.value}, {"ci", {e.ci.low, e.ci.high}}}; }
 
 }  // namespace
 
@@ -323,15 +320,15 @@ nlohmann::json lm_study_json(const LmStudyResult& r) {
                       {"budget", a.budget},
                       {"second_order", a.second_order},
                       {"mean_expanded", a.mean_expanded},
-                      {"bits_per_byte", est_json(a.bits_per_byte)},
-                      {"nll", est_json(a.nll)},
-                      {"ece", est_json(a.ece)},
-                      {"overconfidence", est_json(a.overconfidence)},
-                      {"accuracy", est_json(a.accuracy)},
+                      {"bits_per_byte", estimate_json(a.bits_per_byte)},
+                      {"nll", estimate_json(a.nll)},
+                      {"ece", estimate_json(a.ece)},
+                      {"overconfidence", estimate_json(a.overconfidence)},
+                      {"accuracy", estimate_json(a.accuracy)},
                       {"delta_vs_dense",
-                       {{"bits_per_byte", est_json(a.d_bits_per_byte)},
-                        {"ece", est_json(a.d_ece)},
-                        {"overconfidence", est_json(a.d_overconfidence)}}},
+                       {{"bits_per_byte", estimate_json(a.d_bits_per_byte)},
+                        {"ece", estimate_json(a.d_ece)},
+                        {"overconfidence", estimate_json(a.d_overconfidence)}}},
                       {"agreement_with_dense", a.agreement},
                       {"mean_kl_from_dense", a.mean_kl},
                       {"layer_seconds", a.layer_seconds}});
@@ -419,8 +416,9 @@ std::string lm_study_markdown(const LmStudyResult& r) {
     for (const auto& a : c.arms)
       o << fmt::format("| {}{} | {} | {:.2f} | {} | {} | {} | {} | {} | {} | {:.4f} | {:.5f} | {:.4f} |\n", a.method,
                        a.second_order ? "" : " (first order)", a.budget,
-                       a.mean_expanded, ci(a.bits_per_byte), ci(a.d_bits_per_byte), ci(a.ece), ci(a.d_ece),
-                       ci(a.overconfidence), ci(a.d_overconfidence), a.agreement, a.mean_kl, a.layer_seconds);
+                       a.mean_expanded, estimate_text(a.bits_per_byte), estimate_text(a.d_bits_per_byte),
+                       estimate_text(a.ece), estimate_text(a.d_ece), estimate_text(a.overconfidence),
+                       estimate_text(a.d_overconfidence), a.agreement, a.mean_kl, a.layer_seconds);
     o << "\n";
   }
   if (!r.timings.empty()) {

@@ -10,6 +10,7 @@
 #include "calib/binning.hpp"
 #include "calib/calibrators.hpp"
 #include "cedar/torch/cedar_torch.hpp"
+#include "cedar/torch/estimate_format.hpp"
 #include "core/check.hpp"
 #include "stats/bootstrap.hpp"
 #include "train/threads.hpp"
@@ -81,11 +82,7 @@ Stats4 resample_stats(const Predictions& p, const std::vector<std::size_t>& idx)
 
 Estimate estimate(double value, const Interval& ci) { return Estimate{value, ci}; }
 
-std::string ci(const Estimate& e, int digits = 4) {
-  return fmt::format("{:.{}f} [{:.{}f}, {:.{}f}]", e.value, digits, e.ci.low, digits, e.ci.high, digits);
-}
 
-nlohmann::json est_json(const Estimate& e) { return {{"value", e.value}, {"ci", {e.ci.low, e.ci.high}}}; }
 
 }  // namespace
 
@@ -241,16 +238,16 @@ nlohmann::json model_study_json(const ModelStudyResult& r) {
     arms.push_back({{"method", a.method},
                     {"budget", a.budget},
                     {"mean_expanded", a.mean_expanded},
-                    {"accuracy", est_json(a.accuracy)},
-                    {"nll", est_json(a.nll)},
-                    {"ece", est_json(a.ece)},
-                    {"overconfidence", est_json(a.overconfidence)},
-                    {"ece_after_dense_temperature", est_json(a.ece_ts)},
+                    {"accuracy", estimate_json(a.accuracy)},
+                    {"nll", estimate_json(a.nll)},
+                    {"ece", estimate_json(a.ece)},
+                    {"overconfidence", estimate_json(a.overconfidence)},
+                    {"ece_after_dense_temperature", estimate_json(a.ece_ts)},
                     {"delta_vs_dense",
-                     {{"accuracy", est_json(a.d_accuracy)},
-                      {"nll", est_json(a.d_nll)},
-                      {"ece", est_json(a.d_ece)},
-                      {"overconfidence", est_json(a.d_overconfidence)}}},
+                     {{"accuracy", estimate_json(a.d_accuracy)},
+                      {"nll", estimate_json(a.d_nll)},
+                      {"ece", estimate_json(a.d_ece)},
+                      {"overconfidence", estimate_json(a.d_overconfidence)}}},
                     {"agreement_with_dense", a.agreement},
                     {"mean_kl_from_dense", a.mean_kl},
                     {"kernel_seconds", a.seconds}});
@@ -308,8 +305,9 @@ std::string model_study_markdown(const ModelStudyResult& r) {
        "Δ over-confidence | agrees with dense |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& a : r.arms)
     o << fmt::format("| {} | {} | {:.2f} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.4f} |\n", a.method, a.budget,
-                     a.mean_expanded, ci(a.accuracy), ci(a.nll), ci(a.ece), ci(a.overconfidence), ci(a.ece_ts),
-                     ci(a.d_accuracy), ci(a.d_nll), ci(a.d_ece), ci(a.d_overconfidence), a.agreement);
+                     a.mean_expanded, estimate_text(a.accuracy), estimate_text(a.nll), estimate_text(a.ece),
+                     estimate_text(a.overconfidence), estimate_text(a.ece_ts), estimate_text(a.d_accuracy),
+                     estimate_text(a.d_nll), estimate_text(a.d_ece), estimate_text(a.d_overconfidence), a.agreement);
   return o.str();
 }
 
