@@ -44,6 +44,32 @@ torch::Tensor attnres_stack(const torch::Tensor& v0, int layers, int block_size,
                             const std::function<torch::Tensor(int, const torch::Tensor&)>& sublayer,
                             RoutingCapture* capture, const RoutingAblation* ablation) {
   const int S = block_size;
+  if (fused_operators_enabled() && v0.device().is_cpu() && (!ablation || ablation->empty())) {
+    // Fused: every point one operator over the sources it reads (model/fused.hpp, RoutingBank), in
+    // float (double stays double); reduced-precision sources are widened once, when they enter.
+    const auto compute = v0.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+    const auto Uc = U.scalar_type() == compute ? U : U.to(compute);
+    RoutingBank bank;
+    auto add = [&](const torch::Tensor& v) { return bank.add(v.scalar_type() == compute ? v : v.to(compute)); };
+    std::vector<int> done{add(v0)};  // slots of the completed sources
+    torch::Tensor partial;
+    auto route = [&](int l) {
+      std::vector<int> slots = done;
+      if (partial.defined()) slots.push_back(add(partial));
+      auto [h, alpha] = bank.route(Uc[l], slots, eps);
+      if (capture) capture->alpha.push_back(alpha.detach());
+      return h;
+    };
+    for (int l = 0; l < layers; ++l) {
+      if (l % S == 0 && partial.defined()) {
+        done.push_back(add(partial));
+        partial = torch::Tensor();
+      }
+      auto out = sublayer(l, route(l));
+      partial = partial.defined() ? partial + out : out;
+    }
+    return route(layers);
+  }
   // Completed sources b_0..b_{n-1}: their values and their scores against every point, computed
   // once when the source completes (the key is RMS-normalised once, not at every point).
   std::vector<torch::Tensor> done_values, done_scores;  // (B,T,d), (B,T,P)

@@ -175,6 +175,289 @@ struct RoutingSumFunction : public torch::autograd::Function<RoutingSumFunction>
   }
 };
 
+// ---- routing point with its scores (RoutingBank): rows n of N = B*T, width d, S sources --------
+// logit_s = r_s (v_s . u), r_s = (mean_c v_s[c]^2 + eps)^(-1/2), alpha = softmax_s(logit),
+// h = sum_s alpha_s v_s. Backward with g = dh: dalpha_s = g . v_s, dlogit_s = alpha_s (dalpha_s -
+// sum_s' alpha_s' dalpha_s'), dv_s = alpha_s g + dlogit_s (r_s u - r_s^3 (v_s . u) v_s / d), du =
+// sum over rows of dlogit_s r_s v_s. Source gradients are added into the bank's buffers in place.
+
+template <typename T, int HD>
+ARCAL_ALWAYS_INLINE void route_point_rows(const T* u, const T* const* values, int S, std::int64_t N,
+                                          std::int64_t d_runtime, T eps, std::int64_t begin, std::int64_t end, T* out,
+                                          T* alpha, T* logit, T* rinv) {
+  const std::int64_t d = HD > 0 ? HD : d_runtime;
+  const T inv_d = T(1) / T(d);
+  for (std::int64_t n = begin; n < end; ++n) {
+    T mx = -std::numeric_limits<T>::infinity();
+    for (int s = 0; s < S; ++s) {
+      const T* __restrict v = values[s] + n * d;
+      T ss = 0, dot = 0;
+#pragma omp simd reduction(+ : ss, dot)
+      for (std::int64_t c = 0; c < d; ++c) {
+        ss += v[c] * v[c];
+        dot += v[c] * u[c];
+      }
+      const T r = T(1) / std::sqrt(ss * inv_d + eps);
+      rinv[s * N + n] = r;
+      logit[s * N + n] = r * dot;
+      mx = std::max(mx, r * dot);
+    }
+    T sum = 0;
+    for (int s = 0; s < S; ++s) {
+      const T e = exp_shifted<T>(logit[s * N + n] - mx);
+      alpha[s * N + n] = e;
+      sum += e;
+    }
+    const T inv = T(1) / sum;
+    for (int s = 0; s < S; ++s) alpha[s * N + n] *= inv;
+    T* __restrict o = out + n * d;
+    const T a0 = alpha[n];
+    const T* __restrict v0 = values[0] + n * d;
+#pragma omp simd
+    for (std::int64_t c = 0; c < d; ++c) o[c] = a0 * v0[c];
+    for (int s = 1; s < S; ++s) {
+      const T a = alpha[s * N + n];
+      const T* __restrict v = values[s] + n * d;
+#pragma omp simd
+      for (std::int64_t c = 0; c < d; ++c) o[c] += a * v[c];
+    }
+  }
+}
+
+// first[s] != 0: the bank's buffer of source s receives its first gradient here (written, not added).
+// du (d values) receives this range's sum of dlogit_s r_s v_s; da is scratch of S values.
+template <typename T, int HD>
+ARCAL_ALWAYS_INLINE void route_point_backward_rows(const T* u, const T* const* values, const T* alpha,
+                                                   const T* logit, const T* rinv, const T* grad, int S,
+                                                   std::int64_t N, std::int64_t d_runtime, std::int64_t begin,
+                                                   std::int64_t end, const std::uint8_t* first, T* const* dvalues,
+                                                   T* __restrict du, T* __restrict da) {
+  const std::int64_t d = HD > 0 ? HD : d_runtime;
+  const T inv_d = T(1) / T(d);
+#pragma omp simd
+  for (std::int64_t c = 0; c < d; ++c) du[c] = 0;
+  for (std::int64_t n = begin; n < end; ++n) {
+    const T* __restrict g = grad + n * d;
+    T m = 0;
+    for (int s = 0; s < S; ++s) {
+      const T* __restrict v = values[s] + n * d;
+      T dot = 0;
+#pragma omp simd reduction(+ : dot)
+      for (std::int64_t c = 0; c < d; ++c) dot += g[c] * v[c];
+      da[s] = dot;
+      m += alpha[s * N + n] * dot;
+    }
+    for (int s = 0; s < S; ++s) {
+      const T a = alpha[s * N + n], r = rinv[s * N + n];
+      const T dl = a * (da[s] - m);
+      const T cu = dl * r;                           // along u
+      const T cv = dl * r * r * logit[s * N + n] * inv_d;  // along v_s: dl r^3 (v . u) / d
+      const T* __restrict v = values[s] + n * d;
+      T* __restrict dv = dvalues[s] + n * d;
+      if (first[s]) {
+#pragma omp simd
+        for (std::int64_t c = 0; c < d; ++c) dv[c] = a * g[c] + cu * u[c] - cv * v[c];
+      } else {
+#pragma omp simd
+        for (std::int64_t c = 0; c < d; ++c) dv[c] += a * g[c] + cu * u[c] - cv * v[c];
+      }
+#pragma omp simd
+      for (std::int64_t c = 0; c < d; ++c) du[c] += cu * v[c];
+    }
+  }
+}
+
+// The widths of the presets (64: the tiny ViTs, 128: the LMs, 192, 384) get their own compiled loops.
+template <typename T>
+ARCAL_ALWAYS_INLINE void route_point_range(const T* u, const T* const* v, int S, std::int64_t N, std::int64_t d, T eps,
+                                           std::int64_t b, std::int64_t e, T* o, T* a, T* l, T* r) {
+  switch (d) {
+    case 64: return route_point_rows<T, 64>(u, v, S, N, d, eps, b, e, o, a, l, r);
+    case 128: return route_point_rows<T, 128>(u, v, S, N, d, eps, b, e, o, a, l, r);
+    case 192: return route_point_rows<T, 192>(u, v, S, N, d, eps, b, e, o, a, l, r);
+    case 384: return route_point_rows<T, 384>(u, v, S, N, d, eps, b, e, o, a, l, r);
+    default: return route_point_rows<T, 0>(u, v, S, N, d, eps, b, e, o, a, l, r);
+  }
+}
+template <typename T>
+ARCAL_ALWAYS_INLINE void route_point_backward_range(const T* u, const T* const* v, const T* a, const T* l, const T* r,
+                                                    const T* g, int S, std::int64_t N, std::int64_t d,
+                                                    std::int64_t b, std::int64_t e, const std::uint8_t* first,
+                                                    T* const* dv, T* du, T* da) {
+  switch (d) {
+    case 64: return route_point_backward_rows<T, 64>(u, v, a, l, r, g, S, N, d, b, e, first, dv, du, da);
+    case 128: return route_point_backward_rows<T, 128>(u, v, a, l, r, g, S, N, d, b, e, first, dv, du, da);
+    case 192: return route_point_backward_rows<T, 192>(u, v, a, l, r, g, S, N, d, b, e, first, dv, du, da);
+    case 384: return route_point_backward_rows<T, 384>(u, v, a, l, r, g, S, N, d, b, e, first, dv, du, da);
+    default: return route_point_backward_rows<T, 0>(u, v, a, l, r, g, S, N, d, b, e, first, dv, du, da);
+  }
+}
+
+ARCAL_FUSED_CLONES void route_point_f(const float* u, const float* const* values, int S, std::int64_t N,
+                                      std::int64_t d, float eps, std::int64_t b, std::int64_t e, float* out,
+                                      float* alpha, float* logit, float* rinv) {
+  route_point_range(u, values, S, N, d, eps, b, e, out, alpha, logit, rinv);
+}
+ARCAL_FUSED_CLONES void route_point_d(const double* u, const double* const* values, int S, std::int64_t N,
+                                      std::int64_t d, double eps, std::int64_t b, std::int64_t e, double* out,
+                                      double* alpha, double* logit, double* rinv) {
+  route_point_range(u, values, S, N, d, eps, b, e, out, alpha, logit, rinv);
+}
+ARCAL_FUSED_CLONES void route_point_backward_f(const float* u, const float* const* values, const float* alpha,
+                                               const float* logit, const float* rinv, const float* grad, int S,
+                                               std::int64_t N, std::int64_t d, std::int64_t b, std::int64_t e,
+                                               const std::uint8_t* first, float* const* dvalues, float* du,
+                                               float* da) {
+  route_point_backward_range(u, values, alpha, logit, rinv, grad, S, N, d, b, e, first, dvalues, du, da);
+}
+ARCAL_FUSED_CLONES void route_point_backward_d(const double* u, const double* const* values, const double* alpha,
+                                               const double* logit, const double* rinv, const double* grad, int S,
+                                               std::int64_t N, std::int64_t d, std::int64_t b, std::int64_t e,
+                                               const std::uint8_t* first, double* const* dvalues, double* du,
+                                               double* da) {
+  route_point_backward_range(u, values, alpha, logit, rinv, grad, S, N, d, b, e, first, dvalues, du, da);
+}
+
+inline void route_point(const float* u, const float* const* v, int S, std::int64_t N, std::int64_t d, double eps,
+                        std::int64_t b, std::int64_t e, float* o, float* a, float* l, float* r) {
+  route_point_f(u, v, S, N, d, float(eps), b, e, o, a, l, r);
+}
+inline void route_point(const double* u, const double* const* v, int S, std::int64_t N, std::int64_t d, double eps,
+                        std::int64_t b, std::int64_t e, double* o, double* a, double* l, double* r) {
+  route_point_d(u, v, S, N, d, eps, b, e, o, a, l, r);
+}
+inline void route_point_backward(const float* u, const float* const* v, const float* a, const float* l,
+                                 const float* r, const float* g, int S, std::int64_t N, std::int64_t d,
+                                 std::int64_t b, std::int64_t e, const std::uint8_t* first, float* const* dv,
+                                 float* du, float* da) {
+  route_point_backward_f(u, v, a, l, r, g, S, N, d, b, e, first, dv, du, da);
+}
+inline void route_point_backward(const double* u, const double* const* v, const double* a, const double* l,
+                                 const double* r, const double* g, int S, std::int64_t N, std::int64_t d,
+                                 std::int64_t b, std::int64_t e, const std::uint8_t* first, double* const* dv,
+                                 double* du, double* da) {
+  route_point_backward_d(u, v, a, l, r, g, S, N, d, b, e, first, dv, du, da);
+}
+
+// Rows of one block of the backward's du reduction: fixed, so that du's summation order (blocks in
+// order) and hence its value do not depend on the thread count.
+constexpr std::int64_t kRouteBlock = 128;
+
+}  // namespace
+
+/// The gradients the routing points of one forward pass deposit for each source (RoutingBank).
+struct RoutingBankState : torch::CustomClassHolder {
+  std::vector<torch::Tensor> grad;  // [slot] (B,T,d) or undefined until a point deposits
+};
+
+namespace {
+
+c10::intrusive_ptr<RoutingBankState> bank_of(AutogradContext* ctx) {
+  return c10::static_intrusive_pointer_cast<RoutingBankState>(ctx->saved_data["bank"].toCapsule());
+}
+
+// Identity on a source; its backward returns what the routing points deposited in the bank for the
+// slot (plus any gradient that reached the tapped tensor the ordinary way). The engine runs it only
+// after every point that read the tapped tensor, since each such point has an edge to it.
+struct SourceTapFunction : public torch::autograd::Function<SourceTapFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& v, c10::IValue bank, std::int64_t slot) {
+    ctx->set_materialize_grads(false);
+    ctx->saved_data["bank"] = std::move(bank);
+    ctx->saved_data["slot"] = slot;
+    return v;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto bank = bank_of(ctx);
+    const auto slot = static_cast<std::size_t>(ctx->saved_data["slot"].toInt());
+    torch::Tensor g = std::move(bank->grad[slot]);
+    bank->grad[slot] = torch::Tensor();
+    if (grad_outputs[0].defined()) g = g.defined() ? g + grad_outputs[0] : grad_outputs[0];
+    return {g, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+struct RoutePointFunction : public torch::autograd::Function<RoutePointFunction> {
+  // Returns (h (B,T,d), alpha (S,B,T), not differentiable). slots: each source's slot in the bank.
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& u, torch::TensorList sources,
+                               c10::IValue bank, std::vector<std::int64_t> slots, double eps) {
+    const int S = static_cast<int>(sources.size());
+    std::vector<torch::Tensor> v(sources.begin(), sources.end());
+    for (auto& t : v) t = t.contiguous();
+    auto uc = u.contiguous();
+    const std::int64_t B = v[0].size(0), T = v[0].size(1), d = v[0].size(2), N = B * T;
+    auto out = torch::empty({B, T, d}, v[0].options());
+    auto stats = torch::empty({3, S, B, T}, v[0].options());  // alpha, logit, 1/rms
+    AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), "route_point", [&] {
+      std::vector<const scalar_t*> vp(S);
+      for (int s = 0; s < S; ++s) vp[s] = v[s].data_ptr<scalar_t>();
+      scalar_t* st = stats.data_ptr<scalar_t>();
+      const scalar_t* up = uc.data_ptr<scalar_t>();
+      scalar_t* o = out.data_ptr<scalar_t>();
+      at::parallel_for(0, N, routing_grain(2 * S, d), [&](std::int64_t b, std::int64_t e) {
+        route_point(up, vp.data(), S, N, d, eps, b, e, o, st, st + S * N, st + 2 * S * N);
+      });
+    });
+    auto alpha = stats[0];
+    ctx->mark_non_differentiable({alpha});
+    ctx->set_materialize_grads(false);  // alpha never receives a gradient: no zeros for it
+    variable_list saved{uc, stats};
+    saved.insert(saved.end(), v.begin(), v.end());
+    ctx->save_for_backward(saved);
+    ctx->saved_data["bank"] = std::move(bank);
+    ctx->saved_data["slots"] = std::move(slots);
+    return {out, alpha};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto saved = ctx->get_saved_variables();
+    const auto& u = saved[0];
+    const auto& stats = saved[1];
+    const std::vector<torch::Tensor> values(saved.begin() + 2, saved.end());
+    const int S = static_cast<int>(values.size());
+    const auto slots = ctx->saved_data["slots"].toIntVector();
+    auto bank = bank_of(ctx);
+    torch::Tensor du = torch::zeros_like(u);
+    variable_list grads(std::size_t(1 + S + 3));  // u, every source, bank, slots, eps
+    if (grad_outputs[0].defined()) {
+      auto grad = grad_outputs[0].to(u.scalar_type()).contiguous();
+      const std::int64_t B = values[0].size(0), T = values[0].size(1), d = values[0].size(2), N = B * T;
+      std::vector<std::uint8_t> first(static_cast<std::size_t>(S));
+      for (int s = 0; s < S; ++s) {
+        auto& buf = bank->grad[static_cast<std::size_t>(slots[std::size_t(s)])];
+        first[std::size_t(s)] = !buf.defined();
+        if (!buf.defined()) buf = torch::empty_like(values[s]);
+      }
+      const std::int64_t blocks = (N + kRouteBlock - 1) / kRouteBlock;
+      auto partial = torch::empty({blocks, d}, u.options());
+      AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "route_point_backward", [&] {
+        std::vector<const scalar_t*> vp(S);
+        std::vector<scalar_t*> dv(S);
+        for (int s = 0; s < S; ++s) {
+          vp[s] = values[s].data_ptr<scalar_t>();
+          dv[s] = bank->grad[static_cast<std::size_t>(slots[std::size_t(s)])].data_ptr<scalar_t>();
+        }
+        const scalar_t* st = stats.data_ptr<scalar_t>();
+        const scalar_t* up = u.data_ptr<scalar_t>();
+        const scalar_t* g = grad.data_ptr<scalar_t>();
+        scalar_t* pp = partial.data_ptr<scalar_t>();
+        const std::int64_t grain = std::max<std::int64_t>(1, routing_grain(3 * S, d) / kRouteBlock);
+        at::parallel_for(0, blocks, grain, [&](std::int64_t b0, std::int64_t b1) {
+          std::vector<scalar_t> da(static_cast<std::size_t>(S));
+          for (std::int64_t blk = b0; blk < b1; ++blk)
+            route_point_backward(up, vp.data(), st, st + S * N, st + 2 * S * N, g, S, N, d, blk * kRouteBlock,
+                                 std::min(N, (blk + 1) * kRouteBlock), first.data(), dv.data(), pp + blk * d,
+                                 da.data());
+        });
+        scalar_t* o = du.data_ptr<scalar_t>();
+        for (std::int64_t blk = 0; blk < blocks; ++blk)  // in block order: the same sum on any thread count
+          for (std::int64_t c = 0; c < d; ++c) o[c] += pp[blk * d + c];
+      });
+    }
+    grads[0] = du;  // the sources' gradients went to the bank; their taps hand them on
+    return grads;
+  }
+};
+
 // ---- self-attention core: one (image, head) pair at a time ------------------------------------
 // q, k, v point at row 0 of the head's columns; rows are ld apart (3D in the packed projection).
 // P (T x T) receives the attention weights; out rows are ldo apart (D).
@@ -324,8 +607,13 @@ ARCAL_ALWAYS_INLINE void attention_backward_heads(const T* qkv, const AttentionS
     const std::int64_t off = b * s.T * ld + h * s.hd;
     const T* q = qkv + off;
     T* dq = dqkv + off;
+    const std::int64_t hd = HD > 0 ? HD : s.hd;
     for (std::int64_t t = 0; t < s.T; ++t)  // this head's gradient columns, zeroed while in cache
-      for (int part = 0; part < 3; ++part) std::memset(dq + t * ld + part * s.D, 0, sizeof(T) * s.hd);
+      for (int part = 0; part < 3; ++part) {
+        T* __restrict z = dq + t * ld + part * s.D;  // a loop, not memset: 16-float spans, 51 per head
+#pragma omp simd
+        for (std::int64_t c = 0; c < hd; ++c) z[c] = 0;
+      }
     attention_head_backward<T, HD>(q, q + s.D, q + 2 * s.D, ld, int(s.T), int(s.hd), scale, P + bh * s.T * s.T,
                                    g + b * s.T * s.D + h * s.hd, s.D, dq, dq + s.D, dq + 2 * s.D, ds.data(),
                                    vt.data());
@@ -476,6 +764,44 @@ torch::Tensor fused_self_attention(const torch::Tensor& qkv, int heads, bool cau
   if (!floating(qkv)) throw_input(fn, "qkv must be float or double");
   if (!qkv.device().is_cpu()) throw_input(fn, "CPU tensors only (the models use LibTorch's composite on other devices)");
   return SelfAttentionFunction::apply(qkv, static_cast<std::int64_t>(heads), causal);
+}
+
+RoutingBank::RoutingBank() : bank_(c10::IValue::make_capsule(c10::make_intrusive<RoutingBankState>())) {}
+
+namespace {
+RoutingBankState& state_of(const c10::IValue& bank) {
+  return *c10::static_intrusive_pointer_cast<RoutingBankState>(bank.toCapsule());
+}
+}  // namespace
+
+int RoutingBank::add(const torch::Tensor& source) {
+  const char* fn = "RoutingBank::add";
+  if (source.dim() != 3) throw_input(fn, "a source must be (B,T,d)");
+  if (!floating(source)) throw_input(fn, "a source must be float or double");
+  if (!source.device().is_cpu()) throw_input(fn, "CPU tensors only");
+  if (!tapped_.empty() && (source.sizes() != tapped_[0].sizes() || source.scalar_type() != tapped_[0].scalar_type()))
+    throw_input(fn, "source " + std::to_string(tapped_.size()) + " must match source 0's shape and dtype");
+  const auto slot = static_cast<std::int64_t>(tapped_.size());
+  state_of(bank_).grad.emplace_back();
+  tapped_.push_back(SourceTapFunction::apply(source, bank_, slot));
+  return static_cast<int>(slot);
+}
+
+std::pair<torch::Tensor, torch::Tensor> RoutingBank::route(const torch::Tensor& u, const std::vector<int>& slots,
+                                                           double eps) {
+  const char* fn = "RoutingBank::route";
+  if (slots.empty()) throw_input(fn, "no sources");
+  std::vector<torch::Tensor> v;
+  std::vector<std::int64_t> ids;
+  for (int s : slots) {
+    if (s < 0 || s >= static_cast<int>(tapped_.size())) throw_input(fn, "slot " + std::to_string(s) + " was not added");
+    v.push_back(tapped_[static_cast<std::size_t>(s)]);
+    ids.push_back(s);
+  }
+  if (u.dim() != 1 || u.size(0) != v[0].size(2)) throw_input(fn, "the query must be (d) with d = the sources' width");
+  if (u.scalar_type() != v[0].scalar_type()) throw_input(fn, "the query must have the sources' dtype");
+  auto out = RoutePointFunction::apply(u, torch::TensorList(v), bank_, std::move(ids), eps);
+  return {out[0], out[1]};
 }
 
 }  // namespace arcal

@@ -31,4 +31,27 @@ torch::Tensor routing_sum(const torch::Tensor& alpha, const std::vector<torch::T
 /// float or double; differentiable in qkv.
 torch::Tensor fused_self_attention(const torch::Tensor& qkv, int heads, bool causal = false);
 
+/// The routing points of one AttnRes forward pass in fused form (attnres_stack's path when the fused
+/// operators are on). Each point is one operator: its sources' scores (the RMS-normalised source
+/// dotted with the point's query), the softmax over sources and the weighted sum, forward and
+/// backward. Its backward adds each source's gradient into one buffer per source in place; a tap on
+/// the source hands the sum on once every point that read it is done. The composite instead makes
+/// one (B,T,d) gradient per (point, source) that autograd then adds up, plus a dozen small calls per
+/// point for the scores.
+class RoutingBank {
+ public:
+  RoutingBank();
+  /// Registers a source (B,T,d) (float or double, CPU; every source the same shape and dtype) and
+  /// returns its slot.
+  int add(const torch::Tensor& source);
+  /// The routing point over the sources in `slots` with query u (d, the sources' dtype): h (B,T,d)
+  /// = sum_s alpha_s v_s with alpha = softmax_s(rms_normalise(v_s, eps) . u), and alpha (S,B,T),
+  /// not differentiable. Differentiable in u and in every source.
+  std::pair<torch::Tensor, torch::Tensor> route(const torch::Tensor& u, const std::vector<int>& slots, double eps);
+
+ private:
+  c10::IValue bank_;                  // a capsule holding the per-source gradient buffers
+  std::vector<torch::Tensor> tapped_;  // [slot] the sources as the points read them
+};
+
 }  // namespace arcal

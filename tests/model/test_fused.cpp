@@ -1,5 +1,5 @@
-// The fused operators (model/fused.hpp) against LibTorch's autograd on the composite they replace:
-// values and gradients in double (1e-12) and float (1e-6, relative to the largest entry), odd
+// The fused operators (model/fused.hpp: the routing sum, the routing bank's points, the attention)
+// against LibTorch's autograd on the composite they replace: values and gradients in double (1e-12) and float (1e-6, relative to the largest entry), odd
 // shapes and strided inputs, whole AR-ViT models with the fused operators on and off, results
 // independent of the thread count, and the errors for inputs of the wrong shape or dtype.
 #include <gtest/gtest.h>
@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 
 #include "model/ar_vit.hpp"
+#include "model/attnres.hpp"
 #include "model/fused.hpp"
 #include "model/tensor_compare.hpp"
 
@@ -91,6 +92,62 @@ void check_attention(torch::Dtype dtype, int B, int T, int D, int heads, double 
   EXPECT_LE(max_rel(grads[0], grads[1]), tol) << "B=" << B << " T=" << T << " D=" << D << " H=" << heads;
 }
 
+// A chain of routing points over shared sources, as attnres_stack runs them: sources read by several
+// points (their gradients meet in the bank), a source that is itself computed from two others (the
+// tap hands its gradient on), and a source also used outside the routing. The composite is the
+// unfused formula: alpha = softmax_s(rms_normalise(v_s) . u), h = sum_s alpha_s v_s.
+struct BankCase {
+  std::vector<torch::Tensor> outputs, grads;  // h of each point and alpha; d source, d U
+};
+
+BankCase run_bank_case(torch::Dtype dtype, std::int64_t d, bool fused, int backward_passes = 1) {
+  torch::manual_seed(21);
+  const auto opt = torch::TensorOptions().dtype(dtype);
+  const double eps = 1e-6;
+  std::vector<torch::Tensor> leaves;
+  for (int s = 0; s < 3; ++s) leaves.push_back((torch::randn({3, 5, d}, opt) * (1.0 + s)).requires_grad_(true));
+  auto U = (torch::randn({4, d}, opt) * 0.7).requires_grad_(true);
+  const auto w = torch::randn({4, 3, 5, d}, opt);
+  const auto outside = torch::randn({3, 5, d}, opt);
+  const std::vector<std::vector<int>> points{{0}, {0, 1}, {0, 1, 2, 3}, {1, 3}};
+  BankCase r;
+  auto derived = leaves[1] * 0.5 + leaves[2].pow(2);  // source 3, not a leaf
+  const std::vector<torch::Tensor> sources{leaves[0], leaves[1], leaves[2], derived};
+  torch::Tensor loss = (sources[1] * outside).sum();
+  RoutingBank bank;
+  if (fused)
+    for (const auto& s : sources) bank.add(s);
+  for (std::size_t p = 0; p < points.size(); ++p) {
+    torch::Tensor h, alpha;
+    if (fused) {
+      std::tie(h, alpha) = bank.route(U[std::int64_t(p)], points[p], eps);
+    } else {
+      std::vector<torch::Tensor> scores, values;
+      for (int s : points[p]) {
+        scores.push_back(torch::matmul(rms_normalise(sources[std::size_t(s)], eps), U[std::int64_t(p)]));
+        values.push_back(sources[std::size_t(s)]);
+      }
+      alpha = torch::softmax(torch::stack(scores, 0), 0);
+      h = (alpha.unsqueeze(-1) * torch::stack(values, 0)).sum(0);
+    }
+    loss = loss + (h * w[std::int64_t(p)]).sum();
+    r.outputs.push_back(h.detach());
+    r.outputs.push_back(alpha.detach());
+  }
+  for (int pass = 0; pass < backward_passes; ++pass) loss.backward({}, /*retain_graph=*/pass + 1 < backward_passes);
+  for (auto& l : leaves) r.grads.push_back(l.grad());
+  r.grads.push_back(U.grad());
+  return r;
+}
+
+void check_bank(torch::Dtype dtype, std::int64_t d, double tol) {
+  const auto f = run_bank_case(dtype, d, true), c = run_bank_case(dtype, d, false);
+  for (std::size_t i = 0; i < f.outputs.size(); ++i)
+    EXPECT_LE(max_rel(f.outputs[i], c.outputs[i]), tol) << "d=" << d << " output " << i;
+  for (std::size_t i = 0; i < f.grads.size(); ++i)
+    EXPECT_LE(max_rel(f.grads[i], c.grads[i]), tol) << "d=" << d << " gradient " << i;
+}
+
 }  // namespace
 
 TEST(Fused, RoutingSumMatchesAutogradInDouble) {
@@ -101,6 +158,22 @@ TEST(Fused, RoutingSumMatchesAutogradInDouble) {
 TEST(Fused, RoutingSumMatchesAutogradInFloat) {
   for (int S : {1, 3, 13}) check_routing(torch::kFloat, S, 1e-6, false);
   check_routing(torch::kFloat, 6, 1e-6, true);
+}
+
+TEST(Fused, RoutingBankMatchesAutogradInDouble) {
+  for (std::int64_t d : {64, 128, 7}) check_bank(torch::kDouble, d, 1e-12);  // compiled widths and a generic one
+}
+
+TEST(Fused, RoutingBankMatchesAutogradInFloat) {
+  for (std::int64_t d : {64, 5}) check_bank(torch::kFloat, d, 1e-5);
+}
+
+// The bank's buffers are handed on and cleared by the taps: a second backward over a retained graph
+// adds the same gradients again.
+TEST(Fused, RoutingBankBackwardTwiceOverARetainedGraph) {
+  const auto once = run_bank_case(torch::kDouble, 64, true, 1), twice = run_bank_case(torch::kDouble, 64, true, 2);
+  for (std::size_t i = 0; i < once.grads.size(); ++i)
+    EXPECT_LE(max_rel(twice.grads[i], 2.0 * once.grads[i]), 1e-12) << "gradient " << i;
 }
 
 TEST(Fused, AttentionMatchesAutogradInDouble) {
@@ -184,19 +257,27 @@ TEST(Fused, ARViTUnderBf16AutocastStaysCloseToTheComposite) {
 TEST(Fused, ResultsDoNotDependOnTheThreadCount) {
   const int before = at::get_num_threads();
   torch::manual_seed(8);
-  auto qkv = torch::randn({32, 17, 192}).requires_grad_(true);
+  auto qkv = torch::randn({32, 17, 192}).requires_grad_(true);  // 32 x 17 = 544 rows: 5 blocks of the bank's du
   auto alpha = torch::softmax(torch::randn({5, 32, 17}), 0).requires_grad_(true);
   std::vector<torch::Tensor> values;
   for (int s = 0; s < 5; ++s) values.push_back(torch::randn({32, 17, 64}).requires_grad_(true));
+  const auto u0 = torch::randn({64});
   std::vector<torch::Tensor> results;
   for (int threads : {1, 2}) {
     at::set_num_threads(threads);
     qkv.mutable_grad() = torch::Tensor();
     alpha.mutable_grad() = torch::Tensor();
+    for (auto& v : values) v.mutable_grad() = torch::Tensor();
+    auto u = u0.clone().requires_grad_(true);
     auto a = fused_self_attention(qkv, 4);
     auto r = routing_sum(alpha, values);
-    (a.sum() + r.pow(2).sum()).backward();
-    results.push_back(torch::cat({a.detach().flatten(), r.detach().flatten(), qkv.grad().flatten(), alpha.grad().flatten()}));
+    RoutingBank bank;
+    for (auto& v : values) bank.add(v);
+    auto b = bank.route(u, {0, 1, 2, 3, 4}, 1e-6).first + bank.route(u * 0.5, {1, 3}, 1e-6).first;
+    (a.sum() + r.pow(2).sum() + b.pow(2).sum()).backward();
+    results.push_back(torch::cat({a.detach().flatten(), r.detach().flatten(), b.detach().flatten(),
+                                  qkv.grad().flatten(), alpha.grad().flatten(), values[1].grad().flatten(),
+                                  u.grad().flatten()}));
   }
   at::set_num_threads(before);
   EXPECT_TRUE(torch::equal(results[0], results[1]));
@@ -212,4 +293,13 @@ TEST(Fused, WrongShapesAndDtypesAreRejected) {
   EXPECT_THROW(fused_self_attention(torch::randn({2, 3, 10}), 2), InputError);  // 10 % 3
   EXPECT_THROW(fused_self_attention(torch::randn({2, 3, 12}), 3), InputError);  // D = 4, 3 heads
   EXPECT_THROW(fused_self_attention(torch::randn({2, 3, 12}).to(torch::kBFloat16), 2), InputError);
+  RoutingBank bank;
+  EXPECT_THROW(bank.add(torch::randn({3, 4})), InputError);                        // not (B,T,d)
+  EXPECT_THROW(bank.add(torch::randn({2, 3, 4}).to(torch::kBFloat16)), InputError);  // widen first
+  bank.add(torch::randn({2, 3, 4}));
+  EXPECT_THROW(bank.add(torch::randn({2, 3, 5})), InputError);  // another shape
+  EXPECT_THROW(bank.route(torch::randn({4}), {}, 1e-6), InputError);
+  EXPECT_THROW(bank.route(torch::randn({4}), {1}, 1e-6), InputError);  // not added
+  EXPECT_THROW(bank.route(torch::randn({5}), {0}, 1e-6), InputError);  // width
+  EXPECT_THROW(bank.route(torch::randn({4}, torch::kDouble), {0}, 1e-6), InputError);
 }
