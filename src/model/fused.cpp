@@ -460,32 +460,41 @@ struct RoutePointFunction : public torch::autograd::Function<RoutePointFunction>
 
 // ---- self-attention core: one (image, head) pair at a time ------------------------------------
 // q, k, v point at row 0 of the head's columns; rows are ld apart (3D in the packed projection).
-// P (T x T) receives the attention weights; out rows are ldo apart (D).
+// P (T x np) receives the attention weights, its rows padded to np = T rounded up to a multiple of 8
+// (padded_tokens) with weight 0, so that every loop over keys runs in whole vectors: at 17 tokens an
+// unpadded row is two vectors and a scalar remainder, and the remainder's exp costs as much as a
+// vector's. out rows are ldo apart (D).
 
+inline std::int64_t padded_tokens(std::int64_t n) { return (n + 7) / 8 * 8; }
+
+// xt (hd x np): x's n rows transposed, columns n..np-1 zero.
 template <typename T>
-ARCAL_ALWAYS_INLINE void transpose_head(const T* x, std::int64_t ld, int n, int hd, T* __restrict xt) {
+ARCAL_ALWAYS_INLINE void transpose_head(const T* x, std::int64_t ld, int n, int np, int hd, T* __restrict xt) {
   for (int j = 0; j < n; ++j)
-    for (int c = 0; c < hd; ++c) xt[c * n + j] = x[j * ld + c];
+    for (int c = 0; c < hd; ++c) xt[c * np + j] = x[j * ld + c];
+  for (int c = 0; c < hd; ++c)
+    for (int j = n; j < np; ++j) xt[c * np + j] = 0;
 }
 
-// out (n x n) = a b^T for two heads' rows (n x hd, rows lda / ldb apart): out[i][j] = a_i . b_j, built
-// column by column of the head dimension so that row i is updated again only after the other n-1
-// rows. bt (hd x n) is scratch for b held transposed, so every update runs over contiguous j.
+// out (n x np) = a b^T for two heads' rows (n x hd, rows lda / ldb apart): out[i][j] = a_i . b_j (0 for
+// j >= n), built column by column of the head dimension so that row i is updated again only after
+// the other n-1 rows. bt (hd x np) is scratch for b held transposed, so every update runs over
+// contiguous j in whole vectors.
 template <typename T, int HD>
-ARCAL_ALWAYS_INLINE void head_products(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, int n,
+ARCAL_ALWAYS_INLINE void head_products(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, int n, int np,
                                        int hd_runtime, T* __restrict out, T* __restrict bt) {
   const int hd = HD > 0 ? HD : hd_runtime;
-  transpose_head(b, ldb, n, hd, bt);
-  const std::int64_t nn = std::int64_t(n) * n;
+  transpose_head(b, ldb, n, np, hd, bt);
+  const std::int64_t nn = std::int64_t(n) * np;
 #pragma omp simd
   for (std::int64_t e = 0; e < nn; ++e) out[e] = 0;
   for (int c = 0; c < hd; ++c) {
-    const T* __restrict bc = bt + c * n;
+    const T* __restrict bc = bt + c * np;
     for (int i = 0; i < n; ++i) {
       const T aic = a[i * lda + c];
-      T* __restrict o = out + std::int64_t(i) * n;
+      T* __restrict o = out + std::int64_t(i) * np;
 #pragma omp simd
-      for (int j = 0; j < n; ++j) o[j] += aic * bc[j];
+      for (int j = 0; j < np; ++j) o[j] += aic * bc[j];
     }
   }
 }
@@ -500,25 +509,26 @@ ARCAL_ALWAYS_INLINE void attention_head_forward(const T* q, const T* k, const T*
                                                 int hd_runtime, T scale, bool causal, T* __restrict P, T* out,
                                                 std::int64_t ldo, T* __restrict Kt) {
   const int hd = HD > 0 ? HD : hd_runtime;
-  head_products<T, HD>(q, ld, k, ld, n, hd, P, Kt);  // raw scores q_i . k_j
+  const int np = int(padded_tokens(n));
+  head_products<T, HD>(q, ld, k, ld, n, np, hd, P, Kt);  // raw scores q_i . k_j
   for (int i = 0; i < n; ++i) {
-    T* __restrict p = P + std::int64_t(i) * n;
+    T* __restrict p = P + std::int64_t(i) * np;
     T mx = -std::numeric_limits<T>::infinity();
-    const int last = causal ? i : n - 1;  // keys after `last` get weight exactly 0
+    const int last = causal ? i : n - 1;  // keys after `last` (and the padding) get weight exactly 0
 #pragma omp simd reduction(max : mx)
-    for (int j = 0; j < n; ++j) {
+    for (int j = 0; j < np; ++j) {
       p[j] = j > last ? -std::numeric_limits<T>::infinity() : p[j] * scale;
       mx = p[j] > mx ? p[j] : mx;
     }
     T sum = 0;
 #pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < n; ++j) {
+    for (int j = 0; j < np; ++j) {
       p[j] = exp_shifted<T>(p[j] - mx);
       sum += p[j];
     }
     const T inv = T(1) / sum;
 #pragma omp simd
-    for (int j = 0; j < n; ++j) p[j] *= inv;
+    for (int j = 0; j < np; ++j) p[j] *= inv;
     T* __restrict oi = out + i * ldo;
 #pragma omp simd
     for (int c = 0; c < hd; ++c) oi[c] = 0;
@@ -526,7 +536,7 @@ ARCAL_ALWAYS_INLINE void attention_head_forward(const T* q, const T* k, const T*
   for (int j = 0; j < n; ++j) {
     const T* __restrict vj = v + j * ld;
     for (int i = 0; i < n; ++i) {
-      const T pij = P[std::int64_t(i) * n + j];
+      const T pij = P[std::int64_t(i) * np + j];
       T* __restrict oi = out + i * ldo;
 #pragma omp simd
       for (int c = 0; c < hd; ++c) oi[c] += pij * vj[c];
@@ -542,21 +552,22 @@ ARCAL_ALWAYS_INLINE void attention_head_backward(const T* q, const T* k, const T
                                                  std::int64_t ldo, T* dq, T* dk, T* dv, T* __restrict dS,
                                                  T* __restrict Vt) {
   const int hd = HD > 0 ? HD : hd_runtime;
-  head_products<T, HD>(g, ldo, v, ld, n, hd, dS, Vt);  // dP_ij = g_i . v_j
-  for (int i = 0; i < n; ++i) {  // dS_ij = P_ij (dP_ij - sum_j' P_ij' dP_ij') / sqrt(hd)
-    const T* __restrict p = P + std::int64_t(i) * n;
-    T* __restrict d = dS + std::int64_t(i) * n;
+  const int np = int(padded_tokens(n));
+  head_products<T, HD>(g, ldo, v, ld, n, np, hd, dS, Vt);  // dP_ij = g_i . v_j
+  for (int i = 0; i < n; ++i) {  // dS_ij = P_ij (dP_ij - sum_j' P_ij' dP_ij') / sqrt(hd); 0 on the padding
+    const T* __restrict p = P + std::int64_t(i) * np;
+    T* __restrict d = dS + std::int64_t(i) * np;
     T r = 0;
 #pragma omp simd reduction(+ : r)
-    for (int j = 0; j < n; ++j) r += p[j] * d[j];
+    for (int j = 0; j < np; ++j) r += p[j] * d[j];
 #pragma omp simd
-    for (int j = 0; j < n; ++j) d[j] = p[j] * (d[j] - r) * scale;
+    for (int j = 0; j < np; ++j) d[j] = p[j] * (d[j] - r) * scale;
   }
   for (int i = 0; i < n; ++i) {  // dk_j += dS_ij q_i, dv_j += P_ij g_i
     const T* __restrict qi = q + i * ld;
     const T* __restrict gi = g + i * ldo;
     for (int j = 0; j < n; ++j) {
-      const T sij = dS[std::int64_t(i) * n + j], pij = P[std::int64_t(i) * n + j];
+      const T sij = dS[std::int64_t(i) * np + j], pij = P[std::int64_t(i) * np + j];
       T* __restrict dkj = dk + j * ld;
       T* __restrict dvj = dv + j * ld;
 #pragma omp simd
@@ -569,7 +580,7 @@ ARCAL_ALWAYS_INLINE void attention_head_backward(const T* q, const T* k, const T
   for (int j = 0; j < n; ++j) {  // dq_i += dS_ij k_j
     const T* __restrict kj = k + j * ld;
     for (int i = 0; i < n; ++i) {
-      const T sij = dS[std::int64_t(i) * n + j];
+      const T sij = dS[std::int64_t(i) * np + j];
       T* __restrict dqi = dq + i * ld;
 #pragma omp simd
       for (int c = 0; c < hd; ++c) dqi[c] += sij * kj[c];
@@ -587,12 +598,13 @@ ARCAL_ALWAYS_INLINE void attention_forward_heads(const T* qkv, const AttentionSh
                                                  std::int64_t end, T* P, T* out) {
   const std::int64_t ld = 3 * s.D;
   const T scale = T(1) / std::sqrt(T(s.hd));
-  std::vector<T> kt(static_cast<std::size_t>(s.T * s.hd));
+  const std::int64_t np = padded_tokens(s.T);
+  std::vector<T> kt(static_cast<std::size_t>(np * s.hd));
   for (std::int64_t bh = begin; bh < end; ++bh) {
     const std::int64_t b = bh / s.H, h = bh % s.H;
     const T* q = qkv + b * s.T * ld + h * s.hd;
     attention_head_forward<T, HD>(q, q + s.D, q + 2 * s.D, ld, int(s.T), int(s.hd), scale, s.causal,
-                                  P + bh * s.T * s.T, out + b * s.T * s.D + h * s.hd, s.D, kt.data());
+                                  P + bh * s.T * np, out + b * s.T * s.D + h * s.hd, s.D, kt.data());
   }
 }
 
@@ -601,7 +613,8 @@ ARCAL_ALWAYS_INLINE void attention_backward_heads(const T* qkv, const AttentionS
                                                   std::int64_t begin, std::int64_t end, T* dqkv) {
   const std::int64_t ld = 3 * s.D;
   const T scale = T(1) / std::sqrt(T(s.hd));
-  std::vector<T> ds(static_cast<std::size_t>(s.T * s.T)), vt(static_cast<std::size_t>(s.T * s.hd));
+  const std::int64_t np = padded_tokens(s.T);
+  std::vector<T> ds(static_cast<std::size_t>(s.T * np)), vt(static_cast<std::size_t>(np * s.hd));
   for (std::int64_t bh = begin; bh < end; ++bh) {
     const std::int64_t b = bh / s.H, h = bh % s.H;
     const std::int64_t off = b * s.T * ld + h * s.hd;
@@ -614,7 +627,7 @@ ARCAL_ALWAYS_INLINE void attention_backward_heads(const T* qkv, const AttentionS
 #pragma omp simd
         for (std::int64_t c = 0; c < hd; ++c) z[c] = 0;
       }
-    attention_head_backward<T, HD>(q, q + s.D, q + 2 * s.D, ld, int(s.T), int(s.hd), scale, P + bh * s.T * s.T,
+    attention_head_backward<T, HD>(q, q + s.D, q + 2 * s.D, ld, int(s.T), int(s.hd), scale, P + bh * s.T * np,
                                    g + b * s.T * s.D + h * s.hd, s.D, dq, dq + s.D, dq + 2 * s.D, ds.data(),
                                    vt.data());
   }
@@ -682,19 +695,271 @@ AttentionShape attention_shape(const torch::Tensor& qkv, std::int64_t heads, boo
   return {qkv.size(0), qkv.size(1), D, heads, D / heads, causal};
 }
 
+// ---- self-attention core for short sequences: 8 images per pass, one in each vector lane ------
+// At 17 tokens x 16 dimensions a head's matrices are too small for a vector to run along any of
+// their axes without remainders and horizontal sums. Here the 8 lanes hold the same (token,
+// dimension) entry of 8 images, so every product, the softmax and every gradient are plain
+// lane-wise vector arithmetic. Used when T <= kLaneMaxTokens; P is then stored lane-interleaved as
+// (ceil(B/8), H, T, T, 8), and the backward (chosen by the same rule) reads it so.
+constexpr int kLanes = 8;
+constexpr std::int64_t kLaneMaxTokens = 32;
+
+inline bool lane_path(const AttentionShape& s) { return s.T <= kLaneMaxTokens; }
+
+// X[(t*hd + c)*8 + l] = column block `col` (hd wide) of row t of image b0 + l in x (rows ld apart,
+// images T*ld apart); lanes past `lanes` are zero.
+template <typename T>
+ARCAL_ALWAYS_INLINE void lane_gather(const T* x, std::int64_t ld, std::int64_t T_, std::int64_t b0, int lanes,
+                                     std::int64_t col, int hd, T* __restrict X) {
+  const std::int64_t n = T_ * hd;
+  for (int l = 0; l < kLanes; ++l) {
+    if (l >= lanes) {
+      for (std::int64_t e = 0; e < n; ++e) X[e * kLanes + l] = 0;
+      continue;
+    }
+    const T* src = x + (b0 + l) * T_ * ld + col;
+    for (std::int64_t t = 0; t < T_; ++t)
+      for (int c = 0; c < hd; ++c) X[(t * hd + c) * kLanes + l] = src[t * ld + c];
+  }
+}
+
+template <typename T>
+ARCAL_ALWAYS_INLINE void lane_scatter(const T* __restrict X, std::int64_t T_, std::int64_t b0, int lanes,
+                                      std::int64_t col, int hd, T* y, std::int64_t ld) {
+  for (int l = 0; l < lanes; ++l) {
+    T* dst = y + (b0 + l) * T_ * ld + col;
+    for (std::int64_t t = 0; t < T_; ++t)
+      for (int c = 0; c < hd; ++c) dst[t * ld + c] = X[(t * hd + c) * kLanes + l];
+  }
+}
+
+// Scratch of one worker: Q, K, V, G, O / dQ, dK, dV (T*hd*8 each) and S (T*T*8).
+template <typename T>
+struct LaneScratch {
+  std::vector<T> q, k, v, g, o, dk, dv, s;
+  LaneScratch(std::int64_t n, std::int64_t hd)
+      : q(std::size_t(n * hd * kLanes)), k(q.size()), v(q.size()), g(q.size()), o(q.size()), dk(q.size()),
+        dv(q.size()), s(std::size_t(n * n * kLanes)) {}
+};
+
+// out[c*8 + l] (c < hd, one head's row in lane layout) = sum_{j < cnt} w[j*ws + l] X[j*xs + c*8 + l]: the
+// row is built in blocks of CB dimensions held in registers across the whole sum over j (CB*8
+// values: 8 vectors of floats or doubles' halves), so the loop stores nothing until a block is done.
+template <typename T>
+ARCAL_ALWAYS_INLINE void lane_weighted_rows(const T* w, std::int64_t ws, const T* X, std::int64_t xs, std::int64_t cnt,
+                                            int hd, T* __restrict out) {
+  constexpr int CB = 32 / int(sizeof(T));
+  int c0 = 0;
+  for (; c0 + CB <= hd; c0 += CB) {
+    T acc[CB * kLanes] = {};
+    for (std::int64_t j = 0; j < cnt; ++j) {
+      const T* wj = w + j * ws;
+      const T* xj = X + j * xs + c0 * kLanes;
+      for (int c = 0; c < CB; ++c)
+#pragma omp simd
+        for (int l = 0; l < kLanes; ++l) acc[c * kLanes + l] += wj[l] * xj[c * kLanes + l];
+    }
+    for (int e = 0; e < CB * kLanes; ++e) out[c0 * kLanes + e] = acc[e];
+  }
+  for (; c0 < hd; ++c0) {  // head widths that are not a multiple of CB
+    T acc[kLanes] = {};
+    for (std::int64_t j = 0; j < cnt; ++j)
+#pragma omp simd
+      for (int l = 0; l < kLanes; ++l) acc[l] += w[j * ws + l] * X[j * xs + c0 * kLanes + l];
+    for (int l = 0; l < kLanes; ++l) out[c0 * kLanes + l] = acc[l];
+  }
+}
+
+template <typename T, int HD>
+ARCAL_ALWAYS_INLINE void lane_forward(const T* qkv, const AttentionShape& s, std::int64_t begin, std::int64_t end,
+                                      T* P, T* out) {
+  const int hd = HD > 0 ? HD : int(s.hd);
+  const std::int64_t ld = 3 * s.D, n = s.T;
+  const T scale = T(1) / std::sqrt(T(hd));
+  LaneScratch<T> w(n, hd);
+  T* __restrict Q = w.q.data();
+  T* __restrict K = w.k.data();
+  T* __restrict V = w.v.data();
+  T* __restrict O = w.o.data();
+  for (std::int64_t gh = begin; gh < end; ++gh) {
+    const std::int64_t grp = gh / s.H, h = gh % s.H, b0 = grp * kLanes;
+    const int lanes = int(std::min<std::int64_t>(kLanes, s.B - b0));
+    lane_gather(qkv, ld, n, b0, lanes, h * s.hd, hd, Q);
+    lane_gather(qkv, ld, n, b0, lanes, s.D + h * s.hd, hd, K);
+    lane_gather(qkv, ld, n, b0, lanes, 2 * s.D + h * s.hd, hd, V);
+    T* __restrict Pg = P + gh * n * n * kLanes;
+    for (std::int64_t i = 0; i < n; ++i) {
+      T mx[kLanes], sum[kLanes];
+      for (int l = 0; l < kLanes; ++l) mx[l] = -std::numeric_limits<T>::infinity();
+      const std::int64_t last = s.causal ? i : n - 1;
+      T* __restrict p = Pg + i * n * kLanes;
+      for (std::int64_t j = 0; j <= last; ++j) {
+        T acc[kLanes] = {};
+        for (int c = 0; c < hd; ++c) {
+          const T* qi = Q + (i * hd + c) * kLanes;
+          const T* kj = K + (j * hd + c) * kLanes;
+#pragma omp simd
+          for (int l = 0; l < kLanes; ++l) acc[l] += qi[l] * kj[l];
+        }
+#pragma omp simd
+        for (int l = 0; l < kLanes; ++l) {
+          p[j * kLanes + l] = acc[l] * scale;
+          mx[l] = std::max(mx[l], acc[l] * scale);
+        }
+      }
+      for (int l = 0; l < kLanes; ++l) sum[l] = 0;
+      for (std::int64_t j = 0; j <= last; ++j)
+#pragma omp simd
+        for (int l = 0; l < kLanes; ++l) {
+          const T e = exp_shifted<T>(p[j * kLanes + l] - mx[l]);
+          p[j * kLanes + l] = e;
+          sum[l] += e;
+        }
+      for (int l = 0; l < kLanes; ++l) sum[l] = T(1) / sum[l];
+      for (std::int64_t j = 0; j <= last; ++j)
+#pragma omp simd
+        for (int l = 0; l < kLanes; ++l) p[j * kLanes + l] *= sum[l];
+      for (std::int64_t j = last + 1; j < n; ++j)  // masked keys: weight exactly 0
+#pragma omp simd
+        for (int l = 0; l < kLanes; ++l) p[j * kLanes + l] = 0;
+      lane_weighted_rows(p, kLanes, V, hd * kLanes, last + 1, hd, O + i * hd * kLanes);  // o_i = sum_j P_ij v_j
+    }
+    lane_scatter(O, n, b0, lanes, h * s.hd, hd, out, s.D);
+  }
+}
+
+template <typename T, int HD>
+ARCAL_ALWAYS_INLINE void lane_backward(const T* qkv, const AttentionShape& s, const T* P, const T* grad,
+                                       std::int64_t begin, std::int64_t end, T* dqkv) {
+  const int hd = HD > 0 ? HD : int(s.hd);
+  const std::int64_t ld = 3 * s.D, n = s.T;
+  const T scale = T(1) / std::sqrt(T(hd));
+  LaneScratch<T> w(n, hd);
+  T* __restrict Q = w.q.data();
+  T* __restrict K = w.k.data();
+  T* __restrict V = w.v.data();
+  T* __restrict G = w.g.data();
+  T* __restrict dQ = w.o.data();
+  T* __restrict dK = w.dk.data();
+  T* __restrict dV = w.dv.data();
+  T* __restrict dS = w.s.data();
+  for (std::int64_t gh = begin; gh < end; ++gh) {
+    const std::int64_t grp = gh / s.H, h = gh % s.H, b0 = grp * kLanes;
+    const int lanes = int(std::min<std::int64_t>(kLanes, s.B - b0));
+    lane_gather(qkv, ld, n, b0, lanes, h * s.hd, hd, Q);
+    lane_gather(qkv, ld, n, b0, lanes, s.D + h * s.hd, hd, K);
+    lane_gather(qkv, ld, n, b0, lanes, 2 * s.D + h * s.hd, hd, V);
+    lane_gather(grad, s.D, n, b0, lanes, h * s.hd, hd, G);
+    const T* __restrict Pg = P + gh * n * n * kLanes;
+    for (std::int64_t i = 0; i < n; ++i) {  // dS_ij = P_ij (dP_ij - r_i) / sqrt(hd), dP_ij = g_i . v_j
+      const std::int64_t last = s.causal ? i : n - 1;
+      const T* p = Pg + i * n * kLanes;
+      T* __restrict ds = dS + i * n * kLanes;
+      T r[kLanes] = {};
+      for (std::int64_t j = 0; j <= last; ++j) {
+        T acc[kLanes] = {};
+        for (int c = 0; c < hd; ++c) {
+          const T* gi = G + (i * hd + c) * kLanes;
+          const T* vj = V + (j * hd + c) * kLanes;
+#pragma omp simd
+          for (int l = 0; l < kLanes; ++l) acc[l] += gi[l] * vj[l];
+        }
+#pragma omp simd
+        for (int l = 0; l < kLanes; ++l) {
+          ds[j * kLanes + l] = acc[l];
+          r[l] += p[j * kLanes + l] * acc[l];
+        }
+      }
+      for (std::int64_t j = 0; j <= last; ++j)
+#pragma omp simd
+        for (int l = 0; l < kLanes; ++l) ds[j * kLanes + l] = p[j * kLanes + l] * (ds[j * kLanes + l] - r[l]) * scale;
+      for (std::int64_t j = last + 1; j < n; ++j)
+#pragma omp simd
+        for (int l = 0; l < kLanes; ++l) ds[j * kLanes + l] = 0;
+    }
+    const std::int64_t row = hd * kLanes, col = n * kLanes;
+    for (std::int64_t i = 0; i < n; ++i)  // dq_i = sum_j dS_ij k_j over the keys i sees
+      lane_weighted_rows(dS + i * col, kLanes, K, row, s.causal ? i + 1 : n, hd, dQ + i * row);
+    for (std::int64_t j = 0; j < n; ++j) {  // dk_j = sum_i dS_ij q_i, dv_j = sum_i P_ij g_i over the queries that see j
+      const std::int64_t i0 = s.causal ? j : 0;
+      lane_weighted_rows(dS + i0 * col + j * kLanes, col, Q + i0 * row, row, n - i0, hd, dK + j * row);
+      lane_weighted_rows(Pg + i0 * col + j * kLanes, col, G + i0 * row, row, n - i0, hd, dV + j * row);
+    }
+    lane_scatter(dQ, n, b0, lanes, h * s.hd, hd, dqkv, ld);
+    lane_scatter(dK, n, b0, lanes, s.D + h * s.hd, hd, dqkv, ld);
+    lane_scatter(dV, n, b0, lanes, 2 * s.D + h * s.hd, hd, dqkv, ld);
+  }
+}
+
+template <typename T>
+ARCAL_ALWAYS_INLINE void lane_forward_range(const T* qkv, const AttentionShape& s, std::int64_t b, std::int64_t e,
+                                            T* P, T* out) {
+  switch (s.hd) {
+    case 16: return lane_forward<T, 16>(qkv, s, b, e, P, out);
+    case 32: return lane_forward<T, 32>(qkv, s, b, e, P, out);
+    default: return lane_forward<T, 0>(qkv, s, b, e, P, out);
+  }
+}
+template <typename T>
+ARCAL_ALWAYS_INLINE void lane_backward_range(const T* qkv, const AttentionShape& s, const T* P, const T* g,
+                                             std::int64_t b, std::int64_t e, T* dqkv) {
+  switch (s.hd) {
+    case 16: return lane_backward<T, 16>(qkv, s, P, g, b, e, dqkv);
+    case 32: return lane_backward<T, 32>(qkv, s, P, g, b, e, dqkv);
+    default: return lane_backward<T, 0>(qkv, s, P, g, b, e, dqkv);
+  }
+}
+
+ARCAL_FUSED_CLONES void lane_forward_f(const float* qkv, const AttentionShape& s, std::int64_t b, std::int64_t e,
+                                       float* P, float* out) {
+  lane_forward_range(qkv, s, b, e, P, out);
+}
+ARCAL_FUSED_CLONES void lane_forward_d(const double* qkv, const AttentionShape& s, std::int64_t b, std::int64_t e,
+                                       double* P, double* out) {
+  lane_forward_range(qkv, s, b, e, P, out);
+}
+ARCAL_FUSED_CLONES void lane_backward_f(const float* qkv, const AttentionShape& s, const float* P, const float* g,
+                                        std::int64_t b, std::int64_t e, float* dqkv) {
+  lane_backward_range(qkv, s, P, g, b, e, dqkv);
+}
+ARCAL_FUSED_CLONES void lane_backward_d(const double* qkv, const AttentionShape& s, const double* P, const double* g,
+                                        std::int64_t b, std::int64_t e, double* dqkv) {
+  lane_backward_range(qkv, s, P, g, b, e, dqkv);
+}
+inline void lane_forward(const float* x, const AttentionShape& s, std::int64_t b, std::int64_t e, float* P, float* o) {
+  lane_forward_f(x, s, b, e, P, o);
+}
+inline void lane_forward(const double* x, const AttentionShape& s, std::int64_t b, std::int64_t e, double* P,
+                         double* o) {
+  lane_forward_d(x, s, b, e, P, o);
+}
+inline void lane_backward(const float* x, const AttentionShape& s, const float* P, const float* g, std::int64_t b,
+                          std::int64_t e, float* dx) {
+  lane_backward_f(x, s, P, g, b, e, dx);
+}
+inline void lane_backward(const double* x, const AttentionShape& s, const double* P, const double* g,
+                          std::int64_t b, std::int64_t e, double* dx) {
+  lane_backward_d(x, s, P, g, b, e, dx);
+}
+
 struct SelfAttentionFunction : public torch::autograd::Function<SelfAttentionFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& qkv_in, std::int64_t heads, bool causal) {
     auto qkv = qkv_in.contiguous();
     const auto s = attention_shape(qkv, heads, causal);
     auto out = torch::empty({s.B, s.T, s.D}, qkv.options());
-    auto P = torch::empty({s.B, s.H, s.T, s.T}, qkv.options());
+    const bool lanes = lane_path(s);
+    const std::int64_t groups = (s.B + kLanes - 1) / kLanes;
+    // lanes: (groups, H, T, T, 8) interleaved; else (B, H, T, np) with rows padded with weight 0
+    auto P = lanes ? torch::empty({groups, s.H, s.T, s.T, kLanes}, qkv.options())
+                   : torch::empty({s.B, s.H, s.T, padded_tokens(s.T)}, qkv.options());
     AT_DISPATCH_FLOATING_TYPES(qkv.scalar_type(), "fused_self_attention", [&] {
       const scalar_t* x = qkv.data_ptr<scalar_t>();
       scalar_t* p = P.data_ptr<scalar_t>();
       scalar_t* o = out.data_ptr<scalar_t>();
-      at::parallel_for(0, s.B * s.H, 8, [&](std::int64_t b, std::int64_t e) {
-        attention_forward(x, s, b, e, p, o);
-      });
+      if (lanes)
+        at::parallel_for(0, groups * s.H, 1, [&](std::int64_t b, std::int64_t e) { lane_forward(x, s, b, e, p, o); });
+      else
+        at::parallel_for(0, s.B * s.H, 8, [&](std::int64_t b, std::int64_t e) { attention_forward(x, s, b, e, p, o); });
     });
     ctx->save_for_backward({qkv, P});
     ctx->saved_data["heads"] = heads;
@@ -708,15 +973,17 @@ struct SelfAttentionFunction : public torch::autograd::Function<SelfAttentionFun
     const auto& P = saved[1];
     const auto s = attention_shape(qkv, ctx->saved_data["heads"].toInt(), ctx->saved_data["causal"].toBool());
     auto g = grad_outputs[0].to(qkv.scalar_type()).contiguous();
-    auto dqkv = torch::empty_like(qkv);  // every entry is written: each head zeroes its own columns
+    auto dqkv = torch::empty_like(qkv);  // every entry is written: each head writes (or zeroes) its own columns
     AT_DISPATCH_FLOATING_TYPES(qkv.scalar_type(), "fused_self_attention_backward", [&] {
       const scalar_t* x = qkv.data_ptr<scalar_t>();
       const scalar_t* p = P.data_ptr<scalar_t>();
       const scalar_t* gp = g.data_ptr<scalar_t>();
       scalar_t* dx = dqkv.data_ptr<scalar_t>();
-      at::parallel_for(0, s.B * s.H, 8, [&](std::int64_t b, std::int64_t e) {
-        attention_backward(x, s, p, gp, b, e, dx);
-      });
+      if (lane_path(s))  // as the forward chose: P is lane-interleaved
+        at::parallel_for(0, (s.B + kLanes - 1) / kLanes * s.H, 1,
+                         [&](std::int64_t b, std::int64_t e) { lane_backward(x, s, p, gp, b, e, dx); });
+      else
+        at::parallel_for(0, s.B * s.H, 8, [&](std::int64_t b, std::int64_t e) { attention_backward(x, s, p, gp, b, e, dx); });
     });
     return {dqkv, torch::Tensor(), torch::Tensor()};
   }

@@ -178,6 +178,7 @@ TEST(Fused, RoutingBankBackwardTwiceOverARetainedGraph) {
 
 TEST(Fused, AttentionMatchesAutogradInDouble) {
   check_attention(torch::kDouble, 3, 17, 64, 4, 1e-12);  // AR-ViT-tiny's shape
+  check_attention(torch::kDouble, 11, 17, 64, 4, 1e-12);  // two groups of 8 images, the second partly filled
   check_attention(torch::kDouble, 2, 5, 12, 3, 1e-12);   // hd = 4, odd token count
   check_attention(torch::kDouble, 1, 1, 8, 2, 1e-12);    // one token: weights exactly 1
   check_attention(torch::kDouble, 2, 9, 128, 2, 1e-12);  // hd = 64
