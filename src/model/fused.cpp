@@ -179,7 +179,15 @@ struct RoutingSumFunction : public torch::autograd::Function<RoutingSumFunction>
 // logit_s = r_s (v_s . u), r_s = (mean_c v_s[c]^2 + eps)^(-1/2), alpha = softmax_s(logit),
 // h = sum_s alpha_s v_s. Backward with g = dh: dalpha_s = g . v_s, dlogit_s = alpha_s (dalpha_s -
 // sum_s' alpha_s' dalpha_s'), dv_s = alpha_s g + dlogit_s (r_s u - r_s^3 (v_s . u) v_s / d), du =
-// sum over rows of dlogit_s r_s v_s. Source gradients are added into the bank's buffers in place.
+// sum over rows of dlogit_s r_s v_s. A point's backward computes du and keeps, per source, the row
+// coefficients (alpha_s, cu_s = dlogit_s r_s, cv_s = dlogit_s r_s^3 (v_s . u) / d) beside g; the
+// source's tap then builds dv_s = sum over its points (alpha g + cu u) - (sum cv) v_s in one pass,
+// reading each point's g once and writing dv_s once (rather than a read-modify-write of dv_s per point).
+
+// Every kernel below walks its rows in blocks of kRowBlock and, inside a block, one source (or one
+// point) at a time: each pass then streams one tensor's contiguous block, which the prefetchers
+// follow, instead of hopping between up to S tensors row by row; the block's own rows stay in L1.
+constexpr std::int64_t kRowBlock = 32;
 
 template <typename T, int HD>
 ARCAL_ALWAYS_INLINE void route_point_rows(const T* u, const T* const* values, int S, std::int64_t N,
@@ -187,82 +195,124 @@ ARCAL_ALWAYS_INLINE void route_point_rows(const T* u, const T* const* values, in
                                           T* alpha, T* logit, T* rinv) {
   const std::int64_t d = HD > 0 ? HD : d_runtime;
   const T inv_d = T(1) / T(d);
-  for (std::int64_t n = begin; n < end; ++n) {
-    T mx = -std::numeric_limits<T>::infinity();
-    for (int s = 0; s < S; ++s) {
-      const T* __restrict v = values[s] + n * d;
-      T ss = 0, dot = 0;
+  for (std::int64_t b0 = begin; b0 < end; b0 += kRowBlock) {
+    const std::int64_t b1 = std::min(end, b0 + kRowBlock);
+    for (int s = 0; s < S; ++s)
+      for (std::int64_t n = b0; n < b1; ++n) {
+        const T* __restrict v = values[s] + n * d;
+        T ss = 0, dot = 0;
 #pragma omp simd reduction(+ : ss, dot)
-      for (std::int64_t c = 0; c < d; ++c) {
-        ss += v[c] * v[c];
-        dot += v[c] * u[c];
+        for (std::int64_t c = 0; c < d; ++c) {
+          ss += v[c] * v[c];
+          dot += v[c] * u[c];
+        }
+        const T r = T(1) / std::sqrt(ss * inv_d + eps);
+        rinv[s * N + n] = r;
+        logit[s * N + n] = r * dot;
       }
-      const T r = T(1) / std::sqrt(ss * inv_d + eps);
-      rinv[s * N + n] = r;
-      logit[s * N + n] = r * dot;
-      mx = std::max(mx, r * dot);
+    for (std::int64_t n = b0; n < b1; ++n) {
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int s = 0; s < S; ++s) mx = std::max(mx, logit[s * N + n]);
+      T sum = 0;
+      for (int s = 0; s < S; ++s) {
+        const T e = exp_shifted<T>(logit[s * N + n] - mx);
+        alpha[s * N + n] = e;
+        sum += e;
+      }
+      const T inv = T(1) / sum;
+      for (int s = 0; s < S; ++s) alpha[s * N + n] *= inv;
     }
-    T sum = 0;
-    for (int s = 0; s < S; ++s) {
-      const T e = exp_shifted<T>(logit[s * N + n] - mx);
-      alpha[s * N + n] = e;
-      sum += e;
-    }
-    const T inv = T(1) / sum;
-    for (int s = 0; s < S; ++s) alpha[s * N + n] *= inv;
-    T* __restrict o = out + n * d;
-    const T a0 = alpha[n];
-    const T* __restrict v0 = values[0] + n * d;
+    for (int s = 0; s < S; ++s)
+      for (std::int64_t n = b0; n < b1; ++n) {
+        T* __restrict o = out + n * d;
+        const T a = alpha[s * N + n];
+        const T* __restrict v = values[s] + n * d;
+        if (s == 0) {
 #pragma omp simd
-    for (std::int64_t c = 0; c < d; ++c) o[c] = a0 * v0[c];
-    for (int s = 1; s < S; ++s) {
-      const T a = alpha[s * N + n];
-      const T* __restrict v = values[s] + n * d;
+          for (std::int64_t c = 0; c < d; ++c) o[c] = a * v[c];
+        } else {
 #pragma omp simd
-      for (std::int64_t c = 0; c < d; ++c) o[c] += a * v[c];
-    }
+          for (std::int64_t c = 0; c < d; ++c) o[c] += a * v[c];
+        }
+      }
   }
 }
 
-// first[s] != 0: the bank's buffer of source s receives its first gradient here (written, not added).
-// du (d values) receives this range's sum of dlogit_s r_s v_s; da is scratch of S values.
+// The row coefficients cu, cv ([S, N] planes) of the rows [begin, end), and in du (d values) this
+// range's sum of cu_s v_s; da is scratch of S * kRowBlock values.
 template <typename T, int HD>
-ARCAL_ALWAYS_INLINE void route_point_backward_rows(const T* u, const T* const* values, const T* alpha,
-                                                   const T* logit, const T* rinv, const T* grad, int S,
-                                                   std::int64_t N, std::int64_t d_runtime, std::int64_t begin,
-                                                   std::int64_t end, const std::uint8_t* first, T* const* dvalues,
-                                                   T* __restrict du, T* __restrict da) {
+ARCAL_ALWAYS_INLINE void route_point_backward_rows(const T* const* values, const T* alpha, const T* logit,
+                                                   const T* rinv, const T* grad, int S, std::int64_t N,
+                                                   std::int64_t d_runtime, std::int64_t begin, std::int64_t end,
+                                                   T* __restrict cu_out, T* __restrict cv_out, T* __restrict du,
+                                                   T* __restrict da) {
   const std::int64_t d = HD > 0 ? HD : d_runtime;
   const T inv_d = T(1) / T(d);
 #pragma omp simd
   for (std::int64_t c = 0; c < d; ++c) du[c] = 0;
-  for (std::int64_t n = begin; n < end; ++n) {
-    const T* __restrict g = grad + n * d;
-    T m = 0;
-    for (int s = 0; s < S; ++s) {
-      const T* __restrict v = values[s] + n * d;
-      T dot = 0;
+  for (std::int64_t b0 = begin; b0 < end; b0 += kRowBlock) {
+    const std::int64_t b1 = std::min(end, b0 + kRowBlock);
+    for (int s = 0; s < S; ++s)  // dalpha_s = g . v_s
+      for (std::int64_t n = b0; n < b1; ++n) {
+        const T* __restrict g = grad + n * d;
+        const T* __restrict v = values[s] + n * d;
+        T dot = 0;
 #pragma omp simd reduction(+ : dot)
-      for (std::int64_t c = 0; c < d; ++c) dot += g[c] * v[c];
-      da[s] = dot;
-      m += alpha[s * N + n] * dot;
-    }
-    for (int s = 0; s < S; ++s) {
-      const T a = alpha[s * N + n], r = rinv[s * N + n];
-      const T dl = a * (da[s] - m);
-      const T cu = dl * r;                           // along u
-      const T cv = dl * r * r * logit[s * N + n] * inv_d;  // along v_s: dl r^3 (v . u) / d
-      const T* __restrict v = values[s] + n * d;
-      T* __restrict dv = dvalues[s] + n * d;
-      if (first[s]) {
-#pragma omp simd
-        for (std::int64_t c = 0; c < d; ++c) dv[c] = a * g[c] + cu * u[c] - cv * v[c];
-      } else {
-#pragma omp simd
-        for (std::int64_t c = 0; c < d; ++c) dv[c] += a * g[c] + cu * u[c] - cv * v[c];
+        for (std::int64_t c = 0; c < d; ++c) dot += g[c] * v[c];
+        da[s * kRowBlock + (n - b0)] = dot;
       }
+    T m[kRowBlock];
+    for (std::int64_t n = b0; n < b1; ++n) {
+      T acc = 0;
+      for (int s = 0; s < S; ++s) acc += alpha[s * N + n] * da[s * kRowBlock + (n - b0)];
+      m[n - b0] = acc;
+    }
+    for (int s = 0; s < S; ++s)
+      for (std::int64_t n = b0; n < b1; ++n) {
+        const T a = alpha[s * N + n], r = rinv[s * N + n];
+        const T dl = a * (da[s * kRowBlock + (n - b0)] - m[n - b0]);
+        const T cu = dl * r;  // along u
+        cu_out[s * N + n] = cu;
+        cv_out[s * N + n] = dl * r * r * logit[s * N + n] * inv_d;  // along v_s: dl r^3 (v . u) / d
+        const T* __restrict v = values[s] + n * d;
 #pragma omp simd
-      for (std::int64_t c = 0; c < d; ++c) du[c] += cu * v[c];
+        for (std::int64_t c = 0; c < d; ++c) du[c] += cu * v[c];
+      }
+  }
+}
+
+// dv (rows [begin, end) of one source v) from its K points: point k's alpha, cu and cv rows of this
+// source (a[k], cu[k], cv[k], N each), its output gradient g[k] (N x d) and its query u[k] (d).
+template <typename T, int HD>
+ARCAL_ALWAYS_INLINE void source_grad_rows(const T* v, int K, const T* const* a, const T* const* cu, const T* const* cv,
+                                          const T* const* g, const T* const* u, std::int64_t d_runtime,
+                                          std::int64_t begin, std::int64_t end, T* out) {
+  const std::int64_t d = HD > 0 ? HD : d_runtime;
+  for (std::int64_t b0 = begin; b0 < end; b0 += kRowBlock) {
+    const std::int64_t b1 = std::min(end, b0 + kRowBlock);
+    T cvs[kRowBlock] = {};
+    for (int k = 0; k < K; ++k) {
+      const T* __restrict uk = u[k];
+      for (std::int64_t n = b0; n < b1; ++n) {
+        const T A = a[k][n], C = cu[k][n];
+        cvs[n - b0] += cv[k][n];
+        const T* __restrict gk = g[k] + n * d;
+        T* __restrict o = out + n * d;
+        if (k == 0) {
+#pragma omp simd
+          for (std::int64_t c = 0; c < d; ++c) o[c] = A * gk[c] + C * uk[c];
+        } else {
+#pragma omp simd
+          for (std::int64_t c = 0; c < d; ++c) o[c] += A * gk[c] + C * uk[c];
+        }
+      }
+    }
+    for (std::int64_t n = b0; n < b1; ++n) {
+      T* __restrict o = out + n * d;
+      const T* __restrict vn = v + n * d;
+      const T cs = cvs[n - b0];
+#pragma omp simd
+      for (std::int64_t c = 0; c < d; ++c) o[c] -= cs * vn[c];
     }
   }
 }
@@ -280,16 +330,27 @@ ARCAL_ALWAYS_INLINE void route_point_range(const T* u, const T* const* v, int S,
   }
 }
 template <typename T>
-ARCAL_ALWAYS_INLINE void route_point_backward_range(const T* u, const T* const* v, const T* a, const T* l, const T* r,
+ARCAL_ALWAYS_INLINE void route_point_backward_range(const T* const* v, const T* a, const T* l, const T* r,
                                                     const T* g, int S, std::int64_t N, std::int64_t d,
-                                                    std::int64_t b, std::int64_t e, const std::uint8_t* first,
-                                                    T* const* dv, T* du, T* da) {
+                                                    std::int64_t b, std::int64_t e, T* cu, T* cv, T* du, T* da) {
   switch (d) {
-    case 64: return route_point_backward_rows<T, 64>(u, v, a, l, r, g, S, N, d, b, e, first, dv, du, da);
-    case 128: return route_point_backward_rows<T, 128>(u, v, a, l, r, g, S, N, d, b, e, first, dv, du, da);
-    case 192: return route_point_backward_rows<T, 192>(u, v, a, l, r, g, S, N, d, b, e, first, dv, du, da);
-    case 384: return route_point_backward_rows<T, 384>(u, v, a, l, r, g, S, N, d, b, e, first, dv, du, da);
-    default: return route_point_backward_rows<T, 0>(u, v, a, l, r, g, S, N, d, b, e, first, dv, du, da);
+    case 64: return route_point_backward_rows<T, 64>(v, a, l, r, g, S, N, d, b, e, cu, cv, du, da);
+    case 128: return route_point_backward_rows<T, 128>(v, a, l, r, g, S, N, d, b, e, cu, cv, du, da);
+    case 192: return route_point_backward_rows<T, 192>(v, a, l, r, g, S, N, d, b, e, cu, cv, du, da);
+    case 384: return route_point_backward_rows<T, 384>(v, a, l, r, g, S, N, d, b, e, cu, cv, du, da);
+    default: return route_point_backward_rows<T, 0>(v, a, l, r, g, S, N, d, b, e, cu, cv, du, da);
+  }
+}
+template <typename T>
+ARCAL_ALWAYS_INLINE void source_grad_range(const T* v, int K, const T* const* a, const T* const* cu,
+                                           const T* const* cv, const T* const* g, const T* const* u, std::int64_t d,
+                                           std::int64_t b, std::int64_t e, T* out) {
+  switch (d) {
+    case 64: return source_grad_rows<T, 64>(v, K, a, cu, cv, g, u, d, b, e, out);
+    case 128: return source_grad_rows<T, 128>(v, K, a, cu, cv, g, u, d, b, e, out);
+    case 192: return source_grad_rows<T, 192>(v, K, a, cu, cv, g, u, d, b, e, out);
+    case 384: return source_grad_rows<T, 384>(v, K, a, cu, cv, g, u, d, b, e, out);
+    default: return source_grad_rows<T, 0>(v, K, a, cu, cv, g, u, d, b, e, out);
   }
 }
 
@@ -303,19 +364,27 @@ ARCAL_FUSED_CLONES void route_point_d(const double* u, const double* const* valu
                                       double* alpha, double* logit, double* rinv) {
   route_point_range(u, values, S, N, d, eps, b, e, out, alpha, logit, rinv);
 }
-ARCAL_FUSED_CLONES void route_point_backward_f(const float* u, const float* const* values, const float* alpha,
+ARCAL_FUSED_CLONES void route_point_backward_f(const float* const* values, const float* alpha,
                                                const float* logit, const float* rinv, const float* grad, int S,
                                                std::int64_t N, std::int64_t d, std::int64_t b, std::int64_t e,
-                                               const std::uint8_t* first, float* const* dvalues, float* du,
-                                               float* da) {
-  route_point_backward_range(u, values, alpha, logit, rinv, grad, S, N, d, b, e, first, dvalues, du, da);
+                                               float* cu, float* cv, float* du, float* da) {
+  route_point_backward_range(values, alpha, logit, rinv, grad, S, N, d, b, e, cu, cv, du, da);
 }
-ARCAL_FUSED_CLONES void route_point_backward_d(const double* u, const double* const* values, const double* alpha,
+ARCAL_FUSED_CLONES void route_point_backward_d(const double* const* values, const double* alpha,
                                                const double* logit, const double* rinv, const double* grad, int S,
                                                std::int64_t N, std::int64_t d, std::int64_t b, std::int64_t e,
-                                               const std::uint8_t* first, double* const* dvalues, double* du,
-                                               double* da) {
-  route_point_backward_range(u, values, alpha, logit, rinv, grad, S, N, d, b, e, first, dvalues, du, da);
+                                               double* cu, double* cv, double* du, double* da) {
+  route_point_backward_range(values, alpha, logit, rinv, grad, S, N, d, b, e, cu, cv, du, da);
+}
+ARCAL_FUSED_CLONES void source_grad_f(const float* v, int K, const float* const* a, const float* const* cu,
+                                      const float* const* cv, const float* const* g, const float* const* u,
+                                      std::int64_t d, std::int64_t b, std::int64_t e, float* out) {
+  source_grad_range(v, K, a, cu, cv, g, u, d, b, e, out);
+}
+ARCAL_FUSED_CLONES void source_grad_d(const double* v, int K, const double* const* a, const double* const* cu,
+                                      const double* const* cv, const double* const* g, const double* const* u,
+                                      std::int64_t d, std::int64_t b, std::int64_t e, double* out) {
+  source_grad_range(v, K, a, cu, cv, g, u, d, b, e, out);
 }
 
 inline void route_point(const float* u, const float* const* v, int S, std::int64_t N, std::int64_t d, double eps,
@@ -326,17 +395,25 @@ inline void route_point(const double* u, const double* const* v, int S, std::int
                         std::int64_t b, std::int64_t e, double* o, double* a, double* l, double* r) {
   route_point_d(u, v, S, N, d, eps, b, e, o, a, l, r);
 }
-inline void route_point_backward(const float* u, const float* const* v, const float* a, const float* l,
+inline void route_point_backward(const float* const* v, const float* a, const float* l,
                                  const float* r, const float* g, int S, std::int64_t N, std::int64_t d,
-                                 std::int64_t b, std::int64_t e, const std::uint8_t* first, float* const* dv,
-                                 float* du, float* da) {
-  route_point_backward_f(u, v, a, l, r, g, S, N, d, b, e, first, dv, du, da);
+                                 std::int64_t b, std::int64_t e, float* cu, float* cv, float* du, float* da) {
+  route_point_backward_f(v, a, l, r, g, S, N, d, b, e, cu, cv, du, da);
 }
-inline void route_point_backward(const double* u, const double* const* v, const double* a, const double* l,
+inline void route_point_backward(const double* const* v, const double* a, const double* l,
                                  const double* r, const double* g, int S, std::int64_t N, std::int64_t d,
-                                 std::int64_t b, std::int64_t e, const std::uint8_t* first, double* const* dv,
-                                 double* du, double* da) {
-  route_point_backward_d(u, v, a, l, r, g, S, N, d, b, e, first, dv, du, da);
+                                 std::int64_t b, std::int64_t e, double* cu, double* cv, double* du, double* da) {
+  route_point_backward_d(v, a, l, r, g, S, N, d, b, e, cu, cv, du, da);
+}
+inline void source_grad(const float* v, int K, const float* const* a, const float* const* cu, const float* const* cv,
+                        const float* const* g, const float* const* u, std::int64_t d, std::int64_t b, std::int64_t e,
+                        float* out) {
+  source_grad_f(v, K, a, cu, cv, g, u, d, b, e, out);
+}
+inline void source_grad(const double* v, int K, const double* const* a, const double* const* cu,
+                        const double* const* cv, const double* const* g, const double* const* u, std::int64_t d,
+                        std::int64_t b, std::int64_t e, double* out) {
+  source_grad_d(v, K, a, cu, cv, g, u, d, b, e, out);
 }
 
 // Rows of one block of the backward's du reduction: fixed, so that du's summation order (blocks in
@@ -345,9 +422,16 @@ constexpr std::int64_t kRouteBlock = 128;
 
 }  // namespace
 
-/// The gradients the routing points of one forward pass deposit for each source (RoutingBank).
+/// What the routing points of one forward pass leave for their sources' taps (RoutingBank): per
+/// point whose backward ran, its output gradient, alpha, the coefficient planes and its query; per
+/// slot, the (point record, source position) pairs that read it.
 struct RoutingBankState : torch::CustomClassHolder {
-  std::vector<torch::Tensor> grad;  // [slot] (B,T,d) or undefined until a point deposits
+  struct Record {
+    torch::Tensor g, alpha, coef, u;  // (B,T,d), (S,B,T), (2,S,B,T): cu then cv, (d)
+    int pending = 0;                  // slots not yet handed on; the tensors are released at 0
+  };
+  std::vector<Record> records;
+  std::vector<std::vector<std::pair<int, int>>> uses;  // [slot] (record, position in the point)
 };
 
 namespace {
@@ -356,12 +440,13 @@ c10::intrusive_ptr<RoutingBankState> bank_of(AutogradContext* ctx) {
   return c10::static_intrusive_pointer_cast<RoutingBankState>(ctx->saved_data["bank"].toCapsule());
 }
 
-// Identity on a source; its backward returns what the routing points deposited in the bank for the
-// slot (plus any gradient that reached the tapped tensor the ordinary way). The engine runs it only
-// after every point that read the tapped tensor, since each such point has an edge to it.
+// Identity on a source; its backward builds the source's gradient from what the routing points that
+// read it left in the bank (plus any gradient that reached the tapped tensor the ordinary way). The
+// engine runs it only after every such point, since each has an edge to it.
 struct SourceTapFunction : public torch::autograd::Function<SourceTapFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& v, c10::IValue bank, std::int64_t slot) {
     ctx->set_materialize_grads(false);
+    ctx->save_for_backward({v});
     ctx->saved_data["bank"] = std::move(bank);
     ctx->saved_data["slot"] = slot;
     return v;
@@ -369,8 +454,36 @@ struct SourceTapFunction : public torch::autograd::Function<SourceTapFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     auto bank = bank_of(ctx);
     const auto slot = static_cast<std::size_t>(ctx->saved_data["slot"].toInt());
-    torch::Tensor g = std::move(bank->grad[slot]);
-    bank->grad[slot] = torch::Tensor();
+    auto uses = std::move(bank->uses[slot]);
+    bank->uses[slot].clear();
+    torch::Tensor g;
+    if (!uses.empty()) {
+      const auto v = ctx->get_saved_variables()[0].contiguous();
+      const int K = static_cast<int>(uses.size());
+      const std::int64_t d = v.size(2), N = v.numel() / d;
+      g = torch::empty_like(v);
+      AT_DISPATCH_FLOATING_TYPES(v.scalar_type(), "routing_source_grad", [&] {
+        std::vector<const scalar_t*> a(K), cu(K), cv(K), gk(K), u(K);
+        for (int k = 0; k < K; ++k) {
+          const auto& r = bank->records[static_cast<std::size_t>(uses[std::size_t(k)].first)];
+          const std::int64_t s = uses[std::size_t(k)].second, S = r.alpha.size(0);
+          a[k] = r.alpha.data_ptr<scalar_t>() + s * N;
+          cu[k] = r.coef.data_ptr<scalar_t>() + s * N;
+          cv[k] = r.coef.data_ptr<scalar_t>() + (S + s) * N;
+          gk[k] = r.g.data_ptr<scalar_t>();
+          u[k] = r.u.data_ptr<scalar_t>();
+        }
+        const scalar_t* vp = v.data_ptr<scalar_t>();
+        scalar_t* o = g.data_ptr<scalar_t>();
+        at::parallel_for(0, N, routing_grain(2 * K, d), [&](std::int64_t b, std::int64_t e) {
+          source_grad(vp, K, a.data(), cu.data(), cv.data(), gk.data(), u.data(), d, b, e, o);
+        });
+      });
+      for (const auto& [rec, pos] : uses) {  // a point's tensors go once every source it read has its gradient
+        auto& r = bank->records[static_cast<std::size_t>(rec)];
+        if (--r.pending == 0) r = RoutingBankState::Record{};
+      }
+    }
     if (grad_outputs[0].defined()) g = g.defined() ? g + grad_outputs[0] : grad_outputs[0];
     return {g, torch::Tensor(), torch::Tensor()};
   }
@@ -421,39 +534,32 @@ struct RoutePointFunction : public torch::autograd::Function<RoutePointFunction>
     if (grad_outputs[0].defined()) {
       auto grad = grad_outputs[0].to(u.scalar_type()).contiguous();
       const std::int64_t B = values[0].size(0), T = values[0].size(1), d = values[0].size(2), N = B * T;
-      std::vector<std::uint8_t> first(static_cast<std::size_t>(S));
-      for (int s = 0; s < S; ++s) {
-        auto& buf = bank->grad[static_cast<std::size_t>(slots[std::size_t(s)])];
-        first[std::size_t(s)] = !buf.defined();
-        if (!buf.defined()) buf = torch::empty_like(values[s]);
-      }
+      auto coef = torch::empty({2, S, B, T}, u.options());  // cu, cv
       const std::int64_t blocks = (N + kRouteBlock - 1) / kRouteBlock;
       auto partial = torch::empty({blocks, d}, u.options());
       AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "route_point_backward", [&] {
         std::vector<const scalar_t*> vp(S);
-        std::vector<scalar_t*> dv(S);
-        for (int s = 0; s < S; ++s) {
-          vp[s] = values[s].data_ptr<scalar_t>();
-          dv[s] = bank->grad[static_cast<std::size_t>(slots[std::size_t(s)])].data_ptr<scalar_t>();
-        }
+        for (int s = 0; s < S; ++s) vp[s] = values[s].data_ptr<scalar_t>();
         const scalar_t* st = stats.data_ptr<scalar_t>();
-        const scalar_t* up = u.data_ptr<scalar_t>();
         const scalar_t* g = grad.data_ptr<scalar_t>();
+        scalar_t* cf = coef.data_ptr<scalar_t>();
         scalar_t* pp = partial.data_ptr<scalar_t>();
-        const std::int64_t grain = std::max<std::int64_t>(1, routing_grain(3 * S, d) / kRouteBlock);
+        const std::int64_t grain = std::max<std::int64_t>(1, routing_grain(2 * S, d) / kRouteBlock);
         at::parallel_for(0, blocks, grain, [&](std::int64_t b0, std::int64_t b1) {
-          std::vector<scalar_t> da(static_cast<std::size_t>(S));
+          std::vector<scalar_t> da(static_cast<std::size_t>(S * kRowBlock));
           for (std::int64_t blk = b0; blk < b1; ++blk)
-            route_point_backward(up, vp.data(), st, st + S * N, st + 2 * S * N, g, S, N, d, blk * kRouteBlock,
-                                 std::min(N, (blk + 1) * kRouteBlock), first.data(), dv.data(), pp + blk * d,
-                                 da.data());
+            route_point_backward(vp.data(), st, st + S * N, st + 2 * S * N, g, S, N, d, blk * kRouteBlock,
+                                 std::min(N, (blk + 1) * kRouteBlock), cf, cf + S * N, pp + blk * d, da.data());
         });
         scalar_t* o = du.data_ptr<scalar_t>();
         for (std::int64_t blk = 0; blk < blocks; ++blk)  // in block order: the same sum on any thread count
           for (std::int64_t c = 0; c < d; ++c) o[c] += pp[blk * d + c];
       });
+      const int rec = static_cast<int>(bank->records.size());
+      bank->records.push_back({grad, stats[0], coef, u, S});
+      for (int s = 0; s < S; ++s) bank->uses[static_cast<std::size_t>(slots[std::size_t(s)])].push_back({rec, s});
     }
-    grads[0] = du;  // the sources' gradients went to the bank; their taps hand them on
+    grads[0] = du;  // the sources' gradients are built by their taps from what this point left in the bank
     return grads;
   }
 };
@@ -1049,7 +1155,7 @@ int RoutingBank::add(const torch::Tensor& source) {
   if (!tapped_.empty() && (source.sizes() != tapped_[0].sizes() || source.scalar_type() != tapped_[0].scalar_type()))
     throw_input(fn, "source " + std::to_string(tapped_.size()) + " must match source 0's shape and dtype");
   const auto slot = static_cast<std::int64_t>(tapped_.size());
-  state_of(bank_).grad.emplace_back();
+  state_of(bank_).uses.emplace_back();
   tapped_.push_back(SourceTapFunction::apply(source, bank_, slot));
   return static_cast<int>(slot);
 }
