@@ -12,8 +12,11 @@ the forward pass, routing softmax and loss in fp32) against the reference under
 torch.autocast("cpu", dtype=torch.bfloat16) around its forward pass, the loss in fp32 likewise.
 
 Usage: bench_train.py [--arcal build/arcal] [--steps 60] [--threads 1] [--residual full]
-                      [--precision fp32 bf16]
-Prints images/s of each and the ratio arcal / PyTorch per precision.
+                      [--precision fp32 bf16] [--repeats 1]
+Prints images/s of each and the ratio arcal / PyTorch per precision. With --repeats R the two sides
+alternate R times per precision (arcal, reference, arcal, ...), each pair's ratio is printed, and the
+median of the pair ratios closes the precision: on a shared virtual machine the reference's speed
+alone moves by tens of percent between runs, so one pair is one sample.
 """
 import argparse
 import os
@@ -150,15 +153,24 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--residual", default="full", choices=["full", "block", "standard"])
     ap.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    ap.add_argument("--repeats", type=int, default=1, help="alternating (arcal, reference) pairs per precision")
     a = ap.parse_args()
+    if a.repeats < 1:
+        ap.error("--repeats must be at least 1")
     mode = {"standard": 0, "full": 1, "block": 2}[a.residual]
     print(f"AR-ViT-tiny {a.residual}, batch {a.batch}, {a.threads} thread(s), {a.steps} steps, "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(OpenBLAS default)')} on both sides")
     for precision in a.precision:
-        cpp = arcal_throughput(a.arcal, a.residual, a.steps, a.batch, a.threads, precision)
-        py = python_throughput(mode, a.steps, a.batch, a.threads, precision)
-        print(f"  {precision}: arcal (C++/LibTorch) {cpp:8.1f} images/s, PyTorch eager (ref) {py:8.1f} images/s, "
-              f"ratio {cpp / py:.2f}x", flush=True)
+        ratios = []
+        for _ in range(a.repeats):
+            cpp = arcal_throughput(a.arcal, a.residual, a.steps, a.batch, a.threads, precision)
+            py = python_throughput(mode, a.steps, a.batch, a.threads, precision)
+            ratios.append(cpp / py)
+            print(f"  {precision}: arcal (C++/LibTorch) {cpp:8.1f} images/s, PyTorch eager (ref) {py:8.1f} images/s, "
+                  f"ratio {cpp / py:.2f}x", flush=True)
+        if a.repeats > 1:
+            print(f"  {precision}: median ratio over {a.repeats} pairs {float(np.median(ratios)):.2f}x "
+                  f"(range {min(ratios):.2f}-{max(ratios):.2f}x)", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-// Fused training operators for the small-token presets: the AttnRes routing sum over a list of
-// sources and the multi-head self-attention core, each one operator with its own backward (a
+// Fused training operators for the small-token presets: the AttnRes routing (a routing sum over a
+// list of sources, and whole routing points with their scores), the multi-head self-attention core
+// and the MLP's GELU, each one operator with its own backward (a
 // torch::autograd::Function over hand-written loops). LibTorch's composite spends a training step on
 // tens of thousands of tiny calls at 17 tokens x 64 dimensions (bench/README.md "profile_train.py"):
 // stacking every source at every routing point, and the attention's batched products computed one
@@ -30,6 +31,11 @@ torch::Tensor routing_sum(const torch::Tensor& alpha, const std::vector<torch::T
 /// causal: query i attends to keys 0..i only (a decoder's mask; the others get weight exactly 0).
 /// float or double; differentiable in qkv.
 torch::Tensor fused_self_attention(const torch::Tensor& qkv, int heads, bool causal = false);
+
+/// Exact GELU, x Phi(x) (erf form, as torch::gelu), elementwise, with its own backward: float or
+/// double CPU tensors of any shape. In float, Phi comes from a Chebyshev fit of erfc (fractional
+/// error below 1.2e-7) that vectorises; in double from std::erfc.
+torch::Tensor fused_gelu(const torch::Tensor& x);
 
 /// The routing points of one AttnRes forward pass in fused form (attnres_stack's path when the fused
 /// operators are on). Each point is one operator: its sources' scores (the RMS-normalised source

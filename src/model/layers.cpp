@@ -47,6 +47,12 @@ MlpImpl::MlpImpl(int dim, int hidden) {
   fc2_ = register_module("fc2", torch::nn::Linear(hidden, dim));
 }
 
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return fc2_(torch::gelu(fc1_(x))); }
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  auto h = fc1_(x);
+  const auto t = h.scalar_type();
+  // The fused GELU (model/fused.hpp) on float/double CPU tensors; bf16 under autocast keeps LibTorch's.
+  const bool fused = fused_operators_enabled() && h.device().is_cpu() && (t == torch::kFloat || t == torch::kDouble);
+  return fc2_(fused ? fused_gelu(h) : torch::gelu(h));
+}
 
 }  // namespace arcal

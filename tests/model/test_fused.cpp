@@ -1,4 +1,4 @@
-// The fused operators (model/fused.hpp: the routing sum, the routing bank's points, the attention)
+// The fused operators (model/fused.hpp: the routing sum, the routing bank's points, the attention, GELU)
 // against LibTorch's autograd on the composite they replace: values and gradients in double (1e-12) and float (1e-6, relative to the largest entry), odd
 // shapes and strided inputs, whole AR-ViT models with the fused operators on and off, results
 // independent of the thread count, and the errors for inputs of the wrong shape or dtype.
@@ -174,6 +174,44 @@ TEST(Fused, RoutingBankBackwardTwiceOverARetainedGraph) {
   const auto once = run_bank_case(torch::kDouble, 64, true, 1), twice = run_bank_case(torch::kDouble, 64, true, 2);
   for (std::size_t i = 0; i < once.grads.size(); ++i)
     EXPECT_LE(max_rel(twice.grads[i], 2.0 * once.grads[i]), 1e-12) << "gradient " << i;
+}
+
+// The GELU against LibTorch's exact (erf) gelu and its autograd, over the whole range a
+// pre-activation takes, the far tails included (where Phi is tiny and relative accuracy matters).
+void check_gelu(torch::Dtype dtype, double tol) {
+  const auto opt = torch::TensorOptions().dtype(dtype);
+  auto x0 = torch::cat({torch::linspace(-12.0, 12.0, 4801, opt), torch::randn({3, 7, 130}, opt).flatten() * 3.0});
+  auto g = torch::randn(x0.sizes(), opt);
+  std::vector<torch::Tensor> outs, grads;
+  for (int f = 0; f < 2; ++f) {
+    auto x = x0.clone().requires_grad_(true);
+    auto y = f == 0 ? fused_gelu(x) : torch::gelu(x);
+    (y * g).sum().backward();
+    outs.push_back(y.detach());
+    grads.push_back(x.grad());
+  }
+  EXPECT_LE(max_rel(outs[0], outs[1]), tol);
+  EXPECT_LE(max_rel(grads[0], grads[1]), tol);
+  // Elementwise, relative to each entry, against 0.5 x erfc(-x / sqrt 2) in double (LibTorch's
+  // 0.5 x (1 + erf(x / sqrt 2)) cancels in the far negative tail, so it is no reference there): the
+  // float fit keeps its accuracy where gelu is tiny.
+  const auto xd = x0.to(torch::kDouble);
+  const auto ref = 0.5 * xd * torch::erfc(-xd / std::sqrt(2.0));
+  // In float the tail's exp(-x^2/2) inherits the rounding of x^2 (relative x^2 * 2^-24), so past
+  // |x| = 5, where gelu is below 1.5e-6, the bound is 3e-5.
+  const auto rel = (outs[0].to(torch::kDouble) - ref).abs() / ref.abs().clamp_min(1e-300);
+  const auto core = (ref.abs() > 1e-30) & (xd.abs() <= 5.0), tail = (ref.abs() > 1e-30) & (xd.abs() > 5.0);
+  EXPECT_LE(rel.masked_select(core).max().item<double>(), dtype == torch::kDouble ? 1e-13 : 2e-6);
+  EXPECT_LE(rel.masked_select(tail).max().item<double>(), dtype == torch::kDouble ? 1e-13 : 3e-5);
+}
+
+TEST(Fused, GeluMatchesLibTorchInDouble) { check_gelu(torch::kDouble, 1e-13); }
+TEST(Fused, GeluMatchesLibTorchInFloat) { check_gelu(torch::kFloat, 1e-6); }
+
+TEST(Fused, GeluOfANonContiguousTensor) {
+  auto x = torch::randn({6, 10}, torch::kDouble).t();  // (10, 6), transposed strides
+  EXPECT_LE(max_rel(fused_gelu(x), torch::gelu(x)), 1e-13);
+  EXPECT_THROW(fused_gelu(torch::randn({4}).to(torch::kBFloat16)), InputError);
 }
 
 TEST(Fused, AttentionMatchesAutogradInDouble) {
