@@ -23,18 +23,6 @@ torch::Tensor attnres_route(int point, const std::vector<torch::Tensor>& scores,
     alpha = alpha / alpha.sum(0, true).clamp_min(1e-30);
   }
   if (capture) capture->alpha.push_back(alpha.detach());
-  if (fused_operators_enabled() && alpha.device().is_cpu()) {
-    // The weighted sum in alpha's precision (fp32 at least), returned in the dtype the stacked
-    // composite below would give (the sources' promoted type).
-    auto result = values[0].scalar_type();
-    for (const auto& v : values) result = torch::promote_types(result, v.scalar_type());
-    const auto compute = result == torch::kDouble ? torch::kDouble : alpha.scalar_type();
-    std::vector<torch::Tensor> v;
-    v.reserve(values.size());
-    for (const auto& t : values) v.push_back(t.scalar_type() == compute ? t : t.to(compute));
-    auto h = routing_sum(alpha.to(compute), v);
-    return h.scalar_type() == result ? h : h.to(result);
-  }
   auto V = torch::stack(values, 0);                             // (S,B,T,d)
   return (alpha.to(V.scalar_type()).unsqueeze(-1) * V).sum(0);  // (B,T,d)
 }
@@ -44,9 +32,11 @@ torch::Tensor attnres_stack(const torch::Tensor& v0, int layers, int block_size,
                             const std::function<torch::Tensor(int, const torch::Tensor&)>& sublayer,
                             RoutingCapture* capture, const RoutingAblation* ablation) {
   const int S = block_size;
-  if (fused_operators_enabled() && v0.device().is_cpu() && (!ablation || ablation->empty())) {
+  if (fused_operators_enabled() && v0.device().is_cpu()) {
     // Fused: every point one operator over the sources it reads (model/fused.hpp, RoutingBank), in
-    // float (double stays double); reduced-precision sources are widened once, when they enter.
+    // float (double stays double); reduced-precision sources are widened once, when they enter. An
+    // ablation (zero the listed sources' weights and renormalise) is the softmax over the kept
+    // sources, so the point simply reads those; an ablation that drops nothing is no ablation.
     const auto compute = v0.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
     const auto Uc = U.scalar_type() == compute ? U : U.to(compute);
     RoutingBank bank;
@@ -56,7 +46,29 @@ torch::Tensor attnres_stack(const torch::Tensor& v0, int layers, int block_size,
     auto route = [&](int l) {
       std::vector<int> slots = done;
       if (partial.defined()) slots.push_back(add(partial));
-      auto [h, alpha] = bank.route(Uc[l], slots, eps);
+      const int S_p = static_cast<int>(slots.size()), point = first_point + l;
+      std::vector<bool> drop(static_cast<std::size_t>(S_p), false);
+      if (ablation && point >= 0 && point < static_cast<int>(ablation->drop_sources.size()))
+        for (int s : ablation->drop_sources[static_cast<std::size_t>(point)])
+          if (s >= 0 && s < S_p) drop[static_cast<std::size_t>(s)] = true;
+      std::vector<int> kept;
+      std::vector<std::int64_t> kept_index;
+      for (int s = 0; s < S_p; ++s)
+        if (!drop[static_cast<std::size_t>(s)]) {
+          kept.push_back(slots[static_cast<std::size_t>(s)]);
+          kept_index.push_back(s);
+        }
+      const auto opts = v0.options().dtype(compute);
+      torch::Tensor h, alpha;
+      if (kept.empty()) {  // every source dropped: no weight anywhere, as the composite's 0 / max(0, 1e-30)
+        h = torch::zeros({v0.size(0), v0.size(1), v0.size(2)}, opts);
+        alpha = torch::zeros({S_p, v0.size(0), v0.size(1)}, opts);
+      } else {
+        std::tie(h, alpha) = bank.route(Uc[l], kept, eps);
+        if (static_cast<int>(kept.size()) < S_p)  // the dropped sources' rows, weight 0, for the capture
+          alpha = torch::zeros({S_p, v0.size(0), v0.size(1)}, opts)
+                      .index_copy_(0, torch::tensor(kept_index, torch::kLong), alpha);
+      }
       if (capture) capture->alpha.push_back(alpha.detach());
       return h;
     };
@@ -73,11 +85,8 @@ torch::Tensor attnres_stack(const torch::Tensor& v0, int layers, int block_size,
   // Completed sources b_0..b_{n-1}: their values and their scores against every point, computed
   // once when the source completes (the key is RMS-normalised once, not at every point).
   std::vector<torch::Tensor> done_values, done_scores;  // (B,T,d), (B,T,P)
-  // With the fused routing sum a reduced-precision source is widened once here, not at every point.
-  const bool widen = fused_operators_enabled() && v0.device().is_cpu();
   auto complete = [&](const torch::Tensor& v) {
-    const auto t = v.scalar_type();
-    done_values.push_back(widen && (t == torch::kBFloat16 || t == torch::kHalf) ? v.to(torch::kFloat) : v);
+    done_values.push_back(v);
     done_scores.push_back(torch::matmul(rms_normalise(v, eps), U.t()));
   };
   complete(v0);

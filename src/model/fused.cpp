@@ -33,147 +33,10 @@ ARCAL_ALWAYS_INLINE T exp_shifted(T x) {  // e^x for x <= 0
     return std::exp(x);
 }
 
-// ---- routing sum: rows n of N = B*T, width d, S sources --------------------------------------
-
-template <typename T>
-ARCAL_ALWAYS_INLINE void routing_sum_rows(const T* alpha, const T* const* values, int S, std::int64_t N,
-                                          std::int64_t d, std::int64_t begin, std::int64_t end, T* out) {
-  for (std::int64_t n = begin; n < end; ++n) {
-    T* __restrict o = out + n * d;
-    const T a0 = alpha[n];
-    const T* __restrict v0 = values[0] + n * d;
-    #pragma omp simd
-    for (std::int64_t c = 0; c < d; ++c) o[c] = a0 * v0[c];
-    for (int s = 1; s < S; ++s) {
-      const T a = alpha[s * N + n];
-      const T* __restrict v = values[s] + n * d;
-      #pragma omp simd
-      for (std::int64_t c = 0; c < d; ++c) o[c] += a * v[c];
-    }
-  }
-}
-
-template <typename T>
-ARCAL_ALWAYS_INLINE void routing_sum_backward_rows(const T* alpha, const T* const* values, const T* grad, int S,
-                                                   std::int64_t N, std::int64_t d, std::int64_t begin,
-                                                   std::int64_t end, T* dalpha, T* const* dvalues) {
-  for (std::int64_t n = begin; n < end; ++n) {
-    const T* __restrict g = grad + n * d;
-    for (int s = 0; s < S; ++s) {
-      const T a = alpha[s * N + n];
-      const T* __restrict v = values[s] + n * d;
-      T* __restrict dv = dvalues[s] + n * d;
-      #pragma omp simd
-      for (std::int64_t c = 0; c < d; ++c) dv[c] = a * g[c];
-      T dot = 0;
-#pragma omp simd reduction(+ : dot)
-      for (std::int64_t c = 0; c < d; ++c) dot += g[c] * v[c];
-      dalpha[s * N + n] = dot;
-    }
-  }
-}
-
-ARCAL_FUSED_CLONES void routing_sum_f(const float* alpha, const float* const* values, int S, std::int64_t N,
-                                      std::int64_t d, std::int64_t begin, std::int64_t end, float* out) {
-  routing_sum_rows(alpha, values, S, N, d, begin, end, out);
-}
-ARCAL_FUSED_CLONES void routing_sum_d(const double* alpha, const double* const* values, int S, std::int64_t N,
-                                      std::int64_t d, std::int64_t begin, std::int64_t end, double* out) {
-  routing_sum_rows(alpha, values, S, N, d, begin, end, out);
-}
-ARCAL_FUSED_CLONES void routing_sum_backward_f(const float* alpha, const float* const* values, const float* grad,
-                                               int S, std::int64_t N, std::int64_t d, std::int64_t begin,
-                                               std::int64_t end, float* dalpha, float* const* dvalues) {
-  routing_sum_backward_rows(alpha, values, grad, S, N, d, begin, end, dalpha, dvalues);
-}
-ARCAL_FUSED_CLONES void routing_sum_backward_d(const double* alpha, const double* const* values,
-                                               const double* grad, int S, std::int64_t N, std::int64_t d,
-                                               std::int64_t begin, std::int64_t end, double* dalpha,
-                                               double* const* dvalues) {
-  routing_sum_backward_rows(alpha, values, grad, S, N, d, begin, end, dalpha, dvalues);
-}
-
-inline void routing_sum(const float* a, const float* const* v, int S, std::int64_t N, std::int64_t d,
-                        std::int64_t b, std::int64_t e, float* o) {
-  routing_sum_f(a, v, S, N, d, b, e, o);
-}
-inline void routing_sum(const double* a, const double* const* v, int S, std::int64_t N, std::int64_t d,
-                        std::int64_t b, std::int64_t e, double* o) {
-  routing_sum_d(a, v, S, N, d, b, e, o);
-}
-inline void routing_sum_backward(const float* a, const float* const* v, const float* g, int S, std::int64_t N,
-                                 std::int64_t d, std::int64_t b, std::int64_t e, float* da, float* const* dv) {
-  routing_sum_backward_f(a, v, g, S, N, d, b, e, da, dv);
-}
-inline void routing_sum_backward(const double* a, const double* const* v, const double* g, int S,
-                                 std::int64_t N, std::int64_t d, std::int64_t b, std::int64_t e, double* da,
-                                 double* const* dv) {
-  routing_sum_backward_d(a, v, g, S, N, d, b, e, da, dv);
-}
-
 // Rows per parallel task: about 16K multiply-adds each.
 std::int64_t routing_grain(int S, std::int64_t d) {
   return std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(1, S * d));
 }
-
-void routing_sum_kernel(const torch::Tensor& alpha, const std::vector<torch::Tensor>& values, torch::Tensor& out) {
-  const int S = static_cast<int>(values.size());
-  const std::int64_t N = alpha.size(1) * alpha.size(2), d = out.size(-1);
-  const std::int64_t grain = routing_grain(S, d);
-  AT_DISPATCH_FLOATING_TYPES(alpha.scalar_type(), "routing_sum", [&] {
-    std::vector<const scalar_t*> v(S);
-    for (int s = 0; s < S; ++s) v[s] = values[s].data_ptr<scalar_t>();
-    const scalar_t* a = alpha.data_ptr<scalar_t>();
-    scalar_t* o = out.data_ptr<scalar_t>();
-    at::parallel_for(0, N, grain, [&](std::int64_t b, std::int64_t e) {
-      routing_sum(a, v.data(), S, N, d, b, e, o);
-    });
-  });
-}
-
-struct RoutingSumFunction : public torch::autograd::Function<RoutingSumFunction> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& alpha, torch::TensorList values) {
-    std::vector<torch::Tensor> v(values.begin(), values.end());
-    for (auto& t : v) t = t.contiguous();
-    auto a = alpha.contiguous();
-    auto out = torch::empty(v[0].sizes(), v[0].options());
-    routing_sum_kernel(a, v, out);
-    variable_list saved{a};
-    saved.insert(saved.end(), v.begin(), v.end());
-    ctx->save_for_backward(saved);
-    return out;
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    auto saved = ctx->get_saved_variables();
-    const auto& alpha = saved[0];
-    const std::vector<torch::Tensor> values(saved.begin() + 1, saved.end());
-    const int S = static_cast<int>(values.size());
-    auto grad = grad_outputs[0].to(alpha.scalar_type()).contiguous();
-    auto dalpha = torch::empty_like(alpha);
-    std::vector<torch::Tensor> dvalues(S);
-    for (int s = 0; s < S; ++s) dvalues[s] = torch::empty_like(values[s]);
-    const std::int64_t N = alpha.size(1) * alpha.size(2), d = grad.size(-1);
-    const std::int64_t grain = routing_grain(S, d);
-    AT_DISPATCH_FLOATING_TYPES(alpha.scalar_type(), "routing_sum_backward", [&] {
-      std::vector<const scalar_t*> v(S);
-      std::vector<scalar_t*> dv(S);
-      for (int s = 0; s < S; ++s) {
-        v[s] = values[s].data_ptr<scalar_t>();
-        dv[s] = dvalues[s].data_ptr<scalar_t>();
-      }
-      const scalar_t* a = alpha.data_ptr<scalar_t>();
-      const scalar_t* g = grad.data_ptr<scalar_t>();
-      scalar_t* da = dalpha.data_ptr<scalar_t>();
-      at::parallel_for(0, N, grain, [&](std::int64_t b, std::int64_t e) {
-        routing_sum_backward(a, v.data(), g, S, N, d, b, e, da, dv.data());
-      });
-    });
-    variable_list grads{dalpha};
-    grads.insert(grads.end(), dvalues.begin(), dvalues.end());
-    return grads;
-  }
-};
 
 // ---- routing point with its scores (RoutingBank): rows n of N = B*T, width d, S sources --------
 // logit_s = r_s (v_s . u), r_s = (mean_c v_s[c]^2 + eps)^(-1/2), alpha = softmax_s(logit),
@@ -845,45 +708,6 @@ ARCAL_ALWAYS_INLINE void attention_backward_range(const T* qkv, const AttentionS
   }
 }
 
-ARCAL_FUSED_CLONES void attention_forward_f(const float* qkv, const AttentionShape& s, std::int64_t b,
-                                            std::int64_t e, float* P, float* out) {
-  attention_forward_range(qkv, s, b, e, P, out);
-}
-ARCAL_FUSED_CLONES void attention_forward_d(const double* qkv, const AttentionShape& s, std::int64_t b,
-                                            std::int64_t e, double* P, double* out) {
-  attention_forward_range(qkv, s, b, e, P, out);
-}
-ARCAL_FUSED_CLONES void attention_backward_f(const float* qkv, const AttentionShape& s, const float* P,
-                                             const float* g, std::int64_t b, std::int64_t e, float* dqkv) {
-  attention_backward_range(qkv, s, P, g, b, e, dqkv);
-}
-ARCAL_FUSED_CLONES void attention_backward_d(const double* qkv, const AttentionShape& s, const double* P,
-                                             const double* g, std::int64_t b, std::int64_t e, double* dqkv) {
-  attention_backward_range(qkv, s, P, g, b, e, dqkv);
-}
-
-inline void attention_forward(const float* x, const AttentionShape& s, std::int64_t b, std::int64_t e,
-                              float* P, float* out) {
-  attention_forward_f(x, s, b, e, P, out);
-}
-inline void attention_forward(const double* x, const AttentionShape& s, std::int64_t b, std::int64_t e,
-                              double* P, double* out) {
-  attention_forward_d(x, s, b, e, P, out);
-}
-inline void attention_backward(const float* x, const AttentionShape& s, const float* P, const float* g,
-                               std::int64_t b, std::int64_t e, float* dx) {
-  attention_backward_f(x, s, P, g, b, e, dx);
-}
-inline void attention_backward(const double* x, const AttentionShape& s, const double* P, const double* g,
-                               std::int64_t b, std::int64_t e, double* dx) {
-  attention_backward_d(x, s, P, g, b, e, dx);
-}
-
-AttentionShape attention_shape(const torch::Tensor& qkv, std::int64_t heads, bool causal) {
-  const std::int64_t D = qkv.size(2) / 3;
-  return {qkv.size(0), qkv.size(1), D, heads, D / heads, causal};
-}
-
 // ---- self-attention core for short sequences: 8 images per pass, one in each vector lane ------
 // At 17 tokens x 16 dimensions a head's matrices are too small for a vector to run along any of
 // their axes without remainders and horizontal sums. Here the 8 lanes hold the same (token,
@@ -1099,36 +923,48 @@ ARCAL_ALWAYS_INLINE void lane_backward_range(const T* qkv, const AttentionShape&
   }
 }
 
-ARCAL_FUSED_CLONES void lane_forward_f(const float* qkv, const AttentionShape& s, std::int64_t b, std::int64_t e,
-                                       float* P, float* out) {
-  lane_forward_range(qkv, s, b, e, P, out);
+// [b, e) counts (image group, head) pairs on the lane path, (image, head) pairs otherwise.
+ARCAL_FUSED_CLONES void attention_forward_f(const float* qkv, const AttentionShape& s, std::int64_t b,
+                                            std::int64_t e, float* P, float* out) {
+  if (lane_path(s)) return lane_forward_range(qkv, s, b, e, P, out);
+  attention_forward_range(qkv, s, b, e, P, out);
 }
-ARCAL_FUSED_CLONES void lane_forward_d(const double* qkv, const AttentionShape& s, std::int64_t b, std::int64_t e,
-                                       double* P, double* out) {
-  lane_forward_range(qkv, s, b, e, P, out);
+ARCAL_FUSED_CLONES void attention_forward_d(const double* qkv, const AttentionShape& s, std::int64_t b,
+                                            std::int64_t e, double* P, double* out) {
+  if (lane_path(s)) return lane_forward_range(qkv, s, b, e, P, out);
+  attention_forward_range(qkv, s, b, e, P, out);
 }
-ARCAL_FUSED_CLONES void lane_backward_f(const float* qkv, const AttentionShape& s, const float* P, const float* g,
-                                        std::int64_t b, std::int64_t e, float* dqkv) {
-  lane_backward_range(qkv, s, P, g, b, e, dqkv);
+ARCAL_FUSED_CLONES void attention_backward_f(const float* qkv, const AttentionShape& s, const float* P,
+                                             const float* g, std::int64_t b, std::int64_t e, float* dqkv) {
+  if (lane_path(s)) return lane_backward_range(qkv, s, P, g, b, e, dqkv);
+  attention_backward_range(qkv, s, P, g, b, e, dqkv);
 }
-ARCAL_FUSED_CLONES void lane_backward_d(const double* qkv, const AttentionShape& s, const double* P, const double* g,
-                                        std::int64_t b, std::int64_t e, double* dqkv) {
-  lane_backward_range(qkv, s, P, g, b, e, dqkv);
+ARCAL_FUSED_CLONES void attention_backward_d(const double* qkv, const AttentionShape& s, const double* P,
+                                             const double* g, std::int64_t b, std::int64_t e, double* dqkv) {
+  if (lane_path(s)) return lane_backward_range(qkv, s, P, g, b, e, dqkv);
+  attention_backward_range(qkv, s, P, g, b, e, dqkv);
 }
-inline void lane_forward(const float* x, const AttentionShape& s, std::int64_t b, std::int64_t e, float* P, float* o) {
-  lane_forward_f(x, s, b, e, P, o);
+
+inline void attention_forward(const float* x, const AttentionShape& s, std::int64_t b, std::int64_t e,
+                              float* P, float* out) {
+  attention_forward_f(x, s, b, e, P, out);
 }
-inline void lane_forward(const double* x, const AttentionShape& s, std::int64_t b, std::int64_t e, double* P,
-                         double* o) {
-  lane_forward_d(x, s, b, e, P, o);
+inline void attention_forward(const double* x, const AttentionShape& s, std::int64_t b, std::int64_t e,
+                              double* P, double* out) {
+  attention_forward_d(x, s, b, e, P, out);
 }
-inline void lane_backward(const float* x, const AttentionShape& s, const float* P, const float* g, std::int64_t b,
-                          std::int64_t e, float* dx) {
-  lane_backward_f(x, s, P, g, b, e, dx);
+inline void attention_backward(const float* x, const AttentionShape& s, const float* P, const float* g,
+                               std::int64_t b, std::int64_t e, float* dx) {
+  attention_backward_f(x, s, P, g, b, e, dx);
 }
-inline void lane_backward(const double* x, const AttentionShape& s, const double* P, const double* g,
-                          std::int64_t b, std::int64_t e, double* dx) {
-  lane_backward_d(x, s, P, g, b, e, dx);
+inline void attention_backward(const double* x, const AttentionShape& s, const double* P, const double* g,
+                               std::int64_t b, std::int64_t e, double* dx) {
+  attention_backward_d(x, s, P, g, b, e, dx);
+}
+
+AttentionShape attention_shape(const torch::Tensor& qkv, std::int64_t heads, bool causal) {
+  const std::int64_t D = qkv.size(2) / 3;
+  return {qkv.size(0), qkv.size(1), D, heads, D / heads, causal};
 }
 
 struct SelfAttentionFunction : public torch::autograd::Function<SelfAttentionFunction> {
@@ -1145,10 +981,8 @@ struct SelfAttentionFunction : public torch::autograd::Function<SelfAttentionFun
       const scalar_t* x = qkv.data_ptr<scalar_t>();
       scalar_t* p = P.data_ptr<scalar_t>();
       scalar_t* o = out.data_ptr<scalar_t>();
-      if (lanes)
-        at::parallel_for(0, groups * s.H, 1, [&](std::int64_t b, std::int64_t e) { lane_forward(x, s, b, e, p, o); });
-      else
-        at::parallel_for(0, s.B * s.H, 8, [&](std::int64_t b, std::int64_t e) { attention_forward(x, s, b, e, p, o); });
+      at::parallel_for(0, (lanes ? groups : s.B) * s.H, lanes ? 1 : 8,
+                       [&](std::int64_t b, std::int64_t e) { attention_forward(x, s, b, e, p, o); });
     });
     ctx->save_for_backward({qkv, P});
     ctx->saved_data["heads"] = heads;
@@ -1168,11 +1002,9 @@ struct SelfAttentionFunction : public torch::autograd::Function<SelfAttentionFun
       const scalar_t* p = P.data_ptr<scalar_t>();
       const scalar_t* gp = g.data_ptr<scalar_t>();
       scalar_t* dx = dqkv.data_ptr<scalar_t>();
-      if (lane_path(s))  // as the forward chose: P is lane-interleaved
-        at::parallel_for(0, (s.B + kLanes - 1) / kLanes * s.H, 1,
-                         [&](std::int64_t b, std::int64_t e) { lane_backward(x, s, p, gp, b, e, dx); });
-      else
-        at::parallel_for(0, s.B * s.H, 8, [&](std::int64_t b, std::int64_t e) { attention_backward(x, s, p, gp, b, e, dx); });
+      const bool lanes = lane_path(s);  // as the forward chose: then P is lane-interleaved
+      at::parallel_for(0, (lanes ? (s.B + kLanes - 1) / kLanes : s.B) * s.H, lanes ? 1 : 8,
+                       [&](std::int64_t b, std::int64_t e) { attention_backward(x, s, p, gp, b, e, dx); });
     });
     return {dqkv, torch::Tensor(), torch::Tensor()};
   }
@@ -1195,23 +1027,6 @@ bool fused_operators_enabled() {
 }
 
 void set_fused_operators(bool enabled) { g_fused.store(enabled ? 1 : 0, std::memory_order_relaxed); }
-
-torch::Tensor routing_sum(const torch::Tensor& alpha, const std::vector<torch::Tensor>& values) {
-  const char* fn = "routing_sum";
-  if (values.empty()) throw_input(fn, "no sources");
-  if (alpha.dim() != 3 || alpha.size(0) != static_cast<std::int64_t>(values.size()))
-    throw_input(fn, "alpha must be (S,B,T) with S = the number of sources (" + std::to_string(values.size()) + ")");
-  if (!floating(alpha)) throw_input(fn, "alpha must be float or double");
-  if (!alpha.device().is_cpu()) throw_input(fn, "CPU tensors only (the models use LibTorch's composite on other devices)");
-  for (std::size_t s = 0; s < values.size(); ++s) {
-    const auto& v = values[s];
-    if (v.dim() != 3 || v.size(0) != alpha.size(1) || v.size(1) != alpha.size(2) || v.sizes() != values[0].sizes())
-      throw_input(fn, "source " + std::to_string(s) + " must be (B,T,d) matching alpha (S,B,T) and source 0");
-    if (v.scalar_type() != alpha.scalar_type() || v.device() != alpha.device())
-      throw_input(fn, "source " + std::to_string(s) + " must have alpha's dtype and device");
-  }
-  return RoutingSumFunction::apply(alpha, torch::TensorList(values));
-}
 
 torch::Tensor fused_self_attention(const torch::Tensor& qkv, int heads, bool causal) {
   const char* fn = "fused_self_attention";

@@ -1,6 +1,6 @@
-// Fused training operators for the small-token presets: the AttnRes routing (a routing sum over a
-// list of sources, and whole routing points with their scores), the multi-head self-attention core
-// and the MLP's GELU, each one operator with its own backward (a
+// Fused training operators for the small-token presets: the AttnRes routing points (scores, softmax
+// over sources and weighted sum), the multi-head self-attention core and the MLP's GELU, each one
+// operator with its own backward (a
 // torch::autograd::Function over hand-written loops). LibTorch's composite spends a training step on
 // tens of thousands of tiny calls at 17 tokens x 64 dimensions (bench/README.md "profile_train.py"):
 // stacking every source at every routing point, and the attention's batched products computed one
@@ -20,10 +20,6 @@ namespace arcal {
 /// before/after benchmark); set_fused_operators overrides both.
 bool fused_operators_enabled();
 void set_fused_operators(bool enabled);
-
-/// h[b,t,:] = sum_s alpha[s,b,t] * values[s][b,t,:]: alpha (S,B,T); every value (B,T,d) of
-/// alpha's dtype (float or double). Differentiable in alpha and in every value; returns (B,T,d).
-torch::Tensor routing_sum(const torch::Tensor& alpha, const std::vector<torch::Tensor>& values);
 
 /// The self-attention core of every head from the packed projection qkv (B,T,3D) = [q | k | v],
 /// head h in columns h*hd .. (h+1)*hd of each, hd = D / heads: softmax(q k^T / sqrt(hd)) v per
