@@ -783,11 +783,29 @@ ARCAL_ALWAYS_INLINE void lane_weighted_rows(const T* w, std::int64_t ws, const T
   }
 }
 
+// The group of image-head pair gh (gh = group * H + head): its first image, its filled lanes and its
+// head, with the head's q, k and v gathered into lane layout.
+struct LaneGroup {
+  std::int64_t b0, h;
+  int lanes;
+};
+
+template <typename T>
+ARCAL_ALWAYS_INLINE LaneGroup lane_load_qkv(const T* qkv, const AttentionShape& s, std::int64_t gh, int hd, T* Q, T* K,
+                                            T* V) {
+  const std::int64_t grp = gh / s.H, h = gh % s.H, b0 = grp * kLanes, ld = 3 * s.D;
+  const int lanes = int(std::min<std::int64_t>(kLanes, s.B - b0));
+  lane_gather(qkv, ld, s.T, b0, lanes, h * s.hd, hd, Q);
+  lane_gather(qkv, ld, s.T, b0, lanes, s.D + h * s.hd, hd, K);
+  lane_gather(qkv, ld, s.T, b0, lanes, 2 * s.D + h * s.hd, hd, V);
+  return {b0, h, lanes};
+}
+
 template <typename T, int HD>
 ARCAL_ALWAYS_INLINE void lane_forward(const T* qkv, const AttentionShape& s, std::int64_t begin, std::int64_t end,
                                       T* P, T* out) {
   const int hd = HD > 0 ? HD : int(s.hd);
-  const std::int64_t ld = 3 * s.D, n = s.T;
+  const std::int64_t n = s.T;
   const T scale = T(1) / std::sqrt(T(hd));
   LaneScratch<T> w(n, hd);
   T* __restrict Q = w.q.data();
@@ -795,11 +813,7 @@ ARCAL_ALWAYS_INLINE void lane_forward(const T* qkv, const AttentionShape& s, std
   T* __restrict V = w.v.data();
   T* __restrict O = w.o.data();
   for (std::int64_t gh = begin; gh < end; ++gh) {
-    const std::int64_t grp = gh / s.H, h = gh % s.H, b0 = grp * kLanes;
-    const int lanes = int(std::min<std::int64_t>(kLanes, s.B - b0));
-    lane_gather(qkv, ld, n, b0, lanes, h * s.hd, hd, Q);
-    lane_gather(qkv, ld, n, b0, lanes, s.D + h * s.hd, hd, K);
-    lane_gather(qkv, ld, n, b0, lanes, 2 * s.D + h * s.hd, hd, V);
+    const auto [b0, h, lanes] = lane_load_qkv(qkv, s, gh, hd, Q, K, V);
     T* __restrict Pg = P + gh * n * n * kLanes;
     for (std::int64_t i = 0; i < n; ++i) {
       T mx[kLanes], sum[kLanes];
@@ -857,11 +871,7 @@ ARCAL_ALWAYS_INLINE void lane_backward(const T* qkv, const AttentionShape& s, co
   T* __restrict dV = w.dv.data();
   T* __restrict dS = w.s.data();
   for (std::int64_t gh = begin; gh < end; ++gh) {
-    const std::int64_t grp = gh / s.H, h = gh % s.H, b0 = grp * kLanes;
-    const int lanes = int(std::min<std::int64_t>(kLanes, s.B - b0));
-    lane_gather(qkv, ld, n, b0, lanes, h * s.hd, hd, Q);
-    lane_gather(qkv, ld, n, b0, lanes, s.D + h * s.hd, hd, K);
-    lane_gather(qkv, ld, n, b0, lanes, 2 * s.D + h * s.hd, hd, V);
+    const auto [b0, h, lanes] = lane_load_qkv(qkv, s, gh, hd, Q, K, V);
     lane_gather(grad, s.D, n, b0, lanes, h * s.hd, hd, G);
     const T* __restrict Pg = P + gh * n * n * kLanes;
     for (std::int64_t i = 0; i < n; ++i) {  // dS_ij = P_ij (dP_ij - r_i) / sqrt(hd), dP_ij = g_i . v_j

