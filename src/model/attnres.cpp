@@ -1,8 +1,45 @@
 #include "model/attnres.hpp"
 
+#include <algorithm>
+
 #include "model/fused.hpp"
 
 namespace arcal {
+
+namespace {
+
+/// Which of point `point`'s S sources the ablation drops (indices outside [0, S), and points past
+/// the ablation's list, drop nothing).
+std::vector<bool> dropped_sources(const RoutingAblation* ablation, int point, int S) {
+  std::vector<bool> drop(static_cast<std::size_t>(S), false);
+  if (ablation && point >= 0 && point < static_cast<int>(ablation->drop_sources.size()))
+    for (int s : ablation->drop_sources[static_cast<std::size_t>(point)])
+      if (s >= 0 && s < S) drop[static_cast<std::size_t>(s)] = true;
+  return drop;
+}
+
+/// The block structure both routing paths share: sources complete at block boundaries (every S
+/// sublayers), the partial block sum b_n^partial accumulates in between. complete(v) registers a
+/// completed source; route(l, partial) runs point l over the completed sources and the partial sum
+/// (undefined at a boundary).
+template <class Complete, class Route>
+torch::Tensor run_blocks(const torch::Tensor& v0, int layers, int S,
+                         const std::function<torch::Tensor(int, const torch::Tensor&)>& sublayer, Complete complete,
+                         Route route) {
+  complete(v0);
+  torch::Tensor partial;
+  for (int l = 0; l < layers; ++l) {
+    if (l % S == 0 && partial.defined()) {
+      complete(partial);
+      partial = torch::Tensor();
+    }
+    auto out = sublayer(l, route(l, partial));
+    partial = partial.defined() ? partial + out : out;
+  }
+  return route(layers, partial);
+}
+
+}  // namespace
 
 torch::Tensor rms_normalise(const torch::Tensor& v, double eps) {
   return v * torch::rsqrt(v.pow(2).mean(-1, /*keepdim=*/true) + eps);
@@ -14,11 +51,11 @@ torch::Tensor attnres_route(int point, const std::vector<torch::Tensor>& scores,
   auto logits = torch::stack(scores, 0);  // (S,B,T)
   if (logits.scalar_type() != torch::kDouble) logits = logits.to(torch::kFloat);  // at least fp32
   auto alpha = torch::softmax(logits, 0);
-  if (ablation && !ablation->empty() && point < static_cast<int>(ablation->drop_sources.size()) &&
-      !ablation->drop_sources[point].empty()) {
+  const auto drop = dropped_sources(ablation, point, static_cast<int>(logits.size(0)));
+  if (std::find(drop.begin(), drop.end(), true) != drop.end()) {
     auto keep = torch::ones({logits.size(0), 1, 1}, alpha.options());
-    for (int s : ablation->drop_sources[point])
-      if (s >= 0 && s < logits.size(0)) keep[s] = 0.0;
+    for (std::size_t s = 0; s < drop.size(); ++s)
+      if (drop[s]) keep[static_cast<std::int64_t>(s)] = 0.0;
     alpha = alpha * keep;
     alpha = alpha / alpha.sum(0, true).clamp_min(1e-30);
   }
@@ -41,16 +78,13 @@ torch::Tensor attnres_stack(const torch::Tensor& v0, int layers, int block_size,
     const auto Uc = U.scalar_type() == compute ? U : U.to(compute);
     RoutingBank bank;
     auto add = [&](const torch::Tensor& v) { return bank.add(v.scalar_type() == compute ? v : v.to(compute)); };
-    std::vector<int> done{add(v0)};  // slots of the completed sources
-    torch::Tensor partial;
-    auto route = [&](int l) {
+    std::vector<int> done;  // slots of the completed sources
+    auto complete = [&](const torch::Tensor& v) { done.push_back(add(v)); };
+    auto route = [&](int l, const torch::Tensor& partial) {
       std::vector<int> slots = done;
       if (partial.defined()) slots.push_back(add(partial));
-      const int S_p = static_cast<int>(slots.size()), point = first_point + l;
-      std::vector<bool> drop(static_cast<std::size_t>(S_p), false);
-      if (ablation && point >= 0 && point < static_cast<int>(ablation->drop_sources.size()))
-        for (int s : ablation->drop_sources[static_cast<std::size_t>(point)])
-          if (s >= 0 && s < S_p) drop[static_cast<std::size_t>(s)] = true;
+      const int S_p = static_cast<int>(slots.size());
+      const auto drop = dropped_sources(ablation, first_point + l, S_p);
       std::vector<int> kept;
       std::vector<std::int64_t> kept_index;
       for (int s = 0; s < S_p; ++s)
@@ -72,15 +106,7 @@ torch::Tensor attnres_stack(const torch::Tensor& v0, int layers, int block_size,
       if (capture) capture->alpha.push_back(alpha.detach());
       return h;
     };
-    for (int l = 0; l < layers; ++l) {
-      if (l % S == 0 && partial.defined()) {
-        done.push_back(add(partial));
-        partial = torch::Tensor();
-      }
-      auto out = sublayer(l, route(l));
-      partial = partial.defined() ? partial + out : out;
-    }
-    return route(layers);
+    return run_blocks(v0, layers, S, sublayer, complete, route);
   }
   // Completed sources b_0..b_{n-1}: their values and their scores against every point, computed
   // once when the source completes (the key is RMS-normalised once, not at every point).
@@ -89,33 +115,19 @@ torch::Tensor attnres_stack(const torch::Tensor& v0, int layers, int block_size,
     done_values.push_back(v);
     done_scores.push_back(torch::matmul(rms_normalise(v, eps), U.t()));
   };
-  complete(v0);
-  torch::Tensor partial;  // b_n^partial, undefined at a block boundary
-  std::vector<torch::Tensor> scores, values;
-  auto gather = [&](int point) {
-    scores.clear();
-    values.clear();
+  auto route = [&](int l, const torch::Tensor& partial) {
+    std::vector<torch::Tensor> scores, values;
     for (std::size_t i = 0; i < done_values.size(); ++i) {
-      scores.push_back(done_scores[i].select(-1, point));
+      scores.push_back(done_scores[i].select(-1, l));
       values.push_back(done_values[i]);
     }
     if (partial.defined()) {
-      scores.push_back(torch::matmul(rms_normalise(partial, eps), U[point]));
+      scores.push_back(torch::matmul(rms_normalise(partial, eps), U[l]));
       values.push_back(partial);
     }
+    return attnres_route(first_point + l, scores, values, capture, ablation);
   };
-  for (int l = 0; l < layers; ++l) {
-    if (l % S == 0 && partial.defined()) {
-      complete(partial);
-      partial = torch::Tensor();
-    }
-    gather(l);
-    auto h = attnres_route(first_point + l, scores, values, capture, ablation);
-    auto out = sublayer(l, h);
-    partial = partial.defined() ? partial + out : out;
-  }
-  gather(layers);
-  return attnres_route(first_point + layers, scores, values, capture, ablation);
+  return run_blocks(v0, layers, S, sublayer, complete, route);
 }
 
 }  // namespace arcal
