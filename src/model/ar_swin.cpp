@@ -148,7 +148,7 @@ torch::Tensor ARSwinImpl::sublayer(int s, int l, const torch::Tensor& h) {
 
 torch::Tensor ARSwinImpl::forward(const torch::Tensor& images, RoutingCapture* capture,
                                   const RoutingAblation* ablation) {
-  auto x = patch_embed_(images).flatten(2).transpose(1, 2);  // (B, r0*r0, C0)
+  auto x = patch_embed_tokens(patch_embed_, images);  // (B, r0*r0, C0)
   x = layer_norm_fp32(patch_norm_, x);
   int point = 0;
   for (int s = 0; s < config_.stages(); ++s) {

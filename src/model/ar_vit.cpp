@@ -50,8 +50,7 @@ ARViTImpl::ARViTImpl(const ModelConfig& config) : config_(config) {
 
 torch::Tensor ARViTImpl::embed(const torch::Tensor& images) {
   if (swin_ || lm_) throw_input("ARViT::embed", "the ViT presets only");
-  auto x = patch_embed_(images);             // (B,d,H/p,W/p)
-  x = x.flatten(2).transpose(1, 2);          // (B,T-1,d)
+  auto x = patch_embed_tokens(patch_embed_, images);  // (B,T-1,d)
   auto cls = cls_token_.expand({x.size(0), 1, x.size(2)});
   return torch::cat({cls, x}, 1) + pos_embed_;  // (B,T,d)
 }

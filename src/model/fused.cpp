@@ -458,55 +458,69 @@ ARCAL_ALWAYS_INLINE void gelu_rows(const T* __restrict x, std::int64_t begin, st
 #pragma omp simd
   for (std::int64_t i = begin; i < end; ++i) y[i] = x[i] * phi_cdf(x[i]);
 }
+// Training: the forward pass also writes gelu'(x), which the backward multiplies by the output
+// gradient. It replaces x among the saved tensors (same memory) and moves one of the backward's two
+// exponentials and its erfc fit into the forward pass, which computes Phi(x) anyway.
 template <typename T>
-ARCAL_ALWAYS_INLINE void gelu_backward_rows(const T* __restrict x, const T* __restrict g, std::int64_t begin,
-                                            std::int64_t end, T* __restrict dx) {
+ARCAL_ALWAYS_INLINE void gelu_derivative_rows(const T* __restrict x, std::int64_t begin, std::int64_t end,
+                                              T* __restrict y, T* __restrict dydx) {
 #pragma omp simd
-  for (std::int64_t i = begin; i < end; ++i) dx[i] = g[i] * (phi_cdf(x[i]) + x[i] * phi_pdf(x[i]));
+  for (std::int64_t i = begin; i < end; ++i) {
+    const T c = phi_cdf(x[i]);
+    y[i] = x[i] * c;
+    dydx[i] = c + x[i] * phi_pdf(x[i]);
+  }
 }
 ARCAL_FUSED_CLONES void gelu_f(const float* x, std::int64_t b, std::int64_t e, float* y) { gelu_rows(x, b, e, y); }
 ARCAL_FUSED_CLONES void gelu_d(const double* x, std::int64_t b, std::int64_t e, double* y) { gelu_rows(x, b, e, y); }
-ARCAL_FUSED_CLONES void gelu_backward_f(const float* x, const float* g, std::int64_t b, std::int64_t e, float* dx) {
-  gelu_backward_rows(x, g, b, e, dx);
+ARCAL_FUSED_CLONES void gelu_derivative_f(const float* x, std::int64_t b, std::int64_t e, float* y, float* dydx) {
+  gelu_derivative_rows(x, b, e, y, dydx);
 }
-ARCAL_FUSED_CLONES void gelu_backward_d(const double* x, const double* g, std::int64_t b, std::int64_t e, double* dx) {
-  gelu_backward_rows(x, g, b, e, dx);
+ARCAL_FUSED_CLONES void gelu_derivative_d(const double* x, std::int64_t b, std::int64_t e, double* y, double* dydx) {
+  gelu_derivative_rows(x, b, e, y, dydx);
 }
 inline void gelu_kernel(const float* x, std::int64_t b, std::int64_t e, float* y) { gelu_f(x, b, e, y); }
 inline void gelu_kernel(const double* x, std::int64_t b, std::int64_t e, double* y) { gelu_d(x, b, e, y); }
-inline void gelu_backward_kernel(const float* x, const float* g, std::int64_t b, std::int64_t e, float* dx) {
-  gelu_backward_f(x, g, b, e, dx);
+inline void gelu_derivative_kernel(const float* x, std::int64_t b, std::int64_t e, float* y, float* dydx) {
+  gelu_derivative_f(x, b, e, y, dydx);
 }
-inline void gelu_backward_kernel(const double* x, const double* g, std::int64_t b, std::int64_t e, double* dx) {
-  gelu_backward_d(x, g, b, e, dx);
+inline void gelu_derivative_kernel(const double* x, std::int64_t b, std::int64_t e, double* y, double* dydx) {
+  gelu_derivative_d(x, b, e, y, dydx);
 }
 
 constexpr std::int64_t kGeluGrain = 1 << 14;
+
+// Without autograd (evaluation, no_grad, an input that needs no gradient): y only.
+torch::Tensor gelu_values(const torch::Tensor& x_in) {
+  auto x = x_in.contiguous();
+  auto y = torch::empty_like(x);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_gelu", [&] {
+    const scalar_t* xp = x.data_ptr<scalar_t>();
+    scalar_t* yp = y.data_ptr<scalar_t>();
+    at::parallel_for(0, x.numel(), kGeluGrain, [&](std::int64_t b, std::int64_t e) { gelu_kernel(xp, b, e, yp); });
+  });
+  return y;
+}
 
 struct GeluFunction : public torch::autograd::Function<GeluFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x_in) {
     auto x = x_in.contiguous();
     auto y = torch::empty_like(x);
+    auto dydx = torch::empty_like(x);
     AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_gelu", [&] {
       const scalar_t* xp = x.data_ptr<scalar_t>();
       scalar_t* yp = y.data_ptr<scalar_t>();
-      at::parallel_for(0, x.numel(), kGeluGrain, [&](std::int64_t b, std::int64_t e) { gelu_kernel(xp, b, e, yp); });
+      scalar_t* dp = dydx.data_ptr<scalar_t>();
+      at::parallel_for(0, x.numel(), kGeluGrain,
+                       [&](std::int64_t b, std::int64_t e) { gelu_derivative_kernel(xp, b, e, yp, dp); });
     });
-    ctx->save_for_backward({x});
+    ctx->save_for_backward({dydx});
     return y;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    const auto x = ctx->get_saved_variables()[0];
-    auto g = grad_outputs[0].to(x.scalar_type()).contiguous();
-    auto dx = torch::empty_like(x);
-    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_gelu_backward", [&] {
-      const scalar_t* xp = x.data_ptr<scalar_t>();
-      const scalar_t* gp = g.data_ptr<scalar_t>();
-      scalar_t* dp = dx.data_ptr<scalar_t>();
-      at::parallel_for(0, x.numel(), kGeluGrain,
-                       [&](std::int64_t b, std::int64_t e) { gelu_backward_kernel(xp, gp, b, e, dp); });
-    });
-    return {dx};
+    const auto dydx = ctx->get_saved_variables()[0];
+    // One elementwise product; LibTorch's vectorised mul (the saved tensor is contiguous).
+    return {grad_outputs[0].to(dydx.scalar_type()) * dydx};
   }
 };
 
@@ -1088,7 +1102,8 @@ std::pair<torch::Tensor, torch::Tensor> RoutingBank::route(const torch::Tensor& 
 torch::Tensor fused_gelu(const torch::Tensor& x) {
   if (!floating(x)) throw_input("fused_gelu", "x must be float or double");
   if (!x.device().is_cpu()) throw_input("fused_gelu", "CPU tensors only (the models use LibTorch's gelu on other devices)");
-  return GeluFunction::apply(x);
+  if (torch::GradMode::is_enabled() && x.requires_grad()) return GeluFunction::apply(x);
+  return gelu_values(x);
 }
 
 }  // namespace arcal

@@ -8,6 +8,23 @@
 
 namespace arcal {
 
+torch::Tensor patch_embed_tokens(torch::nn::Conv2d& conv, const torch::Tensor& images) {
+  const auto& w = conv->weight;  // (d, C, p, p)
+  const auto p = w.size(2);
+  const bool exact_tiles = images.dim() == 4 && w.size(3) == p && images.size(1) == w.size(1) &&
+                           images.size(2) % p == 0 && images.size(3) % p == 0;
+  const auto& stride = conv->options.stride();
+  const auto* pad = c10::get_if<torch::ExpandingArray<2>>(&conv->options.padding());
+  const bool plain = stride->at(0) == p && stride->at(1) == p && pad && (*pad)->at(0) == 0 && (*pad)->at(1) == 0 &&
+                     conv->options.dilation()->at(0) == 1 && conv->options.dilation()->at(1) == 1 &&
+                     conv->options.groups() == 1;
+  if (!(fused_operators_enabled() && images.device().is_cpu() && exact_tiles && plain))
+    return conv->forward(images).flatten(2).transpose(1, 2);
+  const auto B = images.size(0), C = images.size(1), gh = images.size(2) / p, gw = images.size(3) / p;
+  auto patches = images.reshape({B, C, gh, p, gw, p}).permute({0, 2, 4, 1, 3, 5}).reshape({B, gh * gw, C * p * p});
+  return torch::linear(patches, w.reshape({w.size(0), C * p * p}), conv->options.bias() ? conv->bias : torch::Tensor());
+}
+
 MultiHeadAttentionImpl::MultiHeadAttentionImpl(int dim, int heads, bool causal) : heads_(heads), causal_(causal) {
   qkv_ = register_module("qkv", torch::nn::Linear(dim, 3 * dim));
   proj_ = register_module("proj", torch::nn::Linear(dim, dim));

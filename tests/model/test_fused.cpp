@@ -15,6 +15,7 @@
 #include "model/ar_vit.hpp"
 #include "model/attnres.hpp"
 #include "model/fused.hpp"
+#include "model/layers.hpp"
 #include "model/tensor_compare.hpp"
 
 using namespace arcal;
@@ -166,6 +167,67 @@ TEST(Fused, GeluOfANonContiguousTensor) {
   auto x = torch::randn({6, 10}, torch::kDouble).t();  // (10, 6), transposed strides
   EXPECT_LE(max_rel(fused_gelu(x), torch::gelu(x)), 1e-13);
   EXPECT_THROW(fused_gelu(torch::randn({4}).to(torch::kBFloat16)), InputError);
+}
+
+// Without autograd the forward pass writes the values only; with it, it also writes gelu'(x) for
+// the backward. Both must give the same values, and a graph kept for a second backward must give
+// the same gradient twice.
+TEST(Fused, GeluWithAndWithoutAutogradAgree) {
+  for (auto dtype : {torch::kFloat, torch::kDouble}) {
+    auto x = (torch::randn({2176, 37}, torch::TensorOptions().dtype(dtype)) * 2.0).requires_grad_(true);
+    torch::Tensor plain;
+    {
+      torch::NoGradGuard no_grad;
+      plain = fused_gelu(x);
+    }
+    auto y = fused_gelu(x);
+    ASSERT_TRUE(y.requires_grad());
+    EXPECT_TRUE(torch::equal(plain, y.detach()));
+    EXPECT_TRUE(torch::equal(fused_gelu(x.detach()), plain));
+    auto g = torch::randn(x.sizes(), x.options().requires_grad(false));
+    auto first = torch::autograd::grad({y}, {x}, {g}, /*retain_graph=*/true)[0];
+    auto second = torch::autograd::grad({y}, {x}, {g})[0];
+    EXPECT_TRUE(torch::equal(first, second));
+    auto xr = x.detach().clone().requires_grad_(true);
+    auto ref = torch::autograd::grad({torch::gelu(xr)}, {xr}, {g})[0];
+    EXPECT_LE(max_rel(first, ref), dtype == torch::kDouble ? 1e-13 : 1e-6);
+  }
+}
+
+// The patch embedding as one matrix product against LibTorch's strided conv: tokens, and the
+// gradients of the weight and bias (the images need none), for the ViT's and Swin's geometries; with
+// tiles that do not divide the image, or the fused operators off, the conv itself runs.
+TEST(Fused, PatchEmbeddingMatchesTheConv) {
+  FusedGuard guard;
+  struct Case { int C, H, W, p, d; };
+  for (auto dtype : {torch::kDouble, torch::kFloat}) {
+    for (const auto& c : {Case{1, 28, 28, 7, 64}, Case{3, 32, 32, 4, 96}, Case{2, 12, 8, 4, 5}, Case{1, 30, 30, 7, 8}}) {
+      torch::manual_seed(3);
+      torch::nn::Conv2d conv(torch::nn::Conv2dOptions(c.C, c.d, c.p).stride(c.p));
+      conv->to(dtype);
+      auto images = torch::randn({5, c.C, c.H, c.W}, torch::TensorOptions().dtype(dtype));
+      auto g = torch::randn({5, (c.H / c.p) * (c.W / c.p), c.d}, images.options());
+      std::vector<torch::Tensor> outs, dw, db;
+      for (bool fused : {true, false}) {
+        set_fused_operators(fused);
+        conv->zero_grad();
+        auto tokens = fused ? patch_embed_tokens(conv, images) : conv->forward(images).flatten(2).transpose(1, 2);
+        ASSERT_EQ(tokens.sizes(), g.sizes());
+        (tokens * g).sum().backward();
+        outs.push_back(tokens.detach());
+        dw.push_back(conv->weight.grad().clone());
+        db.push_back(conv->bias.grad().clone());
+      }
+      const double tol = dtype == torch::kDouble ? 1e-12 : 1e-5;
+      EXPECT_LE(max_rel(outs[0], outs[1]), tol) << c.C << "x" << c.H << "x" << c.W << " p " << c.p;
+      EXPECT_LE(max_rel(dw[0], dw[1]), tol);
+      EXPECT_LE(max_rel(db[0], db[1]), tol);
+    }
+  }
+  set_fused_operators(true);
+  torch::nn::Conv2d padded(torch::nn::Conv2dOptions(1, 4, 4).stride(4).padding(1));
+  auto images = torch::randn({2, 1, 8, 8});
+  EXPECT_TRUE(torch::equal(patch_embed_tokens(padded, images), padded->forward(images).flatten(2).transpose(1, 2)));
 }
 
 TEST(Fused, AttentionMatchesAutogradInDouble) {
