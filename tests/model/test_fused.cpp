@@ -1,4 +1,4 @@
-// The fused operators (model/fused.hpp: the routing bank's points, the attention, GELU)
+// The fused operators (model/fused.hpp: the routing bank's points, the attention, GELU; model/layers.hpp: the patch embedding)
 // against LibTorch's autograd on the composite they replace: values and gradients in double (1e-12) and float (1e-6, relative to the largest entry), odd
 // shapes and strided inputs, whole AR-ViT models with the fused operators on and off, results
 // independent of the thread count, and the errors for inputs of the wrong shape or dtype.
