@@ -535,6 +535,154 @@ struct GeluFunction : public torch::autograd::Function<GeluFunction> {
   }
 };
 
+// ---- LayerNorm over the last axis ---------------------------------------------------------------
+// y = (x - mean) rstd w + b for each row of d values, rstd = 1 / sqrt(var + eps) with the biased
+// variance (two passes over the row). Backward, with xhat = (x - mean) rstd and g = dy w:
+// dx = rstd (g - mean(g) - xhat mean(g xhat)), dw = sum over rows of dy xhat, db = sum of dy. The
+// row sums go by blocks of kNormBlock rows whose partial sums are added in block order, so the
+// gradients are the same on any thread count. LibTorch's layer_norm took 0.42 ms forward + backward
+// at (2176, 64), 13 calls per AR-ViT-tiny step.
+constexpr std::int64_t kNormBlock = 64;
+
+template <typename T>
+ARCAL_ALWAYS_INLINE void layer_norm_rows(const T* __restrict x, const T* __restrict w, const T* __restrict b,
+                                         std::int64_t r0, std::int64_t r1, std::int64_t d, T eps,
+                                         T* __restrict y, T* __restrict mean, T* __restrict rstd) {
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const T* xr = x + r * d;
+    T* yr = y + r * d;
+    T s = 0;
+#pragma omp simd reduction(+ : s)
+    for (std::int64_t j = 0; j < d; ++j) s += xr[j];
+    const T m = s / T(d);
+    T v = 0;
+#pragma omp simd reduction(+ : v)
+    for (std::int64_t j = 0; j < d; ++j) v += (xr[j] - m) * (xr[j] - m);
+    const T rs = T(1) / std::sqrt(v / T(d) + eps);
+#pragma omp simd
+    for (std::int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - m) * rs * w[j] + b[j];
+    mean[r] = m;
+    rstd[r] = rs;
+  }
+}
+
+// Rows r0..r1: dx, and the rows' sums of dy xhat and dy added into dw_part and db_part (d each).
+template <typename T>
+ARCAL_ALWAYS_INLINE void layer_norm_backward_rows(const T* __restrict x, const T* __restrict w,
+                                                  const T* __restrict dy, const T* __restrict mean,
+                                                  const T* __restrict rstd, std::int64_t r0, std::int64_t r1,
+                                                  std::int64_t d, T* __restrict dx, T* __restrict dw_part,
+                                                  T* __restrict db_part) {
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const T* xr = x + r * d;
+    const T* gr = dy + r * d;
+    T* dr = dx + r * d;
+    const T m = mean[r], rs = rstd[r];
+    T sg = 0, sgx = 0;
+#pragma omp simd reduction(+ : sg, sgx)
+    for (std::int64_t j = 0; j < d; ++j) {
+      const T xh = (xr[j] - m) * rs, g = gr[j] * w[j];
+      sg += g;
+      sgx += g * xh;
+      dw_part[j] += gr[j] * xh;
+      db_part[j] += gr[j];
+    }
+    const T a = sg / T(d), c = sgx / T(d);
+#pragma omp simd
+    for (std::int64_t j = 0; j < d; ++j) dr[j] = rs * (gr[j] * w[j] - a - (xr[j] - m) * rs * c);
+  }
+}
+
+ARCAL_FUSED_CLONES void layer_norm_f(const float* x, const float* w, const float* b, std::int64_t r0, std::int64_t r1,
+                                     std::int64_t d, float eps, float* y, float* mean, float* rstd) {
+  layer_norm_rows(x, w, b, r0, r1, d, eps, y, mean, rstd);
+}
+ARCAL_FUSED_CLONES void layer_norm_d(const double* x, const double* w, const double* b, std::int64_t r0,
+                                     std::int64_t r1, std::int64_t d, double eps, double* y, double* mean,
+                                     double* rstd) {
+  layer_norm_rows(x, w, b, r0, r1, d, eps, y, mean, rstd);
+}
+ARCAL_FUSED_CLONES void layer_norm_backward_f(const float* x, const float* w, const float* dy, const float* mean,
+                                              const float* rstd, std::int64_t r0, std::int64_t r1, std::int64_t d,
+                                              float* dx, float* dw_part, float* db_part) {
+  layer_norm_backward_rows(x, w, dy, mean, rstd, r0, r1, d, dx, dw_part, db_part);
+}
+ARCAL_FUSED_CLONES void layer_norm_backward_d(const double* x, const double* w, const double* dy, const double* mean,
+                                              const double* rstd, std::int64_t r0, std::int64_t r1, std::int64_t d,
+                                              double* dx, double* dw_part, double* db_part) {
+  layer_norm_backward_rows(x, w, dy, mean, rstd, r0, r1, d, dx, dw_part, db_part);
+}
+inline void layer_norm_kernel(const float* x, const float* w, const float* b, std::int64_t r0, std::int64_t r1,
+                              std::int64_t d, float eps, float* y, float* mean, float* rstd) {
+  layer_norm_f(x, w, b, r0, r1, d, eps, y, mean, rstd);
+}
+inline void layer_norm_kernel(const double* x, const double* w, const double* b, std::int64_t r0, std::int64_t r1,
+                              std::int64_t d, double eps, double* y, double* mean, double* rstd) {
+  layer_norm_d(x, w, b, r0, r1, d, eps, y, mean, rstd);
+}
+inline void layer_norm_backward_kernel(const float* x, const float* w, const float* dy, const float* mean,
+                                       const float* rstd, std::int64_t r0, std::int64_t r1, std::int64_t d, float* dx,
+                                       float* dw_part, float* db_part) {
+  layer_norm_backward_f(x, w, dy, mean, rstd, r0, r1, d, dx, dw_part, db_part);
+}
+inline void layer_norm_backward_kernel(const double* x, const double* w, const double* dy, const double* mean,
+                                       const double* rstd, std::int64_t r0, std::int64_t r1, std::int64_t d,
+                                       double* dx, double* dw_part, double* db_part) {
+  layer_norm_backward_d(x, w, dy, mean, rstd, r0, r1, d, dx, dw_part, db_part);
+}
+
+std::int64_t norm_block_grain(std::int64_t d) {  // blocks per task: about 2^14 values
+  return std::max<std::int64_t>(1, (std::int64_t(1) << 14) / (kNormBlock * std::max<std::int64_t>(d, 1)));
+}
+
+struct LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x_in, const torch::Tensor& w_in,
+                               const torch::Tensor& b_in, double eps) {
+    auto x = x_in.contiguous();
+    auto w = w_in.contiguous(), b = b_in.contiguous();
+    const std::int64_t d = x.size(-1), rows = d == 0 ? 0 : x.numel() / d;
+    auto y = torch::empty_like(x);
+    auto mean = torch::empty({rows}, x.options()), rstd = torch::empty({rows}, x.options());
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_layer_norm", [&] {
+      const scalar_t *xp = x.data_ptr<scalar_t>(), *wp = w.data_ptr<scalar_t>(), *bp = b.data_ptr<scalar_t>();
+      scalar_t *yp = y.data_ptr<scalar_t>(), *mp = mean.data_ptr<scalar_t>(), *rp = rstd.data_ptr<scalar_t>();
+      const std::int64_t blocks = (rows + kNormBlock - 1) / kNormBlock;
+      at::parallel_for(0, blocks, norm_block_grain(d), [&](std::int64_t b0, std::int64_t b1) {
+        layer_norm_kernel(xp, wp, bp, b0 * kNormBlock, std::min(rows, b1 * kNormBlock), d, scalar_t(eps), yp, mp, rp);
+      });
+    });
+    ctx->save_for_backward({x, w, mean, rstd});
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &w = saved[1], &mean = saved[2], &rstd = saved[3];
+    const auto dy = grad_outputs[0].to(x.scalar_type()).contiguous();
+    const std::int64_t d = x.size(-1), rows = mean.numel();
+    const std::int64_t blocks = (rows + kNormBlock - 1) / kNormBlock;
+    auto dx = torch::empty_like(x);
+    auto partial = torch::zeros({std::max<std::int64_t>(blocks, 1), 2, d}, x.options());  // [block] dw, db
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_layer_norm_backward", [&] {
+      const scalar_t *xp = x.data_ptr<scalar_t>(), *wp = w.data_ptr<scalar_t>(), *gp = dy.data_ptr<scalar_t>();
+      const scalar_t *mp = mean.data_ptr<scalar_t>(), *rp = rstd.data_ptr<scalar_t>();
+      scalar_t *dp = dx.data_ptr<scalar_t>(), *pp = partial.data_ptr<scalar_t>();
+      at::parallel_for(0, blocks, norm_block_grain(d), [&](std::int64_t b0, std::int64_t b1) {
+        for (std::int64_t blk = b0; blk < b1; ++blk)
+          layer_norm_backward_kernel(xp, wp, gp, mp, rp, blk * kNormBlock, std::min(rows, (blk + 1) * kNormBlock), d,
+                                     dp, pp + blk * 2 * d, pp + blk * 2 * d + d);
+      });
+    });
+    auto sums = torch::zeros({2, d}, x.options());
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_layer_norm_sums", [&] {
+      const scalar_t* pp = partial.data_ptr<scalar_t>();
+      scalar_t* o = sums.data_ptr<scalar_t>();
+      for (std::int64_t blk = 0; blk < blocks; ++blk)  // in block order: the same sums on any thread count
+        for (std::int64_t c = 0; c < 2 * d; ++c) o[c] += pp[blk * 2 * d + c];
+    });
+    return {dx, sums[0], sums[1], torch::Tensor()};
+  }
+};
+
 // ---- self-attention core: one (image, head) pair at a time ------------------------------------
 // q, k, v point at row 0 of the head's columns; rows are ld apart (3D in the packed projection).
 // P (T x np) receives the attention weights, its rows padded to np = T rounded up to a multiple of 8
@@ -1108,6 +1256,21 @@ std::pair<torch::Tensor, torch::Tensor> RoutingBank::route(const torch::Tensor& 
   if (u.scalar_type() != v[0].scalar_type()) throw_input(fn, "the query must have the sources' dtype");
   auto out = RoutePointFunction::apply(u, torch::TensorList(v), bank_, std::move(ids), eps);
   return {out[0], out[1]};
+}
+
+torch::Tensor fused_layer_norm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                               double eps) {
+  const char* fn = "fused_layer_norm";
+  if (x.dim() < 1 || x.size(-1) < 1) throw_input(fn, "x must have a non-empty last axis");
+  if (!floating(x)) throw_input(fn, "x must be float or double");
+  if (!x.device().is_cpu() || !weight.device().is_cpu() || !bias.device().is_cpu())
+    throw_input(fn, "CPU tensors only (the models use LibTorch's layer_norm on other devices)");
+  if (weight.dim() != 1 || bias.dim() != 1 || weight.size(0) != x.size(-1) || bias.size(0) != x.size(-1))
+    throw_input(fn, "weight and bias must be (d,) with d = x.size(-1) = " + std::to_string(x.size(-1)));
+  if (weight.scalar_type() != x.scalar_type() || bias.scalar_type() != x.scalar_type())
+    throw_input(fn, "weight and bias must have x's dtype");
+  if (!(eps >= 0.0)) throw_input(fn, "eps must be >= 0");
+  return LayerNormFunction::apply(x, weight, bias, eps);
 }
 
 torch::Tensor fused_gelu(const torch::Tensor& x) {

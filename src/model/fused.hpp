@@ -1,7 +1,6 @@
 // Fused training operators for the small-token presets: the AttnRes routing points (scores, softmax
-// over sources and weighted sum), the multi-head self-attention core and the MLP's GELU, each one
-// operator with its own backward (a
-// torch::autograd::Function over hand-written loops). LibTorch's composite spends a training step on
+// over sources and weighted sum), the multi-head self-attention core, the MLP's GELU and LayerNorm,
+// each one operator with its own backward (a torch::autograd::Function over hand-written loops). LibTorch's composite spends a training step on
 // tens of thousands of tiny calls at 17 tokens x 64 dimensions (bench/README.md "profile_train.py"):
 // stacking every source at every routing point, and the attention's batched products computed one
 // matrix at a time. The fused forms compute the same functions (float rounding aside; tests/model/
@@ -29,9 +28,16 @@ void set_fused_operators(bool enabled);
 torch::Tensor fused_self_attention(const torch::Tensor& qkv, int heads, bool causal = false);
 
 /// Exact GELU, x Phi(x) (erf form, as torch::gelu), elementwise, with its own backward: float or
-/// double CPU tensors of any shape. In float, Phi comes from a Chebyshev fit of erfc (fractional
-/// error below 1.2e-7) that vectorises; in double from std::erfc.
+/// double CPU tensors of any shape. In float, Phi comes from a polynomial fit of erfc's scaled form
+/// and one exponential shared with phi (relative error below 1e-6 for |x| <= 5, tails included);
+/// it vectorises. In double from std::erfc.
 torch::Tensor fused_gelu(const torch::Tensor& x);
+
+/// LayerNorm over the last axis with an affine weight and bias (d,), as torch::layer_norm(x, {d},
+/// weight, bias, eps), with its own backward (differentiable in all three): float or double CPU
+/// tensors, weight and bias of x's dtype. The same values on any thread count.
+torch::Tensor fused_layer_norm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                               double eps);
 
 /// The routing points of one AttnRes forward pass in fused form (attnres_stack's path when the fused
 /// operators are on). Each point is one operator: its sources' scores (the RMS-normalised source

@@ -8,6 +8,19 @@
 
 namespace arcal {
 
+torch::Tensor layer_norm_fp32(torch::nn::LayerNorm& norm, const torch::Tensor& x_in) {
+  const auto t = x_in.scalar_type();
+  const auto x = t == torch::kBFloat16 || t == torch::kHalf ? x_in.to(torch::kFloat) : x_in;
+  const auto& opt = norm->options;
+  const auto& w = norm->weight;
+  if (fused_operators_enabled() && x.device().is_cpu() && opt.elementwise_affine() &&
+      opt.normalized_shape().size() == 1 && x.dim() >= 1 && x.size(-1) == opt.normalized_shape()[0] &&
+      (x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kDouble) && w.scalar_type() == x.scalar_type() &&
+      norm->bias.defined() && norm->bias.scalar_type() == x.scalar_type())
+    return fused_layer_norm(x, w, norm->bias, opt.eps());
+  return norm->forward(x);
+}
+
 torch::Tensor patch_embed_tokens(torch::nn::Conv2d& conv, const torch::Tensor& images) {
   const auto& w = conv->weight;  // (d, C, p, p)
   const auto p = w.size(2);

@@ -18,10 +18,9 @@ using AttentionBackend = std::function<torch::Tensor(const torch::Tensor& q, con
 
 /// LayerNorm in at least fp32. Under autocast a norm may receive bf16/fp16 activations while its
 /// weights stay fp32; LibTorch 1.13's CPU layer_norm rejects that mix, and AMP keeps norms in fp32.
-inline torch::Tensor layer_norm_fp32(torch::nn::LayerNorm& norm, const torch::Tensor& x) {
-  const auto t = x.scalar_type();
-  return norm->forward(t == torch::kBFloat16 || t == torch::kHalf ? x.to(torch::kFloat) : x);
-}
+/// With the fused operators on a CPU, an affine norm over the last axis runs as fused_layer_norm
+/// (model/fused.hpp).
+torch::Tensor layer_norm_fp32(torch::nn::LayerNorm& norm, const torch::Tensor& x);
 
 /// Non-overlapping patch embedding: conv (d, C, p, p) with stride p on (B,C,H,W) images ->
 /// (B, (H/p)(W/p), d), patches in row-major order (the conv's output flattened and transposed). With

@@ -1,4 +1,5 @@
-// The fused operators (model/fused.hpp: the routing bank's points, the attention, GELU; model/layers.hpp: the patch embedding)
+// The fused operators (model/fused.hpp: the routing bank's points, the attention, GELU, LayerNorm;
+// model/layers.hpp: the patch embedding and the LayerNorm modules' dispatch)
 // against LibTorch's autograd on the composite they replace: values and gradients in double (1e-12) and float (1e-6, relative to the largest entry), odd
 // shapes and strided inputs, whole AR-ViT models with the fused operators on and off, results
 // independent of the thread count, and the errors for inputs of the wrong shape or dtype.
@@ -197,6 +198,69 @@ TEST(Fused, GeluWithAndWithoutAutogradAgree) {
 // The patch embedding as one matrix product against LibTorch's strided conv: tokens, and the
 // gradients of the weight and bias (the images need none), for the ViT's and Swin's geometries; with
 // tiles that do not divide the image, or the fused operators off, the conv itself runs.
+// LayerNorm against torch::layer_norm's autograd: values and the gradients of x, weight and bias,
+// for widths that are and are not whole vectors, a strided input, more rows than one block, and a
+// non-default eps.
+void check_layer_norm(torch::Dtype dtype, double tol) {
+  const auto opt = torch::TensorOptions().dtype(dtype);
+  struct Case {
+    std::vector<std::int64_t> shape;
+    double eps;
+    bool strided;
+  };
+  for (const auto& c : std::vector<Case>{{{3, 7, 64}, 1e-6, false}, {{5, 13}, 1e-5, false}, {{300, 24}, 1e-6, true},
+                                         {{2, 3}, 1e-3, false}}) {
+    torch::manual_seed(11);
+    const auto d = c.shape.back();
+    auto x0 = torch::randn(c.shape, opt) * 3.0 + 0.5;
+    if (c.strided) x0 = torch::randn({d, c.shape[0]}, opt).t();  // (rows, d), column-major
+    const auto w0 = torch::randn({d}, opt), b0 = torch::randn({d}, opt);
+    const auto g = torch::randn(x0.sizes(), opt);
+    std::vector<std::vector<torch::Tensor>> res;
+    for (int f = 0; f < 2; ++f) {
+      auto x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true), b = b0.clone().requires_grad_(true);
+      auto xin = c.strided ? x0.t().clone().t().requires_grad_(true) : x;
+      auto y = f == 0 ? fused_layer_norm(xin, w, b, c.eps) : torch::layer_norm(xin, {d}, w, b, c.eps);
+      (y * g).sum().backward();
+      res.push_back({y.detach(), xin.grad(), w.grad(), b.grad()});
+    }
+    const char* names[] = {"y", "dx", "dweight", "dbias"};
+    for (int i = 0; i < 4; ++i)
+      EXPECT_LE(max_rel(res[0][i], res[1][i]), tol) << names[i] << " at d = " << d << ", eps " << c.eps;
+  }
+  // d = 1: every row is its own mean, so y = bias and the gradients of x and weight vanish.
+  auto x = torch::randn({6, 1}, opt).requires_grad_(true), w = torch::randn({1}, opt).requires_grad_(true);
+  const auto b = torch::randn({1}, opt);
+  auto y = fused_layer_norm(x, w, b, 1e-5);
+  y.sum().backward();
+  EXPECT_TRUE(torch::equal(y.detach(), b.expand({6, 1})));
+  EXPECT_EQ(x.grad().abs().max().item<double>(), 0.0);
+  EXPECT_EQ(w.grad().abs().max().item<double>(), 0.0);
+}
+
+TEST(Fused, LayerNormMatchesLibTorchInDouble) { check_layer_norm(torch::kDouble, 1e-12); }
+TEST(Fused, LayerNormMatchesLibTorchInFloat) { check_layer_norm(torch::kFloat, 1e-5); }
+
+TEST(Fused, LayerNormModuleDispatch) {
+  FusedGuard guard;
+  torch::manual_seed(12);
+  torch::nn::LayerNorm norm(torch::nn::LayerNormOptions({16}).eps(1e-6));
+  norm->weight.data().normal_();
+  norm->bias.data().normal_();
+  const auto x = torch::randn({4, 5, 16});
+  set_fused_operators(true);
+  const auto fused = layer_norm_fp32(norm, x);
+  set_fused_operators(false);
+  const auto composite = layer_norm_fp32(norm, x);
+  EXPECT_LE(max_rel(fused, composite), 1e-6);
+  // bf16 activations are normalised in fp32 on both paths.
+  set_fused_operators(true);
+  EXPECT_EQ(layer_norm_fp32(norm, x.to(torch::kBFloat16)).scalar_type(), torch::kFloat);
+  // Without an affine transform the module's own forward runs.
+  torch::nn::LayerNorm plain(torch::nn::LayerNormOptions({16}).elementwise_affine(false));
+  EXPECT_LE(max_rel(layer_norm_fp32(plain, x), torch::layer_norm(x, {16})), 1e-6);
+}
+
 TEST(Fused, PatchEmbeddingMatchesTheConv) {
   FusedGuard guard;
   struct Case { int C, H, W, p, d; };
@@ -351,6 +415,7 @@ TEST(Fused, ResultsDoNotDependOnTheThreadCount) {
   std::vector<torch::Tensor> values;
   for (int s = 0; s < 5; ++s) values.push_back(torch::randn({32, 17, 64}).requires_grad_(true));
   const auto u0 = torch::randn({64});
+  auto nw = torch::randn({64}).requires_grad_(true), nb = torch::randn({64}).requires_grad_(true);
   std::vector<torch::Tensor> results;
   for (int threads : {1, 2}) {
     at::set_num_threads(threads);
@@ -361,9 +426,12 @@ TEST(Fused, ResultsDoNotDependOnTheThreadCount) {
     RoutingBank bank;
     for (auto& v : values) bank.add(v);
     auto b = bank.route(u, {0, 1, 2, 3, 4}, 1e-6).first + bank.route(u * 0.5, {1, 3}, 1e-6).first;
-    (a.sum() + b.pow(2).sum()).backward();
+    nw.mutable_grad() = torch::Tensor();
+    auto n = fused_layer_norm(values[0], nw, nb, 1e-6);  // 544 rows: 9 blocks of the norm's sums
+    (a.sum() + b.pow(2).sum() + (n * n.detach().flip(0)).sum()).backward();
     results.push_back(torch::cat({a.detach().flatten(), b.detach().flatten(), qkv.grad().flatten(),
-                                  values[1].grad().flatten(), u.grad().flatten()}));
+                                  values[1].grad().flatten(), u.grad().flatten(), n.detach().flatten(),
+                                  values[0].grad().flatten(), nw.grad().flatten()}));
   }
   at::set_num_threads(before);
   EXPECT_TRUE(torch::equal(results[0], results[1]));
@@ -382,4 +450,10 @@ TEST(Fused, WrongShapesAndDtypesAreRejected) {
   EXPECT_THROW(bank.route(torch::randn({4}), {1}, 1e-6), InputError);  // not added
   EXPECT_THROW(bank.route(torch::randn({5}), {0}, 1e-6), InputError);  // width
   EXPECT_THROW(bank.route(torch::randn({4}, torch::kDouble), {0}, 1e-6), InputError);
+  const auto w = torch::ones({4}), b = torch::zeros({4});
+  EXPECT_THROW(fused_layer_norm(torch::randn({2, 5}), w, b, 1e-6), InputError);  // width 5, weight 4
+  EXPECT_THROW(fused_layer_norm(torch::randn({2, 4}), w.to(torch::kDouble), b, 1e-6), InputError);
+  EXPECT_THROW(fused_layer_norm(torch::randn({2, 4}).to(torch::kBFloat16), w, b, 1e-6), InputError);
+  EXPECT_THROW(fused_layer_norm(torch::randn({2, 4}), w, b, -1.0), InputError);
+  EXPECT_THROW(fused_layer_norm(torch::randn({2, 0}), torch::ones({0}), torch::zeros({0}), 1e-6), InputError);
 }
