@@ -17,6 +17,13 @@ Prints images/s of each and the ratio arcal / PyTorch per precision. With --repe
 alternate R times per precision (arcal, reference, arcal, ...), each pair's ratio is printed, and the
 median of the pair ratios closes the precision: on a shared virtual machine the reference's speed
 alone moves by tens of percent between runs, so one pair is one sample.
+
+--side-by-side (the default study's condition, `arcal run` with [execution] parallel = 2): the Full
+model and its standard twin train at the same time, one thread each, first arcal's two, then the
+reference's two; --repeats R alternates the two sides R times. Each side's rates give the default
+study's training makespan (six models of --study-images images each, AttnRes seeds 0-2 then the
+twins 0-2 taken in that order by two slots, as `arcal run` schedules them), and the ratio
+arcal / reference of the makespans; the median over the repeats closes the precision.
 """
 import argparse
 import os
@@ -145,6 +152,49 @@ def arcal_throughput(binary, residual, steps, batch, threads, precision="fp32"):
             return json.load(f)["images_per_second"]
 
 
+def _reference_worker(mode, steps, batch, threads, precision, queue):
+    queue.put((mode, python_throughput(mode, steps, batch, threads, precision)))
+
+
+def side_by_side(binary, steps, batch, threads, precision):
+    """Images/s of (Full, standard) trained at the same time: arcal's pair, then the reference's."""
+    import multiprocessing as mp
+    with tempfile.TemporaryDirectory() as d:
+        procs = []
+        for residual in ("full", "standard"):
+            out = os.path.join(d, residual)
+            procs.append(subprocess.Popen([binary, "train", "--residual", residual, "--max-steps", str(steps),
+                                           "--batch-size", str(batch), "--threads", str(threads), "--precision",
+                                           precision, "--quiet", "--out", out], stdout=subprocess.DEVNULL))
+        for pr in procs:
+            if pr.wait() != 0:
+                sys.exit(f"arcal train exited with {pr.returncode}")
+        cpp = []
+        for residual in ("full", "standard"):
+            with open(os.path.join(d, residual, "summary.json")) as f:
+                cpp.append(json.load(f)["images_per_second"])
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    workers = [ctx.Process(target=_reference_worker, args=(mode, steps, batch, threads, precision, queue))
+               for mode in (1, 0)]
+    for w in workers:
+        w.start()
+    got = dict(queue.get() for _ in workers)
+    for w in workers:
+        w.join()
+    return cpp, [got[1], got[0]]
+
+
+def study_makespan(rate_full, rate_standard, images, slots=2):
+    """Training makespan of the default study: AttnRes seeds 0-2, then twins 0-2, each job to the
+    first free slot (arcal run's order)."""
+    free = [0.0] * slots
+    for rate in [rate_full] * 3 + [rate_standard] * 3:
+        i = free.index(min(free))
+        free[i] += images / rate
+    return max(free)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arcal", default=os.path.join(HERE, "..", "build", "arcal"))
@@ -154,9 +204,30 @@ def main():
     ap.add_argument("--residual", default="full", choices=["full", "block", "standard"])
     ap.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     ap.add_argument("--repeats", type=int, default=1, help="alternating (arcal, reference) pairs per precision")
+    ap.add_argument("--side-by-side", action="store_true",
+                    help="Full and standard at the same time on each side; the default study's makespans")
+    ap.add_argument("--study-images", type=int, default=4450 * 128,
+                    help="images per training of the study (default: 10 epochs x 445 steps x 128)")
     a = ap.parse_args()
     if a.repeats < 1:
         ap.error("--repeats must be at least 1")
+    if a.side_by_side:
+        print(f"AR-ViT-tiny Full and standard side by side, batch {a.batch}, {a.threads} thread(s) each, "
+              f"{a.steps} steps, OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(OpenBLAS default)')}")
+        for precision in a.precision:
+            ratios = []
+            for _ in range(a.repeats):
+                cpp, py = side_by_side(a.arcal, a.steps, a.batch, a.threads, precision)
+                m_cpp = study_makespan(cpp[0], cpp[1], a.study_images)
+                m_py = study_makespan(py[0], py[1], a.study_images)
+                ratios.append(m_cpp / m_py)
+                print(f"  {precision}: arcal Full {cpp[0]:7.1f} + standard {cpp[1]:7.1f} images/s; reference Full "
+                      f"{py[0]:7.1f} + standard {py[1]:7.1f} images/s; study trainings {m_cpp:6.0f} s against "
+                      f"{m_py:6.0f} s: {m_cpp / m_py:.3f}", flush=True)
+            if a.repeats > 1:
+                print(f"  {precision}: median makespan ratio over {a.repeats} repeats {float(np.median(ratios)):.3f} "
+                      f"(range {min(ratios):.3f}-{max(ratios):.3f})", flush=True)
+        return
     mode = {"standard": 0, "full": 1, "block": 2}[a.residual]
     print(f"AR-ViT-tiny {a.residual}, batch {a.batch}, {a.threads} thread(s), {a.steps} steps, "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(OpenBLAS default)')} on both sides")

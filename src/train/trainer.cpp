@@ -24,6 +24,7 @@
 #include "model/cost.hpp"
 #include "train/distributed.hpp"
 #include "train/sbece.hpp"
+#include "train/adamw.hpp"
 #include "train/threads.hpp"
 
 namespace arcal {
@@ -616,7 +617,7 @@ StepResult optimizer_step(ARViT& model, torch::optim::AdamW& opt, const torch::T
   if (c.sbece_weight > 0) loss = loss + c.sbece_weight * soft_binned_ece(logits, y, c.sbece_bins, c.sbece_temperature);
   (scaler.scale != 1.0 ? loss * scaler.scale : loss).backward();
   if (group) group->average_gradients(*model);
-  if (unscale_gradients(model, scaler)) opt.step();
+  if (unscale_gradients(model, scaler)) adamw_step(opt);  // torch::optim::AdamW::step in one pass per tensor
   return {logits, loss.item<double>()};
 }
 

@@ -97,8 +97,11 @@ TEST(LmIntervene, PointTypesAlternateAndEffectsAreTokenMeansOverSequences) {
     EXPECT_GE(e.mean_kl_ci.high, e.mean_kl - 1e-12);
   }
   EXPECT_TRUE(saw_attention_group && saw_mlp_group);
-  for (const auto& [p, mass] : mass_at)
-    if (S[std::size_t(p)] >= 3) EXPECT_NEAR(mass, 1.0, 1e-6) << "point " << p;  // all three families exist
+  for (const auto& [p, mass] : mass_at) {
+    if (S[std::size_t(p)] >= 3) {
+      EXPECT_NEAR(mass, 1.0, 1e-6) << "point " << p;  // all three families exist
+    }
+  }
   // One effect recomputed directly: the current state ablated at point 3, as a token mean.
   const InterventionEffect* e3 = nullptr;
   for (const auto& e : rep.effects)
@@ -316,9 +319,11 @@ TEST(LmTwin, WrappedStandardLmIsUniformAndReproducesTheLogits) {
   EXPECT_EQ(res.wrapper_check.examples, 4 * 64);
   const ModelConfig wc = load_trained_model(run, nullptr, LoadOptions{"block", 2, -1.0})->config();
   const auto S = wc.sources_per_point();
-  for (const auto& e : res.report.effects)
-    if (e.point >= 0)
+  for (const auto& e : res.report.effects) {
+    if (e.point >= 0) {
       EXPECT_NEAR(e.mass, double(family_sources(e.family, S[std::size_t(e.point)]).size()) / S[std::size_t(e.point)], 1e-6);
+    }
+  }
   cedar::LmStudyConfig c;
   c.run = run;
   c.contexts = {64, 128};

@@ -1,0 +1,119 @@
+#include "train/adamw.hpp"
+
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <memory>
+
+namespace arcal {
+
+namespace {
+
+#define ARCAL_ADAMW_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
+// The scalars as LibTorch passes them to its float kernels: computed in double, rounded to T.
+template <typename T>
+struct AdamwScalars {
+  T decay, beta1, one_minus_beta1, beta2, one_minus_beta2, sqrt_bc2, eps, neg_step;
+};
+
+template <typename T>
+inline void adamw_rows(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v, std::int64_t b,
+                       std::int64_t e, const AdamwScalars<T>& s) {
+  const T decay = s.decay, beta1 = s.beta1, c1 = s.one_minus_beta1, beta2 = s.beta2, c2 = s.one_minus_beta2;
+  const T sqrt_bc2 = s.sqrt_bc2, eps = s.eps, neg_step = s.neg_step;  // in registers, not re-read per element
+#pragma omp simd
+  for (std::int64_t i = b; i < e; ++i) {
+    const T pd = p[i] * decay, gi = g[i];
+    const T mi = m[i] * beta1 + c1 * gi;
+    const T vi = v[i] * beta2 + c2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pd + neg_step * mi / (std::sqrt(vi) / sqrt_bc2 + eps);
+  }
+}
+ARCAL_ADAMW_CLONES void adamw_f(float* p, const float* g, float* m, float* v, std::int64_t b, std::int64_t e,
+                                const AdamwScalars<float>& s) {
+  adamw_rows(p, g, m, v, b, e, s);
+}
+ARCAL_ADAMW_CLONES void adamw_d(double* p, const double* g, double* m, double* v, std::int64_t b, std::int64_t e,
+                                const AdamwScalars<double>& s) {
+  adamw_rows(p, g, m, v, b, e, s);
+}
+inline void adamw_kernel(float* p, const float* g, float* m, float* v, std::int64_t b, std::int64_t e,
+                         const AdamwScalars<float>& s) {
+  adamw_f(p, g, m, v, b, e, s);
+}
+inline void adamw_kernel(double* p, const double* g, double* m, double* v, std::int64_t b, std::int64_t e,
+                         const AdamwScalars<double>& s) {
+  adamw_d(p, g, m, v, b, e, s);
+}
+
+bool same_layout(const torch::Tensor& t, const torch::Tensor& p) {
+  return t.device() == p.device() && t.scalar_type() == p.scalar_type() && t.is_contiguous() && t.sizes() == p.sizes();
+}
+
+// The loop covers p: a dense, contiguous float or double CPU tensor whose gradient and moments (once
+// made) have its dtype and shape.
+bool loop_covers(const torch::Tensor& p, const torch::optim::AdamW& opt) {
+  const auto& g = p.grad();
+  if (!(p.device().is_cpu() && (p.scalar_type() == torch::kFloat || p.scalar_type() == torch::kDouble) &&
+        p.is_contiguous() && !g.is_sparse() && same_layout(g, p)))
+    return false;
+  const auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+  if (it == opt.state().end()) return true;
+  const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+  return same_layout(st.exp_avg(), p) && same_layout(st.exp_avg_sq(), p);
+}
+
+}  // namespace
+
+void adamw_step(torch::optim::AdamW& opt) {
+  for (auto& group : opt.param_groups()) {
+    const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    for (auto& p : group.params())
+      if (p.grad().defined() && (o.amsgrad() || !loop_covers(p, opt))) return static_cast<void>(opt.step());
+  }
+  torch::NoGradGuard no_grad;
+  auto& states = opt.state();
+  for (auto& group : opt.param_groups()) {
+    const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      const auto key = c10::guts::to_string(p.unsafeGetTensorImpl());  // LibTorch's own key
+      auto it = states.find(key);
+      if (it == states.end()) {
+        auto st = std::make_unique<torch::optim::AdamWParamState>();
+        st->step(0);
+        st->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        st->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        it = states.emplace(key, std::move(st)).first;
+      }
+      auto& st = static_cast<torch::optim::AdamWParamState&>(*it->second);
+      st.step(st.step() + 1);
+      const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
+      const double bc1 = 1 - std::pow(beta1, double(st.step())), bc2 = 1 - std::pow(beta2, double(st.step()));
+      auto& m = st.exp_avg();
+      auto& v = st.exp_avg_sq();
+      const auto& g = p.grad();
+      AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "adamw_step", [&] {
+        const AdamwScalars<scalar_t> s{scalar_t(o.weight_decay() != 0 ? 1 - o.lr() * o.weight_decay() : 1.0),
+                                       scalar_t(beta1),
+                                       scalar_t(1 - beta1),
+                                       scalar_t(beta2),
+                                       scalar_t(1 - beta2),
+                                       scalar_t(std::sqrt(bc2)),
+                                       scalar_t(o.eps()),
+                                       scalar_t(-(o.lr() / bc1))};
+        scalar_t* pp = p.data_ptr<scalar_t>();
+        const scalar_t* gp = g.data_ptr<scalar_t>();
+        scalar_t* mp = m.data_ptr<scalar_t>();
+        scalar_t* vp = v.data_ptr<scalar_t>();
+        at::parallel_for(0, p.numel(), 1 << 15,
+                         [&](std::int64_t b, std::int64_t e) { adamw_kernel(pp, gp, mp, vp, b, e, s); });
+      });
+    }
+  }
+}
+
+}  // namespace arcal
