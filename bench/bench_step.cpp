@@ -1,5 +1,6 @@
 // The training step split into its phases (forward, loss + backward, AdamW), with the fused
-// operators of model/fused.hpp on and off, in fp32 and bf16 autocast, all in one run (issue 26).
+// operators of model/fused.hpp on and off (with them, the trainer's one-pass AdamW of train/adamw.hpp;
+// without, LibTorch's step), in fp32 and bf16 autocast, all in one run (issue 26).
 // Wall-clock timing without LibTorch's profiler, whose per-operator cost distorts a step made of
 // thousands of small calls (bench/README.md). Random images and labels: the step's cost does not
 // depend on the data.
@@ -16,6 +17,7 @@
 
 #include "model/ar_vit.hpp"
 #include "model/fused.hpp"
+#include "train/adamw.hpp"
 #include "train/sbece.hpp"
 #include "train/threads.hpp"
 
@@ -50,7 +52,10 @@ Phases time_steps(ARViT& model, torch::optim::AdamW& opt, const torch::Tensor& x
     auto loss = torch::cross_entropy_loss(logits, y) + 0.1 * soft_binned_ece(logits, y, 15, 0.01);
     loss.backward();
     auto t2 = Clock::now();
-    opt.step();
+    if (fused_operators_enabled())
+      adamw_step(opt);  // the trainer's one-pass step (train/adamw.hpp)
+    else
+      opt.step();  // LibTorch's, as before the fused operators
     auto t3 = Clock::now();
     if (s >= 3) {
       p.forward += std::chrono::duration<double>(t1 - t0).count();
