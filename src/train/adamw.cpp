@@ -32,21 +32,14 @@ inline void adamw_rows(T* __restrict p, const T* __restrict g, T* __restrict m, 
     p[i] = pd + neg_step * mi / (std::sqrt(vi) / sqrt_bc2 + eps);
   }
 }
-ARCAL_ADAMW_CLONES void adamw_f(float* p, const float* g, float* m, float* v, std::int64_t b, std::int64_t e,
-                                const AdamwScalars<float>& s) {
+// One clone set per dtype (overloads: target_clones takes no templates).
+ARCAL_ADAMW_CLONES void adamw_kernel(float* p, const float* g, float* m, float* v, std::int64_t b, std::int64_t e,
+                                     const AdamwScalars<float>& s) {
   adamw_rows(p, g, m, v, b, e, s);
 }
-ARCAL_ADAMW_CLONES void adamw_d(double* p, const double* g, double* m, double* v, std::int64_t b, std::int64_t e,
-                                const AdamwScalars<double>& s) {
+ARCAL_ADAMW_CLONES void adamw_kernel(double* p, const double* g, double* m, double* v, std::int64_t b,
+                                     std::int64_t e, const AdamwScalars<double>& s) {
   adamw_rows(p, g, m, v, b, e, s);
-}
-inline void adamw_kernel(float* p, const float* g, float* m, float* v, std::int64_t b, std::int64_t e,
-                         const AdamwScalars<float>& s) {
-  adamw_f(p, g, m, v, b, e, s);
-}
-inline void adamw_kernel(double* p, const double* g, double* m, double* v, std::int64_t b, std::int64_t e,
-                         const AdamwScalars<double>& s) {
-  adamw_d(p, g, m, v, b, e, s);
 }
 
 bool same_layout(const torch::Tensor& t, const torch::Tensor& p) {

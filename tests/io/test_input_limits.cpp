@@ -30,7 +30,9 @@ std::string npy_header(const std::string& dict) {
 
 /// An npz in memory, its members' declared uncompressed sizes replaced by `declared`.
 std::string npz_with_declared_size(bool compress, std::uint32_t declared) {
-  const auto d = arcal::testing::fresh_dir("io/limits_zip");
+  // One folder per test: ctest runs the tests of this file as parallel processes.
+  const auto d = arcal::testing::fresh_dir(std::string("io/limits_zip/") +
+                                           ::testing::UnitTest::GetInstance()->current_test_info()->name());
   write_npz(d + "/a.npz", {NpyArray::from_double("x", std::vector<double>(64, 0.0), {64})}, compress);
   std::string b = read_file(d + "/a.npz");
   for (const auto& [sig, off] : {std::pair<std::string, std::size_t>{"PK\x03\x04", 22}, {"PK\x01\x02", 24}})
