@@ -47,6 +47,14 @@ std::int64_t routing_grain(int S, std::int64_t d) {
 // source's tap then builds dv_s = sum over its points (alpha g + cu u) - (sum cv) v_s in one pass,
 // reading each point's g once and writing dv_s once (rather than a read-modify-write of dv_s per point).
 
+// out[c] += sum over blocks of partial[blk * width + c], the blocks added in order: a cross-row sum
+// whose row blocks were computed on any threads comes out the same on every thread count.
+template <typename T>
+void add_block_partials(const T* partial, std::int64_t blocks, std::int64_t width, T* out) {
+  for (std::int64_t blk = 0; blk < blocks; ++blk)
+    for (std::int64_t c = 0; c < width; ++c) out[c] += partial[blk * width + c];
+}
+
 // Every kernel below walks its rows in blocks of kRowBlock and, inside a block, one source (or one
 // point) at a time: each pass then streams one tensor's contiguous block, which the prefetchers
 // follow, instead of hopping between up to S tensors row by row; the block's own rows stay in L1.
@@ -414,9 +422,7 @@ struct RoutePointFunction : public torch::autograd::Function<RoutePointFunction>
             route_point_backward(vp.data(), st, st + S * N, st + 2 * S * N, g, S, N, d, blk * kRouteBlock,
                                  std::min(N, (blk + 1) * kRouteBlock), cf, cf + S * N, pp + blk * d, da.data());
         });
-        scalar_t* o = du.data_ptr<scalar_t>();
-        for (std::int64_t blk = 0; blk < blocks; ++blk)  // in block order: the same sum on any thread count
-          for (std::int64_t c = 0; c < d; ++c) o[c] += pp[blk * d + c];
+        add_block_partials(pp, blocks, d, du.data_ptr<scalar_t>());
       });
       const int rec = static_cast<int>(bank->records.size());
       bank->records.push_back({grad, stats[0], coef, u, S});
@@ -452,22 +458,21 @@ ARCAL_ALWAYS_INLINE float phi_cdf(float x, float& gauss) {
   const float tail = half_t_q(t) * gauss;  // Phi(-|x|)
   return x >= 0.0f ? 1.0f - tail : tail;
 }
+ARCAL_ALWAYS_INLINE double phi_cdf(double x) { return 0.5 * std::erfc(-x * 0.70710678118654752440); }
 ARCAL_ALWAYS_INLINE double phi_cdf(double x, double& gauss) {
   gauss = std::exp(-0.5 * x * x);
-  return 0.5 * std::erfc(-x * 0.70710678118654752440);
+  return phi_cdf(x);
+}
+// Phi alone: in float the exponential is Phi's own, in double std::erfc needs none.
+ARCAL_ALWAYS_INLINE float phi_cdf(float x) {
+  float gauss;
+  return phi_cdf(x, gauss);
 }
 
 template <typename T>
 ARCAL_ALWAYS_INLINE void gelu_rows(const T* __restrict x, std::int64_t begin, std::int64_t end, T* __restrict y) {
 #pragma omp simd
-  for (std::int64_t i = begin; i < end; ++i) {
-    if constexpr (std::is_same_v<T, float>) {
-      T gauss;
-      y[i] = x[i] * phi_cdf(x[i], gauss);
-    } else {
-      y[i] = x[i] * 0.5 * std::erfc(-x[i] * 0.70710678118654752440);
-    }
-  }
+  for (std::int64_t i = begin; i < end; ++i) y[i] = x[i] * phi_cdf(x[i]);
 }
 // Training: the forward pass also writes gelu'(x), which the backward multiplies by the output
 // gradient. It replaces x among the saved tensors (same memory); the exponential Phi needs is phi's.
@@ -593,42 +598,27 @@ ARCAL_ALWAYS_INLINE void layer_norm_backward_rows(const T* __restrict x, const T
   }
 }
 
-ARCAL_FUSED_CLONES void layer_norm_f(const float* x, const float* w, const float* b, std::int64_t r0, std::int64_t r1,
-                                     std::int64_t d, float eps, float* y, float* mean, float* rstd) {
+// One clone set per dtype (overloads: target_clones takes no templates).
+ARCAL_FUSED_CLONES void layer_norm_kernel(const float* x, const float* w, const float* b, std::int64_t r0,
+                                          std::int64_t r1, std::int64_t d, float eps, float* y, float* mean,
+                                          float* rstd) {
   layer_norm_rows(x, w, b, r0, r1, d, eps, y, mean, rstd);
 }
-ARCAL_FUSED_CLONES void layer_norm_d(const double* x, const double* w, const double* b, std::int64_t r0,
-                                     std::int64_t r1, std::int64_t d, double eps, double* y, double* mean,
-                                     double* rstd) {
+ARCAL_FUSED_CLONES void layer_norm_kernel(const double* x, const double* w, const double* b, std::int64_t r0,
+                                          std::int64_t r1, std::int64_t d, double eps, double* y, double* mean,
+                                          double* rstd) {
   layer_norm_rows(x, w, b, r0, r1, d, eps, y, mean, rstd);
 }
-ARCAL_FUSED_CLONES void layer_norm_backward_f(const float* x, const float* w, const float* dy, const float* mean,
-                                              const float* rstd, std::int64_t r0, std::int64_t r1, std::int64_t d,
-                                              float* dx, float* dw_part, float* db_part) {
+ARCAL_FUSED_CLONES void layer_norm_backward_kernel(const float* x, const float* w, const float* dy, const float* mean,
+                                                   const float* rstd, std::int64_t r0, std::int64_t r1, std::int64_t d,
+                                                   float* dx, float* dw_part, float* db_part) {
   layer_norm_backward_rows(x, w, dy, mean, rstd, r0, r1, d, dx, dw_part, db_part);
 }
-ARCAL_FUSED_CLONES void layer_norm_backward_d(const double* x, const double* w, const double* dy, const double* mean,
-                                              const double* rstd, std::int64_t r0, std::int64_t r1, std::int64_t d,
-                                              double* dx, double* dw_part, double* db_part) {
+ARCAL_FUSED_CLONES void layer_norm_backward_kernel(const double* x, const double* w, const double* dy,
+                                                   const double* mean, const double* rstd, std::int64_t r0,
+                                                   std::int64_t r1, std::int64_t d, double* dx, double* dw_part,
+                                                   double* db_part) {
   layer_norm_backward_rows(x, w, dy, mean, rstd, r0, r1, d, dx, dw_part, db_part);
-}
-inline void layer_norm_kernel(const float* x, const float* w, const float* b, std::int64_t r0, std::int64_t r1,
-                              std::int64_t d, float eps, float* y, float* mean, float* rstd) {
-  layer_norm_f(x, w, b, r0, r1, d, eps, y, mean, rstd);
-}
-inline void layer_norm_kernel(const double* x, const double* w, const double* b, std::int64_t r0, std::int64_t r1,
-                              std::int64_t d, double eps, double* y, double* mean, double* rstd) {
-  layer_norm_d(x, w, b, r0, r1, d, eps, y, mean, rstd);
-}
-inline void layer_norm_backward_kernel(const float* x, const float* w, const float* dy, const float* mean,
-                                       const float* rstd, std::int64_t r0, std::int64_t r1, std::int64_t d, float* dx,
-                                       float* dw_part, float* db_part) {
-  layer_norm_backward_f(x, w, dy, mean, rstd, r0, r1, d, dx, dw_part, db_part);
-}
-inline void layer_norm_backward_kernel(const double* x, const double* w, const double* dy, const double* mean,
-                                       const double* rstd, std::int64_t r0, std::int64_t r1, std::int64_t d,
-                                       double* dx, double* dw_part, double* db_part) {
-  layer_norm_backward_d(x, w, dy, mean, rstd, r0, r1, d, dx, dw_part, db_part);
 }
 
 std::int64_t norm_block_grain(std::int64_t d) {  // blocks per task: about 2^14 values
@@ -640,7 +630,7 @@ struct LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
                                const torch::Tensor& b_in, double eps) {
     auto x = x_in.contiguous();
     auto w = w_in.contiguous(), b = b_in.contiguous();
-    const std::int64_t d = x.size(-1), rows = d == 0 ? 0 : x.numel() / d;
+    const std::int64_t d = x.size(-1), rows = x.numel() / d;  // d >= 1 (fused_layer_norm checks)
     auto y = torch::empty_like(x);
     auto mean = torch::empty({rows}, x.options()), rstd = torch::empty({rows}, x.options());
     AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_layer_norm", [&] {
@@ -672,12 +662,9 @@ struct LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
                                      dp, pp + blk * 2 * d, pp + blk * 2 * d + d);
       });
     });
-    auto sums = torch::zeros({2, d}, x.options());
+    auto sums = torch::zeros({2, d}, x.options());  // dw, db
     AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_layer_norm_sums", [&] {
-      const scalar_t* pp = partial.data_ptr<scalar_t>();
-      scalar_t* o = sums.data_ptr<scalar_t>();
-      for (std::int64_t blk = 0; blk < blocks; ++blk)  // in block order: the same sums on any thread count
-        for (std::int64_t c = 0; c < 2 * d; ++c) o[c] += pp[blk * 2 * d + c];
+      add_block_partials(partial.data_ptr<scalar_t>(), blocks, 2 * d, sums.data_ptr<scalar_t>());
     });
     return {dx, sums[0], sums[1], torch::Tensor()};
   }

@@ -22,9 +22,9 @@
 #include "core/text_input.hpp"
 #include "calib/metrics.hpp"
 #include "model/cost.hpp"
+#include "train/adamw.hpp"
 #include "train/distributed.hpp"
 #include "train/sbece.hpp"
-#include "train/adamw.hpp"
 #include "train/threads.hpp"
 
 namespace arcal {

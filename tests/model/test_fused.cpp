@@ -195,9 +195,6 @@ TEST(Fused, GeluWithAndWithoutAutogradAgree) {
   }
 }
 
-// The patch embedding as one matrix product against LibTorch's strided conv: tokens, and the
-// gradients of the weight and bias (the images need none), for the ViT's and Swin's geometries; with
-// tiles that do not divide the image, or the fused operators off, the conv itself runs.
 // LayerNorm against torch::layer_norm's autograd: values and the gradients of x, weight and bias,
 // for widths that are and are not whole vectors, a strided input, more rows than one block, and a
 // non-default eps.
@@ -261,6 +258,9 @@ TEST(Fused, LayerNormModuleDispatch) {
   EXPECT_LE(max_rel(layer_norm_fp32(plain, x), torch::layer_norm(x, {16})), 1e-6);
 }
 
+// The patch embedding as one matrix product against LibTorch's strided conv: tokens, and the
+// gradients of the weight and bias (the images need none), for the ViT's and Swin's geometries; with
+// tiles that do not divide the image, or the fused operators off, the conv itself runs.
 TEST(Fused, PatchEmbeddingMatchesTheConv) {
   FusedGuard guard;
   struct Case { int C, H, W, p, d; };
