@@ -54,8 +54,9 @@ const OptionTable<FullAuditOptions>& audit_option_table() {
       {"null_model_based", "--null-model-based", "Also run the model-based null (labels from a fitted reference; not the decision)",
        &O::null_model_based, {}, {}, true},
       {"null_sequential", "--null-sequential",
-       "Sequential Monte Carlo (Besag-Clifford) for the decision null: stop drawing replicates once every pooled "
-       "decision at --alpha is settled (the same decisions as the full count; --no-null-sequential: all replicates)",
+       "Sequential Monte Carlo (Besag-Clifford) for both exact nulls: each pooled comparison stops drawing replicates "
+       "once its decision at --alpha is settled, and the probes only settled comparisons read are not refitted any "
+       "more (the same decisions as the full count; --no-null-sequential: all replicates)",
        &O::null_sequential, {}, {}, true},
       {"refit_restarts", "--refit-restarts", "Restarts per MLP refit (sensitivity, exact null)", &O::refit_restarts,
        R::probe_restarts},

@@ -230,6 +230,56 @@ TEST(ExactNull, SequentialStoppingDrawsAPrefixOfTheFixedNull) {
   EXPECT_DOUBLE_EQ(sp.p, sequential_p(sp.real_mean_gain, sp.null_mean_gain, seq.stop_after));
 }
 
+// Each comparison stops on its own (its probes leave the later batches once no open comparison reads
+// them), and the model-based null stops the same way: every comparison's null is a prefix of the
+// fixed-count null up to the batch holding its own h-th null mean at or above the real one, with the
+// fixed test's decision. With a planted dependence the routing comparisons run to the end while
+// predictive entropy against its control, which routing cannot move, settles early.
+TEST(ExactNull, EachComparisonAndTheModelBasedNullStopOnTheirOwn) {
+  torch::set_num_threads(1);
+  ExactNullAuditOptions o;
+  o.probes.only = {"full_vector", "capacity_matched", "predictive_entropy"};
+  o.replicates = 39;
+  o.variants = {"confidence"};
+  const std::vector<AuditRunInput> runs{simulated_run(600, 0.03, 43), simulated_run(600, 0.03, 44)};
+  const auto fixed = run_exact_null_audit(runs, o);
+  o.sequential = true;
+  const auto seq = run_exact_null_audit(runs, o);
+  const std::size_t h = settling_count(0.05, 39);
+  ASSERT_EQ(seq.stop_after, h);
+  std::size_t shortest = 39, longest = 0;
+  for (const auto& [s_pooled, f_pooled] : {std::pair{&seq.pooled, &fixed.pooled}, std::pair{&seq.model_pooled, &fixed.model_pooled}}) {
+    ASSERT_EQ(s_pooled->size(), f_pooled->size());
+    for (std::size_t c = 0; c < s_pooled->size(); ++c) {
+      const auto& sp = (*s_pooled)[c];
+      const auto& fp = (*f_pooled)[c];
+      ASSERT_EQ(sp.comparison, fp.comparison);
+      std::size_t ge = 0, expect = 39;
+      for (std::size_t j = 0; j < 39; ++j)
+        if (fp.null_mean_gain[j] >= fp.real_mean_gain - 1e-12 && ++ge == h) {
+          expect = std::min<std::size_t>(39, (j / 20 + 1) * 20);
+          break;
+        }
+      std::printf("  %s %s: %zu of 39 replicates, p %.3f (fixed %.3f)\n", s_pooled == &seq.pooled ? "conditional" : "model-based",
+                  sp.comparison.c_str(), sp.replicates, sp.p, fp.p);
+      EXPECT_EQ(sp.replicates, expect) << sp.comparison;
+      ASSERT_EQ(sp.null_mean_gain.size(), sp.replicates);
+      for (std::size_t j = 0; j < sp.replicates; ++j) EXPECT_NEAR(sp.null_mean_gain[j], fp.null_mean_gain[j], 1e-9) << j;
+      EXPECT_NEAR(sp.real_mean_gain, fp.real_mean_gain, 1e-9);
+      EXPECT_EQ(sp.p <= 0.05, fp.p <= 0.05) << sp.comparison;
+      EXPECT_DOUBLE_EQ(sp.p, sequential_p(sp.real_mean_gain, sp.null_mean_gain, h));
+      for (const auto& run : s_pooled == &seq.pooled ? seq.runs : seq.model_runs)
+        for (const auto& rc : run.comparisons)
+          if (rc.comparison == sp.comparison) {
+            EXPECT_EQ(rc.null_gain.size(), sp.replicates);
+          }
+      shortest = std::min(shortest, sp.replicates);
+      longest = std::max(longest, sp.replicates);
+    }
+  }
+  EXPECT_LT(shortest, longest);  // the comparisons did stop at different points
+}
+
 TEST(ExactNull, MatchingAndLayout) {
   torch::set_num_threads(1);
   ExactNullAuditOptions o;

@@ -4,10 +4,12 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "audit/matching.hpp"
 #include "audit/torch/refit_common.hpp"
 #include "core/check.hpp"
+#include "core/parallel.hpp"
 #include "core/rng.hpp"
 #include "stats/bootstrap.hpp"
 #include "stats/distributions.hpp"
@@ -56,16 +58,17 @@ Gains gains_of(const std::vector<ProbeComparisonSpec>& comps, const std::vector<
   return out;
 }
 
-/// Fills a run's comparisons from the real gains and the replicates' null gains.
+/// Fills a run's comparisons from the real gains and each comparison's null gains ([comparison][replicate];
+/// with sequential stopping a comparison has the replicates drawn until it settled).
 void finish_run(ExactNullRun& out, const std::vector<ProbeComparisonSpec>& comps, const Gains& real,
-                const std::vector<Gains>& null, std::size_t h = 0) {
+                const std::vector<std::vector<double>>& null, std::size_t h = 0) {
   for (std::size_t c = 0; c < comps.size(); ++c) {
     ExactNullComparison ec;
     ec.comparison = comps[c].name;
     ec.probe = comps[c].probe;
     ec.control = comps[c].control;
     ec.real_gain = real[c];
-    for (const auto& g : null) ec.null_gain.push_back(g[c]);
+    ec.null_gain = null[c];
     double m = 0;
     for (double x : ec.null_gain) m += x;
     ec.null_mean = m / double(ec.null_gain.size());
@@ -119,7 +122,7 @@ std::vector<ExactNullPooled> pool(const std::vector<ExactNullRun>& runs, const s
 /// output vector instead left routing so unevenly matched that 16 of 20 null runs rejected, and
 /// sorted probabilities drop the predicted class (docs/audit_validation.md).
 std::vector<double> matching_space(const AuditRunInput& run, const ProbeDesign& d, const std::string& variant,
-                                   const MlpProbeOptions& mlp, std::uint64_t seed, std::size_t& dims) {
+                                   const MlpProbeOptions& mlp, std::uint64_t seed, int threads, std::size_t& dims) {
   const std::size_t n = run.confidence.size();
   if (variant == "confidence") {
     dims = 1;
@@ -154,34 +157,34 @@ std::vector<double> matching_space(const AuditRunInput& run, const ProbeDesign& 
   mo.patience = 20;
   mo.max_epochs = 400;
   mo.restarts = 1;
-  for (std::size_t h = 0; h < 2; ++h) {
-    const auto& fit_rows = h == 0 ? d.folds[0].evaluation : d.folds[0].calibration;
-    const auto& pred_rows = h == 0 ? d.folds[0].calibration : d.folds[0].evaluation;
-    std::vector<double> xf(fit_rows.size() * K), xp(pred_rows.size() * K);
-    for (std::size_t i = 0; i < fit_rows.size(); ++i)
-      for (std::size_t k = 0; k < K; ++k) xf[i * K + k] = d.columns[output_cols[k]][fit_rows[i]];
-    for (std::size_t i = 0; i < pred_rows.size(); ++i)
-      for (std::size_t k = 0; k < K; ++k) xp[i * K + k] = d.columns[output_cols[k]][pred_rows[i]];
-    std::vector<std::vector<double>> yf(P);
-    std::vector<const std::vector<double>*> yp(P);
-    for (std::size_t j = 0; j < P; ++j) {
-      yf[j] = pick(target[j], fit_rows);
-      yp[j] = &yf[j];
-    }
-    mo.seed = derive_seed(seed, h);
-    const auto pred = fit_predict_mlp_probes(xf, fit_rows.size(), K, yp, xp, pred_rows.size(), mo);
-    for (std::size_t j = 0; j < P; ++j)
-      for (std::size_t i = 0; i < pred_rows.size(); ++i) fitted[pred_rows[i] * P + j] = pred[j][i];
-  }
-  std::size_t pcs = 0;
-  const auto scores = principal_scores(fitted, P, 3, 0.9, pcs);
-  // Second coordinate family: what the outputs say about correctness, logit ĝ(O) of the full-logit
-  // probe (cross-fitted: each half predicted by the fit on the other). Within a group that agrees on
-  // ĝ, routing differences cannot line up with differences in P(correct | O), so the permutation
-  // stays close to valid where the routing regression above is off (and vice versa). Scaled to the
-  // first component's spread so that both count.
   std::vector<double> g(n, 0.5);
-  for (std::size_t f = 0; f < 2; ++f) {
+  // The two cross-fitted balancing regressions and the two cross-fitted fits of ĝ (below) are
+  // independent jobs (each seeded on its own, writing disjoint rows) on the refits' workers; the
+  // result does not depend on the thread count.
+  parallel_for_index(4, threads, [&](std::size_t job) {
+    if (job < 2) {
+      const std::size_t h = job;
+      const auto& fit_rows = h == 0 ? d.folds[0].evaluation : d.folds[0].calibration;
+      const auto& pred_rows = h == 0 ? d.folds[0].calibration : d.folds[0].evaluation;
+      std::vector<double> xf(fit_rows.size() * K), xp(pred_rows.size() * K);
+      for (std::size_t i = 0; i < fit_rows.size(); ++i)
+        for (std::size_t k = 0; k < K; ++k) xf[i * K + k] = d.columns[output_cols[k]][fit_rows[i]];
+      for (std::size_t i = 0; i < pred_rows.size(); ++i)
+        for (std::size_t k = 0; k < K; ++k) xp[i * K + k] = d.columns[output_cols[k]][pred_rows[i]];
+      std::vector<std::vector<double>> yf(P);
+      std::vector<const std::vector<double>*> yp(P);
+      for (std::size_t j = 0; j < P; ++j) {
+        yf[j] = pick(target[j], fit_rows);
+        yp[j] = &yf[j];
+      }
+      MlpProbeOptions mh = mo;
+      mh.seed = derive_seed(seed, h);
+      const auto pred = fit_predict_mlp_probes(xf, fit_rows.size(), K, yp, xp, pred_rows.size(), mh);
+      for (std::size_t j = 0; j < P; ++j)
+        for (std::size_t i = 0; i < pred_rows.size(); ++i) fitted[pred_rows[i] * P + j] = pred[j][i];
+      return;
+    }
+    const std::size_t f = job - 2;
     const auto& cal = d.folds[f].calibration;
     const auto& ev = d.folds[f].evaluation;
     const std::size_t m = output_cols.size();
@@ -197,7 +200,14 @@ std::vector<double> matching_space(const AuditRunInput& run, const ProbeDesign& 
     go.seed = derive_seed(seed, 200 + f);
     const auto pred = fit_predict_mlp_probe(xc, cal.size(), m, pick(run.correct, cal), xe, ev.size(), go);
     for (std::size_t i = 0; i < ev.size(); ++i) g[ev[i]] = std::min(std::max(pred[i], 1e-6), 1.0 - 1e-6);
-  }
+  });
+  std::size_t pcs = 0;
+  const auto scores = principal_scores(fitted, P, 3, 0.9, pcs);
+  // Second coordinate family: what the outputs say about correctness, logit ĝ(O) of the full-logit
+  // probe (cross-fitted: each half predicted by the fit on the other). Within a group that agrees on
+  // ĝ, routing differences cannot line up with differences in P(correct | O), so the permutation
+  // stays close to valid where the routing regression above is off (and vice versa). Scaled to the
+  // first component's spread so that both count.
   std::vector<double> lg(n);
   double mean_g = 0, mean_p = 0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -220,25 +230,28 @@ std::vector<double> matching_space(const AuditRunInput& run, const ProbeDesign& 
   return x;
 }
 
-/// A run's conditional null in progress: its groups, the comparisons, the real gains and the null gains
-/// of the replicates fitted so far.
-struct ConditionalState {
+/// A run's null in progress, conditional or model-based: the comparisons, their real gains and, per
+/// comparison, the null gains of the replicates drawn for it so far; the conditional null's matched
+/// groups, or the model-based null's reference ĝ and warm start.
+struct NullState {
   ExactNullRun out;
-  std::vector<std::vector<std::size_t>> groups;
   std::uint64_t vseed = 0;
   std::vector<ProbeComparisonSpec> comps;
   Gains real;
-  std::vector<Gains> null;
+  std::vector<std::vector<double>> null;  ///< [comparison][replicate]
+  std::vector<std::vector<std::size_t>> groups;  ///< conditional
+  Fold2 g;                                       ///< model-based: the reference on every example, per fold
+  std::vector<std::array<MlpWeights, 2>> warm;   ///< model-based: the soft-reference warm start (or empty)
 };
 
 /// Matching space and groups of a run's conditional null (method.md §6.6 a); no fit yet.
-ConditionalState prepare_conditional(const AuditRunInput& run, const ProbeDesign& d, const std::string& variant,
-                                     std::size_t v, const ExactNullAuditOptions& o) {
-  ConditionalState st;
+NullState prepare_conditional(const AuditRunInput& run, const ProbeDesign& d, const std::string& variant,
+                              std::size_t v, const ExactNullAuditOptions& o) {
+  NullState st;
   st.vseed = derive_seed(derive_seed(d.run_seed, 0xC0D1), v);
   const std::uint64_t vseed = st.vseed;
   std::size_t dims = 1;
-  const auto x = matching_space(run, d, variant, o.probes.mlp, derive_seed(vseed, 40), dims);
+  const auto x = matching_space(run, d, variant, o.probes.mlp, derive_seed(vseed, 40), o.refit.threads, dims);
   ExactNullRun& out = st.out;
   out.run = run.run;
   out.variant = variant;
@@ -274,48 +287,102 @@ ConditionalState prepare_conditional(const AuditRunInput& run, const ProbeDesign
   return st;
 }
 
-/// Fits replicates [first, first + count) of a run's conditional null (and, with first = 0, the real
-/// labels as the last member of the same stack: the same seeds, splits, batch order and cold start, so
-/// real and permuted fits are exchangeable under the null) and appends their null gains. A replicate's
-/// fit does not depend on the others in its stack beyond float rounding, so drawing the replicates in
-/// batches (sequential stopping) gives the gains of one stack.
-void extend_conditional(ConditionalState& st, const AuditRunInput& run, const ProbeDesign& d, std::size_t first,
-                        std::size_t count, const ExactNullAuditOptions& o) {
-  const bool with_real = first == 0;
-  std::vector<std::vector<std::size_t>> perms(count);
-  std::vector<ReplicateSpec> specs(count + (with_real ? 1 : 0));
-  for (std::size_t j = 0; j < count; ++j) {
-    perms[j] = permute_within_groups(d.n, st.groups, derive_seed(st.vseed, std::uint64_t(first + j)));
-    specs[j].profile_permutation = &perms[j];
-  }
-  std::vector<std::array<const std::vector<double>*, 2>> ys(specs.size(), {&run.correct, &run.correct});
-  const auto fits = fit_probe_design_replicates(d, ys, o.refit, {derive_seed(st.vseed, 10), derive_seed(st.vseed, 11)},
-                                                nullptr, false, &specs);
-  const auto& names = fits.front().names;
-  const std::array<const std::vector<double>*, 2> y{&run.correct, &run.correct};
-  if (with_real) {
-    st.comps = applicable(d, names, true);
-    st.real = gains_of(st.comps, names, refit_losses(d, fits.back(), y));
-  }
-  for (std::size_t j = 0; j < count; ++j) st.null.push_back(gains_of(st.comps, names, refit_losses(d, fits[j], y)));
+/// The probes the open comparisons read (probe, control and a correction's base), with the warm start
+/// cut to match. A probe's refit does not depend on the other probes of the call (its own stacked fit
+/// per fold, seeded per fold), so the open comparisons' gains are those of the whole design.
+struct Restricted {
+  ProbeDesign design;
+  std::vector<std::array<MlpWeights, 2>> warm;
+};
+
+Restricted restrict_design(const ProbeDesign& d, const std::vector<std::array<MlpWeights, 2>>& warm,
+                           const std::vector<ProbeComparisonSpec>& comps, const std::vector<bool>& open) {
+  std::vector<std::string> keep;
+  for (std::size_t c = 0; c < comps.size(); ++c)
+    if (open[c]) {
+      keep.push_back(comps[c].probe);
+      keep.push_back(comps[c].control);
+    }
+  auto kept = [&](const std::string& name) { return std::find(keep.begin(), keep.end(), name) != keep.end(); };
+  for (const auto& spec : d.mlps)
+    if (kept(spec.name) && !spec.base.empty()) keep.push_back(spec.base);
+  Restricted r{d, {}};
+  r.design.mlps.clear();
+  r.design.linear = d.linear && kept("linear");
+  const std::size_t first_mlp = d.linear ? 1 : 0;
+  if (!warm.empty() && r.design.linear) r.warm.push_back(warm[0]);
+  for (std::size_t k = 0; k < d.mlps.size(); ++k)
+    if (kept(d.mlps[k].name)) {
+      r.design.mlps.push_back(d.mlps[k]);
+      if (!warm.empty()) r.warm.push_back(warm[first_mlp + k]);
+    }
+  return r;
 }
 
-/// Whether every pooled comparison of a variant has h null means at or above its real mean gain among
-/// the replicates drawn so far (its decision at level alpha is then settled: method.md §6.7).
-bool pooled_settled(const std::vector<ConditionalState>& states, std::size_t h) {
-  const auto& first = states.front();
-  for (std::size_t c = 0; c < first.comps.size(); ++c) {
-    double real = 0;
-    for (const auto& st : states) real += st.real[c] / double(states.size());
-    std::size_t ge = 0;
-    for (std::size_t j = 0; j < first.null.size(); ++j) {
-      double m = 0;
-      for (const auto& st : states) m += st.null[j][c] / double(states.size());
-      ge += m >= real - 1e-12;
+/// Fits replicates [first, first + count) of a run's null and appends each open comparison's null gains
+/// (open empty: every comparison). With first = 0 the real labels are the last member of the same stack
+/// (the same seeds, splits, batch order and start, so real and null fits are exchangeable under the
+/// null) and set the comparisons and real gains. Conditional: replicate j permutes the profile within
+/// the groups; model-based: its labels are Bern(ĝ) draws. Only the probes the open comparisons read are
+/// refitted (restrict_design). A replicate's fit does not depend on the others in its stack beyond float
+/// rounding, so drawing in batches gives the gains of one stack.
+void extend_null(NullState& st, const AuditRunInput& run, const ProbeDesign& d, bool model_based, std::size_t first,
+                 std::size_t count, const std::vector<bool>& open, const ExactNullAuditOptions& o) {
+  const bool with_real = first == 0;
+  const bool all_open = open.empty() || std::all_of(open.begin(), open.end(), [](bool b) { return b; });
+  std::optional<Restricted> cut;
+  if (!all_open) cut = restrict_design(d, st.warm, st.comps, open);
+  const ProbeDesign& dd = cut ? cut->design : d;
+  const auto& warm = cut ? cut->warm : st.warm;
+  std::vector<std::vector<std::size_t>> perms(model_based ? 0 : count);
+  std::vector<ReplicateSpec> specs(count + (with_real ? 1 : 0));
+  std::vector<Fold2> labels(model_based ? count : 0);
+  std::vector<std::array<const std::vector<double>*, 2>> ys;
+  for (std::size_t j = 0; j < count; ++j) {
+    if (model_based) {
+      const std::uint64_t s = derive_seed(st.vseed, std::uint64_t(first + j));
+      labels[j] = {bernoulli_draw(st.g[0], derive_seed(s, 0)), bernoulli_draw(st.g[1], derive_seed(s, 1))};
+      ys.push_back({&labels[j][0], &labels[j][1]});
+    } else {
+      perms[j] = permute_within_groups(d.n, st.groups, derive_seed(st.vseed, std::uint64_t(first + j)));
+      specs[j].profile_permutation = &perms[j];
+      ys.push_back({&run.correct, &run.correct});
     }
-    if (ge < h) return false;
   }
-  return true;
+  if (with_real) ys.push_back({&run.correct, &run.correct});
+  const auto fits = fit_probe_design_replicates(dd, ys, o.refit, {derive_seed(st.vseed, 10), derive_seed(st.vseed, 11)},
+                                                warm.empty() ? nullptr : &warm, false, model_based ? nullptr : &specs);
+  const auto& names = fits.front().names;
+  if (with_real) {
+    st.comps = applicable(d, names, !model_based);
+    st.real = gains_of(st.comps, names, refit_losses(dd, fits.back(), {&run.correct, &run.correct}));
+    st.null.assign(st.comps.size(), {});
+  }
+  std::vector<ProbeComparisonSpec> open_comps;
+  std::vector<std::size_t> open_index;
+  for (std::size_t c = 0; c < st.comps.size(); ++c)
+    if (open.empty() || open[c]) {
+      open_comps.push_back(st.comps[c]);
+      open_index.push_back(c);
+    }
+  for (std::size_t j = 0; j < count; ++j) {
+    const auto gains = gains_of(open_comps, names, refit_losses(dd, fits[j], ys[j]));
+    for (std::size_t k = 0; k < open_index.size(); ++k) st.null[open_index[k]].push_back(gains[k]);
+  }
+}
+
+/// Whether pooled comparison c has h null means (over the runs) at or above its real mean gain among
+/// the replicates drawn for it: its decision at level alpha is then settled (method.md §6.7).
+bool pooled_settled(const std::vector<NullState>& states, std::size_t c, std::size_t h) {
+  double real = 0;
+  for (const auto& st : states) real += st.real[c] / double(states.size());
+  std::size_t ge = 0;
+  for (std::size_t j = 0; j < states.front().null[c].size(); ++j) {
+    double m = 0;
+    for (const auto& st : states) m += st.null[c][j] / double(states.size());
+    ge += m >= real - 1e-12;
+  }
+  return ge >= h;
 }
 
 /// Hosmer-Lemeshow on each fold's evaluation half: deciles of g, Σ (O − E)² / (E (1 − E / n_g)).
@@ -342,16 +409,19 @@ ReferenceFit reference_fit(const ProbeDesign& d, const Fold2& g, const std::vect
   return fit;
 }
 
-ExactNullRun model_based_run(const AuditRunInput& run, const ProbeDesign& d, const std::string& variant,
-                             std::size_t v, const ExactNullAuditOptions& o) {
+/// The reference ĝ of a run's model-based null (method.md §6.6 b), its held-out fit and the warm start;
+/// no refit yet.
+NullState prepare_model_based(const AuditRunInput& run, const ProbeDesign& d, const std::string& variant,
+                              std::size_t v, const ExactNullAuditOptions& o) {
   const char* fn = "run_exact_null_audit";
-  Fold2 g;
+  NullState st;
+  Fold2& g = st.g;
   if (variant == "confidence") {
     for (std::size_t f = 0; f < 2; ++f) g[f] = nw_confidence_reference(run.confidence, run.correct, d.folds[f].calibration);
   } else {
     const auto it = std::find_if(d.mlps.begin(), d.mlps.end(), [](const ProbeDesign::Spec& s) { return s.name == "full_logit"; });
     if (it == d.mlps.end()) throw_input(fn, "variant \"full_logit\" needs the full_logit probe, which options.probes.only leaves out");
-    for (std::size_t f = 0; f < 2; ++f) {
+    parallel_for_index(2, o.refit.threads, [&](std::size_t f) {  // each fold seeded on its own
       const auto& cal = d.folds[f].calibration;
       std::vector<double> xc(cal.size() * it->cols.size()), xa(d.n * it->cols.size());
       for (std::size_t i = 0; i < cal.size(); ++i)
@@ -365,35 +435,14 @@ ExactNullRun model_based_run(const AuditRunInput& run, const ProbeDesign& d, con
       g[f] = fit_predict_mlp_probe(xc, cal.size(), it->cols.size(), pick(run.correct, cal), xa, d.n, mo);
       // The MLP's float32 sigmoid can reach 0 or 1; the null's truth stays strictly inside.
       for (auto& p : g[f]) p = std::min(std::max(p, 1e-6), 1.0 - 1e-6);
-    }
+    });
   }
-  const auto warm = o.warm_start ? soft_warm_start(d, g, o.refit) : std::vector<std::array<MlpWeights, 2>>{};
-  const std::uint64_t vseed = derive_seed(derive_seed(d.run_seed, 0x0E11), v);
-  // The real labels are fitted in the same stacked fit as the null replicates (the last member).
-  std::vector<Fold2> ys;
-  for (int j = 0; j < o.replicates; ++j) {
-    const std::uint64_t s = derive_seed(vseed, std::uint64_t(j));
-    ys.push_back({bernoulli_draw(g[0], derive_seed(s, 0)), bernoulli_draw(g[1], derive_seed(s, 1))});
-  }
-  std::vector<std::array<const std::vector<double>*, 2>> yp;
-  for (const auto& y : ys) yp.push_back({&y[0], &y[1]});
-  yp.push_back({&run.correct, &run.correct});
-  const auto fits = fit_probe_design_replicates(d, yp, o.refit, {derive_seed(vseed, 10), derive_seed(vseed, 11)},
-                                                o.warm_start ? &warm : nullptr);
-  const auto& names = fits.back().names;
-  const auto comps = applicable(d, names, false);
-  const auto real = gains_of(comps, names, refit_losses(d, fits.back(), {&run.correct, &run.correct}));
-  std::vector<Gains> null;
-  for (int j = 0; j < o.replicates; ++j) {
-    const auto& y = ys[std::size_t(j)];
-    null.push_back(gains_of(comps, names, refit_losses(d, fits[std::size_t(j)], {&y[0], &y[1]})));
-  }
-  ExactNullRun out;
-  out.run = run.run;
-  out.variant = variant;
-  finish_run(out, comps, real, null);
-  out.reference_fit = reference_fit(d, g, run.correct);
-  return out;
+  if (o.warm_start) st.warm = soft_warm_start(d, g, o.refit);
+  st.vseed = derive_seed(derive_seed(d.run_seed, 0x0E11), v);
+  st.out.run = run.run;
+  st.out.variant = variant;
+  st.out.reference_fit = reference_fit(d, g, run.correct);
+  return st;
 }
 
 }  // namespace
@@ -426,34 +475,41 @@ ExactNullResult run_exact_null_audit(const std::vector<AuditRunInput>& runs, con
   const std::size_t h = o.sequential ? settling_count(o.alpha, n_max) : 0;
   res.stop_after = h;
   std::vector<std::vector<ExactNullRun>> cond(runs.size()), model(runs.size());  // [run][variant]
-  for (std::size_t v = 0; v < o.variants.size(); ++v) {
-    std::vector<ConditionalState> states;
-    for (std::size_t r = 0; r < runs.size(); ++r) states.push_back(prepare_conditional(runs[r], designs[r], o.variants[v], v, o));
+  // One null of a variant over every run: batches of replicates per run until every pooled comparison
+  // has settled (or all are drawn); a settled comparison's probes leave the later batches.
+  auto draw = [&](bool model_based, std::size_t v, std::vector<std::vector<ExactNullRun>>& into) {
+    std::vector<NullState> states;
+    for (std::size_t r = 0; r < runs.size(); ++r)
+      states.push_back(model_based ? prepare_model_based(runs[r], designs[r], o.variants[v], v, o)
+                                   : prepare_conditional(runs[r], designs[r], o.variants[v], v, o));
     const std::size_t batch = o.sequential ? kNullBatch : n_max;
+    std::vector<bool> open;  // per comparison; empty until the first batch sets the comparisons
     for (std::size_t first = 0; first < n_max;) {
       const std::size_t count = std::min(batch, n_max - first);
-      for (std::size_t r = 0; r < runs.size(); ++r) extend_conditional(states[r], runs[r], designs[r], first, count, o);
+      for (std::size_t r = 0; r < runs.size(); ++r) extend_null(states[r], runs[r], designs[r], model_based, first, count, open, o);
       first += count;
-      if (h > 0 && pooled_settled(states, h)) break;  // every pooled decision at alpha is settled
+      if (open.empty()) open.assign(states.front().comps.size(), true);
+      if (h == 0) continue;
+      for (std::size_t c = 0; c < open.size(); ++c) open[c] = open[c] && !pooled_settled(states, c, h);
+      if (std::none_of(open.begin(), open.end(), [](bool b) { return b; })) break;
     }
     for (std::size_t r = 0; r < runs.size(); ++r) {
       auto& st = states[r];
       finish_run(st.out, st.comps, st.real, st.null, h);
-      cond[r].push_back(std::move(st.out));
+      into[r].push_back(std::move(st.out));
       if (o.progress) o.progress(++done, total);
     }
-    if (o.model_based)
-      for (std::size_t r = 0; r < runs.size(); ++r) {
-        model[r].push_back(model_based_run(runs[r], designs[r], o.variants[v], v, o));
-        if (o.progress) o.progress(++done, total);
-      }
+  };
+  for (std::size_t v = 0; v < o.variants.size(); ++v) {
+    draw(false, v, cond);
+    if (o.model_based) draw(true, v, model);
   }
   for (std::size_t r = 0; r < runs.size(); ++r) {  // run-major, as results.json lists them
     for (auto& x : cond[r]) res.runs.push_back(std::move(x));
     for (auto& x : model[r]) res.model_runs.push_back(std::move(x));
   }
   res.pooled = pool(res.runs, o.variants, h);
-  if (o.model_based) res.model_pooled = pool(res.model_runs, o.variants);
+  if (o.model_based) res.model_pooled = pool(res.model_runs, o.variants, h);
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
 }

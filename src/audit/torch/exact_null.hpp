@@ -27,10 +27,11 @@ struct ExactNullAuditOptions {
   std::vector<std::string> variants{"confidence", "full_logit"};
   std::size_t group_size = 5;  ///< matched-group size of the conditional permutation null (2-10)
   bool model_based = true;     ///< also run the model-based null (§6.6 b), labelled as such
-  /// Sequential Monte Carlo for the decision null (Besag & Clifford 1991): replicates are drawn in
-  /// batches of 20 per run, and a variant stops once every pooled comparison has settling_count(alpha,
-  /// replicates) null means at or above its real mean; its p is then sequential_p. The decision at alpha
-  /// (or any smaller level) is that of the fixed-count test. The model-based null keeps the fixed count.
+  /// Sequential Monte Carlo for both nulls (Besag & Clifford 1991): replicates are drawn in batches of 20
+  /// per run; a pooled comparison stops once it has settling_count(alpha, replicates) null means at or
+  /// above its real mean (its p is then sequential_p), later batches refit only the probes the open
+  /// comparisons read, and a variant stops when every comparison has. The decision at alpha (or any
+  /// smaller level) is that of the fixed-count test.
   bool sequential = false;
   double alpha = 0.05;  ///< the level whose decisions sequential stopping keeps
   /// Called after each (run, variant) with (done, total); for a progress bar (may be empty).
