@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <chrono>
@@ -21,6 +22,8 @@
 #include <sstream>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -88,6 +91,7 @@ struct Job {
   std::vector<std::string> args;  ///< after argv[0]
   std::string log;                ///< stdout and stderr of the child ("" = inherit)
   std::string progress;           ///< --progress-file of a training ("" = none)
+  std::vector<std::size_t> after;  ///< jobs (indices into the same list) that must finish before it starts
   pid_t pid = -1;
   bool done = false;
   bool signalled = false;  ///< the interrupt was forwarded to it
@@ -141,19 +145,27 @@ std::pair<long long, long long> read_progress(const std::string& path) {
 /// ones finish (their work is kept and resumable); then InputError names the job and its log tail.
 /// On SIGINT/SIGTERM (or a child that was interrupted itself, exit 3) no job starts, the signal is
 /// forwarded to the running ones, which write their checkpoints, and Interrupted is thrown.
-void run_jobs(const std::string& exe, std::vector<Job>& jobs, int parallel, const std::string& label, bool bar_on) {
+/// A job starts when a slot is free and every job in its `after` list has finished, the earliest such
+/// job in list order first; on_finished(i), if given, is called after job i exited successfully, and
+/// extra_status(), if given, adds to the bar's text.
+void run_jobs(const std::string& exe, std::vector<Job>& jobs, int parallel, const std::string& label, bool bar_on,
+              const std::function<void(std::size_t)>& on_finished = {},
+              const std::function<std::string()>& extra_status = {}) {
   if (jobs.empty()) return;
   arcal::ProgressBar bar(label, 1000, bar_on);
-  std::size_t next = 0, running = 0, finished = 0;
+  std::size_t running = 0, finished = 0;
   std::string failure;
   int failure_code = 0;  // the failed child's exit code: 2 (its input) stays 2, anything else is 1
   bool child_interrupted = false;
+  auto ready = [&](const Job& j) {
+    return j.pid < 0 && std::all_of(j.after.begin(), j.after.end(), [&](std::size_t a) { return jobs[a].done; });
+  };
   while (finished < jobs.size()) {
-    while (failure.empty() && !child_interrupted && !arcal::interrupt_requested() && running < std::size_t(parallel) &&
-           next < jobs.size()) {
-      jobs[next].pid = spawn(exe, jobs[next]);
+    while (failure.empty() && !child_interrupted && !arcal::interrupt_requested() && running < std::size_t(parallel)) {
+      const auto next = std::find_if(jobs.begin(), jobs.end(), ready);
+      if (next == jobs.end()) break;
+      next->pid = spawn(exe, *next);
       ++running;
-      ++next;
     }
     if (running == 0) break;
     int status = 0;
@@ -177,6 +189,7 @@ void run_jobs(const std::string& exe, std::vector<Job>& jobs, int parallel, cons
                       (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
                                          : "signal " + std::to_string(WTERMSIG(status))) +
                       "); last lines of " + j.log + ":\n" + tail(j.log, 5);
+          if (ok && on_finished) on_finished(std::size_t(&j - jobs.data()));
         }
       continue;
     }
@@ -193,8 +206,9 @@ void run_jobs(const std::string& exe, std::vector<Job>& jobs, int parallel, cons
         total += t;
       }
     bar.update(static_cast<long long>(1000.0 * frac / double(jobs.size())),
-               fmt::format("{}/{} done, {} running{}", finished, jobs.size(), running,
-                           total > 0 ? fmt::format(", steps {}/{}", steps, total) : std::string()));
+               fmt::format("{}/{} done, {} running{}{}", finished, jobs.size(), running,
+                           total > 0 ? fmt::format(", steps {}/{}", steps, total) : std::string(),
+                           extra_status ? extra_status() : std::string()));
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   bar.update(1000, fmt::format("{}/{} done", finished, jobs.size()));
@@ -309,6 +323,52 @@ std::vector<arcal::ConvergencePoint> audit_snapshots(const arcal::StudyConfig& s
   return points;
 }
 
+/// The trainings and traces of a study as one job queue (run_jobs): the audited runs first, each
+/// trace right after its training, then the standard twins. Completed trainings and traces are left
+/// out (a re-run resumes). audit_traces gets the audited runs' trace paths and audit_jobs the jobs the
+/// audit waits for.
+std::vector<Job> study_jobs(const arcal::StudyConfig& st, const std::vector<arcal::StudyRun>& runs, const std::string& dir,
+                            std::vector<std::string>& audit_traces, std::vector<std::size_t>& audit_jobs) {
+  std::vector<Job> jobs;
+  for (int pass = 0; pass < 2; ++pass)
+    for (const auto& r : runs) {
+      if (r.audited != (pass == 0)) continue;
+      const std::string rd = dir + "/runs/" + r.dir_name();
+      const std::string tf = rd + "/" + st.split + ".npz";
+      if (r.audited) audit_traces.push_back(tf);
+      const bool done = fs::exists(rd + "/summary.json");
+      const bool resume = !done && fs::exists(rd + "/config.json");
+      std::cout << fmt::format("  {:<44} {}\n", r.dir_name(), done ? "trained (skipped)" : resume ? "resuming" : "to train");
+      std::vector<std::size_t> after;
+      if (!done) {
+        fs::create_directories(rd);
+        arcal::mark_output_dir(rd, "arcal run");  // the child's `arcal train --out RD` finds its marker
+        // The child reads the run's typed training configuration (the table's JSON), not flag strings.
+        arcal::write_file_atomic(rd + "/train_request.json", nlohmann::json(r.config).dump(1) + "\n");
+        Job j;
+        j.label = "train " + r.id;
+        // Not --quiet: train.log keeps the configuration and evaluation lines (bars are off on a file).
+        j.args = {"train", "--config", rd + "/train_request.json", "--out", rd, "--progress-file", rd + "/progress.txt"};
+        if (resume) j.args.push_back("--resume");
+        j.log = rd + "/train.log";
+        j.progress = rd + "/progress.txt";
+        after.push_back(jobs.size());
+        if (r.audited) audit_jobs.push_back(jobs.size());
+        jobs.push_back(j);
+      }
+      if (fs::exists(tf)) continue;
+      Job j;
+      j.label = "trace " + r.id;
+      j.args = {"trace", "--run", rd, "--split", st.split, "--out", tf, "--threads", std::to_string(st.threads_per_job),
+                "--sequences", std::to_string(st.trace_sequences), "--quiet"};
+      j.log = rd + "/trace.log";
+      j.after = after;
+      if (r.audited) audit_jobs.push_back(jobs.size());
+      jobs.push_back(j);
+    }
+  return jobs;
+}
+
 int run_study(const RunOptions& o) {
   const arcal::StudyConfig study = o.config.empty() ? arcal::default_study() : arcal::parse_study_toml(o.config);
   arcal::StudyConfig st = study;
@@ -354,81 +414,91 @@ int run_study(const RunOptions& o) {
                            o.config.empty() ? "embedded default" : o.config, runs.size(), audited, runs.size() - audited, dir);
   std::cout << fmt::format("  study hash {}; {} at a time, {} thread(s) each\n", study_hash, st.parallel, st.threads_per_job);
 
-  // 1. Training.
-  std::vector<Job> train_jobs;
-  for (const auto& r : runs) {
-    const std::string rd = dir + "/runs/" + r.dir_name();
-    const bool done = fs::exists(rd + "/summary.json");
-    const bool resume = !done && fs::exists(rd + "/config.json");
-    std::cout << fmt::format("  {:<44} {}\n", r.dir_name(), done ? "trained (skipped)" : resume ? "resuming" : "to train");
-    if (done) continue;
-    fs::create_directories(rd);
-    arcal::mark_output_dir(rd, "arcal run");  // the child's `arcal train --out RD` finds its marker
-    // The child reads the run's typed training configuration (the table's JSON), not flag strings.
-    arcal::write_file_atomic(rd + "/train_request.json", nlohmann::json(r.config).dump(1) + "\n");
-    Job j;
-    j.label = "train " + r.id;
-    // Not --quiet: train.log keeps the configuration and evaluation lines (bars are off on a file).
-    j.args = {"train", "--config", rd + "/train_request.json", "--out", rd, "--progress-file", rd + "/progress.txt"};
-    if (resume) j.args.push_back("--resume");
-    j.log = rd + "/train.log";
-    j.progress = rd + "/progress.txt";
-    train_jobs.push_back(j);
-  }
-  run_jobs(exe, train_jobs, st.parallel, "train", bars);
-
-  // 2. Traces.
-  std::vector<Job> trace_jobs;
-  for (const auto& r : runs) {
-    const std::string rd = dir + "/runs/" + r.dir_name();
-    if (fs::exists(rd + "/" + st.split + ".npz")) continue;
-    Job j;
-    j.label = "trace " + r.id;
-    j.args = {"trace", "--run", rd, "--split", st.split, "--out", rd + "/" + st.split + ".npz", "--threads",
-              std::to_string(st.threads_per_job), "--sequences", std::to_string(st.trace_sequences), "--quiet"};
-    j.log = rd + "/trace.log";
-    trace_jobs.push_back(j);
-  }
-  run_jobs(exe, trace_jobs, st.parallel, "trace", bars);
-
-  // 3. Metrics of every run (seconds; recomputed each time from the traces).
-  arcal::StudyResults study_results;
+  // 1-2. Trainings and traces as one queue of child processes, `parallel` at a time: the audited runs
+  // first, each traced as soon as it is trained, then the standard twins. Once every audited run is
+  // traced, the audit (step 4) starts in this process on a thread of its own, beside the twins'
+  // trainings, so the cores do not idle while the last trainings run alone (docs/architecture.md).
+  // Its results do not depend on what runs beside it.
   std::vector<std::string> audit_traces;
-  for (const auto& r : runs) {
-    if (arcal::interrupt_requested()) interrupted("while computing metrics");
-    const std::string rd = dir + "/runs/" + r.dir_name();
-    const std::string tf = rd + "/" + st.split + ".npz";
-    const auto trace = arcal::load_trace(tf);
-    arcal::ReportOptions ro;
-    ro.bins = int(st.audit.bins);
-    ro.draws = 1000;
-    ro.seed = st.audit.seed;
-    arcal::StudyRunResult row;
-    row.id = r.id;
-    row.dir = "runs/" + r.dir_name();
-    row.dataset = r.dataset;
-    row.model = r.model;
-    row.residual = r.residual;
-    row.seed = r.seed;
-    row.audited = r.audited;
-    row.trace = "runs/" + r.dir_name() + "/" + st.split + ".npz";
-    row.config_hash = r.hash;
-    ro.cluster = trace.cluster;  // token traces: the bootstrap resamples whole sequences
-    row.metrics = arcal::calibration_report(arcal::trace_probabilities(trace), trace.n, trace.classes, trace.labels, ro);
-    try {  // a damaged summary.json only loses these two numbers
-      const auto summary =
-          nlohmann::json::parse(arcal::read_file(rd + "/summary.json")).get<arcal::TrainSummary>();
-      row.train_seconds = summary.wall_seconds;
-      row.images_per_second = summary.images_per_second;
-    } catch (const std::exception&) {
-    }
-    study_results.runs.push_back(std::move(row));
-    if (r.audited) audit_traces.push_back(tf);
+  std::vector<std::size_t> audit_jobs;  // the jobs the audit waits for
+  std::vector<Job> jobs = study_jobs(st, runs, dir, audit_traces, audit_jobs);
+  // 4. (started here) The audit over the AttnRes traces, in this process (the library call `arcal audit`
+  // makes). Its thread stops at the next poll on SIGINT/SIGTERM, or when a training fails.
+  const std::string audit_dir = audit_dir_for(dir, "audit", st, audit_traces);
+  std::atomic<bool> audit_cancel{false}, audit_running{false};
+  std::future<arcal::AuditResults> audit;
+  auto start_audit = [&](bool beside_jobs) {
+    audit_running = true;
+    audit = std::async(std::launch::async, [&, beside_jobs] {
+      const arcal::ScopedInterruptPoll poll([&] { return arcal::interrupt_requested() || audit_cancel.load(); });
+      // Beside the trainings' progress bar its own bars would interleave: it reports when done.
+      auto res = audit_traces_into(st, audit_traces, audit_dir, bars && !beside_jobs, "audit");
+      audit_running = false;
+      return res;
+    });
+  };
+  auto audit_ready = [&] {
+    return std::all_of(audit_jobs.begin(), audit_jobs.end(), [&](std::size_t i) { return jobs[i].done; });
+  };
+  // Stops the audit at its next poll and lets it unwind, before an error of this thread leaves.
+  auto stop_audit = [&] {
+    if (!audit.valid()) return;
+    audit_cancel = true;
+    audit.wait();
+  };
+  if (audit_ready()) start_audit(jobs.size() > 0);
+  try {
+    run_jobs(exe, jobs, st.parallel, "train and trace", bars,
+             [&](std::size_t) {
+               if (!audit.valid() && audit_ready()) start_audit(true);
+             },
+             [&] { return std::string(audit_running ? ", audit running" : ""); });
+  } catch (...) {
+    stop_audit();
+    throw;
   }
 
-  // 4. Audit over the AttnRes traces, in this process (the library call `arcal audit` makes).
-  const std::string audit_dir = audit_dir_for(dir, "audit", st, audit_traces);
-  const arcal::AuditResults final_audit = audit_traces_into(st, audit_traces, audit_dir, bars, "audit");
+  // 3. Metrics of every run (seconds; recomputed each time from the traces), while the audit runs.
+  arcal::StudyResults study_results;
+  try {
+    for (const auto& r : runs) {
+      if (arcal::interrupt_requested()) interrupted("while computing metrics");
+      const std::string rd = dir + "/runs/" + r.dir_name();
+      const std::string tf = rd + "/" + st.split + ".npz";
+      const auto trace = arcal::load_trace(tf);
+      arcal::ReportOptions ro;
+      ro.bins = int(st.audit.bins);
+      ro.draws = 1000;
+      ro.seed = st.audit.seed;
+      arcal::StudyRunResult row;
+      row.id = r.id;
+      row.dir = "runs/" + r.dir_name();
+      row.dataset = r.dataset;
+      row.model = r.model;
+      row.residual = r.residual;
+      row.seed = r.seed;
+      row.audited = r.audited;
+      row.trace = "runs/" + r.dir_name() + "/" + st.split + ".npz";
+      row.config_hash = r.hash;
+      ro.cluster = trace.cluster;  // token traces: the bootstrap resamples whole sequences
+      row.metrics = arcal::calibration_report(arcal::trace_probabilities(trace), trace.n, trace.classes, trace.labels, ro);
+      try {  // a damaged summary.json only loses these two numbers
+        const auto summary =
+            nlohmann::json::parse(arcal::read_file(rd + "/summary.json")).get<arcal::TrainSummary>();
+        row.train_seconds = summary.wall_seconds;
+        row.images_per_second = summary.images_per_second;
+      } catch (const std::exception&) {
+      }
+      study_results.runs.push_back(std::move(row));
+    }
+  } catch (...) {
+    stop_audit();
+    throw;
+  }
+
+  // 4. The audit started above: its results (an error or interrupt in it is rethrown here).
+  if (!audit.valid()) start_audit(false);  // started above whenever the queue finished; a guard for get()
+  const arcal::AuditResults final_audit = audit.get();
 
   // 5. DIR/results.json = the audit's results (its verdict by this version's rule) + the study section.
   nlohmann::json results = arcal::audit_results_json(final_audit);
