@@ -734,6 +734,43 @@ def concurrency_cases(r):
              "", 0, None, out="checkpoint kept" if kept else "")
 
 
+def audit_beside_training_case(r):
+    """SIGTERM while the audit runs on its thread beside a training (issue 26: arcal run starts the audit
+    once the audited runs are traced): the audit stops at its next poll, the training keeps its
+    checkpoint, exit 3 with the resume command, and no audit results are written."""
+    r.area = "signals and locks"
+    W = r.path
+    out, toml = W("study_audit"), W("tiny_audit.toml")
+    open(toml, "w").write("name = \"tinyaudit\"\n[train]\nseeds = [3]\nepochs = 1\ntrain_subset = 2048\n"
+                          "batch_size = 64\n[execution]\nparallel = 1\n[trace]\nsplit = \"val\"\n"
+                          "[audit]\npermutations = 100\nbins = 5\nsensitivity = true\nexact_null = false\n")
+    shutil.rmtree(out, ignore_errors=True)
+    argv = ["run", "--config", toml, "--out", out, "--no-report"]
+    p = subprocess.Popen([r.arcal] + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    started = False
+    for line in p.stdout:  # "audit: 1 traces; ..." once the audited run is traced
+        if line.startswith("audit:"):
+            started = True
+            break
+    runs = os.path.join(out, "runs")
+    t0 = time.time()  # until the twin has taken a step (its progress file), with the audit running
+    while started and p.poll() is None and time.time() - t0 < 120:
+        progress = [os.path.join(runs, d, "progress.txt") for d in os.listdir(runs) if "standard" in d]
+        if any(os.path.exists(f) and open(f).read().split()[:1] not in ([], ["0"]) for f in progress):
+            break
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    rest, err = p.communicate(timeout=180)
+    twin = [d for d in os.listdir(runs) if "standard" in d] if os.path.isdir(runs) else []
+    audits = [d for d in os.listdir(out) if d.startswith("audit-")] if os.path.isdir(out) else []
+    written = [d for d in audits if os.path.exists(os.path.join(out, d, "results.json"))]
+    why = ("the audit did not start beside the twin's training" if not started else
+           "the twin kept no checkpoint" if not any(os.path.exists(os.path.join(runs, d, "checkpoint.pt")) for d in twin) else
+           "the stopped audit wrote results: %s" % written if written else "")
+    r.record("SIGTERM while the audit runs beside a training: both stop, exit 3, no audit results", argv, p.returncode,
+             err, 3, "Resume with: arcal run --config", extra_ok=not why, extra_why=why, then="SIGTERM")
+
+
 # ---------------------------------------------------------------- round 2 (issue 24)
 
 def dead_pid():
@@ -1065,7 +1102,7 @@ def main():
     r = Runner(os.path.realpath(a.arcal), work, open(a.table).read() if os.path.exists(a.table) else "")
     t0 = time.time()
     groups = [files_cases, flag_cases, toml_cases, report_cases, path_cases, cedar_cases, data_cases, train_cases, concurrency_cases,
-              round2_cases]
+              round2_cases, audit_beside_training_case]
     for g in groups:
         if a.only and a.only not in g.__name__:
             continue
