@@ -193,15 +193,45 @@ TEST(ExactNull, ConditionalPermutationFindsPlantedDependence) {
   }
 }
 
+namespace {
+
+/// The exact-null options of the tests below: the confidence variant with these probes and replicates.
+ExactNullAuditOptions confidence_null(std::vector<std::string> only, int replicates) {
+  ExactNullAuditOptions o;
+  o.probes.only = std::move(only);
+  o.replicates = replicates;
+  o.variants = {"confidence"};
+  return o;
+}
+
+/// A sequential pooled comparison against the fixed-count one of the same seeds: it drew replicates
+/// 0..L-1 of the fixed null, L the end of the batch (of 20) holding the fixed null's h-th mean at or above
+/// the real mean (or R), and has the fixed test's decision at 0.05 and Besag-Clifford's p.
+void expect_sequential_prefix(const ExactNullPooled& sp, const ExactNullPooled& fp, std::size_t h, std::size_t R) {
+  ASSERT_EQ(sp.comparison, fp.comparison);
+  ASSERT_EQ(fp.replicates, R);
+  std::size_t ge = 0, expect = R;
+  for (std::size_t j = 0; j < R; ++j)
+    if (fp.null_mean_gain[j] >= fp.real_mean_gain - 1e-12 && ++ge == h) {
+      expect = std::min<std::size_t>(R, (j / 20 + 1) * 20);
+      break;
+    }
+  EXPECT_EQ(sp.replicates, expect) << sp.comparison;
+  ASSERT_EQ(sp.null_mean_gain.size(), sp.replicates);
+  for (std::size_t j = 0; j < sp.replicates; ++j) EXPECT_NEAR(sp.null_mean_gain[j], fp.null_mean_gain[j], 1e-9) << j;
+  EXPECT_NEAR(sp.real_mean_gain, fp.real_mean_gain, 1e-9);
+  EXPECT_EQ(sp.p <= 0.05, fp.p <= 0.05) << sp.comparison;
+  EXPECT_DOUBLE_EQ(sp.p, sequential_p(sp.real_mean_gain, sp.null_mean_gain, h));
+}
+
+}  // namespace
+
 TEST(ExactNull, SequentialStoppingDrawsAPrefixOfTheFixedNull) {
   // Sequential stopping draws replicates 0..L-1 of the fixed-count null (the same seeds; a fit does not
   // depend on its stack companions beyond float rounding), stops on a null run well before the
   // maximum, and keeps the fixed test's decision at alpha.
   torch::set_num_threads(1);
-  ExactNullAuditOptions o;
-  o.probes.only = {"full_vector", "capacity_matched"};
-  o.replicates = 99;
-  o.variants = {"confidence"};
+  auto o = confidence_null({"full_vector", "capacity_matched"}, 99);
   o.model_based = false;
   const std::vector<AuditRunInput> runs{simulated_run(600, 0.0, 41), simulated_run(600, 0.0, 42)};
   const auto fixed = run_exact_null_audit(runs, o);
@@ -210,24 +240,9 @@ TEST(ExactNull, SequentialStoppingDrawsAPrefixOfTheFixedNull) {
   EXPECT_EQ(fixed.stop_after, 0u);
   EXPECT_EQ(seq.stop_after, settling_count(0.05, 99));
   ASSERT_EQ(seq.pooled.size(), 1u);
-  const auto& sp = seq.pooled[0];
-  const auto& fp = fixed.pooled[0];
-  std::printf("  sequential: %zu of 99 replicates, p %.3f (fixed: %.3f, %.1f s vs %.1f s)\n", sp.replicates, sp.p, fp.p,
-              seq.seconds, fixed.seconds);
-  EXPECT_EQ(fp.replicates, 99u);
-  // Where the fixed null says it stops: the batch (of 20) holding its h-th null mean >= the real mean.
-  std::size_t ge = 0, expect = 99;
-  for (std::size_t j = 0; j < 99; ++j)
-    if (fp.null_mean_gain[j] >= fp.real_mean_gain - 1e-12 && ++ge == seq.stop_after) {
-      expect = std::min<std::size_t>(99, (j / 20 + 1) * 20);
-      break;
-    }
-  EXPECT_EQ(sp.replicates, expect);
-  ASSERT_EQ(sp.null_mean_gain.size(), sp.replicates);
-  for (std::size_t j = 0; j < sp.replicates; ++j) EXPECT_NEAR(sp.null_mean_gain[j], fp.null_mean_gain[j], 1e-9) << j;
-  EXPECT_NEAR(sp.real_mean_gain, fp.real_mean_gain, 1e-9);
-  EXPECT_EQ(sp.p <= 0.05, fp.p <= 0.05);
-  EXPECT_DOUBLE_EQ(sp.p, sequential_p(sp.real_mean_gain, sp.null_mean_gain, seq.stop_after));
+  std::printf("  sequential: %zu of 99 replicates, p %.3f (fixed: %.3f)\n", seq.pooled[0].replicates, seq.pooled[0].p,
+              fixed.pooled[0].p);
+  expect_sequential_prefix(seq.pooled[0], fixed.pooled[0], seq.stop_after, 99);
 }
 
 // Each comparison stops on its own (its probes leave the later batches once no open comparison reads
@@ -237,10 +252,7 @@ TEST(ExactNull, SequentialStoppingDrawsAPrefixOfTheFixedNull) {
 // predictive entropy against its control, which routing cannot move, settles early.
 TEST(ExactNull, EachComparisonAndTheModelBasedNullStopOnTheirOwn) {
   torch::set_num_threads(1);
-  ExactNullAuditOptions o;
-  o.probes.only = {"full_vector", "capacity_matched", "predictive_entropy"};
-  o.replicates = 39;
-  o.variants = {"confidence"};
+  auto o = confidence_null({"full_vector", "capacity_matched", "predictive_entropy"}, 39);
   const std::vector<AuditRunInput> runs{simulated_run(600, 0.03, 43), simulated_run(600, 0.03, 44)};
   const auto fixed = run_exact_null_audit(runs, o);
   o.sequential = true;
@@ -250,25 +262,13 @@ TEST(ExactNull, EachComparisonAndTheModelBasedNullStopOnTheirOwn) {
   std::size_t shortest = 39, longest = 0;
   for (const auto& [s_pooled, f_pooled] : {std::pair{&seq.pooled, &fixed.pooled}, std::pair{&seq.model_pooled, &fixed.model_pooled}}) {
     ASSERT_EQ(s_pooled->size(), f_pooled->size());
+    const bool conditional = s_pooled == &seq.pooled;
     for (std::size_t c = 0; c < s_pooled->size(); ++c) {
       const auto& sp = (*s_pooled)[c];
-      const auto& fp = (*f_pooled)[c];
-      ASSERT_EQ(sp.comparison, fp.comparison);
-      std::size_t ge = 0, expect = 39;
-      for (std::size_t j = 0; j < 39; ++j)
-        if (fp.null_mean_gain[j] >= fp.real_mean_gain - 1e-12 && ++ge == h) {
-          expect = std::min<std::size_t>(39, (j / 20 + 1) * 20);
-          break;
-        }
-      std::printf("  %s %s: %zu of 39 replicates, p %.3f (fixed %.3f)\n", s_pooled == &seq.pooled ? "conditional" : "model-based",
-                  sp.comparison.c_str(), sp.replicates, sp.p, fp.p);
-      EXPECT_EQ(sp.replicates, expect) << sp.comparison;
-      ASSERT_EQ(sp.null_mean_gain.size(), sp.replicates);
-      for (std::size_t j = 0; j < sp.replicates; ++j) EXPECT_NEAR(sp.null_mean_gain[j], fp.null_mean_gain[j], 1e-9) << j;
-      EXPECT_NEAR(sp.real_mean_gain, fp.real_mean_gain, 1e-9);
-      EXPECT_EQ(sp.p <= 0.05, fp.p <= 0.05) << sp.comparison;
-      EXPECT_DOUBLE_EQ(sp.p, sequential_p(sp.real_mean_gain, sp.null_mean_gain, h));
-      for (const auto& run : s_pooled == &seq.pooled ? seq.runs : seq.model_runs)
+      std::printf("  %s %s: %zu of 39 replicates, p %.3f (fixed %.3f)\n", conditional ? "conditional" : "model-based",
+                  sp.comparison.c_str(), sp.replicates, sp.p, (*f_pooled)[c].p);
+      expect_sequential_prefix(sp, (*f_pooled)[c], h, 39);
+      for (const auto& run : conditional ? seq.runs : seq.model_runs)
         for (const auto& rc : run.comparisons)
           if (rc.comparison == sp.comparison) {
             EXPECT_EQ(rc.null_gain.size(), sp.replicates);
@@ -282,10 +282,7 @@ TEST(ExactNull, EachComparisonAndTheModelBasedNullStopOnTheirOwn) {
 
 TEST(ExactNull, MatchingAndLayout) {
   torch::set_num_threads(1);
-  ExactNullAuditOptions o;
-  o.probes.only = {"full_vector", "capacity_matched", "predictive_entropy"};
-  o.replicates = 4;
-  o.variants = {"confidence"};
+  const auto o = confidence_null({"full_vector", "capacity_matched", "predictive_entropy"}, 4);
   const auto res = run_exact_null_audit({simulated_run(600, 0.0, 3)}, o);
   ASSERT_EQ(res.runs.size(), 1u);
   const auto& r = res.runs[0];
