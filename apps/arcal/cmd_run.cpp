@@ -428,7 +428,7 @@ int run_study(const RunOptions& o) {
   // 4. (started here) The audit over the AttnRes traces, in this process (the library call `arcal audit`
   // makes). Its thread stops at the next poll on SIGINT/SIGTERM, or when a training fails.
   const std::string audit_dir = audit_dir_for(dir, "audit", st, audit_traces);
-  std::atomic<bool> audit_cancel{false}, audit_running{false};
+  std::atomic<bool> audit_cancel{false};
   std::future<arcal::AuditResults> audit;
   // Beside trainings the audit's thread runs at the lowest priority (nice 19; the worker threads it
   // starts inherit it), so it takes the cycles the trainings leave instead of time-slicing with them:
@@ -439,7 +439,6 @@ int run_study(const RunOptions& o) {
   int audit_tid = 0;
   bool trainings_done = false;
   auto start_audit = [&](bool beside_jobs) {
-    audit_running = true;
     audit = std::async(std::launch::async, [&, beside_jobs] {
       if (beside_jobs) {
         const std::lock_guard<std::mutex> lock(nice_mutex);
@@ -450,9 +449,7 @@ int run_study(const RunOptions& o) {
       }
       const arcal::ScopedInterruptPoll poll([&] { return arcal::interrupt_requested() || audit_cancel.load(); });
       // Beside the trainings' progress bar its own bars would interleave: it reports when done.
-      auto res = audit_traces_into(st, audit_traces, audit_dir, bars && !beside_jobs, "audit");
-      audit_running = false;
-      return res;
+      return audit_traces_into(st, audit_traces, audit_dir, bars && !beside_jobs, "audit");
     });
   };
   auto audit_ready = [&] {
@@ -470,7 +467,11 @@ int run_study(const RunOptions& o) {
              [&](std::size_t) {
                if (!audit.valid() && audit_ready()) start_audit(true);
              },
-             [&] { return std::string(audit_running ? ", audit running" : ""); });
+             [&] {  // the audit's state from its future: running, or ended (done or failed)
+               if (!audit.valid()) return std::string();
+               return std::string(audit.wait_for(std::chrono::seconds(0)) == std::future_status::ready ? ", audit ended"
+                                                                                                     : ", audit running");
+             });
   } catch (...) {
     stop_audit();
     throw;
