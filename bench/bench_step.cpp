@@ -1,6 +1,8 @@
 // The training step split into its phases (forward, loss + backward, AdamW), with the fused
 // operators of model/fused.hpp on and off (with them, the trainer's one-pass AdamW of train/adamw.hpp;
-// without, LibTorch's step), in fp32 and bf16 autocast, all in one run (issue 26).
+// without, LibTorch's step), in fp32 and bf16 autocast, all in one run (issue 26). A third case per
+// precision, "uncut", is the fused step without AR-ViT's first-token cut (model/ar_vit.hpp), so the
+// cut's share is a ratio in the same run.
 // Wall-clock timing without LibTorch's profiler, whose per-operator cost distorts a step made of
 // thousands of small calls (bench/README.md). Random images and labels: the step's cost does not
 // depend on the data.
@@ -81,7 +83,9 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "timed steps per case (after 3 warm-up steps)")->capture_default_str();
   app.add_option("--threads", threads, "intra-op threads")->capture_default_str();
   std::string only;
-  app.add_option("--only", only, "time one case only (for perf record): fp32-fused, fp32-composite, bf16-fused, bf16-composite");
+  app.add_option("--only", only,
+                 "time one case only (for perf record): fp32-composite, fp32-uncut, fp32-fused, bf16-composite, "
+                 "bf16-uncut, bf16-fused");
   CLI11_PARSE(app, argc, argv);
   reexec_with_native_openblas_kernels(argv);  // as arcal itself does
   set_compute_threads(threads);               // LibTorch's and OpenBLAS's threads, as arcal train sets them
@@ -96,22 +100,24 @@ int main(int argc, char** argv) {
   std::printf("%-6s %-9s %9s %9s %9s %9s %10s\n", "prec", "operators", "forward", "backward", "AdamW", "step",
               "images/s");
   for (bool bf16 : {false, true}) {
-    double composite = 0;
-    for (bool fused : {false, true}) {
-      const std::string name = std::string(bf16 ? "bf16" : "fp32") + (fused ? "-fused" : "-composite");
+    double composite = 0, uncut = 0;
+    for (const std::string operators : {"composite", "uncut", "fused"}) {
+      const std::string name = std::string(bf16 ? "bf16" : "fp32") + "-" + operators;
       if (!only.empty() && only != name) continue;
-      set_fused_operators(fused);
+      set_fused_operators(operators != "composite");
+      set_first_token_cut(operators != "uncut");
       torch::manual_seed(1);
       ARViT model(cfg);
       torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3).weight_decay(0.05));
       const auto p = time_steps(model, opt, x, y, steps, bf16);
-      std::printf("%-6s %-9s %9.2f %9.2f %9.2f %9.2f %10.1f", bf16 ? "bf16" : "fp32", fused ? "fused" : "composite",
+      std::printf("%-6s %-9s %9.2f %9.2f %9.2f %9.2f %10.1f", bf16 ? "bf16" : "fp32", operators.c_str(),
                   1e3 * p.forward, 1e3 * p.backward, 1e3 * p.optimizer, 1e3 * p.total(), batch / p.total());
-      if (fused && composite > 0)
-        std::printf("   fused / composite: %.2fx\n", composite / p.total());
+      if (operators == "fused" && composite > 0 && uncut > 0)
+        std::printf("   fused / composite: %.2fx, cut / uncut: %.2fx\n", composite / p.total(), uncut / p.total());
       else
         std::printf("\n");
-      composite = p.total();
+      if (operators == "composite") composite = p.total();
+      if (operators == "uncut") uncut = p.total();
     }
   }
   return 0;

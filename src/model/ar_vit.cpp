@@ -1,5 +1,9 @@
 #include "model/ar_vit.hpp"
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
 #include "core/check.hpp"
 
 namespace arcal {
@@ -55,12 +59,15 @@ torch::Tensor ARViTImpl::embed(const torch::Tensor& images) {
   return torch::cat({cls, x}, 1) + pos_embed_;  // (B,T,d)
 }
 
-torch::Tensor ARViTImpl::sublayer(int l, const torch::Tensor& h) {
-  if (lm_) return lm_->sublayer(l, h);
-  if (swin_) throw_input("ARViT::sublayer", "the ViT and LM presets only");
+torch::Tensor ARViTImpl::sublayer(int l, const torch::Tensor& h, bool first_token_only) {
+  if (lm_ && !first_token_only) return lm_->sublayer(l, h);
+  if (swin_ || lm_) throw_input("ARViT::sublayer", first_token_only ? "a first-token cut is for the ViT presets only"
+                                                                    : "the ViT and LM presets only");
+  if (first_token_only && l % 2 != 0) throw_input("ARViT::sublayer", "a first-token cut starts at an attention sublayer");
   torch::nn::LayerNorm norm{std::dynamic_pointer_cast<torch::nn::LayerNormImpl>(norms_[l])};
   auto normed = layer_norm_fp32(norm, h);
-  return (l % 2 == 0) ? attn_[l / 2]->forward(normed) : mlp_[l / 2]->forward(normed);
+  if (l % 2 == 0) return first_token_only ? attn_[l / 2]->forward_first_token(normed) : attn_[l / 2]->forward(normed);
+  return mlp_[l / 2]->forward(normed);
 }
 
 torch::Tensor ARViTImpl::forward(const torch::Tensor& images, RoutingCapture* capture,
@@ -69,14 +76,23 @@ torch::Tensor ARViTImpl::forward(const torch::Tensor& images, RoutingCapture* ca
   if (lm_) return lm_->forward(images, capture, ablation);
   const int L = config_.layers();
   auto v0 = embed(images);
+  // The head reads the CLS token (token 0) only, so from the last attention sublayer's output on
+  // no other token can reach the logits: in training that sublayer returns token 0 alone and the
+  // last MLP, the routing points after it and the final norm run on one token of T (the same
+  // function and gradients up to float rounding; tests/model/test_first_token.cpp). Evaluation and
+  // captures run the whole stack, so a model's evaluated logits are bitwise those of its traces
+  // (which record every token's routing).
+  const int cut = is_training() && !capture && first_token_cut_enabled() ? L - 2 : -1;
   torch::Tensor stream;
   if (config_.residual == ResidualMode::Standard) {
     stream = v0;
-    for (int l = 0; l < L; ++l) stream = stream + sublayer(l, stream);
+    for (int l = 0; l < L; ++l)
+      stream = l == cut ? stream.narrow(1, 0, 1) + sublayer(l, stream, true) : stream + sublayer(l, stream);
   } else {
     auto U = pseudo_query_ * key_gain_;  // (P,d): one effective query per routing point
-    stream = attnres_stack(v0, L, config_.effective_block_size(), U, config_.norm_eps, 0,
-                           [this](int l, const torch::Tensor& h) { return sublayer(l, h); }, capture, ablation);
+    stream = attnres_stack(
+        v0, L, config_.effective_block_size(), U, config_.norm_eps, 0,
+        [this, cut](int l, const torch::Tensor& h) { return sublayer(l, h, l == cut); }, capture, ablation, cut);
   }
   auto cls = layer_norm_fp32(final_norm_, stream).select(1, 0);  // (B,d) at the CLS token
   return head_(cls);
@@ -87,6 +103,22 @@ void ARViTImpl::set_attention_backend(const AttentionBackend& backend) {
   if (lm_) return lm_->set_attention_backend(backend);
   for (auto& a : attn_) a->set_attention_backend(backend);
 }
+
+namespace {
+std::atomic<int> g_first_token_cut{-1};  // -1: not yet read from the environment
+}  // namespace
+
+bool first_token_cut_enabled() {
+  int v = g_first_token_cut.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* env = std::getenv("ARCAL_FIRST_TOKEN_CUT");
+    v = (env && std::strcmp(env, "0") == 0) ? 0 : 1;
+    g_first_token_cut.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
+void set_first_token_cut(bool enabled) { g_first_token_cut.store(enabled ? 1 : 0, std::memory_order_relaxed); }
 
 std::int64_t parameter_count(torch::nn::Module& module) {
   std::int64_t n = 0;

@@ -31,7 +31,8 @@ class ARViTImpl : public torch::nn::Module {
   const ModelConfig& config() const { return config_; }
 
   /// Sublayer l's raw output (ViT and LM architectures) f_l(h) = Attn(LN(h)) or MLP(LN(h)).
-  torch::Tensor sublayer(int l, const torch::Tensor& h);
+  /// first_token_only (ViT, an attention sublayer): its output at token 0 only, (B,1,d).
+  torch::Tensor sublayer(int l, const torch::Tensor& h, bool first_token_only = false);
 
   /// Token embedding v_0: patches + CLS + positions, (B,T,d).
   torch::Tensor embed(const torch::Tensor& images);
@@ -58,5 +59,11 @@ TORCH_MODULE(ARViT);
 
 /// Number of trainable parameters.
 std::int64_t parameter_count(torch::nn::Module& module);
+
+/// AR-ViT's first-token cut (ARViTImpl::forward, training mode without a capture): on unless the environment sets
+/// ARCAL_FIRST_TOKEN_CUT=0; set_first_token_cut overrides both. Off only to measure it
+/// (bench/bench_step's "uncut" case): the cut changes no value and no gradient.
+bool first_token_cut_enabled();
+void set_first_token_cut(bool enabled);
 
 }  // namespace arcal

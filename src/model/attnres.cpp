@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/check.hpp"
 #include "model/fused.hpp"
 
 namespace arcal {
@@ -21,11 +22,13 @@ std::vector<bool> dropped_sources(const RoutingAblation* ablation, int point, in
 /// The block structure both routing paths share: sources complete at block boundaries (every S
 /// sublayers), the partial block sum b_n^partial accumulates in between. complete(v) registers a
 /// completed source; route(l, partial) runs point l over the completed sources and the partial sum
-/// (undefined at a boundary).
-template <class Complete, class Route>
+/// (undefined at a boundary). From sublayer `first_token_from` on (-1: never) only token 0 is
+/// carried: that sublayer returns (B,1,d), to_first_token() narrows the completed sources, and the
+/// partial sum is narrowed here.
+template <class Complete, class Route, class ToFirstToken>
 torch::Tensor run_blocks(const torch::Tensor& v0, int layers, int S,
                          const std::function<torch::Tensor(int, const torch::Tensor&)>& sublayer, Complete complete,
-                         Route route) {
+                         Route route, int first_token_from, ToFirstToken to_first_token) {
   complete(v0);
   torch::Tensor partial;
   for (int l = 0; l < layers; ++l) {
@@ -34,6 +37,10 @@ torch::Tensor run_blocks(const torch::Tensor& v0, int layers, int S,
       partial = torch::Tensor();
     }
     auto out = sublayer(l, route(l, partial));
+    if (l == first_token_from) {
+      to_first_token();
+      if (partial.defined()) partial = partial.narrow(1, 0, 1);
+    }
     partial = partial.defined() ? partial + out : out;
   }
   return route(layers, partial);
@@ -67,8 +74,11 @@ torch::Tensor attnres_route(int point, const std::vector<torch::Tensor>& scores,
 torch::Tensor attnres_stack(const torch::Tensor& v0, int layers, int block_size, const torch::Tensor& U,
                             double eps, int first_point,
                             const std::function<torch::Tensor(int, const torch::Tensor&)>& sublayer,
-                            RoutingCapture* capture, const RoutingAblation* ablation) {
+                            RoutingCapture* capture, const RoutingAblation* ablation, int first_token_from) {
   const int S = block_size;
+  if (first_token_from >= layers) first_token_from = -1;
+  if (first_token_from >= 0 && capture)
+    throw_input("attnres_stack", "a routing capture records every token: no first-token cut with a capture");
   if (fused_operators_enabled() && v0.device().is_cpu()) {
     // Fused: every point one operator over the sources it reads (model/fused.hpp, RoutingBank), in
     // float (double stays double); reduced-precision sources are widened once, when they enter. An
@@ -76,10 +86,23 @@ torch::Tensor attnres_stack(const torch::Tensor& v0, int layers, int block_size,
     // sources, so the point simply reads those; an ablation that drops nothing is no ablation.
     const auto compute = v0.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
     const auto Uc = U.scalar_type() == compute ? U : U.to(compute);
-    RoutingBank bank;
-    auto add = [&](const torch::Tensor& v) { return bank.add(v.scalar_type() == compute ? v : v.to(compute)); };
-    std::vector<int> done;  // slots of the completed sources
-    auto complete = [&](const torch::Tensor& v) { done.push_back(add(v)); };
+    // After the first-token cut the later points read the sources' token-0 rows from a second bank.
+    RoutingBank bank, first_token_bank;
+    RoutingBank* current = &bank;
+    auto add = [&](const torch::Tensor& v) { return current->add(v.scalar_type() == compute ? v : v.to(compute)); };
+    std::vector<int> done;               // slots of the completed sources
+    std::vector<torch::Tensor> done_v;   // and the sources themselves
+    auto complete = [&](const torch::Tensor& v) {
+      done.push_back(add(v));
+      done_v.push_back(v);
+    };
+    auto to_first_token = [&] {
+      current = &first_token_bank;
+      for (std::size_t i = 0; i < done.size(); ++i) {
+        done_v[i] = done_v[i].narrow(1, 0, 1).contiguous();
+        done[i] = add(done_v[i]);
+      }
+    };
     auto route = [&](int l, const torch::Tensor& partial) {
       std::vector<int> slots = done;
       if (partial.defined()) slots.push_back(add(partial));
@@ -95,18 +118,19 @@ torch::Tensor attnres_stack(const torch::Tensor& v0, int layers, int block_size,
       const auto opts = v0.options().dtype(compute);
       torch::Tensor h, alpha;
       if (kept.empty()) {  // every source dropped: no weight anywhere, as the composite's 0 / max(0, 1e-30)
-        h = torch::zeros({v0.size(0), v0.size(1), v0.size(2)}, opts);
-        alpha = torch::zeros({S_p, v0.size(0), v0.size(1)}, opts);
+        const auto T = done_v[0].size(1);  // 1 after the first-token cut
+        h = torch::zeros({v0.size(0), T, v0.size(2)}, opts);
+        alpha = torch::zeros({S_p, v0.size(0), T}, opts);
       } else {
-        std::tie(h, alpha) = bank.route(Uc[l], kept, eps);
+        std::tie(h, alpha) = current->route(Uc[l], kept, eps);
         if (static_cast<int>(kept.size()) < S_p)  // the dropped sources' rows, weight 0, for the capture
-          alpha = torch::zeros({S_p, v0.size(0), v0.size(1)}, opts)
+          alpha = torch::zeros({S_p, alpha.size(1), alpha.size(2)}, opts)
                       .index_copy_(0, torch::tensor(kept_index, torch::kLong), alpha);
       }
       if (capture) capture->alpha.push_back(alpha.detach());
       return h;
     };
-    return run_blocks(v0, layers, S, sublayer, complete, route);
+    return run_blocks(v0, layers, S, sublayer, complete, route, first_token_from, to_first_token);
   }
   // Completed sources b_0..b_{n-1}: their values and their scores against every point, computed
   // once when the source completes (the key is RMS-normalised once, not at every point).
@@ -127,7 +151,13 @@ torch::Tensor attnres_stack(const torch::Tensor& v0, int layers, int block_size,
     }
     return attnres_route(first_point + l, scores, values, capture, ablation);
   };
-  return run_blocks(v0, layers, S, sublayer, complete, route);
+  auto to_first_token = [&] {
+    for (std::size_t i = 0; i < done_values.size(); ++i) {
+      done_values[i] = done_values[i].narrow(1, 0, 1);
+      done_scores[i] = done_scores[i].narrow(1, 0, 1);
+    }
+  };
+  return run_blocks(v0, layers, S, sublayer, complete, route, first_token_from, to_first_token);
 }
 
 }  // namespace arcal

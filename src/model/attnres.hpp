@@ -37,9 +37,16 @@ torch::Tensor attnres_route(int point, const std::vector<torch::Tensor>& scores,
 /// (layers+1,d) = pseudo-query * RMS gain of each point (the last row is the final aggregation).
 /// sublayer(l, h) returns f_l(h). Points are numbered first_point .. first_point + layers.
 /// Returns the final aggregation's output (B,T,d).
+///
+/// first_token_from = l >= 0 (a model whose output reads token 0 only, as AR-ViT's CLS head): sublayer
+/// l still reads every token but returns its output at token 0 only, (B,1,d); from there on the
+/// sources, the partial sum and every later point are cut to token 0, and the result is (B,1,d).
+/// Rows past token 0 of the last sublayers cannot reach such an output, so its value and every
+/// gradient are those of the full stack (tests/model/test_first_token.cpp). Not with a capture
+/// (which records every token's weights): InputError.
 torch::Tensor attnres_stack(const torch::Tensor& v0, int layers, int block_size, const torch::Tensor& queries,
                             double eps, int first_point,
                             const std::function<torch::Tensor(int, const torch::Tensor&)>& sublayer,
-                            RoutingCapture* capture, const RoutingAblation* ablation);
+                            RoutingCapture* capture, const RoutingAblation* ablation, int first_token_from = -1);
 
 }  // namespace arcal

@@ -43,7 +43,13 @@ MultiHeadAttentionImpl::MultiHeadAttentionImpl(int dim, int heads, bool causal) 
   proj_ = register_module("proj", torch::nn::Linear(dim, dim));
 }
 
-torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x) {
+torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x) { return proj_(heads(x)); }
+
+torch::Tensor MultiHeadAttentionImpl::forward_first_token(const torch::Tensor& x) {
+  return proj_(heads(x).narrow(1, 0, 1));
+}
+
+torch::Tensor MultiHeadAttentionImpl::heads(const torch::Tensor& x) {
   const auto B = x.size(0), T = x.size(1), D = x.size(2);
   const auto hd = D / heads_;
   if (!(backend_ && !is_training()) && fused_operators_enabled() && x.device().is_cpu()) {
@@ -52,7 +58,7 @@ torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x) {
     auto qkv = qkv_(x);
     const auto t = qkv.scalar_type();
     auto heads_out = fused_self_attention(t == torch::kDouble ? qkv : qkv.to(torch::kFloat), heads_, causal_);
-    return proj_(heads_out.scalar_type() == t ? heads_out : heads_out.to(t));
+    return heads_out.scalar_type() == t ? heads_out : heads_out.to(t);
   }
   // (B,T,3D) -> (3,B,H,T,hd)
   auto qkv = qkv_(x).reshape({B, T, 3, heads_, hd}).permute({2, 0, 3, 1, 4});
@@ -68,8 +74,7 @@ torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x) {
     auto att = torch::softmax(scores, -1);
     heads_out = torch::matmul(att, v);
   }
-  auto out = heads_out.transpose(1, 2).reshape({B, T, D});  // (B,T,D)
-  return proj_(out);
+  return heads_out.transpose(1, 2).reshape({B, T, D});  // (B,T,D)
 }
 
 MlpImpl::MlpImpl(int dim, int hidden) {

@@ -34,10 +34,14 @@ class MultiHeadAttentionImpl : public torch::nn::Module {
   /// causal: token i attends to tokens 0..i only (the language model's decoder mask).
   MultiHeadAttentionImpl(int dim, int heads, bool causal = false);
   torch::Tensor forward(const torch::Tensor& x);  // (B,T,d) -> (B,T,d)
+  /// The output at token 0 only, (B,T,d) -> (B,1,d): token 0's query still reads every key, and the
+  /// output projection runs on that row alone (a model whose loss reads token 0 only needs no more).
+  torch::Tensor forward_first_token(const torch::Tensor& x);
   /// Used in eval mode only (see AttentionBackend); an empty function restores the standard product.
   void set_attention_backend(AttentionBackend backend) { backend_ = std::move(backend); }
 
  private:
+  torch::Tensor heads(const torch::Tensor& x);  // every head's output before the projection, (B,T,d)
   int heads_;
   bool causal_;
   AttentionBackend backend_;
