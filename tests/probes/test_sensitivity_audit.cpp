@@ -297,6 +297,36 @@ TEST(ExactNull, MatchingAndLayout) {
   EXPECT_GT(res.model_runs[0].reference_fit.df, 0.0);
 }
 
+// The refit workers (MLP refits, the 2-D NW's queries, the correction probe's ridge CV and fit per
+// label set and fold) change no number: every estimate and the ridges are bitwise those of one thread.
+TEST(SensitivityAudit, ResultsDoNotDependOnTheThreadCount) {
+  torch::set_num_threads(1);
+  std::vector<AuditRunInput> runs{simulated_run(1200, 0.01, 21)};
+  SensitivityAuditOptions o;
+  o.effects = {0.01, 0.02};
+  o.threshold_effect = 0.01;
+  o.draws = 3;
+  o.probes.seed = 8;
+  o.probes.only = {"full_vector", "capacity_matched"};
+  std::vector<SensitivityResult> res;
+  for (int threads : {1, 2}) {
+    o.refit.threads = threads;
+    res.push_back(run_sensitivity_audit(runs, o));
+  }
+  ASSERT_EQ(res[0].by_effect.size(), res[1].by_effect.size());
+  for (std::size_t e = 0; e < res[0].by_effect.size(); ++e) {
+    const auto &a = res[0].by_effect[e], &b = res[1].by_effect[e];
+    EXPECT_EQ(a.correction_ridge, b.correction_ridge) << e;
+    ASSERT_EQ(a.probes.size(), b.probes.size());
+    for (std::size_t k = 0; k < a.probes.size(); ++k) {
+      EXPECT_EQ(a.probes[k].probe, b.probes[k].probe);
+      EXPECT_EQ(a.probes[k].gain, b.probes[k].gain) << a.probes[k].probe;
+      EXPECT_EQ(a.probes[k].recovery, b.probes[k].recovery) << a.probes[k].probe;
+      EXPECT_EQ(a.probes[k].recovery_ci.low, b.probes[k].recovery_ci.low) << a.probes[k].probe;
+    }
+  }
+}
+
 TEST(SensitivityAudit, RejectsBadInput) {
   std::vector<AuditRunInput> runs{simulated_run(400, 0.0, 1)};
   SensitivityAuditOptions s;

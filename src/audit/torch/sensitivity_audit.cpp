@@ -10,6 +10,7 @@
 #include "audit/injection.hpp"
 #include "audit/matching.hpp"
 #include "core/check.hpp"
+#include "core/parallel.hpp"
 #include "core/rng.hpp"
 #include "stats/bootstrap.hpp"
 #include "stats/distributions.hpp"
@@ -34,7 +35,7 @@ using namespace refit_detail;
 /// once: the kernel weights depend on the features only, so they are computed once. Returns [j][m].
 std::vector<std::vector<double>> nw2d_predict_many(const std::vector<double>& logit_c, const std::vector<double>& z,
                                                    const std::vector<const std::vector<double>*>& ys,
-                                                   const SplitIndices& s) {
+                                                   const SplitIndices& s, int threads) {
   const auto lc = pick(logit_c, s.calibration), zc = pick(z, s.calibration);
   std::vector<double> x(2 * lc.size()), q(2 * s.evaluation.size());
   for (std::size_t i = 0; i < lc.size(); ++i) {
@@ -52,7 +53,9 @@ std::vector<std::vector<double>> nw2d_predict_many(const std::vector<double>& lo
     yc[j] = pick(*ys[j], s.calibration);
     yp[j] = &yc[j];
   }
-  return NadarayaWatson(x, yc[0], 2, h).predict_many(q, yp);
+  NadarayaWatsonOptions nw;
+  nw.threads = threads;
+  return NadarayaWatson(x, yc[0], 2, h, nw).predict_many(q, yp);
 }
 
 
@@ -132,8 +135,24 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
     for (std::size_t f = 0; f < 2; ++f) {
       std::vector<const std::vector<double>*> yf;
       for (const auto& y : ys) yf.push_back(&y[f]);
-      nw[f] = nw2d_predict_many(d.columns[0], z, yf, d.folds[f]);
+      nw[f] = nw2d_predict_many(d.columns[0], z, yf, d.folds[f], o.refit.threads);
     }
+    // The reference-preserving correction probe per (label set, fold): its ridge by inner CV and its
+    // fit, independent jobs with their own seeds on the refit workers; each writes its own slot and
+    // the sums below add them in (label set, fold) order, so nothing depends on the thread count.
+    std::vector<double> corr_loss(2 * ys.size()), corr_ridge(2 * ys.size());
+    parallel_for_index(2 * ys.size(), o.refit.threads, [&](std::size_t k) {
+      const std::size_t j = k / 2, f = k % 2;
+      const auto& sp = d.folds[f];
+      const auto qc = pick(q[f], sp.calibration), zc = pick(z, sp.calibration), yc = pick(ys[j][f], sp.calibration);
+      const double ridge = o.correction_ridge >= 0
+                               ? o.correction_ridge
+                               : choose_correction_ridge(qc, zc, yc, kCorrectionRidges, 5, derive_seed(s_ridge, j * 2 + f));
+      const auto cp = fit_correction_probe(qc, zc, yc, ridge);
+      corr_ridge[k] = ridge;
+      corr_loss[k] = binary_log_loss(apply_correction_probe(cp, pick(q[f], sp.evaluation), pick(z, sp.evaluation)),
+                                     pick(ys[j][f], sp.evaluation));
+    });
     for (std::size_t e = 0; e < o.effects.size(); ++e) {
       for (int draw = 0; draw < o.draws; ++draw) {
         const std::size_t j = e * std::size_t(o.draws) + std::size_t(draw);
@@ -147,13 +166,8 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
           lq += 0.5 * binary_log_loss(pick(q[f], sp.evaluation), ye);
           ls += 0.5 * binary_log_loss(pick(truth[e][f], sp.evaluation), ye);
           lnw += 0.5 * binary_log_loss(nw[f][j], ye);
-          const auto qc = pick(q[f], sp.calibration), zc = pick(z, sp.calibration), yc = pick(y[f], sp.calibration);
-          const double ridge = o.correction_ridge >= 0
-                                   ? o.correction_ridge
-                                   : choose_correction_ridge(qc, zc, yc, kCorrectionRidges, 5, derive_seed(s_ridge, j * 2 + f));
-          ridge_sum[e] += ridge / (2.0 * double(o.draws) * double(runs.size()));
-          const auto cp = fit_correction_probe(qc, zc, yc, ridge);
-          lcorr += 0.5 * binary_log_loss(apply_correction_probe(cp, pick(q[f], sp.evaluation), pick(z, sp.evaluation)), ye);
+          ridge_sum[e] += corr_ridge[j * 2 + f] / (2.0 * double(o.draws) * double(runs.size()));
+          lcorr += 0.5 * corr_loss[j * 2 + f];
         }
         losses.push_back(lnw);
         losses.push_back(lcorr);
