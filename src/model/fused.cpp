@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -495,6 +496,49 @@ ARCAL_FUSED_CLONES void gelu_derivative_f(const float* x, std::int64_t b, std::i
 ARCAL_FUSED_CLONES void gelu_derivative_d(const double* x, std::int64_t b, std::int64_t e, double* y, double* dydx) {
   gelu_derivative_rows(x, b, e, y, dydx);
 }
+// bf16 (under autocast the first MLP linear writes bf16): each value widened to float (exact), the
+// float kernel's arithmetic, and the results rounded to the nearest bf16 (ties to even, NaN kept
+// quiet), as LibTorch's bf16 gelu rounds its float result. gelu'(x) is kept in bf16 too, so the
+// backward's product rounds twice where LibTorch's gelu_backward rounds once (within 2 bf16 ulps).
+ARCAL_ALWAYS_INLINE float bf16_to_float(std::uint16_t h) {
+  const std::uint32_t u = std::uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+ARCAL_ALWAYS_INLINE std::uint16_t float_to_bf16(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return f != f ? std::uint16_t(0x7fc0) : std::uint16_t(rounded);
+}
+ARCAL_FUSED_CLONES void gelu_bf16(const std::uint16_t* __restrict x, std::int64_t b, std::int64_t e,
+                                  std::uint16_t* __restrict y) {
+#pragma omp simd
+  for (std::int64_t i = b; i < e; ++i) {
+    const float v = bf16_to_float(x[i]);
+    y[i] = float_to_bf16(v * phi_cdf(v));
+  }
+}
+ARCAL_FUSED_CLONES void gelu_derivative_bf16(const std::uint16_t* __restrict x, std::int64_t b, std::int64_t e,
+                                             std::uint16_t* __restrict y, std::uint16_t* __restrict dydx) {
+#pragma omp simd
+  for (std::int64_t i = b; i < e; ++i) {
+    const float v = bf16_to_float(x[i]);
+    float gauss;
+    const float c = phi_cdf(v, gauss);
+    y[i] = float_to_bf16(v * c);
+    dydx[i] = float_to_bf16(c + v * 0.39894228040143267794f * gauss);
+  }
+}
+inline void gelu_kernel(const c10::BFloat16* x, std::int64_t b, std::int64_t e, c10::BFloat16* y) {
+  gelu_bf16(reinterpret_cast<const std::uint16_t*>(x), b, e, reinterpret_cast<std::uint16_t*>(y));
+}
+inline void gelu_derivative_kernel(const c10::BFloat16* x, std::int64_t b, std::int64_t e, c10::BFloat16* y,
+                                   c10::BFloat16* dydx) {
+  gelu_derivative_bf16(reinterpret_cast<const std::uint16_t*>(x), b, e, reinterpret_cast<std::uint16_t*>(y),
+                       reinterpret_cast<std::uint16_t*>(dydx));
+}
 inline void gelu_kernel(const float* x, std::int64_t b, std::int64_t e, float* y) { gelu_f(x, b, e, y); }
 inline void gelu_kernel(const double* x, std::int64_t b, std::int64_t e, double* y) { gelu_d(x, b, e, y); }
 inline void gelu_derivative_kernel(const float* x, std::int64_t b, std::int64_t e, float* y, float* dydx) {
@@ -510,7 +554,7 @@ constexpr std::int64_t kGeluGrain = 1 << 14;
 torch::Tensor gelu_values(const torch::Tensor& x_in) {
   auto x = x_in.contiguous();
   auto y = torch::empty_like(x);
-  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_gelu", [&] {
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "fused_gelu", [&] {
     const scalar_t* xp = x.data_ptr<scalar_t>();
     scalar_t* yp = y.data_ptr<scalar_t>();
     at::parallel_for(0, x.numel(), kGeluGrain, [&](std::int64_t b, std::int64_t e) { gelu_kernel(xp, b, e, yp); });
@@ -523,7 +567,7 @@ struct GeluFunction : public torch::autograd::Function<GeluFunction> {
     auto x = x_in.contiguous();
     auto y = torch::empty_like(x);
     auto dydx = torch::empty_like(x);
-    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_gelu", [&] {
+    AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "fused_gelu", [&] {
       const scalar_t* xp = x.data_ptr<scalar_t>();
       scalar_t* yp = y.data_ptr<scalar_t>();
       scalar_t* dp = dydx.data_ptr<scalar_t>();
@@ -1261,7 +1305,7 @@ torch::Tensor fused_layer_norm(const torch::Tensor& x, const torch::Tensor& weig
 }
 
 torch::Tensor fused_gelu(const torch::Tensor& x) {
-  if (!floating(x)) throw_input("fused_gelu", "x must be float or double");
+  if (!floating(x) && x.scalar_type() != torch::kBFloat16) throw_input("fused_gelu", "x must be float, double or bfloat16");
   if (!x.device().is_cpu()) throw_input("fused_gelu", "CPU tensors only (the models use LibTorch's gelu on other devices)");
   if (torch::GradMode::is_enabled() && x.requires_grad()) return GeluFunction::apply(x);
   return gelu_values(x);

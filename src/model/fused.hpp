@@ -27,10 +27,13 @@ void set_fused_operators(bool enabled);
 /// float or double; differentiable in qkv.
 torch::Tensor fused_self_attention(const torch::Tensor& qkv, int heads, bool causal = false);
 
-/// Exact GELU, x Phi(x) (erf form, as torch::gelu), elementwise, with its own backward: float or
-/// double CPU tensors of any shape. In float, Phi comes from a polynomial fit of erfc's scaled form
+/// Exact GELU, x Phi(x) (erf form, as torch::gelu), elementwise, with its own backward: float,
+/// double or bfloat16 CPU tensors of any shape. In float, Phi comes from a polynomial fit of erfc's scaled form
 /// and one exponential shared with phi (relative error below 1e-6 for |x| <= 5, tails included);
-/// it vectorises. In double from std::erfc.
+/// it vectorises. In double from std::erfc. bfloat16 (the first MLP linear's output under autocast):
+/// computed in float from the widened input and rounded to bf16 (ties to even), as LibTorch's bf16
+/// gelu; the saved gelu'(x) is bf16 as well, so the input gradient is within 2 bf16 ulps of
+/// LibTorch's.
 torch::Tensor fused_gelu(const torch::Tensor& x);
 
 /// LayerNorm over the last axis with an affine weight and bias (d,), as torch::layer_norm(x, {d},

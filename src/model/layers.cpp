@@ -85,8 +85,9 @@ MlpImpl::MlpImpl(int dim, int hidden) {
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   auto h = fc1_(x);
   const auto t = h.scalar_type();
-  // The fused GELU (model/fused.hpp) on float/double CPU tensors; bf16 under autocast keeps LibTorch's.
-  const bool fused = fused_operators_enabled() && h.device().is_cpu() && (t == torch::kFloat || t == torch::kDouble);
+  // The fused GELU (model/fused.hpp) on float, double and (under autocast) bf16 CPU tensors.
+  const bool fused = fused_operators_enabled() && h.device().is_cpu() &&
+                     (t == torch::kFloat || t == torch::kDouble || t == torch::kBFloat16);
   return fc2_(fused ? fused_gelu(h) : torch::gelu(h));
 }
 

@@ -9,6 +9,8 @@
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
 
+#include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "core/error.hpp"
@@ -167,7 +169,59 @@ TEST(Fused, GeluMatchesLibTorchInFloat) { check_gelu(torch::kFloat, 1e-6); }
 TEST(Fused, GeluOfANonContiguousTensor) {
   auto x = torch::randn({6, 10}, torch::kDouble).t();  // (10, 6), transposed strides
   EXPECT_LE(max_rel(fused_gelu(x), torch::gelu(x)), 1e-13);
-  EXPECT_THROW(fused_gelu(torch::randn({4}).to(torch::kBFloat16)), InputError);
+  EXPECT_THROW(fused_gelu(torch::randn({4}).to(torch::kHalf)), InputError);
+  EXPECT_THROW(fused_gelu(torch::arange(4)), InputError);
+}
+
+// Distance in bf16 units in the last place between two bf16 tensors of finite values (the bit
+// patterns as sign-magnitude integers, mapped onto one monotone integer line).
+std::int64_t max_bf16_ulps(const torch::Tensor& a, const torch::Tensor& b) {
+  auto ordered = [](const torch::Tensor& t) {
+    auto u = t.contiguous().view(torch::kShort).to(torch::kLong).bitwise_and(0xffff);
+    return torch::where(u.ge(0x8000), 0x8000 - u, u);  // -0 and +0 both 0
+  };
+  return (ordered(a) - ordered(b)).abs().max().item<std::int64_t>();
+}
+
+// bf16 (the MLP under autocast). The reference is LibTorch's float gelu and its gradient on the
+// widened inputs, rounded to bf16: our values within 1 ulp of it (both round a float result to
+// nearest; the fit's 2e-7 can move a value across a rounding boundary), the input gradient within
+// 2 ulps (gelu' is kept in bf16: a second rounding), for x in [-3, 9] (below -3 LibTorch's
+// 1 + erf loses more than 1e-4 of its relative accuracy to cancellation even in float). LibTorch's own bf16 gelu is no reference: it cancels from about
+// x = -3 on (gelu(-3.14) = -0.0 there). Everywhere, against 0.5 x erfc(-x / sqrt 2) in double:
+// within bf16's half ulp (2^-8 relative) and the fit's tail error.
+TEST(Fused, GeluMatchesLibTorchInBFloat16) {
+  auto xf = torch::cat({torch::linspace(-9.0, 9.0, 20001), torch::randn({2176 * 13}) * 3.0});
+  auto x0 = xf.to(torch::kBFloat16);
+  auto g = torch::randn(x0.sizes()).to(torch::kBFloat16);
+  auto x = x0.clone().requires_grad_(true);
+  auto y = fused_gelu(x);
+  ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
+  y.backward(g);
+  ASSERT_EQ(x.grad().scalar_type(), torch::kBFloat16);
+  auto xr = x0.to(torch::kFloat).requires_grad_(true);
+  auto yr = torch::gelu(xr);
+  yr.backward(g.to(torch::kFloat));
+  const auto bulk = x0.to(torch::kFloat).ge(-3.0);
+  EXPECT_LE(max_bf16_ulps(y.detach().masked_select(bulk), yr.detach().to(torch::kBFloat16).masked_select(bulk)), 1);
+  EXPECT_LE(max_bf16_ulps(x.grad().masked_select(bulk), xr.grad().to(torch::kBFloat16).masked_select(bulk)), 2);
+  const auto xd = x0.to(torch::kDouble);
+  const auto ref = 0.5 * xd * torch::erfc(-xd / std::sqrt(2.0));
+  const auto live = ref.abs() > 1e-30;
+  const auto rel = ((y.detach().to(torch::kDouble) - ref).abs() / ref.abs().clamp_min(1e-300)).masked_select(live);
+  EXPECT_LE(rel.max().item<double>(), std::ldexp(1.0, -8) * 1.001 + 3e-5);
+  const auto outs = std::vector<torch::Tensor>{y.detach()};
+  {  // without autograd: the same values
+    torch::NoGradGuard no_grad;
+    EXPECT_TRUE(torch::equal(fused_gelu(x0), outs[0]));
+  }
+  // Rounding to bf16: NaN stays NaN, infinities stay, overflow rounds to infinity, ties go to even.
+  auto special = torch::tensor({std::nanf(""), INFINITY, -INFINITY, 3.3e38f, 0.0f}).to(torch::kBFloat16);
+  auto ys = fused_gelu(special).to(torch::kFloat);
+  EXPECT_TRUE(std::isnan(ys[0].item<float>()));
+  EXPECT_EQ(ys[1].item<float>(), INFINITY);
+  EXPECT_EQ(ys[3].item<float>(), torch::gelu(special[3]).to(torch::kFloat).item<float>());
+  EXPECT_EQ(ys[4].item<float>(), 0.0f);
 }
 
 // Without autograd the forward pass writes the values only; with it, it also writes gelu'(x) for
