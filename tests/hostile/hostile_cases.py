@@ -663,8 +663,10 @@ def long_train(out, steps=400):
 
 def start_study(r, toml, out, name, train, tables, extra=()):
     """Writes a one-seed study (`train` lines added to [train], `tables` after [model]; no probes,
-    sensitivity or exact null) and starts `arcal run` on it into a fresh `out`: (argv, process)."""
-    open(toml, "w").write("name = \"%s\"\n[train]\nseeds = [3]\n%s\nmax_steps = 0\nbatch_size = 64\n"
+    sensitivity or exact null) and starts `arcal run` on it into a fresh `out`: (argv, process).
+    The precision is fixed (fp32): `auto` resolves by CPU and the run directories' names, which the
+    table shows, hash the resolved config."""
+    open(toml, "w").write("name = \"%s\"\n[train]\nseeds = [3]\nprecision = \"fp32\"\n%s\nmax_steps = 0\nbatch_size = 64\n"
                           "[model]\nstandard_twin = false\n%sprobes = false\nsensitivity = false\nexact_null = false\n"
                           % (name, train, tables))
     shutil.rmtree(out, ignore_errors=True)
