@@ -79,8 +79,8 @@ torch::Tensor ARLMImpl::forward(const torch::Tensor& tokens, RoutingCapture* cap
                            [this](int l, const torch::Tensor& h) { return sublayer(l, h); }, capture, ablation);
   }
   auto h = layer_norm_fp32(final_norm_, stream);  // (B,T,d)
-  if (config_.tie_weights) return torch::nn::functional::linear(h, tok_embed_->weight, head_bias_);
-  return head_(h);
+  if (config_.tie_weights) return torch::linear(h, tok_embed_->weight, head_bias_);
+  return linear(head_, h);
 }
 
 }  // namespace arcal

@@ -53,7 +53,7 @@ WindowAttentionImpl::WindowAttentionImpl(int dim, int heads, int window) : heads
 torch::Tensor WindowAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& mask) {
   const auto Bw = x.size(0), N = x.size(1), C = x.size(2);
   const auto hd = C / heads_;
-  auto qkv = qkv_(x).reshape({Bw, N, 3, heads_, hd}).permute({2, 0, 3, 1, 4});  // (3,Bw,h,N,hd)
+  auto qkv = linear(qkv_, x).reshape({Bw, N, 3, heads_, hd}).permute({2, 0, 3, 1, 4});  // (3,Bw,h,N,hd)
   auto q = qkv[0] * (1.0 / std::sqrt(double(hd))), k = qkv[1], v = qkv[2];
   auto attn = torch::matmul(q, k.transpose(-2, -1));  // (Bw,h,N,N)
   auto bias = bias_table_.index_select(0, bias_index_.flatten()).view({N, N, heads_}).permute({2, 0, 1});
@@ -63,7 +63,7 @@ torch::Tensor WindowAttentionImpl::forward(const torch::Tensor& x, const torch::
     attn = (attn.view({Bw / nW, nW, heads_, N, N}) + mask.unsqueeze(1).unsqueeze(0)).view({Bw, heads_, N, N});
   }
   attn = torch::softmax(attn, -1);
-  return proj_(torch::matmul(attn, v).transpose(1, 2).reshape({Bw, N, C}));
+  return linear(proj_, torch::matmul(attn, v).transpose(1, 2).reshape({Bw, N, C}));
 }
 
 PatchMergingImpl::PatchMergingImpl(int dim, double eps) {

@@ -38,15 +38,19 @@ torch::Tensor patch_embed_tokens(torch::nn::Conv2d& conv, const torch::Tensor& i
   return torch::linear(patches, w.reshape({w.size(0), C * p * p}), conv->options.bias() ? conv->bias : torch::Tensor());
 }
 
+torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
+  return torch::linear(x, layer->weight, layer->bias);
+}
+
 MultiHeadAttentionImpl::MultiHeadAttentionImpl(int dim, int heads, bool causal) : heads_(heads), causal_(causal) {
   qkv_ = register_module("qkv", torch::nn::Linear(dim, 3 * dim));
   proj_ = register_module("proj", torch::nn::Linear(dim, dim));
 }
 
-torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x) { return proj_(heads(x)); }
+torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x) { return linear(proj_, heads(x)); }
 
 torch::Tensor MultiHeadAttentionImpl::forward_first_token(const torch::Tensor& x) {
-  return proj_(heads(x).narrow(1, 0, 1));
+  return linear(proj_, heads(x).select(1, 0)).unsqueeze(1);  // (B,d) rows: one addmm
 }
 
 torch::Tensor MultiHeadAttentionImpl::heads(const torch::Tensor& x) {
@@ -55,13 +59,13 @@ torch::Tensor MultiHeadAttentionImpl::heads(const torch::Tensor& x) {
   if (!(backend_ && !is_training()) && fused_operators_enabled() && x.device().is_cpu()) {
     // One operator for every head's softmax(q k^T / sqrt(hd)) v, forward and backward, in fp32 at
     // least (under bf16 autocast the products are tiny; the projections stay in bf16).
-    auto qkv = qkv_(x);
+    auto qkv = linear(qkv_, x);
     const auto t = qkv.scalar_type();
     auto heads_out = fused_self_attention(t == torch::kDouble ? qkv : qkv.to(torch::kFloat), heads_, causal_);
     return heads_out.scalar_type() == t ? heads_out : heads_out.to(t);
   }
   // (B,T,3D) -> (3,B,H,T,hd)
-  auto qkv = qkv_(x).reshape({B, T, 3, heads_, hd}).permute({2, 0, 3, 1, 4});
+  auto qkv = linear(qkv_, x).reshape({B, T, 3, heads_, hd}).permute({2, 0, 3, 1, 4});
   auto q = qkv[0], k = qkv[1], v = qkv[2];
   torch::Tensor heads_out;  // (B,H,T,hd)
   if (backend_ && !is_training()) {
@@ -83,12 +87,12 @@ MlpImpl::MlpImpl(int dim, int hidden) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  auto h = fc1_(x);
+  auto h = linear(fc1_, x);
   const auto t = h.scalar_type();
   // The fused GELU (model/fused.hpp) on float, double and (under autocast) bf16 CPU tensors.
   const bool fused = fused_operators_enabled() && h.device().is_cpu() &&
                      (t == torch::kFloat || t == torch::kDouble || t == torch::kBFloat16);
-  return fc2_(fused ? fused_gelu(h) : torch::gelu(h));
+  return linear(fc2_, fused ? fused_gelu(h) : torch::gelu(h));
 }
 
 }  // namespace arcal
