@@ -19,14 +19,10 @@
 #include "model/tensor_compare.hpp"
 
 using namespace arcal;
+using arcal::test::FusedGuard;
 using arcal::test::max_rel;
 
 namespace {
-
-struct FusedGuard {  // restores the process-wide switch
-  bool before = fused_operators_enabled();
-  ~FusedGuard() { set_fused_operators(before); }
-};
 
 struct Pass {
   torch::Tensor logits;

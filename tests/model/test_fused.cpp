@@ -22,14 +22,10 @@
 #include "model/tensor_compare.hpp"
 
 using namespace arcal;
+using arcal::test::FusedGuard;
 using arcal::test::max_rel;
 
 namespace {
-
-struct FusedGuard {  // restores the process-wide switch
-  bool before = fused_operators_enabled();
-  ~FusedGuard() { set_fused_operators(before); }
-};
 
 torch::Tensor composite_attention(const torch::Tensor& qkv, int heads, bool causal = false) {
   const auto B = qkv.size(0), T = qkv.size(1), D = qkv.size(2) / 3, hd = D / heads;
