@@ -470,22 +470,49 @@ ARCAL_ALWAYS_INLINE float phi_cdf(float x) {
   return phi_cdf(x, gauss);
 }
 
-template <typename T>
-ARCAL_ALWAYS_INLINE void gelu_rows(const T* __restrict x, std::int64_t begin, std::int64_t end, T* __restrict y) {
+// Storage and arithmetic: float and double are computed in their own type; bf16 (under autocast the
+// first MLP linear writes bf16) is widened to float (exact), computed by the float arithmetic, and
+// rounded to the nearest bf16 (ties to even, NaN kept quiet), as LibTorch's bf16 gelu rounds its float
+// result. gelu'(x) is stored in bf16 too, so the backward's product rounds twice where LibTorch's
+// gelu_backward rounds once (within 2 bf16 ulps).
+ARCAL_ALWAYS_INLINE float widen(float v) { return v; }
+ARCAL_ALWAYS_INLINE double widen(double v) { return v; }
+ARCAL_ALWAYS_INLINE float widen(std::uint16_t h) {
+  const std::uint32_t u = std::uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+ARCAL_ALWAYS_INLINE void store(float& dst, float v) { dst = v; }
+ARCAL_ALWAYS_INLINE void store(double& dst, double v) { dst = v; }
+ARCAL_ALWAYS_INLINE void store(std::uint16_t& dst, float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  dst = f != f ? std::uint16_t(0x7fc0) : std::uint16_t(rounded);
+}
+
+template <typename S>
+ARCAL_ALWAYS_INLINE void gelu_rows(const S* __restrict x, std::int64_t begin, std::int64_t end, S* __restrict y) {
 #pragma omp simd
-  for (std::int64_t i = begin; i < end; ++i) y[i] = x[i] * phi_cdf(x[i]);
+  for (std::int64_t i = begin; i < end; ++i) {
+    const auto v = widen(x[i]);
+    store(y[i], v * phi_cdf(v));
+  }
 }
 // Training: the forward pass also writes gelu'(x), which the backward multiplies by the output
 // gradient. It replaces x among the saved tensors (same memory); the exponential Phi needs is phi's.
-template <typename T>
-ARCAL_ALWAYS_INLINE void gelu_derivative_rows(const T* __restrict x, std::int64_t begin, std::int64_t end,
-                                              T* __restrict y, T* __restrict dydx) {
+template <typename S>
+ARCAL_ALWAYS_INLINE void gelu_derivative_rows(const S* __restrict x, std::int64_t begin, std::int64_t end,
+                                              S* __restrict y, S* __restrict dydx) {
 #pragma omp simd
   for (std::int64_t i = begin; i < end; ++i) {
+    const auto v = widen(x[i]);
+    using T = std::remove_const_t<decltype(v)>;
     T gauss;
-    const T c = phi_cdf(x[i], gauss);
-    y[i] = x[i] * c;
-    dydx[i] = c + x[i] * T(0.39894228040143267794) * gauss;
+    const T c = phi_cdf(v, gauss);
+    store(y[i], v * c);
+    store(dydx[i], c + v * T(0.39894228040143267794) * gauss);
   }
 }
 ARCAL_FUSED_CLONES void gelu_f(const float* x, std::int64_t b, std::int64_t e, float* y) { gelu_rows(x, b, e, y); }
@@ -496,40 +523,12 @@ ARCAL_FUSED_CLONES void gelu_derivative_f(const float* x, std::int64_t b, std::i
 ARCAL_FUSED_CLONES void gelu_derivative_d(const double* x, std::int64_t b, std::int64_t e, double* y, double* dydx) {
   gelu_derivative_rows(x, b, e, y, dydx);
 }
-// bf16 (under autocast the first MLP linear writes bf16): each value widened to float (exact), the
-// float kernel's arithmetic, and the results rounded to the nearest bf16 (ties to even, NaN kept
-// quiet), as LibTorch's bf16 gelu rounds its float result. gelu'(x) is kept in bf16 too, so the
-// backward's product rounds twice where LibTorch's gelu_backward rounds once (within 2 bf16 ulps).
-ARCAL_ALWAYS_INLINE float bf16_to_float(std::uint16_t h) {
-  const std::uint32_t u = std::uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
+ARCAL_FUSED_CLONES void gelu_bf16(const std::uint16_t* x, std::int64_t b, std::int64_t e, std::uint16_t* y) {
+  gelu_rows(x, b, e, y);
 }
-ARCAL_ALWAYS_INLINE std::uint16_t float_to_bf16(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  return f != f ? std::uint16_t(0x7fc0) : std::uint16_t(rounded);
-}
-ARCAL_FUSED_CLONES void gelu_bf16(const std::uint16_t* __restrict x, std::int64_t b, std::int64_t e,
-                                  std::uint16_t* __restrict y) {
-#pragma omp simd
-  for (std::int64_t i = b; i < e; ++i) {
-    const float v = bf16_to_float(x[i]);
-    y[i] = float_to_bf16(v * phi_cdf(v));
-  }
-}
-ARCAL_FUSED_CLONES void gelu_derivative_bf16(const std::uint16_t* __restrict x, std::int64_t b, std::int64_t e,
-                                             std::uint16_t* __restrict y, std::uint16_t* __restrict dydx) {
-#pragma omp simd
-  for (std::int64_t i = b; i < e; ++i) {
-    const float v = bf16_to_float(x[i]);
-    float gauss;
-    const float c = phi_cdf(v, gauss);
-    y[i] = float_to_bf16(v * c);
-    dydx[i] = float_to_bf16(c + v * 0.39894228040143267794f * gauss);
-  }
+ARCAL_FUSED_CLONES void gelu_derivative_bf16(const std::uint16_t* x, std::int64_t b, std::int64_t e, std::uint16_t* y,
+                                             std::uint16_t* dydx) {
+  gelu_derivative_rows(x, b, e, y, dydx);
 }
 inline void gelu_kernel(const c10::BFloat16* x, std::int64_t b, std::int64_t e, c10::BFloat16* y) {
   gelu_bf16(reinterpret_cast<const std::uint16_t*>(x), b, e, reinterpret_cast<std::uint16_t*>(y));
