@@ -11,6 +11,7 @@
 #include "core/check.hpp"
 #include "core/interrupt.hpp"
 #include "core/rng.hpp"
+#include "model/fused.hpp"
 
 namespace arcal {
 
@@ -48,13 +49,20 @@ namespace {
 /// row axis), so replicate r's arithmetic is that of a fit on its own.
 using Params = std::vector<torch::Tensor>;
 
+/// GELU of the hidden layers: arcal's fused GELU (model/fused.hpp: one pass that also stores gelu'(x)
+/// for the backward) while the fused operators are on, else LibTorch's. At hidden width 64 the
+/// elementwise GELU costs about what a layer's product does: LibTorch 1.13 runs its float forward
+/// through a oneDNN eltwise primitive and its backward as a second erf pass, about a quarter of the
+/// audit's refit time (bench/README.md, "The probes' GELU").
+torch::Tensor hidden_gelu(const torch::Tensor& x) { return fused_operators_enabled() ? fused_gelu(x) : torch::gelu(x); }
+
 /// Logits [R, B] of the stacked MLPs on rows x [Rx, B, f]: Rx = 1 (rows shared by every replicate) or
 /// Rx = R (each replicate its own rows).
 torch::Tensor stacked_forward(const Params& p, const torch::Tensor& x) {
   const auto R = p[0].size(0);
-  auto h = torch::gelu(torch::baddbmm(p[1].unsqueeze(1), x.size(0) == R ? x : x.expand({R, x.size(1), x.size(2)}),
+  auto h = hidden_gelu(torch::baddbmm(p[1].unsqueeze(1), x.size(0) == R ? x : x.expand({R, x.size(1), x.size(2)}),
                                       p[0].transpose(1, 2)));
-  h = torch::gelu(torch::baddbmm(p[3].unsqueeze(1), h, p[2].transpose(1, 2)));
+  h = hidden_gelu(torch::baddbmm(p[3].unsqueeze(1), h, p[2].transpose(1, 2)));
   return torch::baddbmm(p[5].unsqueeze(1), h, p[4].transpose(1, 2)).squeeze(2);
 }
 
