@@ -43,7 +43,7 @@ ARLMImpl::ARLMImpl(const ModelConfig& config) : config_(config) {
 
 torch::Tensor ARLMImpl::sublayer(int l, const torch::Tensor& h) {
   torch::nn::LayerNorm norm{std::dynamic_pointer_cast<torch::nn::LayerNormImpl>(norms_[l])};
-  auto normed = layer_norm_fp32(norm, h);
+  auto normed = layer_norm_before_linear(norm, h);
   return (l % 2 == 0) ? attn_[l / 2]->forward(normed) : mlp_[l / 2]->forward(normed);
 }
 

@@ -65,7 +65,7 @@ torch::Tensor ARViTImpl::sublayer(int l, const torch::Tensor& h, bool first_toke
                                                                     : "the ViT and LM presets only");
   if (first_token_only && l % 2 != 0) throw_input("ARViT::sublayer", "a first-token cut starts at an attention sublayer");
   torch::nn::LayerNorm norm{std::dynamic_pointer_cast<torch::nn::LayerNormImpl>(norms_[l])};
-  auto normed = layer_norm_fp32(norm, h);
+  auto normed = layer_norm_before_linear(norm, h);
   if (l % 2 == 0) return first_token_only ? attn_[l / 2]->forward_first_token(normed) : attn_[l / 2]->forward(normed);
   return mlp_[l / 2]->forward(normed);
 }

@@ -592,13 +592,15 @@ struct GeluFunction : public torch::autograd::Function<GeluFunction> {
 // at (2176, 64), 13 calls per AR-ViT-tiny step.
 constexpr std::int64_t kNormBlock = 64;
 
-template <typename T>
+// y's storage Y may be bf16 (a norm whose output feeds a linear under autocast): computed in T and
+// rounded by store, as autocast's cast of a float output would round it; dy (backward) likewise.
+template <typename T, typename Y>
 ARCAL_ALWAYS_INLINE void layer_norm_rows(const T* __restrict x, const T* __restrict w, const T* __restrict b,
                                          std::int64_t r0, std::int64_t r1, std::int64_t d, T eps,
-                                         T* __restrict y, T* __restrict mean, T* __restrict rstd) {
+                                         Y* __restrict y, T* __restrict mean, T* __restrict rstd) {
   for (std::int64_t r = r0; r < r1; ++r) {
     const T* xr = x + r * d;
-    T* yr = y + r * d;
+    Y* yr = y + r * d;
     T s = 0;
 #pragma omp simd reduction(+ : s)
     for (std::int64_t j = 0; j < d; ++j) s += xr[j];
@@ -608,36 +610,37 @@ ARCAL_ALWAYS_INLINE void layer_norm_rows(const T* __restrict x, const T* __restr
     for (std::int64_t j = 0; j < d; ++j) v += (xr[j] - m) * (xr[j] - m);
     const T rs = T(1) / std::sqrt(v / T(d) + eps);
 #pragma omp simd
-    for (std::int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - m) * rs * w[j] + b[j];
+    for (std::int64_t j = 0; j < d; ++j) store(yr[j], (xr[j] - m) * rs * w[j] + b[j]);
     mean[r] = m;
     rstd[r] = rs;
   }
 }
 
 // Rows r0..r1: dx, and the rows' sums of dy xhat and dy added into dw_part and db_part (d each).
-template <typename T>
+template <typename T, typename G>
 ARCAL_ALWAYS_INLINE void layer_norm_backward_rows(const T* __restrict x, const T* __restrict w,
-                                                  const T* __restrict dy, const T* __restrict mean,
+                                                  const G* __restrict dy, const T* __restrict mean,
                                                   const T* __restrict rstd, std::int64_t r0, std::int64_t r1,
                                                   std::int64_t d, T* __restrict dx, T* __restrict dw_part,
                                                   T* __restrict db_part) {
   for (std::int64_t r = r0; r < r1; ++r) {
     const T* xr = x + r * d;
-    const T* gr = dy + r * d;
+    const G* gr = dy + r * d;
     T* dr = dx + r * d;
     const T m = mean[r], rs = rstd[r];
     T sg = 0, sgx = 0;
 #pragma omp simd reduction(+ : sg, sgx)
     for (std::int64_t j = 0; j < d; ++j) {
-      const T xh = (xr[j] - m) * rs, g = gr[j] * w[j];
+      const T gj = widen(gr[j]);
+      const T xh = (xr[j] - m) * rs, g = gj * w[j];
       sg += g;
       sgx += g * xh;
-      dw_part[j] += gr[j] * xh;
-      db_part[j] += gr[j];
+      dw_part[j] += gj * xh;
+      db_part[j] += gj;
     }
     const T a = sg / T(d), c = sgx / T(d);
 #pragma omp simd
-    for (std::int64_t j = 0; j < d; ++j) dr[j] = rs * (gr[j] * w[j] - a - (xr[j] - m) * rs * c);
+    for (std::int64_t j = 0; j < d; ++j) dr[j] = rs * (widen(gr[j]) * w[j] - a - (xr[j] - m) * rs * c);
   }
 }
 
@@ -657,6 +660,18 @@ ARCAL_FUSED_CLONES void layer_norm_backward_kernel(const float* x, const float* 
                                                    float* dx, float* dw_part, float* db_part) {
   layer_norm_backward_rows(x, w, dy, mean, rstd, r0, r1, d, dx, dw_part, db_part);
 }
+// float x, bf16 y (forward) and bf16 dy (backward).
+ARCAL_FUSED_CLONES void layer_norm_kernel(const float* x, const float* w, const float* b, std::int64_t r0,
+                                          std::int64_t r1, std::int64_t d, float eps, std::uint16_t* y, float* mean,
+                                          float* rstd) {
+  layer_norm_rows(x, w, b, r0, r1, d, eps, y, mean, rstd);
+}
+ARCAL_FUSED_CLONES void layer_norm_backward_kernel(const float* x, const float* w, const std::uint16_t* dy,
+                                                   const float* mean, const float* rstd, std::int64_t r0,
+                                                   std::int64_t r1, std::int64_t d, float* dx, float* dw_part,
+                                                   float* db_part) {
+  layer_norm_backward_rows(x, w, dy, mean, rstd, r0, r1, d, dx, dw_part, db_part);
+}
 ARCAL_FUSED_CLONES void layer_norm_backward_kernel(const double* x, const double* w, const double* dy,
                                                    const double* mean, const double* rstd, std::int64_t r0,
                                                    std::int64_t r1, std::int64_t d, double* dx, double* dw_part,
@@ -669,47 +684,62 @@ std::int64_t norm_block_grain(std::int64_t d) {  // blocks per task: about 2^14 
 }
 
 struct LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
+  // bf16_out (float x only): y in bf16.
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x_in, const torch::Tensor& w_in,
-                               const torch::Tensor& b_in, double eps) {
+                               const torch::Tensor& b_in, double eps, bool bf16_out) {
     auto x = x_in.contiguous();
     auto w = w_in.contiguous(), b = b_in.contiguous();
     const std::int64_t d = x.size(-1), rows = x.numel() / d;  // d >= 1 (fused_layer_norm checks)
-    auto y = torch::empty_like(x);
+    auto y = bf16_out ? torch::empty_like(x, x.options().dtype(torch::kBFloat16)) : torch::empty_like(x);
     auto mean = torch::empty({rows}, x.options()), rstd = torch::empty({rows}, x.options());
-    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_layer_norm", [&] {
-      const scalar_t *xp = x.data_ptr<scalar_t>(), *wp = w.data_ptr<scalar_t>(), *bp = b.data_ptr<scalar_t>();
-      scalar_t *yp = y.data_ptr<scalar_t>(), *mp = mean.data_ptr<scalar_t>(), *rp = rstd.data_ptr<scalar_t>();
-      const std::int64_t blocks = (rows + kNormBlock - 1) / kNormBlock;
+    const std::int64_t blocks = (rows + kNormBlock - 1) / kNormBlock;
+    auto run = [&](const auto* xp, const auto* wp, const auto* bp, auto* yp, auto* mp, auto* rp) {
+      using T = std::remove_const_t<std::remove_pointer_t<decltype(xp)>>;
       at::parallel_for(0, blocks, norm_block_grain(d), [&](std::int64_t b0, std::int64_t b1) {
-        layer_norm_kernel(xp, wp, bp, b0 * kNormBlock, std::min(rows, b1 * kNormBlock), d, scalar_t(eps), yp, mp, rp);
+        layer_norm_kernel(xp, wp, bp, b0 * kNormBlock, std::min(rows, b1 * kNormBlock), d, T(eps), yp, mp, rp);
       });
-    });
+    };
+    if (bf16_out)  // float x (fused_layer_norm checks)
+      run(x.data_ptr<float>(), w.data_ptr<float>(), b.data_ptr<float>(),
+          reinterpret_cast<std::uint16_t*>(y.data_ptr<at::BFloat16>()), mean.data_ptr<float>(), rstd.data_ptr<float>());
+    else
+      AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_layer_norm", [&] {
+        run(x.data_ptr<scalar_t>(), w.data_ptr<scalar_t>(), b.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(),
+            mean.data_ptr<scalar_t>(), rstd.data_ptr<scalar_t>());
+      });
     ctx->save_for_backward({x, w, mean, rstd});
     return y;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &w = saved[1], &mean = saved[2], &rstd = saved[3];
-    const auto dy = grad_outputs[0].to(x.scalar_type()).contiguous();
+    // A bf16 gradient of a float norm (its bf16 output fed a linear) is read as it is.
+    const bool bf16_dy = x.scalar_type() == torch::kFloat && grad_outputs[0].scalar_type() == torch::kBFloat16;
+    const auto dy = (bf16_dy ? grad_outputs[0] : grad_outputs[0].to(x.scalar_type())).contiguous();
     const std::int64_t d = x.size(-1), rows = mean.numel();
     const std::int64_t blocks = (rows + kNormBlock - 1) / kNormBlock;
     auto dx = torch::empty_like(x);
     auto partial = torch::zeros({std::max<std::int64_t>(blocks, 1), 2, d}, x.options());  // [block] dw, db
-    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_layer_norm_backward", [&] {
-      const scalar_t *xp = x.data_ptr<scalar_t>(), *wp = w.data_ptr<scalar_t>(), *gp = dy.data_ptr<scalar_t>();
-      const scalar_t *mp = mean.data_ptr<scalar_t>(), *rp = rstd.data_ptr<scalar_t>();
-      scalar_t *dp = dx.data_ptr<scalar_t>(), *pp = partial.data_ptr<scalar_t>();
+    auto run = [&](const auto* xp, const auto* gp) {
+      using T = std::remove_const_t<std::remove_pointer_t<decltype(xp)>>;
+      const T *wp = w.data_ptr<T>(), *mp = mean.data_ptr<T>(), *rp = rstd.data_ptr<T>();
+      T *dp = dx.data_ptr<T>(), *pp = partial.data_ptr<T>();
       at::parallel_for(0, blocks, norm_block_grain(d), [&](std::int64_t b0, std::int64_t b1) {
         for (std::int64_t blk = b0; blk < b1; ++blk)
           layer_norm_backward_kernel(xp, wp, gp, mp, rp, blk * kNormBlock, std::min(rows, (blk + 1) * kNormBlock), d,
                                      dp, pp + blk * 2 * d, pp + blk * 2 * d + d);
       });
-    });
+    };
+    if (bf16_dy)
+      run(x.data_ptr<float>(), reinterpret_cast<const std::uint16_t*>(dy.data_ptr<at::BFloat16>()));
+    else
+      AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_layer_norm_backward",
+                                 [&] { run(x.data_ptr<scalar_t>(), dy.data_ptr<scalar_t>()); });
     auto sums = torch::zeros({2, d}, x.options());  // dw, db
     AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_layer_norm_sums", [&] {
       add_block_partials(partial.data_ptr<scalar_t>(), blocks, 2 * d, sums.data_ptr<scalar_t>());
     });
-    return {dx, sums[0], sums[1], torch::Tensor()};
+    return {dx, sums[0], sums[1], torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -923,9 +953,10 @@ constexpr std::int64_t kLaneMaxTokens = 32;
 inline bool lane_path(const AttentionShape& s) { return s.T <= kLaneMaxTokens; }
 
 // X[(t*hd + c)*8 + l] = column block `col` (hd wide) of row t of image b0 + l in x (rows ld apart,
-// images T*ld apart); lanes past `lanes` are zero.
-template <typename T>
-ARCAL_ALWAYS_INLINE void lane_gather(const T* x, std::int64_t ld, std::int64_t T_, std::int64_t b0, int lanes,
+// images T*ld apart); lanes past `lanes` are zero. x's storage S may be narrower than the arithmetic
+// type T (bf16 under autocast, widened exactly here); lane_scatter rounds back to S (widen/store).
+template <typename T, typename S>
+ARCAL_ALWAYS_INLINE void lane_gather(const S* x, std::int64_t ld, std::int64_t T_, std::int64_t b0, int lanes,
                                      std::int64_t col, int hd, T* __restrict X) {
   const std::int64_t n = T_ * hd;
   for (int l = 0; l < kLanes; ++l) {
@@ -933,19 +964,19 @@ ARCAL_ALWAYS_INLINE void lane_gather(const T* x, std::int64_t ld, std::int64_t T
       for (std::int64_t e = 0; e < n; ++e) X[e * kLanes + l] = 0;
       continue;
     }
-    const T* src = x + (b0 + l) * T_ * ld + col;
+    const S* src = x + (b0 + l) * T_ * ld + col;
     for (std::int64_t t = 0; t < T_; ++t)
-      for (int c = 0; c < hd; ++c) X[(t * hd + c) * kLanes + l] = src[t * ld + c];
+      for (int c = 0; c < hd; ++c) X[(t * hd + c) * kLanes + l] = widen(src[t * ld + c]);
   }
 }
 
-template <typename T>
+template <typename T, typename S>
 ARCAL_ALWAYS_INLINE void lane_scatter(const T* __restrict X, std::int64_t T_, std::int64_t b0, int lanes,
-                                      std::int64_t col, int hd, T* y, std::int64_t ld) {
+                                      std::int64_t col, int hd, S* y, std::int64_t ld) {
   for (int l = 0; l < lanes; ++l) {
-    T* dst = y + (b0 + l) * T_ * ld + col;
+    S* dst = y + (b0 + l) * T_ * ld + col;
     for (std::int64_t t = 0; t < T_; ++t)
-      for (int c = 0; c < hd; ++c) dst[t * ld + c] = X[(t * hd + c) * kLanes + l];
+      for (int c = 0; c < hd; ++c) store(dst[t * ld + c], X[(t * hd + c) * kLanes + l]);
   }
 }
 
@@ -993,8 +1024,8 @@ struct LaneGroup {
   int lanes;
 };
 
-template <typename T>
-ARCAL_ALWAYS_INLINE LaneGroup lane_load_qkv(const T* qkv, const AttentionShape& s, std::int64_t gh, int hd, T* Q, T* K,
+template <typename T, typename S>
+ARCAL_ALWAYS_INLINE LaneGroup lane_load_qkv(const S* qkv, const AttentionShape& s, std::int64_t gh, int hd, T* Q, T* K,
                                             T* V) {
   const std::int64_t grp = gh / s.H, h = gh % s.H, b0 = grp * kLanes, ld = 3 * s.D;
   const int lanes = int(std::min<std::int64_t>(kLanes, s.B - b0));
@@ -1004,9 +1035,9 @@ ARCAL_ALWAYS_INLINE LaneGroup lane_load_qkv(const T* qkv, const AttentionShape& 
   return {b0, h, lanes};
 }
 
-template <typename T, int HD>
-ARCAL_ALWAYS_INLINE void lane_forward(const T* qkv, const AttentionShape& s, std::int64_t begin, std::int64_t end,
-                                      T* P, T* out) {
+template <typename T, int HD, typename S>
+ARCAL_ALWAYS_INLINE void lane_forward(const S* qkv, const AttentionShape& s, std::int64_t begin, std::int64_t end,
+                                      T* P, S* out) {
   const int hd = HD > 0 ? HD : int(s.hd);
   const std::int64_t n = s.T;
   const T scale = T(1) / std::sqrt(T(hd));
@@ -1058,9 +1089,9 @@ ARCAL_ALWAYS_INLINE void lane_forward(const T* qkv, const AttentionShape& s, std
   }
 }
 
-template <typename T, int HD>
-ARCAL_ALWAYS_INLINE void lane_backward(const T* qkv, const AttentionShape& s, const T* P, const T* grad,
-                                       std::int64_t begin, std::int64_t end, T* dqkv) {
+template <typename T, int HD, typename S>
+ARCAL_ALWAYS_INLINE void lane_backward(const S* qkv, const AttentionShape& s, const T* P, const S* grad,
+                                       std::int64_t begin, std::int64_t end, S* dqkv) {
   const int hd = HD > 0 ? HD : int(s.hd);
   const std::int64_t ld = 3 * s.D, n = s.T;
   const T scale = T(1) / std::sqrt(T(hd));
@@ -1117,23 +1148,36 @@ ARCAL_ALWAYS_INLINE void lane_backward(const T* qkv, const AttentionShape& s, co
   }
 }
 
-template <typename T>
-ARCAL_ALWAYS_INLINE void lane_forward_range(const T* qkv, const AttentionShape& s, std::int64_t b, std::int64_t e,
-                                            T* P, T* out) {
+template <typename T, typename S>
+ARCAL_ALWAYS_INLINE void lane_forward_range(const S* qkv, const AttentionShape& s, std::int64_t b, std::int64_t e,
+                                            T* P, S* out) {
   switch (s.hd) {
     case 16: return lane_forward<T, 16>(qkv, s, b, e, P, out);
     case 32: return lane_forward<T, 32>(qkv, s, b, e, P, out);
     default: return lane_forward<T, 0>(qkv, s, b, e, P, out);
   }
 }
-template <typename T>
-ARCAL_ALWAYS_INLINE void lane_backward_range(const T* qkv, const AttentionShape& s, const T* P, const T* g,
-                                             std::int64_t b, std::int64_t e, T* dqkv) {
+template <typename T, typename S>
+ARCAL_ALWAYS_INLINE void lane_backward_range(const S* qkv, const AttentionShape& s, const T* P, const S* g,
+                                             std::int64_t b, std::int64_t e, S* dqkv) {
   switch (s.hd) {
     case 16: return lane_backward<T, 16>(qkv, s, P, g, b, e, dqkv);
     case 32: return lane_backward<T, 32>(qkv, s, P, g, b, e, dqkv);
     default: return lane_backward<T, 0>(qkv, s, P, g, b, e, dqkv);
   }
+}
+// bf16 qkv, output and gradients (under autocast the projections around the core are bf16), float
+// arithmetic and P: the lane path only (T <= kLaneMaxTokens; fused_self_attention converts longer
+// sequences to float). The values are bitwise those of the float kernel on the widened qkv with its
+// output rounded to bf16, which is what the conversions around it gave before.
+ARCAL_FUSED_CLONES void attention_forward_bf16(const std::uint16_t* qkv, const AttentionShape& s, std::int64_t b,
+                                               std::int64_t e, float* P, std::uint16_t* out) {
+  lane_forward_range(qkv, s, b, e, P, out);
+}
+ARCAL_FUSED_CLONES void attention_backward_bf16(const std::uint16_t* qkv, const AttentionShape& s, const float* P,
+                                                const std::uint16_t* g, std::int64_t b, std::int64_t e,
+                                                std::uint16_t* dqkv) {
+  lane_backward_range(qkv, s, P, g, b, e, dqkv);
 }
 
 // [b, e) counts (image group, head) pairs on the lane path, (image, head) pairs otherwise.
@@ -1187,16 +1231,27 @@ struct SelfAttentionFunction : public torch::autograd::Function<SelfAttentionFun
     auto out = torch::empty({s.B, s.T, s.D}, qkv.options());
     const bool lanes = lane_path(s);
     const std::int64_t groups = (s.B + kLanes - 1) / kLanes;
-    // lanes: (groups, H, T, T, 8) interleaved; else (B, H, T, np) with rows padded with weight 0
-    auto P = lanes ? torch::empty({groups, s.H, s.T, s.T, kLanes}, qkv.options())
-                   : torch::empty({s.B, s.H, s.T, padded_tokens(s.T)}, qkv.options());
-    AT_DISPATCH_FLOATING_TYPES(qkv.scalar_type(), "fused_self_attention", [&] {
-      const scalar_t* x = qkv.data_ptr<scalar_t>();
-      scalar_t* p = P.data_ptr<scalar_t>();
-      scalar_t* o = out.data_ptr<scalar_t>();
-      at::parallel_for(0, (lanes ? groups : s.B) * s.H, lanes ? 1 : 8,
-                       [&](std::int64_t b, std::int64_t e) { attention_forward(x, s, b, e, p, o); });
-    });
+    // lanes: (groups, H, T, T, 8) interleaved; else (B, H, T, np) with rows padded with weight 0.
+    // float for bf16 qkv (fused_self_attention sends bf16 here on the lane path only).
+    const bool bf16 = qkv.scalar_type() == torch::kBFloat16;
+    const auto popts = bf16 ? qkv.options().dtype(torch::kFloat) : qkv.options();
+    auto P = lanes ? torch::empty({groups, s.H, s.T, s.T, kLanes}, popts)
+                   : torch::empty({s.B, s.H, s.T, padded_tokens(s.T)}, popts);
+    if (bf16) {
+      const auto* x = reinterpret_cast<const std::uint16_t*>(qkv.data_ptr<at::BFloat16>());
+      float* p = P.data_ptr<float>();
+      auto* o = reinterpret_cast<std::uint16_t*>(out.data_ptr<at::BFloat16>());
+      at::parallel_for(0, groups * s.H, 1,
+                       [&](std::int64_t b, std::int64_t e) { attention_forward_bf16(x, s, b, e, p, o); });
+    } else {
+      AT_DISPATCH_FLOATING_TYPES(qkv.scalar_type(), "fused_self_attention", [&] {
+        const scalar_t* x = qkv.data_ptr<scalar_t>();
+        scalar_t* p = P.data_ptr<scalar_t>();
+        scalar_t* o = out.data_ptr<scalar_t>();
+        at::parallel_for(0, (lanes ? groups : s.B) * s.H, lanes ? 1 : 8,
+                         [&](std::int64_t b, std::int64_t e) { attention_forward(x, s, b, e, p, o); });
+      });
+    }
     ctx->save_for_backward({qkv, P});
     ctx->saved_data["heads"] = heads;
     ctx->saved_data["causal"] = causal;
@@ -1210,6 +1265,15 @@ struct SelfAttentionFunction : public torch::autograd::Function<SelfAttentionFun
     const auto s = attention_shape(qkv, ctx->saved_data["heads"].toInt(), ctx->saved_data["causal"].toBool());
     auto g = grad_outputs[0].to(qkv.scalar_type()).contiguous();
     auto dqkv = torch::empty_like(qkv);  // every entry is written: each head writes (or zeroes) its own columns
+    if (qkv.scalar_type() == torch::kBFloat16) {  // the lane path (as the forward)
+      const auto* x = reinterpret_cast<const std::uint16_t*>(qkv.data_ptr<at::BFloat16>());
+      const float* p = P.data_ptr<float>();
+      const auto* gp = reinterpret_cast<const std::uint16_t*>(g.data_ptr<at::BFloat16>());
+      auto* dx = reinterpret_cast<std::uint16_t*>(dqkv.data_ptr<at::BFloat16>());
+      at::parallel_for(0, (s.B + kLanes - 1) / kLanes * s.H, 1,
+                       [&](std::int64_t b, std::int64_t e) { attention_backward_bf16(x, s, p, gp, b, e, dx); });
+      return {dqkv, torch::Tensor(), torch::Tensor()};
+    }
     AT_DISPATCH_FLOATING_TYPES(qkv.scalar_type(), "fused_self_attention_backward", [&] {
       const scalar_t* x = qkv.data_ptr<scalar_t>();
       const scalar_t* p = P.data_ptr<scalar_t>();
@@ -1245,8 +1309,11 @@ torch::Tensor fused_self_attention(const torch::Tensor& qkv, int heads, bool cau
   const char* fn = "fused_self_attention";
   if (qkv.dim() != 3 || qkv.size(2) % 3 != 0) throw_input(fn, "qkv must be (B,T,3D)");
   if (heads < 1 || (qkv.size(2) / 3) % heads != 0) throw_input(fn, "D must be a multiple of the number of heads");
-  if (!floating(qkv)) throw_input(fn, "qkv must be float or double");
+  if (!floating(qkv) && qkv.scalar_type() != torch::kBFloat16) throw_input(fn, "qkv must be float, double or bfloat16");
   if (!qkv.device().is_cpu()) throw_input(fn, "CPU tensors only (the models use LibTorch's composite on other devices)");
+  if (qkv.scalar_type() == torch::kBFloat16 && !lane_path(attention_shape(qkv, heads, causal)))
+    return SelfAttentionFunction::apply(qkv.to(torch::kFloat), static_cast<std::int64_t>(heads), causal)
+        .to(torch::kBFloat16);
   return SelfAttentionFunction::apply(qkv, static_cast<std::int64_t>(heads), causal);
 }
 
@@ -1289,7 +1356,7 @@ std::pair<torch::Tensor, torch::Tensor> RoutingBank::route(const torch::Tensor& 
 }
 
 torch::Tensor fused_layer_norm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
-                               double eps) {
+                               double eps, bool bf16_output) {
   const char* fn = "fused_layer_norm";
   if (x.dim() < 1 || x.size(-1) < 1) throw_input(fn, "x must have a non-empty last axis");
   if (!floating(x)) throw_input(fn, "x must be float or double");
@@ -1300,7 +1367,8 @@ torch::Tensor fused_layer_norm(const torch::Tensor& x, const torch::Tensor& weig
   if (weight.scalar_type() != x.scalar_type() || bias.scalar_type() != x.scalar_type())
     throw_input(fn, "weight and bias must have x's dtype");
   if (!(eps >= 0.0)) throw_input(fn, "eps must be >= 0");
-  return LayerNormFunction::apply(x, weight, bias, eps);
+  if (bf16_output && x.scalar_type() != torch::kFloat) throw_input(fn, "a bf16 output is for a float x only");
+  return LayerNormFunction::apply(x, weight, bias, eps, bf16_output);
 }
 
 torch::Tensor fused_gelu(const torch::Tensor& x) {

@@ -24,7 +24,10 @@ void set_fused_operators(bool enabled);
 /// head h in columns h*hd .. (h+1)*hd of each, hd = D / heads: softmax(q k^T / sqrt(hd)) v per
 /// head, returned with the heads side by side (B,T,D), which is what the output projection reads.
 /// causal: query i attends to keys 0..i only (a decoder's mask; the others get weight exactly 0).
-/// float or double; differentiable in qkv.
+/// float, double or bfloat16; differentiable in qkv. bf16 (the qkv projection's output under
+/// autocast) is computed in float and the output and the gradient are rounded to bf16 (ties to even):
+/// bitwise the float operator on qkv.to(float) followed by .to(bf16), without those two passes (and
+/// their backward) around it.
 torch::Tensor fused_self_attention(const torch::Tensor& qkv, int heads, bool causal = false);
 
 /// Exact GELU, x Phi(x) (erf form, as torch::gelu), elementwise, with its own backward: float,
@@ -38,9 +41,12 @@ torch::Tensor fused_gelu(const torch::Tensor& x);
 
 /// LayerNorm over the last axis with an affine weight and bias (d,), as torch::layer_norm(x, {d},
 /// weight, bias, eps), with its own backward (differentiable in all three): float or double CPU
-/// tensors, weight and bias of x's dtype. The same values on any thread count.
+/// tensors, weight and bias of x's dtype. The same values on any thread count. bf16_output (float x
+/// only; a norm whose output feeds a linear under bf16 autocast): y is rounded to bf16 (ties to even),
+/// bitwise the float norm followed by .to(bf16), and a bf16 gradient is read as it is, so neither pass
+/// converts.
 torch::Tensor fused_layer_norm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
-                               double eps);
+                               double eps, bool bf16_output = false);
 
 /// The routing points of one AttnRes forward pass in fused form (attnres_stack's path when the fused
 /// operators are on). Each point is one operator: its sources' scores (the RMS-normalised source

@@ -1,5 +1,7 @@
 #include "model/layers.hpp"
 
+#include <ATen/autocast_mode.h>
+
 #include <cmath>
 #include <limits>
 
@@ -8,7 +10,9 @@
 
 namespace arcal {
 
-torch::Tensor layer_norm_fp32(torch::nn::LayerNorm& norm, const torch::Tensor& x_in) {
+namespace {
+
+torch::Tensor layer_norm_at_least_fp32(torch::nn::LayerNorm& norm, const torch::Tensor& x_in, bool feeds_linear) {
   const auto t = x_in.scalar_type();
   const auto x = t == torch::kBFloat16 || t == torch::kHalf ? x_in.to(torch::kFloat) : x_in;
   const auto& opt = norm->options;
@@ -16,9 +20,22 @@ torch::Tensor layer_norm_fp32(torch::nn::LayerNorm& norm, const torch::Tensor& x
   if (fused_operators_enabled() && x.device().is_cpu() && opt.elementwise_affine() &&
       opt.normalized_shape().size() == 1 && x.dim() >= 1 && x.size(-1) == opt.normalized_shape()[0] &&
       (x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kDouble) && w.scalar_type() == x.scalar_type() &&
-      norm->bias.defined() && norm->bias.scalar_type() == x.scalar_type())
-    return fused_layer_norm(x, w, norm->bias, opt.eps());
+      norm->bias.defined() && norm->bias.scalar_type() == x.scalar_type()) {
+    const bool bf16_out = feeds_linear && x.scalar_type() == torch::kFloat && at::autocast::is_cpu_enabled() &&
+                          at::autocast::get_autocast_cpu_dtype() == at::kBFloat16;
+    return fused_layer_norm(x, w, norm->bias, opt.eps(), bf16_out);
+  }
   return norm->forward(x);
+}
+
+}  // namespace
+
+torch::Tensor layer_norm_fp32(torch::nn::LayerNorm& norm, const torch::Tensor& x) {
+  return layer_norm_at_least_fp32(norm, x, false);
+}
+
+torch::Tensor layer_norm_before_linear(torch::nn::LayerNorm& norm, const torch::Tensor& x) {
+  return layer_norm_at_least_fp32(norm, x, true);
 }
 
 torch::Tensor patch_embed_tokens(torch::nn::Conv2d& conv, const torch::Tensor& images) {
@@ -58,10 +75,12 @@ torch::Tensor MultiHeadAttentionImpl::heads(const torch::Tensor& x) {
   const auto hd = D / heads_;
   if (!(backend_ && !is_training()) && fused_operators_enabled() && x.device().is_cpu()) {
     // One operator for every head's softmax(q k^T / sqrt(hd)) v, forward and backward, in fp32 at
-    // least (under bf16 autocast the products are tiny; the projections stay in bf16).
+    // least (under bf16 autocast the products are tiny; the projections stay in bf16, and the
+    // operator reads and writes bf16 itself).
     auto qkv = linear(qkv_, x);
     const auto t = qkv.scalar_type();
-    auto heads_out = fused_self_attention(t == torch::kDouble ? qkv : qkv.to(torch::kFloat), heads_, causal_);
+    const bool native = t == torch::kDouble || t == torch::kFloat || t == torch::kBFloat16;
+    auto heads_out = fused_self_attention(native ? qkv : qkv.to(torch::kFloat), heads_, causal_);
     return heads_out.scalar_type() == t ? heads_out : heads_out.to(t);
   }
   // (B,T,3D) -> (3,B,H,T,hd)

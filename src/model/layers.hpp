@@ -22,6 +22,12 @@ using AttentionBackend = std::function<torch::Tensor(const torch::Tensor& q, con
 /// (model/fused.hpp).
 torch::Tensor layer_norm_fp32(torch::nn::LayerNorm& norm, const torch::Tensor& x);
 
+/// layer_norm_fp32 for a norm whose output only feeds a linear (the sublayers' pre-norms). Under CPU
+/// bf16 autocast that linear casts its float input to bf16; with the fused operators the norm writes
+/// bf16 itself (bitwise that cast) and reads the linear's bf16 input gradient as it is, so neither
+/// pass converts. Anywhere else it is layer_norm_fp32.
+torch::Tensor layer_norm_before_linear(torch::nn::LayerNorm& norm, const torch::Tensor& x);
+
 /// Non-overlapping patch embedding: conv (d, C, p, p) with stride p on (B,C,H,W) images ->
 /// (B, (H/p)(W/p), d), patches in row-major order (the conv's output flattened and transposed). With
 /// the fused operators on a CPU it runs as one matrix product over the patches viewed as rows of

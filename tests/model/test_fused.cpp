@@ -288,6 +288,47 @@ void check_layer_norm(torch::Dtype dtype, double tol) {
 TEST(Fused, LayerNormMatchesLibTorchInDouble) { check_layer_norm(torch::kDouble, 1e-12); }
 TEST(Fused, LayerNormMatchesLibTorchInFloat) { check_layer_norm(torch::kFloat, 1e-5); }
 
+// A norm before a linear under bf16 autocast writes bf16 and reads the linear's bf16 gradient: bitwise
+// the float norm followed by .to(bf16), with the gradient widened, for every parameter; through the
+// module helper only under CPU bf16 autocast.
+TEST(Fused, LayerNormWithABFloat16OutputIsTheFloatNormRounded) {
+  for (const auto& shape : std::vector<std::vector<std::int64_t>>{{11, 17, 64}, {5, 13}, {300, 24}}) {
+    torch::manual_seed(13);
+    const auto d = shape.back();
+    const auto x0 = torch::randn(shape) * 3.0 + 0.5, w0 = torch::randn({d}), b0 = torch::randn({d});
+    const auto g16 = torch::randn(shape).to(torch::kBFloat16);
+    std::vector<std::vector<torch::Tensor>> res;
+    for (bool bf16 : {true, false}) {
+      auto x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true), b = b0.clone().requires_grad_(true);
+      auto y = fused_layer_norm(x, w, b, 1e-6, bf16);
+      EXPECT_EQ(y.scalar_type(), bf16 ? torch::kBFloat16 : torch::kFloat);
+      if (bf16)
+        y.backward(g16);
+      else
+        y.backward(g16.to(torch::kFloat));
+      res.push_back({y.detach().to(torch::kBFloat16), x.grad(), w.grad(), b.grad()});
+    }
+    const char* names[] = {"y", "dx", "dweight", "dbias"};
+    for (int i = 0; i < 4; ++i) EXPECT_TRUE(torch::equal(res[0][i], res[1][i])) << names[i] << " at d = " << d;
+  }
+  EXPECT_THROW(fused_layer_norm(torch::randn({2, 4}, torch::kDouble), torch::ones({4}, torch::kDouble),
+                                torch::zeros({4}, torch::kDouble), 1e-6, true),
+               InputError);  // bf16 output for a float x only
+  FusedGuard guard;
+  set_fused_operators(true);
+  torch::nn::LayerNorm norm(torch::nn::LayerNormOptions({16}).eps(1e-6));
+  const auto x = torch::randn({4, 5, 16});
+  EXPECT_EQ(layer_norm_before_linear(norm, x).scalar_type(), torch::kFloat);  // no autocast
+  at::autocast::set_cpu_enabled(true);
+  at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+  const auto under = layer_norm_before_linear(norm, x), plain = layer_norm_fp32(norm, x);
+  at::autocast::set_cpu_enabled(false);
+  at::autocast::clear_cache();
+  EXPECT_EQ(under.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(plain.scalar_type(), torch::kFloat);
+  EXPECT_TRUE(torch::equal(under, plain.to(torch::kBFloat16)));
+}
+
 TEST(Fused, LayerNormModuleDispatch) {
   FusedGuard guard;
   torch::manual_seed(12);
@@ -370,6 +411,34 @@ TEST(Fused, AttentionOfANonContiguousProjection) {
   auto wide = torch::randn({2, 6, 2 * 3 * 8}, torch::kDouble);
   auto qkv = wide.slice(2, 0, 48, 2);  // (2,6,24), stride 2 on the last axis
   EXPECT_LE(max_rel(fused_self_attention(qkv, 2), composite_attention(qkv, 2)), 1e-12);
+}
+
+// Under bf16 autocast the operator reads the bf16 projection and writes bf16: bitwise the float
+// operator on the widened qkv with its output and qkv's gradient rounded to bf16 (what the conversions
+// around it gave), on the lane path and, through those conversions, beyond it (T = 50).
+TEST(Fused, AttentionInBFloat16IsTheFloatOperatorRounded) {
+  struct Case {
+    std::int64_t B, T, D, H;
+    bool causal;
+  };
+  for (const auto& c : {Case{11, 17, 64, 4, false}, Case{11, 17, 64, 4, true}, Case{3, 5, 12, 3, false},
+                        Case{2, 7, 96, 3, true}, Case{2, 50, 96, 3, false}}) {
+    torch::manual_seed(21);
+    const auto qkv16 = (torch::randn({c.B, c.T, 3 * c.D}) * 2).to(torch::kBFloat16);
+    const auto g16 = torch::randn({c.B, c.T, c.D}).to(torch::kBFloat16);
+    auto a = qkv16.clone().requires_grad_(true);
+    auto out16 = fused_self_attention(a, int(c.H), c.causal);
+    out16.backward(g16);
+    auto f = qkv16.to(torch::kFloat).requires_grad_(true);
+    auto out32 = fused_self_attention(f, int(c.H), c.causal);
+    out32.backward(g16.to(torch::kFloat));
+    const std::string where = "B " + std::to_string(c.B) + " T " + std::to_string(c.T) + (c.causal ? " causal" : "");
+    ASSERT_EQ(out16.scalar_type(), torch::kBFloat16) << where;
+    ASSERT_EQ(a.grad().scalar_type(), torch::kBFloat16) << where;
+    EXPECT_TRUE(torch::equal(out16, out32.detach().to(torch::kBFloat16))) << where;
+    EXPECT_TRUE(torch::equal(a.grad(), f.grad().to(torch::kBFloat16))) << where;
+    EXPECT_GT(out16.to(torch::kFloat).abs().max().item<double>(), 0.1) << where;  // not a zero output
+  }
 }
 
 // The whole model, forward and every parameter's gradient, with the fused operators on and off.
@@ -490,7 +559,7 @@ TEST(Fused, ResultsDoNotDependOnTheThreadCount) {
 TEST(Fused, WrongShapesAndDtypesAreRejected) {
   EXPECT_THROW(fused_self_attention(torch::randn({2, 3, 10}), 2), InputError);  // 10 % 3
   EXPECT_THROW(fused_self_attention(torch::randn({2, 3, 12}), 3), InputError);  // D = 4, 3 heads
-  EXPECT_THROW(fused_self_attention(torch::randn({2, 3, 12}).to(torch::kBFloat16), 2), InputError);
+  EXPECT_THROW(fused_self_attention(torch::randint(0, 5, {2, 3, 12}), 2), InputError);  // integers
   RoutingBank bank;
   EXPECT_THROW(bank.add(torch::randn({3, 4})), InputError);                        // not (B,T,d)
   EXPECT_THROW(bank.add(torch::randn({2, 3, 4}).to(torch::kBFloat16)), InputError);  // widen first
