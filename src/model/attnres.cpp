@@ -81,7 +81,8 @@ torch::Tensor attnres_stack(const torch::Tensor& v0, int layers, int block_size,
     throw_input("attnres_stack", "a routing capture records every token: no first-token cut with a capture");
   if (fused_operators_enabled() && v0.device().is_cpu()) {
     // Fused: every point one operator over the sources it reads (model/fused.hpp, RoutingBank), in
-    // float (double stays double); reduced-precision sources are widened once, when they enter. An
+    // float (double stays double); bf16 sources (the linears' outputs under autocast) enter as they
+    // are and are widened as the points read them, other reduced-precision ones once on entry. An
     // ablation (zero the listed sources' weights and renormalise) is the softmax over the kept
     // sources, so the point simply reads those; an ablation that drops nothing is no ablation.
     const auto compute = v0.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
@@ -89,7 +90,10 @@ torch::Tensor attnres_stack(const torch::Tensor& v0, int layers, int block_size,
     // After the first-token cut the later points read the sources' token-0 rows from a second bank.
     RoutingBank bank, first_token_bank;
     RoutingBank* current = &bank;
-    auto add = [&](const torch::Tensor& v) { return current->add(v.scalar_type() == compute ? v : v.to(compute)); };
+    auto add = [&](const torch::Tensor& v) {
+      const auto t = v.scalar_type();
+      return current->add(t == compute || (t == torch::kBFloat16 && compute == torch::kFloat) ? v : v.to(compute));
+    };
     std::vector<int> done;               // slots of the completed sources
     std::vector<torch::Tensor> done_v;   // and the sources themselves
     auto complete = [&](const torch::Tensor& v) {

@@ -34,6 +34,26 @@ ARCAL_ALWAYS_INLINE T exp_shifted(T x) {  // e^x for x <= 0
     return std::exp(x);
 }
 
+// Storage and arithmetic: float and double are computed in their own type; bf16 storage (what the
+// linears write under autocast) is widened to float (exact) when read and rounded to the nearest
+// bf16 (ties to even, NaN kept quiet) when written, as LibTorch's conversions round.
+ARCAL_ALWAYS_INLINE float widen(float v) { return v; }
+ARCAL_ALWAYS_INLINE double widen(double v) { return v; }
+ARCAL_ALWAYS_INLINE float widen(std::uint16_t h) {
+  const std::uint32_t u = std::uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+ARCAL_ALWAYS_INLINE void store(float& dst, float v) { dst = v; }
+ARCAL_ALWAYS_INLINE void store(double& dst, double v) { dst = v; }
+ARCAL_ALWAYS_INLINE void store(std::uint16_t& dst, float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  dst = f != f ? std::uint16_t(0x7fc0) : std::uint16_t(rounded);
+}
+
 // Rows per parallel task: about 16K multiply-adds each.
 std::int64_t routing_grain(int S, std::int64_t d) {
   return std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(1, S * d));
@@ -61,27 +81,62 @@ void add_block_partials(const T* partial, std::int64_t blocks, std::int64_t widt
 // follow, instead of hopping between up to S tensors row by row; the block's own rows stay in L1.
 constexpr std::int64_t kRowBlock = 32;
 
-template <typename T, int HD>
-ARCAL_ALWAYS_INLINE void route_point_rows(const T* u, const T* const* values, int S, std::int64_t N,
-                                          std::int64_t d_runtime, T eps, std::int64_t begin, std::int64_t end, T* out,
-                                          T* alpha, T* logit, T* rinv) {
+// A point's sources are stored in T or, in a float bank under bf16 autocast (the sublayers' outputs
+// as the linears wrote them), in bf16: values[s] points at T, or at bf16 where half[s] != 0 (half may
+// be null: every source in T), widened as read. The arithmetic is T's either way, so a bf16 source
+// gives bitwise what its widened float copy gave, at half the bytes read.
+template <typename T, int HD, typename V>
+ARCAL_ALWAYS_INLINE void score_rows(const V* __restrict values, const T* __restrict u, std::int64_t b0,
+                                    std::int64_t b1, std::int64_t d_runtime, T eps, T* __restrict logit,
+                                    T* __restrict rinv) {
   const std::int64_t d = HD > 0 ? HD : d_runtime;
   const T inv_d = T(1) / T(d);
+  for (std::int64_t n = b0; n < b1; ++n) {
+    const V* __restrict v = values + n * d;
+    T ss = 0, dot = 0;
+#pragma omp simd reduction(+ : ss, dot)
+    for (std::int64_t c = 0; c < d; ++c) {
+      const T x = widen(v[c]);
+      ss += x * x;
+      dot += x * u[c];
+    }
+    const T r = T(1) / std::sqrt(ss * inv_d + eps);
+    rinv[n] = r;
+    logit[n] = r * dot;
+  }
+}
+
+template <typename T, int HD, typename V>
+ARCAL_ALWAYS_INLINE void weighted_add_rows(const V* __restrict values, const T* __restrict alpha, std::int64_t b0,
+                                           std::int64_t b1, std::int64_t d_runtime, bool first, T* __restrict out) {
+  const std::int64_t d = HD > 0 ? HD : d_runtime;
+  for (std::int64_t n = b0; n < b1; ++n) {
+    T* __restrict o = out + n * d;
+    const T a = alpha[n];
+    const V* __restrict v = values + n * d;
+    if (first) {
+#pragma omp simd
+      for (std::int64_t c = 0; c < d; ++c) o[c] = a * widen(v[c]);
+    } else {
+#pragma omp simd
+      for (std::int64_t c = 0; c < d; ++c) o[c] += a * widen(v[c]);
+    }
+  }
+}
+
+template <typename T, int HD>
+ARCAL_ALWAYS_INLINE void route_point_rows(const T* u, const void* const* values, const std::uint8_t* half, int S,
+                                          std::int64_t N, std::int64_t d_runtime, T eps, std::int64_t begin,
+                                          std::int64_t end, T* out, T* alpha, T* logit, T* rinv) {
   for (std::int64_t b0 = begin; b0 < end; b0 += kRowBlock) {
     const std::int64_t b1 = std::min(end, b0 + kRowBlock);
-    for (int s = 0; s < S; ++s)
-      for (std::int64_t n = b0; n < b1; ++n) {
-        const T* __restrict v = values[s] + n * d;
-        T ss = 0, dot = 0;
-#pragma omp simd reduction(+ : ss, dot)
-        for (std::int64_t c = 0; c < d; ++c) {
-          ss += v[c] * v[c];
-          dot += v[c] * u[c];
-        }
-        const T r = T(1) / std::sqrt(ss * inv_d + eps);
-        rinv[s * N + n] = r;
-        logit[s * N + n] = r * dot;
-      }
+    for (int s = 0; s < S; ++s) {
+      if (half && half[s])
+        score_rows<T, HD>(static_cast<const std::uint16_t*>(values[s]), u, b0, b1, d_runtime, eps, logit + s * N,
+                          rinv + s * N);
+      else
+        score_rows<T, HD>(static_cast<const T*>(values[s]), u, b0, b1, d_runtime, eps, logit + s * N, rinv + s * N);
+    }
     for (std::int64_t n = b0; n < b1; ++n) {
       T mx = -std::numeric_limits<T>::infinity();
       for (int s = 0; s < S; ++s) mx = std::max(mx, logit[s * N + n]);
@@ -94,69 +149,93 @@ ARCAL_ALWAYS_INLINE void route_point_rows(const T* u, const T* const* values, in
       const T inv = T(1) / sum;
       for (int s = 0; s < S; ++s) alpha[s * N + n] *= inv;
     }
-    for (int s = 0; s < S; ++s)
-      for (std::int64_t n = b0; n < b1; ++n) {
-        T* __restrict o = out + n * d;
-        const T a = alpha[s * N + n];
-        const T* __restrict v = values[s] + n * d;
-        if (s == 0) {
+    for (int s = 0; s < S; ++s) {
+      if (half && half[s])
+        weighted_add_rows<T, HD>(static_cast<const std::uint16_t*>(values[s]), alpha + s * N, b0, b1, d_runtime,
+                                 s == 0, out);
+      else
+        weighted_add_rows<T, HD>(static_cast<const T*>(values[s]), alpha + s * N, b0, b1, d_runtime, s == 0, out);
+    }
+  }
+}
+
+// dalpha_s = g . v_s for the rows of one block (da_s: one value per row, from b0).
+template <typename T, int HD, typename V>
+ARCAL_ALWAYS_INLINE void grad_dot_rows(const V* __restrict values, const T* __restrict grad, std::int64_t b0,
+                                       std::int64_t b1, std::int64_t d_runtime, T* __restrict da_s) {
+  const std::int64_t d = HD > 0 ? HD : d_runtime;
+  for (std::int64_t n = b0; n < b1; ++n) {
+    const T* __restrict g = grad + n * d;
+    const V* __restrict v = values + n * d;
+    T dot = 0;
+#pragma omp simd reduction(+ : dot)
+    for (std::int64_t c = 0; c < d; ++c) dot += g[c] * widen(v[c]);
+    da_s[n - b0] = dot;
+  }
+}
+
+// Source s's coefficient rows (cu_s, cv_s) of one block and its share of du (sum of cu_s v_s).
+template <typename T, int HD, typename V>
+ARCAL_ALWAYS_INLINE void coefficient_rows(const V* __restrict values, const T* alpha_s, const T* rinv_s,
+                                          const T* logit_s, const T* da_s, const T* m, std::int64_t b0,
+                                          std::int64_t b1, std::int64_t d_runtime, T* __restrict cu_s,
+                                          T* __restrict cv_s, T* __restrict du) {
+  const std::int64_t d = HD > 0 ? HD : d_runtime;
+  const T inv_d = T(1) / T(d);
+  for (std::int64_t n = b0; n < b1; ++n) {
+    const T a = alpha_s[n], r = rinv_s[n];
+    const T dl = a * (da_s[n - b0] - m[n - b0]);
+    const T cu = dl * r;  // along u
+    cu_s[n] = cu;
+    cv_s[n] = dl * r * r * logit_s[n] * inv_d;  // along v_s: dl r^3 (v . u) / d
+    const V* __restrict v = values + n * d;
 #pragma omp simd
-          for (std::int64_t c = 0; c < d; ++c) o[c] = a * v[c];
-        } else {
-#pragma omp simd
-          for (std::int64_t c = 0; c < d; ++c) o[c] += a * v[c];
-        }
-      }
+    for (std::int64_t c = 0; c < d; ++c) du[c] += cu * widen(v[c]);
   }
 }
 
 // The row coefficients cu, cv ([S, N] planes) of the rows [begin, end), and in du (d values) this
 // range's sum of cu_s v_s; da is scratch of S * kRowBlock values.
 template <typename T, int HD>
-ARCAL_ALWAYS_INLINE void route_point_backward_rows(const T* const* values, const T* alpha, const T* logit,
-                                                   const T* rinv, const T* grad, int S, std::int64_t N,
-                                                   std::int64_t d_runtime, std::int64_t begin, std::int64_t end,
-                                                   T* __restrict cu_out, T* __restrict cv_out, T* __restrict du,
-                                                   T* __restrict da) {
+ARCAL_ALWAYS_INLINE void route_point_backward_rows(const void* const* values, const std::uint8_t* half,
+                                                   const T* alpha, const T* logit, const T* rinv, const T* grad,
+                                                   int S, std::int64_t N, std::int64_t d_runtime, std::int64_t begin,
+                                                   std::int64_t end, T* __restrict cu_out, T* __restrict cv_out,
+                                                   T* __restrict du, T* __restrict da) {
   const std::int64_t d = HD > 0 ? HD : d_runtime;
-  const T inv_d = T(1) / T(d);
 #pragma omp simd
   for (std::int64_t c = 0; c < d; ++c) du[c] = 0;
   for (std::int64_t b0 = begin; b0 < end; b0 += kRowBlock) {
     const std::int64_t b1 = std::min(end, b0 + kRowBlock);
-    for (int s = 0; s < S; ++s)  // dalpha_s = g . v_s
-      for (std::int64_t n = b0; n < b1; ++n) {
-        const T* __restrict g = grad + n * d;
-        const T* __restrict v = values[s] + n * d;
-        T dot = 0;
-#pragma omp simd reduction(+ : dot)
-        for (std::int64_t c = 0; c < d; ++c) dot += g[c] * v[c];
-        da[s * kRowBlock + (n - b0)] = dot;
-      }
+    for (int s = 0; s < S; ++s) {
+      if (half && half[s])
+        grad_dot_rows<T, HD>(static_cast<const std::uint16_t*>(values[s]), grad, b0, b1, d_runtime, da + s * kRowBlock);
+      else
+        grad_dot_rows<T, HD>(static_cast<const T*>(values[s]), grad, b0, b1, d_runtime, da + s * kRowBlock);
+    }
     T m[kRowBlock];
     for (std::int64_t n = b0; n < b1; ++n) {
       T acc = 0;
       for (int s = 0; s < S; ++s) acc += alpha[s * N + n] * da[s * kRowBlock + (n - b0)];
       m[n - b0] = acc;
     }
-    for (int s = 0; s < S; ++s)
-      for (std::int64_t n = b0; n < b1; ++n) {
-        const T a = alpha[s * N + n], r = rinv[s * N + n];
-        const T dl = a * (da[s * kRowBlock + (n - b0)] - m[n - b0]);
-        const T cu = dl * r;  // along u
-        cu_out[s * N + n] = cu;
-        cv_out[s * N + n] = dl * r * r * logit[s * N + n] * inv_d;  // along v_s: dl r^3 (v . u) / d
-        const T* __restrict v = values[s] + n * d;
-#pragma omp simd
-        for (std::int64_t c = 0; c < d; ++c) du[c] += cu * v[c];
-      }
+    for (int s = 0; s < S; ++s) {
+      const std::int64_t o = s * N;
+      if (half && half[s])
+        coefficient_rows<T, HD>(static_cast<const std::uint16_t*>(values[s]), alpha + o, rinv + o, logit + o,
+                                da + s * kRowBlock, m, b0, b1, d_runtime, cu_out + o, cv_out + o, du);
+      else
+        coefficient_rows<T, HD>(static_cast<const T*>(values[s]), alpha + o, rinv + o, logit + o, da + s * kRowBlock,
+                                m, b0, b1, d_runtime, cu_out + o, cv_out + o, du);
+    }
   }
 }
 
-// dv (rows [begin, end) of one source v) from its K points: point k's alpha, cu and cv rows of this
-// source (a[k], cu[k], cv[k], N each), its output gradient g[k] (N x d) and its query u[k] (d).
-template <typename T, int HD>
-ARCAL_ALWAYS_INLINE void source_grad_rows(const T* v, int K, const T* const* a, const T* const* cu, const T* const* cv,
+// dv (rows [begin, end) of one source v, stored as V) from its K points: point k's alpha, cu and cv
+// rows of this source (a[k], cu[k], cv[k], N each), its output gradient g[k] (N x d) and its query
+// u[k] (d). dv is in T (a bf16 source's gradient is rounded once, after the sum).
+template <typename T, int HD, typename V>
+ARCAL_ALWAYS_INLINE void source_grad_rows(const V* v, int K, const T* const* a, const T* const* cu, const T* const* cv,
                                           const T* const* g, const T* const* u, std::int64_t d_runtime,
                                           std::int64_t begin, std::int64_t end, T* out) {
   const std::int64_t d = HD > 0 ? HD : d_runtime;
@@ -181,40 +260,42 @@ ARCAL_ALWAYS_INLINE void source_grad_rows(const T* v, int K, const T* const* a, 
     }
     for (std::int64_t n = b0; n < b1; ++n) {
       T* __restrict o = out + n * d;
-      const T* __restrict vn = v + n * d;
+      const V* __restrict vn = v + n * d;
       const T cs = cvs[n - b0];
 #pragma omp simd
-      for (std::int64_t c = 0; c < d; ++c) o[c] -= cs * vn[c];
+      for (std::int64_t c = 0; c < d; ++c) o[c] -= cs * widen(vn[c]);
     }
   }
 }
 
 // The widths of the presets (64: the tiny ViTs, 128: the LMs, 192, 384) get their own compiled loops.
 template <typename T>
-ARCAL_ALWAYS_INLINE void route_point_range(const T* u, const T* const* v, int S, std::int64_t N, std::int64_t d, T eps,
-                                           std::int64_t b, std::int64_t e, T* o, T* a, T* l, T* r) {
+ARCAL_ALWAYS_INLINE void route_point_range(const T* u, const void* const* v, const std::uint8_t* half, int S,
+                                           std::int64_t N, std::int64_t d, T eps, std::int64_t b, std::int64_t e,
+                                           T* o, T* a, T* l, T* r) {
   switch (d) {
-    case 64: return route_point_rows<T, 64>(u, v, S, N, d, eps, b, e, o, a, l, r);
-    case 128: return route_point_rows<T, 128>(u, v, S, N, d, eps, b, e, o, a, l, r);
-    case 192: return route_point_rows<T, 192>(u, v, S, N, d, eps, b, e, o, a, l, r);
-    case 384: return route_point_rows<T, 384>(u, v, S, N, d, eps, b, e, o, a, l, r);
-    default: return route_point_rows<T, 0>(u, v, S, N, d, eps, b, e, o, a, l, r);
+    case 64: return route_point_rows<T, 64>(u, v, half, S, N, d, eps, b, e, o, a, l, r);
+    case 128: return route_point_rows<T, 128>(u, v, half, S, N, d, eps, b, e, o, a, l, r);
+    case 192: return route_point_rows<T, 192>(u, v, half, S, N, d, eps, b, e, o, a, l, r);
+    case 384: return route_point_rows<T, 384>(u, v, half, S, N, d, eps, b, e, o, a, l, r);
+    default: return route_point_rows<T, 0>(u, v, half, S, N, d, eps, b, e, o, a, l, r);
   }
 }
 template <typename T>
-ARCAL_ALWAYS_INLINE void route_point_backward_range(const T* const* v, const T* a, const T* l, const T* r,
-                                                    const T* g, int S, std::int64_t N, std::int64_t d,
-                                                    std::int64_t b, std::int64_t e, T* cu, T* cv, T* du, T* da) {
+ARCAL_ALWAYS_INLINE void route_point_backward_range(const void* const* v, const std::uint8_t* half, const T* a,
+                                                    const T* l, const T* r, const T* g, int S, std::int64_t N,
+                                                    std::int64_t d, std::int64_t b, std::int64_t e, T* cu, T* cv,
+                                                    T* du, T* da) {
   switch (d) {
-    case 64: return route_point_backward_rows<T, 64>(v, a, l, r, g, S, N, d, b, e, cu, cv, du, da);
-    case 128: return route_point_backward_rows<T, 128>(v, a, l, r, g, S, N, d, b, e, cu, cv, du, da);
-    case 192: return route_point_backward_rows<T, 192>(v, a, l, r, g, S, N, d, b, e, cu, cv, du, da);
-    case 384: return route_point_backward_rows<T, 384>(v, a, l, r, g, S, N, d, b, e, cu, cv, du, da);
-    default: return route_point_backward_rows<T, 0>(v, a, l, r, g, S, N, d, b, e, cu, cv, du, da);
+    case 64: return route_point_backward_rows<T, 64>(v, half, a, l, r, g, S, N, d, b, e, cu, cv, du, da);
+    case 128: return route_point_backward_rows<T, 128>(v, half, a, l, r, g, S, N, d, b, e, cu, cv, du, da);
+    case 192: return route_point_backward_rows<T, 192>(v, half, a, l, r, g, S, N, d, b, e, cu, cv, du, da);
+    case 384: return route_point_backward_rows<T, 384>(v, half, a, l, r, g, S, N, d, b, e, cu, cv, du, da);
+    default: return route_point_backward_rows<T, 0>(v, half, a, l, r, g, S, N, d, b, e, cu, cv, du, da);
   }
 }
-template <typename T>
-ARCAL_ALWAYS_INLINE void source_grad_range(const T* v, int K, const T* const* a, const T* const* cu,
+template <typename T, typename V>
+ARCAL_ALWAYS_INLINE void source_grad_range(const V* v, int K, const T* const* a, const T* const* cu,
                                            const T* const* cv, const T* const* g, const T* const* u, std::int64_t d,
                                            std::int64_t b, std::int64_t e, T* out) {
   switch (d) {
@@ -226,31 +307,37 @@ ARCAL_ALWAYS_INLINE void source_grad_range(const T* v, int K, const T* const* a,
   }
 }
 
-ARCAL_FUSED_CLONES void route_point_f(const float* u, const float* const* values, int S, std::int64_t N,
-                                      std::int64_t d, float eps, std::int64_t b, std::int64_t e, float* out,
-                                      float* alpha, float* logit, float* rinv) {
-  route_point_range(u, values, S, N, d, eps, b, e, out, alpha, logit, rinv);
+ARCAL_FUSED_CLONES void route_point_f(const float* u, const void* const* values, const std::uint8_t* half, int S,
+                                      std::int64_t N, std::int64_t d, float eps, std::int64_t b, std::int64_t e,
+                                      float* out, float* alpha, float* logit, float* rinv) {
+  route_point_range(u, values, half, S, N, d, eps, b, e, out, alpha, logit, rinv);
 }
-ARCAL_FUSED_CLONES void route_point_d(const double* u, const double* const* values, int S, std::int64_t N,
+ARCAL_FUSED_CLONES void route_point_d(const double* u, const void* const* values, int S, std::int64_t N,
                                       std::int64_t d, double eps, std::int64_t b, std::int64_t e, double* out,
                                       double* alpha, double* logit, double* rinv) {
-  route_point_range(u, values, S, N, d, eps, b, e, out, alpha, logit, rinv);
+  route_point_range(u, values, nullptr, S, N, d, eps, b, e, out, alpha, logit, rinv);
 }
-ARCAL_FUSED_CLONES void route_point_backward_f(const float* const* values, const float* alpha,
-                                               const float* logit, const float* rinv, const float* grad, int S,
-                                               std::int64_t N, std::int64_t d, std::int64_t b, std::int64_t e,
-                                               float* cu, float* cv, float* du, float* da) {
-  route_point_backward_range(values, alpha, logit, rinv, grad, S, N, d, b, e, cu, cv, du, da);
+ARCAL_FUSED_CLONES void route_point_backward_f(const void* const* values, const std::uint8_t* half,
+                                               const float* alpha, const float* logit, const float* rinv,
+                                               const float* grad, int S, std::int64_t N, std::int64_t d,
+                                               std::int64_t b, std::int64_t e, float* cu, float* cv, float* du,
+                                               float* da) {
+  route_point_backward_range(values, half, alpha, logit, rinv, grad, S, N, d, b, e, cu, cv, du, da);
 }
-ARCAL_FUSED_CLONES void route_point_backward_d(const double* const* values, const double* alpha,
-                                               const double* logit, const double* rinv, const double* grad, int S,
-                                               std::int64_t N, std::int64_t d, std::int64_t b, std::int64_t e,
-                                               double* cu, double* cv, double* du, double* da) {
-  route_point_backward_range(values, alpha, logit, rinv, grad, S, N, d, b, e, cu, cv, du, da);
+ARCAL_FUSED_CLONES void route_point_backward_d(const void* const* values, const double* alpha, const double* logit,
+                                               const double* rinv, const double* grad, int S, std::int64_t N,
+                                               std::int64_t d, std::int64_t b, std::int64_t e, double* cu,
+                                               double* cv, double* du, double* da) {
+  route_point_backward_range(values, nullptr, alpha, logit, rinv, grad, S, N, d, b, e, cu, cv, du, da);
 }
 ARCAL_FUSED_CLONES void source_grad_f(const float* v, int K, const float* const* a, const float* const* cu,
                                       const float* const* cv, const float* const* g, const float* const* u,
                                       std::int64_t d, std::int64_t b, std::int64_t e, float* out) {
+  source_grad_range(v, K, a, cu, cv, g, u, d, b, e, out);
+}
+ARCAL_FUSED_CLONES void source_grad_bf16(const std::uint16_t* v, int K, const float* const* a, const float* const* cu,
+                                         const float* const* cv, const float* const* g, const float* const* u,
+                                         std::int64_t d, std::int64_t b, std::int64_t e, float* out) {
   source_grad_range(v, K, a, cu, cv, g, u, d, b, e, out);
 }
 ARCAL_FUSED_CLONES void source_grad_d(const double* v, int K, const double* const* a, const double* const* cu,
@@ -259,20 +346,22 @@ ARCAL_FUSED_CLONES void source_grad_d(const double* v, int K, const double* cons
   source_grad_range(v, K, a, cu, cv, g, u, d, b, e, out);
 }
 
-inline void route_point(const float* u, const float* const* v, int S, std::int64_t N, std::int64_t d, double eps,
-                        std::int64_t b, std::int64_t e, float* o, float* a, float* l, float* r) {
-  route_point_f(u, v, S, N, d, float(eps), b, e, o, a, l, r);
+inline void route_point(const float* u, const void* const* v, const std::uint8_t* half, int S, std::int64_t N,
+                        std::int64_t d, double eps, std::int64_t b, std::int64_t e, float* o, float* a, float* l,
+                        float* r) {
+  route_point_f(u, v, half, S, N, d, float(eps), b, e, o, a, l, r);
 }
-inline void route_point(const double* u, const double* const* v, int S, std::int64_t N, std::int64_t d, double eps,
-                        std::int64_t b, std::int64_t e, double* o, double* a, double* l, double* r) {
+inline void route_point(const double* u, const void* const* v, const std::uint8_t*, int S, std::int64_t N,
+                        std::int64_t d, double eps, std::int64_t b, std::int64_t e, double* o, double* a, double* l,
+                        double* r) {
   route_point_d(u, v, S, N, d, eps, b, e, o, a, l, r);
 }
-inline void route_point_backward(const float* const* v, const float* a, const float* l,
+inline void route_point_backward(const void* const* v, const std::uint8_t* half, const float* a, const float* l,
                                  const float* r, const float* g, int S, std::int64_t N, std::int64_t d,
                                  std::int64_t b, std::int64_t e, float* cu, float* cv, float* du, float* da) {
-  route_point_backward_f(v, a, l, r, g, S, N, d, b, e, cu, cv, du, da);
+  route_point_backward_f(v, half, a, l, r, g, S, N, d, b, e, cu, cv, du, da);
 }
-inline void route_point_backward(const double* const* v, const double* a, const double* l,
+inline void route_point_backward(const void* const* v, const std::uint8_t*, const double* a, const double* l,
                                  const double* r, const double* g, int S, std::int64_t N, std::int64_t d,
                                  std::int64_t b, std::int64_t e, double* cu, double* cv, double* du, double* da) {
   route_point_backward_d(v, a, l, r, g, S, N, d, b, e, cu, cv, du, da);
@@ -281,6 +370,11 @@ inline void source_grad(const float* v, int K, const float* const* a, const floa
                         const float* const* g, const float* const* u, std::int64_t d, std::int64_t b, std::int64_t e,
                         float* out) {
   source_grad_f(v, K, a, cu, cv, g, u, d, b, e, out);
+}
+inline void source_grad(const std::uint16_t* v, int K, const float* const* a, const float* const* cu,
+                        const float* const* cv, const float* const* g, const float* const* u, std::int64_t d,
+                        std::int64_t b, std::int64_t e, float* out) {
+  source_grad_bf16(v, K, a, cu, cv, g, u, d, b, e, out);
 }
 inline void source_grad(const double* v, int K, const double* const* a, const double* const* cu,
                         const double* const* cv, const double* const* g, const double* const* u, std::int64_t d,
@@ -308,6 +402,22 @@ struct RoutingBankState : torch::CustomClassHolder {
 
 namespace {
 
+// The arithmetic dtype of a bank holding `source`: its own, float for a bf16 source.
+torch::ScalarType bank_dtype(const torch::Tensor& source) {
+  return source.scalar_type() == torch::kBFloat16 ? torch::kFloat : source.scalar_type();
+}
+
+// The sources' data and which of them are bf16 (the kernels' values and half arguments).
+std::pair<std::vector<const void*>, std::vector<std::uint8_t>> source_pointers(const std::vector<torch::Tensor>& v) {
+  std::vector<const void*> p(v.size());
+  std::vector<std::uint8_t> half(v.size());
+  for (std::size_t s = 0; s < v.size(); ++s) {
+    half[s] = v[s].scalar_type() == torch::kBFloat16;
+    p[s] = v[s].data_ptr();
+  }
+  return {p, half};
+}
+
 c10::intrusive_ptr<RoutingBankState> bank_of(AutogradContext* ctx) {
   return c10::static_intrusive_pointer_cast<RoutingBankState>(ctx->saved_data["bank"].toCapsule());
 }
@@ -329,34 +439,41 @@ struct SourceTapFunction : public torch::autograd::Function<SourceTapFunction> {
     auto uses = std::move(bank->uses[slot]);
     bank->uses[slot].clear();
     torch::Tensor g;
+    const auto v = ctx->get_saved_variables()[0].contiguous();
+    const bool half = v.scalar_type() == torch::kBFloat16;  // summed in float, rounded once
     if (!uses.empty()) {
-      const auto v = ctx->get_saved_variables()[0].contiguous();
       const int K = static_cast<int>(uses.size());
       const std::int64_t d = v.size(2), N = v.numel() / d;
-      g = torch::empty_like(v);
-      AT_DISPATCH_FLOATING_TYPES(v.scalar_type(), "routing_source_grad", [&] {
-        std::vector<const scalar_t*> a(K), cu(K), cv(K), gk(K), u(K);
+      g = torch::empty(v.sizes(), v.options().dtype(bank_dtype(v)));
+      // v's data as the kernel reads it (bf16 sources: their own bf16 storage) and dv in T.
+      auto run = [&](const auto* vp, auto* o) {
+        using T = std::remove_pointer_t<decltype(o)>;
+        std::vector<const T*> a(K), cu(K), cv(K), gk(K), u(K);
         for (int k = 0; k < K; ++k) {
           const auto& r = bank->records[static_cast<std::size_t>(uses[std::size_t(k)].first)];
           const std::int64_t s = uses[std::size_t(k)].second, S = r.alpha.size(0);
-          a[k] = r.alpha.data_ptr<scalar_t>() + s * N;
-          cu[k] = r.coef.data_ptr<scalar_t>() + s * N;
-          cv[k] = r.coef.data_ptr<scalar_t>() + (S + s) * N;
-          gk[k] = r.g.data_ptr<scalar_t>();
-          u[k] = r.u.data_ptr<scalar_t>();
+          a[k] = r.alpha.data_ptr<T>() + s * N;
+          cu[k] = r.coef.data_ptr<T>() + s * N;
+          cv[k] = r.coef.data_ptr<T>() + (S + s) * N;
+          gk[k] = r.g.data_ptr<T>();
+          u[k] = r.u.data_ptr<T>();
         }
-        const scalar_t* vp = v.data_ptr<scalar_t>();
-        scalar_t* o = g.data_ptr<scalar_t>();
         at::parallel_for(0, N, routing_grain(2 * K, d), [&](std::int64_t b, std::int64_t e) {
           source_grad(vp, K, a.data(), cu.data(), cv.data(), gk.data(), u.data(), d, b, e, o);
         });
-      });
+      };
+      if (half)
+        run(reinterpret_cast<const std::uint16_t*>(v.data_ptr<at::BFloat16>()), g.data_ptr<float>());
+      else
+        AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "routing_source_grad",
+                                   [&] { run(v.data_ptr<scalar_t>(), g.data_ptr<scalar_t>()); });
       for (const auto& [rec, pos] : uses) {  // a point's tensors go once every source it read has its gradient
         auto& r = bank->records[static_cast<std::size_t>(rec)];
         if (--r.pending == 0) r = RoutingBankState::Record{};
       }
     }
     if (grad_outputs[0].defined()) g = g.defined() ? g + grad_outputs[0] : grad_outputs[0];
+    if (half && g.defined() && g.scalar_type() != torch::kBFloat16) g = g.to(torch::kBFloat16);
     return {g, torch::Tensor(), torch::Tensor()};
   }
 };
@@ -370,16 +487,15 @@ struct RoutePointFunction : public torch::autograd::Function<RoutePointFunction>
     for (auto& t : v) t = t.contiguous();
     auto uc = u.contiguous();
     const std::int64_t B = v[0].size(0), T = v[0].size(1), d = v[0].size(2), N = B * T;
-    auto out = torch::empty({B, T, d}, v[0].options());
-    auto stats = torch::empty({3, S, B, T}, v[0].options());  // alpha, logit, 1/rms
+    auto out = torch::empty({B, T, d}, uc.options());  // the bank's dtype (bf16 sources: float)
+    auto stats = torch::empty({3, S, B, T}, uc.options());  // alpha, logit, 1/rms
+    const auto [vp, half] = source_pointers(v);
     AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), "route_point", [&] {
-      std::vector<const scalar_t*> vp(S);
-      for (int s = 0; s < S; ++s) vp[s] = v[s].data_ptr<scalar_t>();
       scalar_t* st = stats.data_ptr<scalar_t>();
       const scalar_t* up = uc.data_ptr<scalar_t>();
       scalar_t* o = out.data_ptr<scalar_t>();
       at::parallel_for(0, N, routing_grain(2 * S, d), [&](std::int64_t b, std::int64_t e) {
-        route_point(up, vp.data(), S, N, d, eps, b, e, o, st, st + S * N, st + 2 * S * N);
+        route_point(up, vp.data(), half.data(), S, N, d, eps, b, e, o, st, st + S * N, st + 2 * S * N);
       });
     });
     auto alpha = stats[0];
@@ -409,9 +525,8 @@ struct RoutePointFunction : public torch::autograd::Function<RoutePointFunction>
       auto coef = torch::empty({2, S, B, T}, u.options());  // cu, cv
       const std::int64_t blocks = (N + kRouteBlock - 1) / kRouteBlock;
       auto partial = torch::empty({blocks, d}, u.options());
+      const auto [vp, half] = source_pointers(values);
       AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "route_point_backward", [&] {
-        std::vector<const scalar_t*> vp(S);
-        for (int s = 0; s < S; ++s) vp[s] = values[s].data_ptr<scalar_t>();
         const scalar_t* st = stats.data_ptr<scalar_t>();
         const scalar_t* g = grad.data_ptr<scalar_t>();
         scalar_t* cf = coef.data_ptr<scalar_t>();
@@ -420,7 +535,7 @@ struct RoutePointFunction : public torch::autograd::Function<RoutePointFunction>
         at::parallel_for(0, blocks, grain, [&](std::int64_t b0, std::int64_t b1) {
           std::vector<scalar_t> da(static_cast<std::size_t>(S * kRowBlock));
           for (std::int64_t blk = b0; blk < b1; ++blk)
-            route_point_backward(vp.data(), st, st + S * N, st + 2 * S * N, g, S, N, d, blk * kRouteBlock,
+            route_point_backward(vp.data(), half.data(), st, st + S * N, st + 2 * S * N, g, S, N, d, blk * kRouteBlock,
                                  std::min(N, (blk + 1) * kRouteBlock), cf, cf + S * N, pp + blk * d, da.data());
         });
         add_block_partials(pp, blocks, d, du.data_ptr<scalar_t>());
@@ -470,28 +585,10 @@ ARCAL_ALWAYS_INLINE float phi_cdf(float x) {
   return phi_cdf(x, gauss);
 }
 
-// Storage and arithmetic: float and double are computed in their own type; bf16 (under autocast the
-// first MLP linear writes bf16) is widened to float (exact), computed by the float arithmetic, and
-// rounded to the nearest bf16 (ties to even, NaN kept quiet), as LibTorch's bf16 gelu rounds its float
-// result. gelu'(x) is stored in bf16 too, so the backward's product rounds twice where LibTorch's
+// bf16 (under autocast the first MLP linear writes bf16) is widened to float, computed by the float
+// arithmetic, and rounded (widen/store above), as LibTorch's bf16 gelu rounds its float result.
+// gelu'(x) is stored in bf16 too, so the backward's product rounds twice where LibTorch's
 // gelu_backward rounds once (within 2 bf16 ulps).
-ARCAL_ALWAYS_INLINE float widen(float v) { return v; }
-ARCAL_ALWAYS_INLINE double widen(double v) { return v; }
-ARCAL_ALWAYS_INLINE float widen(std::uint16_t h) {
-  const std::uint32_t u = std::uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-ARCAL_ALWAYS_INLINE void store(float& dst, float v) { dst = v; }
-ARCAL_ALWAYS_INLINE void store(double& dst, double v) { dst = v; }
-ARCAL_ALWAYS_INLINE void store(std::uint16_t& dst, float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  dst = f != f ? std::uint16_t(0x7fc0) : std::uint16_t(rounded);
-}
-
 template <typename S>
 ARCAL_ALWAYS_INLINE void gelu_rows(const S* __restrict x, std::int64_t begin, std::int64_t end, S* __restrict y) {
 #pragma omp simd
@@ -1328,10 +1425,12 @@ RoutingBankState& state_of(const c10::IValue& bank) {
 int RoutingBank::add(const torch::Tensor& source) {
   const char* fn = "RoutingBank::add";
   if (source.dim() != 3) throw_input(fn, "a source must be (B,T,d)");
-  if (!floating(source)) throw_input(fn, "a source must be float or double");
+  if (!floating(source) && source.scalar_type() != torch::kBFloat16)
+    throw_input(fn, "a source must be float, double or bfloat16");
   if (!source.device().is_cpu()) throw_input(fn, "CPU tensors only");
-  if (!tapped_.empty() && (source.sizes() != tapped_[0].sizes() || source.scalar_type() != tapped_[0].scalar_type()))
-    throw_input(fn, "source " + std::to_string(tapped_.size()) + " must match source 0's shape and dtype");
+  if (!tapped_.empty() && (source.sizes() != tapped_[0].sizes() || bank_dtype(source) != bank_dtype(tapped_[0])))
+    throw_input(fn, "source " + std::to_string(tapped_.size()) +
+                        " must match source 0's shape and dtype (bfloat16 sources mix with float ones only)");
   const auto slot = static_cast<std::int64_t>(tapped_.size());
   state_of(bank_).uses.emplace_back();
   tapped_.push_back(SourceTapFunction::apply(source, bank_, slot));
@@ -1350,7 +1449,8 @@ std::pair<torch::Tensor, torch::Tensor> RoutingBank::route(const torch::Tensor& 
     ids.push_back(s);
   }
   if (u.dim() != 1 || u.size(0) != v[0].size(2)) throw_input(fn, "the query must be (d) with d = the sources' width");
-  if (u.scalar_type() != v[0].scalar_type()) throw_input(fn, "the query must have the sources' dtype");
+  if (u.scalar_type() != bank_dtype(v[0]))
+    throw_input(fn, "the query must have the sources' dtype (float for bfloat16 sources)");
   auto out = RoutePointFunction::apply(u, torch::TensorList(v), bank_, std::move(ids), eps);
   return {out[0], out[1]};
 }

@@ -124,6 +124,41 @@ TEST(Fused, RoutingBankMatchesAutogradInFloat) {
 
 // The bank's buffers are handed on and cleared by the taps: a second backward over a retained graph
 // adds the same gradients again.
+// Under bf16 autocast the bank takes the sublayers' bf16 outputs as they are, beside float sources:
+// bitwise the bank over their widened float copies (outputs, alpha, the query's gradient, and each
+// source's gradient, a bf16 one rounded once).
+TEST(Fused, RoutingBankWithBFloat16SourcesIsTheBankOnTheirWidenedCopies) {
+  for (std::int64_t d : {64, 24}) {  // a preset width and a generic one
+    torch::manual_seed(17);
+    std::vector<torch::Tensor> base;
+    for (int s = 0; s < 5; ++s) {
+      auto v = torch::randn({3, 17, d}) * (1 + s);
+      base.push_back(s % 2 == 0 ? v.to(torch::kBFloat16) : v);  // sources 0, 2, 4 in bf16
+    }
+    const auto u0 = torch::randn({d}), g = torch::randn({3, 17, d});
+    std::vector<torch::Tensor> res;
+    for (bool widened : {false, true}) {
+      std::vector<torch::Tensor> v;
+      for (const auto& b : base) v.push_back(b.clone().requires_grad_(true));
+      auto u = u0.clone().requires_grad_(true);
+      RoutingBank bank;
+      for (const auto& t : v) bank.add(widened ? t.to(torch::kFloat) : t);
+      auto [h1, a1] = bank.route(u, {0, 1, 2, 3, 4}, 1e-6);
+      auto [h2, a2] = bank.route(u * 0.5, {2, 3, 0}, 1e-6);
+      EXPECT_EQ(h1.scalar_type(), torch::kFloat);
+      ((h1 + h2) * g).sum().backward();
+      std::vector<torch::Tensor> parts{h1.detach().flatten(), h2.detach().flatten(), a1.flatten(), a2.flatten(),
+                                       u.grad().flatten()};
+      for (const auto& t : v) {
+        EXPECT_EQ(t.grad().scalar_type(), t.scalar_type());
+        parts.push_back(t.grad().to(torch::kFloat).flatten());
+      }
+      res.push_back(torch::cat(parts));
+    }
+    EXPECT_TRUE(torch::equal(res[0], res[1])) << "d = " << d;
+  }
+}
+
 TEST(Fused, RoutingBankBackwardTwiceOverARetainedGraph) {
   const auto once = run_bank_case(torch::kDouble, 64, true, 1), twice = run_bank_case(torch::kDouble, 64, true, 2);
   for (std::size_t i = 0; i < once.grads.size(); ++i)
@@ -562,11 +597,13 @@ TEST(Fused, WrongShapesAndDtypesAreRejected) {
   EXPECT_THROW(fused_self_attention(torch::randint(0, 5, {2, 3, 12}), 2), InputError);  // integers
   RoutingBank bank;
   EXPECT_THROW(bank.add(torch::randn({3, 4})), InputError);                        // not (B,T,d)
-  EXPECT_THROW(bank.add(torch::randn({2, 3, 4}).to(torch::kBFloat16)), InputError);  // widen first
+  bank.add(torch::randn({2, 3, 4}).to(torch::kBFloat16));  // bf16 and float sources share a float bank
   bank.add(torch::randn({2, 3, 4}));
+  EXPECT_THROW(bank.add(torch::randn({2, 3, 4}, torch::kDouble)), InputError);  // not with double ones
+  EXPECT_THROW(bank.route(torch::randn({4}).to(torch::kBFloat16), {0}, 1e-6), InputError);  // query in float
   EXPECT_THROW(bank.add(torch::randn({2, 3, 5})), InputError);  // another shape
   EXPECT_THROW(bank.route(torch::randn({4}), {}, 1e-6), InputError);
-  EXPECT_THROW(bank.route(torch::randn({4}), {1}, 1e-6), InputError);  // not added
+  EXPECT_THROW(bank.route(torch::randn({4}), {2}, 1e-6), InputError);  // not added
   EXPECT_THROW(bank.route(torch::randn({5}), {0}, 1e-6), InputError);  // width
   EXPECT_THROW(bank.route(torch::randn({4}, torch::kDouble), {0}, 1e-6), InputError);
   const auto w = torch::ones({4}), b = torch::zeros({4});
