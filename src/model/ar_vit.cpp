@@ -1,10 +1,7 @@
 #include "model/ar_vit.hpp"
 
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
-
 #include "core/check.hpp"
+#include "core/env_switch.hpp"
 
 namespace arcal {
 
@@ -105,20 +102,12 @@ void ARViTImpl::set_attention_backend(const AttentionBackend& backend) {
 }
 
 namespace {
-std::atomic<int> g_first_token_cut{-1};  // -1: not yet read from the environment
+EnvSwitch g_first_token_cut("ARCAL_FIRST_TOKEN_CUT");
 }  // namespace
 
-bool first_token_cut_enabled() {
-  int v = g_first_token_cut.load(std::memory_order_relaxed);
-  if (v < 0) {
-    const char* env = std::getenv("ARCAL_FIRST_TOKEN_CUT");
-    v = (env && std::strcmp(env, "0") == 0) ? 0 : 1;
-    g_first_token_cut.store(v, std::memory_order_relaxed);
-  }
-  return v == 1;
-}
+bool first_token_cut_enabled() { return g_first_token_cut.enabled(); }
 
-void set_first_token_cut(bool enabled) { g_first_token_cut.store(enabled ? 1 : 0, std::memory_order_relaxed); }
+void set_first_token_cut(bool enabled) { g_first_token_cut.set(enabled); }
 
 std::int64_t parameter_count(torch::nn::Module& module) {
   std::int64_t n = 0;

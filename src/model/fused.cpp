@@ -2,15 +2,14 @@
 
 #include <ATen/Parallel.h>
 
-#include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <type_traits>
 
 #include "core/check.hpp"
+#include "core/env_switch.hpp"
 #include "core/fast_exp.hpp"
 
 // Each kernel is a plain loop nest the compiler vectorises over the innermost contiguous axis (the
@@ -21,7 +20,7 @@ namespace arcal {
 
 namespace {
 
-std::atomic<int> g_fused{-1};  // -1: not read from the environment yet
+EnvSwitch g_fused("ARCAL_FUSED");
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -1390,17 +1389,9 @@ bool floating(const torch::Tensor& t) {
 
 }  // namespace
 
-bool fused_operators_enabled() {
-  int v = g_fused.load(std::memory_order_relaxed);
-  if (v < 0) {
-    const char* env = std::getenv("ARCAL_FUSED");
-    v = (env && std::strcmp(env, "0") == 0) ? 0 : 1;
-    g_fused.store(v, std::memory_order_relaxed);
-  }
-  return v == 1;
-}
+bool fused_operators_enabled() { return g_fused.enabled(); }
 
-void set_fused_operators(bool enabled) { g_fused.store(enabled ? 1 : 0, std::memory_order_relaxed); }
+void set_fused_operators(bool enabled) { g_fused.set(enabled); }
 
 torch::Tensor fused_self_attention(const torch::Tensor& qkv, int heads, bool causal) {
   const char* fn = "fused_self_attention";
