@@ -1393,11 +1393,15 @@ bool fused_operators_enabled() { return g_fused.enabled(); }
 
 void set_fused_operators(bool enabled) { g_fused.set(enabled); }
 
+bool fused_storage_dtype(torch::ScalarType t) {
+  return t == torch::kFloat || t == torch::kDouble || t == torch::kBFloat16;
+}
+
 torch::Tensor fused_self_attention(const torch::Tensor& qkv, int heads, bool causal) {
   const char* fn = "fused_self_attention";
   if (qkv.dim() != 3 || qkv.size(2) % 3 != 0) throw_input(fn, "qkv must be (B,T,3D)");
   if (heads < 1 || (qkv.size(2) / 3) % heads != 0) throw_input(fn, "D must be a multiple of the number of heads");
-  if (!floating(qkv) && qkv.scalar_type() != torch::kBFloat16) throw_input(fn, "qkv must be float, double or bfloat16");
+  if (!fused_storage_dtype(qkv.scalar_type())) throw_input(fn, "qkv must be float, double or bfloat16");
   if (!qkv.device().is_cpu()) throw_input(fn, "CPU tensors only (the models use LibTorch's composite on other devices)");
   if (qkv.scalar_type() == torch::kBFloat16 && !lane_path(attention_shape(qkv, heads, causal)))
     return SelfAttentionFunction::apply(qkv.to(torch::kFloat), static_cast<std::int64_t>(heads), causal)
@@ -1416,7 +1420,7 @@ RoutingBankState& state_of(const c10::IValue& bank) {
 int RoutingBank::add(const torch::Tensor& source) {
   const char* fn = "RoutingBank::add";
   if (source.dim() != 3) throw_input(fn, "a source must be (B,T,d)");
-  if (!floating(source) && source.scalar_type() != torch::kBFloat16)
+  if (!fused_storage_dtype(source.scalar_type()))
     throw_input(fn, "a source must be float, double or bfloat16");
   if (!source.device().is_cpu()) throw_input(fn, "CPU tensors only");
   if (!tapped_.empty() && (source.sizes() != tapped_[0].sizes() || bank_dtype(source) != bank_dtype(tapped_[0])))
@@ -1463,7 +1467,7 @@ torch::Tensor fused_layer_norm(const torch::Tensor& x, const torch::Tensor& weig
 }
 
 torch::Tensor fused_gelu(const torch::Tensor& x) {
-  if (!floating(x) && x.scalar_type() != torch::kBFloat16) throw_input("fused_gelu", "x must be float, double or bfloat16");
+  if (!fused_storage_dtype(x.scalar_type())) throw_input("fused_gelu", "x must be float, double or bfloat16");
   if (!x.device().is_cpu()) throw_input("fused_gelu", "CPU tensors only (the models use LibTorch's gelu on other devices)");
   if (torch::GradMode::is_enabled() && x.requires_grad()) return GeluFunction::apply(x);
   return gelu_values(x);

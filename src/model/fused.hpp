@@ -20,6 +20,10 @@ namespace arcal {
 bool fused_operators_enabled();
 void set_fused_operators(bool enabled);
 
+/// Whether t is a dtype the fused GELU, self-attention and routing sources take as it is: float,
+/// double or bfloat16 (bf16: computed in float, as under autocast). Callers convert others to float.
+bool fused_storage_dtype(torch::ScalarType t);
+
 /// The self-attention core of every head from the packed projection qkv (B,T,3D) = [q | k | v],
 /// head h in columns h*hd .. (h+1)*hd of each, hd = D / heads: softmax(q k^T / sqrt(hd)) v per
 /// head, returned with the heads side by side (B,T,D), which is what the output projection reads.

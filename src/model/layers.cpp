@@ -79,8 +79,7 @@ torch::Tensor MultiHeadAttentionImpl::heads(const torch::Tensor& x) {
     // operator reads and writes bf16 itself).
     auto qkv = linear(qkv_, x);
     const auto t = qkv.scalar_type();
-    const bool native = t == torch::kDouble || t == torch::kFloat || t == torch::kBFloat16;
-    auto heads_out = fused_self_attention(native ? qkv : qkv.to(torch::kFloat), heads_, causal_);
+    auto heads_out = fused_self_attention(fused_storage_dtype(t) ? qkv : qkv.to(torch::kFloat), heads_, causal_);
     return heads_out.scalar_type() == t ? heads_out : heads_out.to(t);
   }
   // (B,T,3D) -> (3,B,H,T,hd)
@@ -109,8 +108,7 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   auto h = linear(fc1_, x);
   const auto t = h.scalar_type();
   // The fused GELU (model/fused.hpp) on float, double and (under autocast) bf16 CPU tensors.
-  const bool fused = fused_operators_enabled() && h.device().is_cpu() &&
-                     (t == torch::kFloat || t == torch::kDouble || t == torch::kBFloat16);
+  const bool fused = fused_operators_enabled() && h.device().is_cpu() && fused_storage_dtype(t);
   return linear(fc2_, fused ? fused_gelu(h) : torch::gelu(h));
 }
 
