@@ -431,6 +431,13 @@ TEST(Fused, AttentionMatchesAutogradInDouble) {
 
 TEST(Fused, AttentionMatchesAutogradInFloat) {
   check_attention(torch::kFloat, 4, 17, 64, 4, 1e-6);
+  // The lane path's vector transposes (float, hd a multiple of 8): two groups of 8 images with the
+  // second partly filled, hd = 16 and 32, causal too; hd = 4 takes the element loops.
+  check_attention(torch::kFloat, 11, 17, 64, 4, 1e-6);
+  check_attention(torch::kFloat, 11, 17, 64, 4, 1e-6, true);
+  check_attention(torch::kFloat, 9, 7, 96, 3, 1e-6);
+  check_attention(torch::kFloat, 2, 9, 128, 2, 1e-6);  // hd = 64
+  check_attention(torch::kFloat, 3, 5, 12, 3, 1e-6);
   check_attention(torch::kFloat, 2, 50, 96, 3, 1e-6);  // hd = 32, a longer sequence
 }
 
