@@ -125,13 +125,88 @@ constexpr std::int64_t kRowBlock = 32;
 // as the linears wrote them), in bf16: values[s] points at T, or at bf16 where half[s] != 0 (half may
 // be null: every source in T), widened as read. The arithmetic is T's either way, so a bf16 source
 // gives bitwise what its widened float copy gave, at half the bytes read.
+// Row sums in float when d is a multiple of 16, 8 rows at a time. A row's sum is held in 16 lanes
+// (lane l adds the terms c = l, l + 16, ... in order, by multiply-adds), and the lanes are then added
+// in order 0..15 to zero: the order GCC's vectorised reduction gives the one-row loops below, so the
+// sums are bitwise theirs. The per-row lane additions (16 dependent scalar adds after a spill, half
+// of a routing point's time) become one transpose and 16 vector adds for 8 rows.
+ARCAL_ALWAYS_INLINE void lane_totals8(LaneVec* lo, LaneVec* hi, float* out) {
+  lane_transpose8(lo);
+  lane_transpose8(hi);
+  LaneVec t = {};
+  for (int l = 0; l < 8; ++l) t += lo[l];
+  for (int l = 0; l < 8; ++l) t += hi[l];
+  lane_store8(out, t);
+}
+constexpr bool rows_by_eight(std::int64_t d) { return d % 16 == 0; }
+
+// ss = sum_c v_c^2 and dot = sum_c v_c u_c of rows n..n+7.
+template <typename V>
+ARCAL_ALWAYS_INLINE void score_sums8(const V* __restrict values, const float* __restrict u, std::int64_t n,
+                                     std::int64_t d, float* ss, float* dot) {
+  LaneVec ss_lo[8], ss_hi[8], dot_lo[8], dot_hi[8];
+  for (int r = 0; r < 8; ++r) {
+    const V* v = values + (n + r) * d;
+    LaneVec a = {}, b = {}, p = {}, q = {};
+    for (std::int64_t c = 0; c < d; c += 16) {
+      LaneVec x0, x1, u0, u1;
+      lane_load8(v + c, x0);
+      lane_load8(v + c + 8, x1);
+      lane_load8(u + c, u0);
+      lane_load8(u + c + 8, u1);
+      a += x0 * x0;
+      b += x1 * x1;
+      p += x0 * u0;
+      q += x1 * u1;
+    }
+    ss_lo[r] = a, ss_hi[r] = b, dot_lo[r] = p, dot_hi[r] = q;
+  }
+  lane_totals8(ss_lo, ss_hi, ss);
+  lane_totals8(dot_lo, dot_hi, dot);
+}
+// dot = sum_c g_c v_c of rows n..n+7 (g: the point's output gradient).
+template <typename V>
+ARCAL_ALWAYS_INLINE void grad_dots8(const V* __restrict values, const float* __restrict grad, std::int64_t n,
+                                    std::int64_t d, float* dot) {
+  LaneVec lo[8], hi[8];
+  for (int r = 0; r < 8; ++r) {
+    const V* v = values + (n + r) * d;
+    const float* g = grad + (n + r) * d;
+    LaneVec p = {}, q = {};
+    for (std::int64_t c = 0; c < d; c += 16) {
+      LaneVec x0, x1, g0, g1;
+      lane_load8(v + c, x0);
+      lane_load8(v + c + 8, x1);
+      lane_load8(g + c, g0);
+      lane_load8(g + c + 8, g1);
+      p += g0 * x0;
+      q += g1 * x1;
+    }
+    lo[r] = p, hi[r] = q;
+  }
+  lane_totals8(lo, hi, dot);
+}
+
 template <typename T, int HD, typename V>
 ARCAL_ALWAYS_INLINE void score_rows(const V* __restrict values, const T* __restrict u, std::int64_t b0,
                                     std::int64_t b1, std::int64_t d_runtime, T eps, T* __restrict logit,
                                     T* __restrict rinv) {
   const std::int64_t d = HD > 0 ? HD : d_runtime;
   const T inv_d = T(1) / T(d);
-  for (std::int64_t n = b0; n < b1; ++n) {
+  std::int64_t n = b0;
+  if constexpr (std::is_same_v<T, float>) {
+    if (rows_by_eight(d))
+      for (; n + 8 <= b1; n += 8) {
+        float ss[8], dot[8];
+        score_sums8(values, u, n, d, ss, dot);
+        for (int r = 0; r < 8; ++r) {
+          const float rr = 1.0f / std::sqrt(ss[r] * inv_d + eps);
+          rinv[n + r] = rr;
+          logit[n + r] = rr * dot[r];
+        }
+      }
+  }
+  for (; n < b1; ++n) {
     const V* __restrict v = values + n * d;
     T ss = 0, dot = 0;
 #pragma omp simd reduction(+ : ss, dot)
@@ -177,17 +252,31 @@ ARCAL_ALWAYS_INLINE void route_point_rows(const T* u, const void* const* values,
       else
         score_rows<T, HD>(static_cast<const T*>(values[s]), u, b0, b1, d_runtime, eps, logit + s * N, rinv + s * N);
     }
-    for (std::int64_t n = b0; n < b1; ++n) {
-      T mx = -std::numeric_limits<T>::infinity();
-      for (int s = 0; s < S; ++s) mx = std::max(mx, logit[s * N + n]);
-      T sum = 0;
-      for (int s = 0; s < S; ++s) {
-        const T e = exp_shifted<T>(logit[s * N + n] - mx);
-        alpha[s * N + n] = e;
-        sum += e;
+    // The softmax over sources, vectorised along the block's rows (each row's max and sum still
+    // run over s in order).
+    const std::int64_t m = b1 - b0;
+    T mx[kRowBlock], sum[kRowBlock];
+    for (std::int64_t i = 0; i < m; ++i) mx[i] = -std::numeric_limits<T>::infinity(), sum[i] = 0;
+    for (int s = 0; s < S; ++s) {
+      const T* __restrict lg = logit + s * N + b0;
+#pragma omp simd
+      for (std::int64_t i = 0; i < m; ++i) mx[i] = std::max(mx[i], lg[i]);
+    }
+    for (int s = 0; s < S; ++s) {
+      const T* __restrict lg = logit + s * N + b0;
+      T* __restrict al = alpha + s * N + b0;
+#pragma omp simd
+      for (std::int64_t i = 0; i < m; ++i) {
+        const T e = exp_shifted<T>(lg[i] - mx[i]);
+        al[i] = e;
+        sum[i] += e;
       }
-      const T inv = T(1) / sum;
-      for (int s = 0; s < S; ++s) alpha[s * N + n] *= inv;
+    }
+    for (std::int64_t i = 0; i < m; ++i) sum[i] = T(1) / sum[i];
+    for (int s = 0; s < S; ++s) {
+      T* __restrict al = alpha + s * N + b0;
+#pragma omp simd
+      for (std::int64_t i = 0; i < m; ++i) al[i] *= sum[i];
     }
     for (int s = 0; s < S; ++s) {
       if (half && half[s])
@@ -204,7 +293,12 @@ template <typename T, int HD, typename V>
 ARCAL_ALWAYS_INLINE void grad_dot_rows(const V* __restrict values, const T* __restrict grad, std::int64_t b0,
                                        std::int64_t b1, std::int64_t d_runtime, T* __restrict da_s) {
   const std::int64_t d = HD > 0 ? HD : d_runtime;
-  for (std::int64_t n = b0; n < b1; ++n) {
+  std::int64_t n = b0;
+  if constexpr (std::is_same_v<T, float>) {
+    if (rows_by_eight(d))
+      for (; n + 8 <= b1; n += 8) grad_dots8(values, grad, n, d, da_s + (n - b0));
+  }
+  for (; n < b1; ++n) {
     const T* __restrict g = grad + n * d;
     const V* __restrict v = values + n * d;
     T dot = 0;
@@ -253,11 +347,14 @@ ARCAL_ALWAYS_INLINE void route_point_backward_rows(const void* const* values, co
       else
         grad_dot_rows<T, HD>(static_cast<const T*>(values[s]), grad, b0, b1, d_runtime, da + s * kRowBlock);
     }
-    T m[kRowBlock];
-    for (std::int64_t n = b0; n < b1; ++n) {
-      T acc = 0;
-      for (int s = 0; s < S; ++s) acc += alpha[s * N + n] * da[s * kRowBlock + (n - b0)];
-      m[n - b0] = acc;
+    T m[kRowBlock];  // sum_s alpha_s dalpha_s per row, over s in order, vectorised along the rows
+    const std::int64_t rows = b1 - b0;
+    for (std::int64_t i = 0; i < rows; ++i) m[i] = 0;
+    for (int s = 0; s < S; ++s) {
+      const T* __restrict al = alpha + s * N + b0;
+      const T* __restrict das = da + s * kRowBlock;
+#pragma omp simd
+      for (std::int64_t i = 0; i < rows; ++i) m[i] += al[i] * das[i];
     }
     for (int s = 0; s < S; ++s) {
       const std::int64_t o = s * N;
