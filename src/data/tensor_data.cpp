@@ -150,21 +150,39 @@ DatasetSplits load_dataset(const std::string& name, const std::string& data_dir,
   return s;
 }
 
-torch::Tensor augment_batch(const torch::Tensor& batch, int pad, std::uint64_t seed, const std::string& dataset) {
+// One pass over the batch's floats: out[b, c, y, x] = padded[b, c, dy + y, dx + x'] with x' = W-1-x
+// when image b is flipped, where padded is the batch with `pad` fill pixels around it (the draws,
+// per image dy, dx, flip, in that order). Per-image LibTorch calls (select, two narrows, flip, copy)
+// cost about 770 dispatches for a batch of 128, 5 % of a training step of the tiny ViT.
+torch::Tensor augment_batch(const torch::Tensor& batch_in, int pad, std::uint64_t seed, const std::string& dataset) {
   const Norm norm = dataset_norm(dataset);
+  if (batch_in.dim() != 4 || batch_in.scalar_type() != torch::kFloat)
+    throw_input("augment_batch", "the batch must be a float (B, C, H, W) tensor");
+  const auto batch = batch_in.contiguous();
   const auto B = batch.size(0), C = batch.size(1), H = batch.size(2), W = batch.size(3);
-  // Zero pixels in raw space are (0 - mean) / std after normalisation.
-  auto fill = torch::tensor(norm.mean).neg().div(torch::tensor(norm.std)).view({1, C, 1, 1});
-  auto padded = fill.expand({B, C, H + 2 * pad, W + 2 * pad}).clone();
-  padded.narrow(2, pad, H).narrow(3, pad, W).copy_(batch);
+  if (static_cast<std::size_t>(C) != norm.mean.size())
+    throw_input("augment_batch", dataset + " images have " + std::to_string(norm.mean.size()) + " channels, the batch " +
+                                     std::to_string(C));
   auto out = torch::empty_like(batch);
+  const float* src = batch.data_ptr<float>();
+  float* dst = out.data_ptr<float>();
   Rng rng(seed);
-  for (int64_t b = 0; b < B; ++b) {
-    const auto dy = static_cast<int64_t>(rng.below(2 * pad + 1));
-    const auto dx = static_cast<int64_t>(rng.below(2 * pad + 1));
+  for (std::int64_t b = 0; b < B; ++b) {
+    const auto dy = static_cast<std::int64_t>(rng.below(2 * pad + 1)) - pad;
+    const auto dx = static_cast<std::int64_t>(rng.below(2 * pad + 1)) - pad;
     const bool flip = rng.uniform() < 0.5;
-    auto crop = padded[b].narrow(1, dy, H).narrow(2, dx, W);
-    out[b].copy_(flip ? crop.flip({2}) : crop);
+    for (std::int64_t c = 0; c < C; ++c) {
+      const float fill = -norm.mean[std::size_t(c)] / norm.std[std::size_t(c)];  // a zero pixel, normalised
+      const float* plane = src + (b * C + c) * H * W;
+      float* o = dst + (b * C + c) * H * W;
+      for (std::int64_t y = 0; y < H; ++y) {
+        const std::int64_t sy = y + dy;
+        for (std::int64_t x = 0; x < W; ++x) {
+          const std::int64_t sx = (flip ? W - 1 - x : x) + dx;
+          o[y * W + x] = sy >= 0 && sy < H && sx >= 0 && sx < W ? plane[sy * W + sx] : fill;
+        }
+      }
+    }
   }
   return out;
 }
