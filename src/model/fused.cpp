@@ -63,9 +63,13 @@ typedef std::uint16_t LaneHalves __attribute__((vector_size(16)));
 
 ARCAL_ALWAYS_INLINE void lane_load8(const float* p, LaneVec& v) { std::memcpy(&v, p, sizeof v); }
 ARCAL_ALWAYS_INLINE void lane_load8(const std::uint16_t* p, LaneVec& v) {
+  // Each bf16 becomes the high half of a float whose low half is zero: one interleave with zeros
+  // (GCC turns a widening conversion of 8 halves into two half-width ones and an insert).
+  typedef std::uint16_t Halves16 __attribute__((vector_size(32)));
   LaneHalves h;
   std::memcpy(&h, p, sizeof h);
-  v = reinterpret_cast<LaneVec>(__builtin_convertvector(h, LaneBits) << 16);
+  const Halves16 z = __builtin_shufflevector(LaneHalves{}, h, 0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+  v = reinterpret_cast<LaneVec>(z);
 }
 ARCAL_ALWAYS_INLINE void lane_store8(float* p, const LaneVec& v) { std::memcpy(p, &v, sizeof v); }
 ARCAL_ALWAYS_INLINE void lane_store8(std::uint16_t* p, const LaneVec& v) {
