@@ -2,9 +2,11 @@
 // subcommand. Exit codes (docs/interface.md): 0 success, 1 failure while working, 2 bad input or
 // usage, 3 interrupted by SIGINT/SIGTERM at a resumable point (the message says how to resume);
 // 130/143 only when a second signal ends the process.
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -148,7 +150,22 @@ void out_of_memory_at_startup() {
   [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
   ::_exit(1);
 }
-void install_startup_oom_handler(int, char**, char**) { std::set_new_handler(out_of_memory_at_startup); }
+/// tcmalloc (the executable's allocator when the build found it, CMakeLists.txt ARCAL_TCMALLOC) writes
+/// "src/central_freelist.cc:330] tcmalloc: allocation failed N" to stderr before it returns null; the
+/// out-of-memory is then reported by arcal itself ("arcal: failed: ... out of memory ..."), as the
+/// first line of stderr. Its other messages (a corrupted heap before an abort) pass through.
+void tcmalloc_log(const char* msg, int length) {
+  static const char kFailed[] = "tcmalloc: allocation failed";
+  if (length > 0 && memmem(msg, std::size_t(length), kFailed, sizeof kFailed - 1)) return;
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, msg, std::size_t(std::max(length, 0)));
+}
+void install_startup_oom_handler(int, char**, char**) {
+  std::set_new_handler(out_of_memory_at_startup);
+  // tcmalloc::log_message_writer, a statically initialised function pointer, so setting it before
+  // the libraries' initialisers is safe; absent with glibc's malloc.
+  using Writer = void (*)(const char*, int);
+  if (void* w = ::dlsym(RTLD_DEFAULT, "_ZN8tcmalloc18log_message_writerE")) *static_cast<Writer*>(w) = tcmalloc_log;
+}
 }  // namespace
 __attribute__((section(".preinit_array"), used)) static void (*const arcal_preinit)(int, char**, char**) =
     install_startup_oom_handler;
