@@ -7,8 +7,10 @@
 // thousands of small calls (bench/README.md). Random images and labels: the step's cost does not
 // depend on the data.
 //
+// With --attention, the attention core alone, fused against LibTorch's operators (see time_attention).
+//
 // Usage: bench_step [--preset ar-vit-tiny] [--residual full|block|standard] [--batch 128]
-//                   [--steps 30] [--threads 1]
+//                   [--steps 30] [--threads 1] [--attention]
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
@@ -71,6 +73,56 @@ Phases time_steps(ARViT& model, torch::optim::AdamW& opt, const torch::Tensor& x
   return p;
 }
 
+// The attention core alone (issue 26): fused_self_attention's forward and backward against the same
+// softmax(q k^T / sqrt(hd)) v written in LibTorch's operators, at the preset's shape (batch, tokens,
+// width, heads), fp32 and bf16, best of `reps` calls each, in one run.
+struct CoreTimes {
+  double forward = 1e30, backward = 1e30;
+};
+CoreTimes time_attention(bool fused, const torch::Tensor& qkv0, const torch::Tensor& g, int heads, int reps) {
+  CoreTimes t;
+  for (int r = 0; r < reps + 3; ++r) {
+    auto qkv = qkv0.detach().clone().requires_grad_(true);
+    const auto t0 = Clock::now();
+    torch::Tensor o;
+    if (fused) {
+      o = fused_self_attention(qkv, heads);
+    } else {
+      const auto B = qkv.size(0), T = qkv.size(1), D = qkv.size(2) / 3, hd = D / heads;
+      auto x = qkv.reshape({B, T, 3, heads, hd}).permute({2, 0, 3, 1, 4});
+      auto att = torch::softmax(torch::matmul(x[0], x[1].transpose(-2, -1)) / std::sqrt(double(hd)), -1);
+      o = torch::matmul(att, x[2]).transpose(1, 2).reshape({B, T, D});
+    }
+    const auto t1 = Clock::now();
+    o.backward(g);
+    const auto t2 = Clock::now();
+    if (r >= 3) {
+      t.forward = std::min(t.forward, std::chrono::duration<double>(t1 - t0).count());
+      t.backward = std::min(t.backward, std::chrono::duration<double>(t2 - t1).count());
+    }
+  }
+  return t;
+}
+
+void attention_table(const ModelConfig& cfg, int batch, int reps) {
+  const std::int64_t T = cfg.tokens(), D = cfg.dim;
+  std::printf("attention core, batch %d, %lld tokens, width %lld, %d heads; best of %d calls, ms\n", batch,
+              static_cast<long long>(T), static_cast<long long>(D), cfg.heads, reps);
+  std::printf("%-6s %10s %10s %12s %12s %8s\n", "prec", "fused fwd", "fused bwd", "LibTorch fwd", "LibTorch bwd",
+              "ratio");
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    torch::manual_seed(2);
+    const auto qkv = torch::randn({batch, T, 3 * D}).to(dtype);
+    const auto g = torch::randn({batch, T, D}).to(dtype);
+    set_fused_operators(true);
+    const auto f = time_attention(true, qkv, g, cfg.heads, reps);
+    const auto c = time_attention(false, qkv, g, cfg.heads, reps);
+    std::printf("%-6s %10.3f %10.3f %12.3f %12.3f %7.2fx\n", dtype == torch::kFloat ? "fp32" : "bf16", 1e3 * f.forward,
+                1e3 * f.backward, 1e3 * c.forward, 1e3 * c.backward,
+                (c.forward + c.backward) / (f.forward + f.backward));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -86,12 +138,20 @@ int main(int argc, char** argv) {
   app.add_option("--only", only,
                  "time one case only (for perf record): fp32-composite, fp32-uncut, fp32-fused, bf16-composite, "
                  "bf16-uncut, bf16-fused");
+  bool attention = false;
+  app.add_flag("--attention", attention,
+               "time the attention core alone (forward and backward, fused against LibTorch's operators) instead "
+               "of the step");
   CLI11_PARSE(app, argc, argv);
   reexec_with_native_openblas_kernels(argv);  // as arcal itself does
   set_compute_threads(threads);               // LibTorch's and OpenBLAS's threads, as arcal train sets them
   keep_freed_memory_for_training();           // and its allocator settings
   const auto mode = parse_residual_mode(residual);
   auto cfg = make_model_config(preset, 28, 1, 10, mode, 2);
+  if (attention) {
+    attention_table(cfg, batch, std::max(steps, 1) * 10);
+    return 0;
+  }
   torch::manual_seed(0);
   auto x = torch::randn({batch, 1, 28, 28});
   auto y = torch::randint(0, 10, {batch}, torch::kLong);
