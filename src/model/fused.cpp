@@ -144,49 +144,49 @@ ARCAL_ALWAYS_INLINE void lane_totals8(LaneVec* lo, LaneVec* hi, float* out) {
 }
 constexpr bool rows_by_eight(std::int64_t d) { return d % 16 == 0; }
 
+// One row's 16 lane sums (lanes 0-7 in [0], 8-15 in [1]) of v_c w_c and, with kSquares, of v_c^2.
+template <bool kSquares, typename V>
+ARCAL_ALWAYS_INLINE void row_lane_sums(const V* __restrict v, const float* __restrict w, std::int64_t d, LaneVec* dot,
+                                       LaneVec* squares) {
+  LaneVec a = {}, b = {}, p = {}, q = {};
+  for (std::int64_t c = 0; c < d; c += 16) {
+    LaneVec x0, x1, w0, w1;
+    lane_load8(v + c, x0);
+    lane_load8(v + c + 8, x1);
+    lane_load8(w + c, w0);
+    lane_load8(w + c + 8, w1);
+    if constexpr (kSquares) {
+      a += x0 * x0;
+      b += x1 * x1;
+    }
+    p += x0 * w0;
+    q += x1 * w1;
+  }
+  dot[0] = p, dot[1] = q;
+  if constexpr (kSquares) squares[0] = a, squares[1] = b;
+}
 // ss = sum_c v_c^2 and dot = sum_c v_c u_c of rows n..n+7.
 template <typename V>
 ARCAL_ALWAYS_INLINE void score_sums8(const V* __restrict values, const float* __restrict u, std::int64_t n,
                                      std::int64_t d, float* ss, float* dot) {
   LaneVec ss_lo[8], ss_hi[8], dot_lo[8], dot_hi[8];
   for (int r = 0; r < 8; ++r) {
-    const V* v = values + (n + r) * d;
-    LaneVec a = {}, b = {}, p = {}, q = {};
-    for (std::int64_t c = 0; c < d; c += 16) {
-      LaneVec x0, x1, u0, u1;
-      lane_load8(v + c, x0);
-      lane_load8(v + c + 8, x1);
-      lane_load8(u + c, u0);
-      lane_load8(u + c + 8, u1);
-      a += x0 * x0;
-      b += x1 * x1;
-      p += x0 * u0;
-      q += x1 * u1;
-    }
-    ss_lo[r] = a, ss_hi[r] = b, dot_lo[r] = p, dot_hi[r] = q;
+    LaneVec dots[2], squares[2];
+    row_lane_sums<true>(values + (n + r) * d, u, d, dots, squares);
+    ss_lo[r] = squares[0], ss_hi[r] = squares[1], dot_lo[r] = dots[0], dot_hi[r] = dots[1];
   }
   lane_totals8(ss_lo, ss_hi, ss);
   lane_totals8(dot_lo, dot_hi, dot);
 }
-// dot = sum_c g_c v_c of rows n..n+7 (g: the point's output gradient).
+// dot = sum_c g_c v_c of rows n..n+7 (g: the point's output gradient; products commute exactly).
 template <typename V>
 ARCAL_ALWAYS_INLINE void grad_dots8(const V* __restrict values, const float* __restrict grad, std::int64_t n,
                                     std::int64_t d, float* dot) {
   LaneVec lo[8], hi[8];
   for (int r = 0; r < 8; ++r) {
-    const V* v = values + (n + r) * d;
-    const float* g = grad + (n + r) * d;
-    LaneVec p = {}, q = {};
-    for (std::int64_t c = 0; c < d; c += 16) {
-      LaneVec x0, x1, g0, g1;
-      lane_load8(v + c, x0);
-      lane_load8(v + c + 8, x1);
-      lane_load8(g + c, g0);
-      lane_load8(g + c + 8, g1);
-      p += g0 * x0;
-      q += g1 * x1;
-    }
-    lo[r] = p, hi[r] = q;
+    LaneVec dots[2];
+    row_lane_sums<false>(values + (n + r) * d, grad + (n + r) * d, d, dots, nullptr);
+    lo[r] = dots[0], hi[r] = dots[1];
   }
   lane_totals8(lo, hi, dot);
 }
