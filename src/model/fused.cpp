@@ -125,15 +125,13 @@ void add_block_partials(const T* partial, std::int64_t blocks, std::int64_t widt
 // follow, instead of hopping between up to S tensors row by row; the block's own rows stay in L1.
 constexpr std::int64_t kRowBlock = 32;
 
-// A point's sources are stored in T or, in a float bank under bf16 autocast (the sublayers' outputs
-// as the linears wrote them), in bf16: values[s] points at T, or at bf16 where half[s] != 0 (half may
-// be null: every source in T), widened as read. The arithmetic is T's either way, so a bf16 source
-// gives bitwise what its widened float copy gave, at half the bytes read.
 // Row sums in float when d is a multiple of 16, 8 rows at a time. A row's sum is held in 16 lanes
 // (lane l adds the terms c = l, l + 16, ... in order, by multiply-adds), and the lanes are then added
-// in order 0..15 to zero: the order GCC's vectorised reduction gives the one-row loops below, so the
-// sums are bitwise theirs. The per-row lane additions (16 dependent scalar adds after a spill, half
-// of a routing point's time) become one transpose and 16 vector adds for 8 rows.
+// in order 0..15 to zero: the order GCC's vectorised reduction gives the one-row loops below in the
+// AVX-512 clone, so there the sums are bitwise theirs (a bf16 training's model.pt is byte-identical;
+// the other clones' one-row loops may add in another order). The per-row lane additions (16 dependent
+// scalar adds after a spill, half of a routing point's time) become one transpose and 16 vector adds
+// for 8 rows.
 ARCAL_ALWAYS_INLINE void lane_totals8(LaneVec* lo, LaneVec* hi, float* out) {
   lane_transpose8(lo);
   lane_transpose8(hi);
@@ -191,6 +189,10 @@ ARCAL_ALWAYS_INLINE void grad_dots8(const V* __restrict values, const float* __r
   lane_totals8(lo, hi, dot);
 }
 
+// A point's sources are stored in T or, in a float bank under bf16 autocast (the sublayers' outputs
+// as the linears wrote them), in bf16: values[s] points at T, or at bf16 where half[s] != 0 (half may
+// be null: every source in T), widened as read. The arithmetic is T's either way, so a bf16 source
+// gives bitwise what its widened float copy gave, at half the bytes read.
 template <typename T, int HD, typename V>
 ARCAL_ALWAYS_INLINE void score_rows(const V* __restrict values, const T* __restrict u, std::int64_t b0,
                                     std::int64_t b1, std::int64_t d_runtime, T eps, T* __restrict logit,
