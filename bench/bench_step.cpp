@@ -73,9 +73,9 @@ Phases time_steps(ARViT& model, torch::optim::AdamW& opt, const torch::Tensor& x
   return p;
 }
 
-// The attention core alone (issue 26): fused_self_attention's forward and backward against the same
-// softmax(q k^T / sqrt(hd)) v written in LibTorch's operators, at the preset's shape (batch, tokens,
-// width, heads), fp32 and bf16, best of `reps` calls each, in one run.
+// The attention core alone (issue 26): fused_self_attention's forward and backward against
+// composite_self_attention (the same softmax(q k^T / sqrt(hd)) v in LibTorch's operators), at the
+// preset's shape (batch, tokens, width, heads), fp32 and bf16, best of `reps` calls each, in one run.
 struct CoreTimes {
   double forward = 1e30, backward = 1e30;
 };
@@ -84,15 +84,7 @@ CoreTimes time_attention(bool fused, const torch::Tensor& qkv0, const torch::Ten
   for (int r = 0; r < reps + 3; ++r) {
     auto qkv = qkv0.detach().clone().requires_grad_(true);
     const auto t0 = Clock::now();
-    torch::Tensor o;
-    if (fused) {
-      o = fused_self_attention(qkv, heads);
-    } else {
-      const auto B = qkv.size(0), T = qkv.size(1), D = qkv.size(2) / 3, hd = D / heads;
-      auto x = qkv.reshape({B, T, 3, heads, hd}).permute({2, 0, 3, 1, 4});
-      auto att = torch::softmax(torch::matmul(x[0], x[1].transpose(-2, -1)) / std::sqrt(double(hd)), -1);
-      o = torch::matmul(att, x[2]).transpose(1, 2).reshape({B, T, D});
-    }
+    const auto o = fused ? fused_self_attention(qkv, heads) : composite_self_attention(qkv, heads);
     const auto t1 = Clock::now();
     o.backward(g);
     const auto t2 = Clock::now();

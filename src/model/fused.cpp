@@ -199,17 +199,18 @@ ARCAL_ALWAYS_INLINE void score_rows(const V* __restrict values, const T* __restr
                                     T* __restrict rinv) {
   const std::int64_t d = HD > 0 ? HD : d_runtime;
   const T inv_d = T(1) / T(d);
+  const auto finish = [&](std::int64_t row, T ss, T dot) {  // r = (mean v^2 + eps)^(-1/2), logit = r v.u
+    const T r = T(1) / std::sqrt(ss * inv_d + eps);
+    rinv[row] = r;
+    logit[row] = r * dot;
+  };
   std::int64_t n = b0;
   if constexpr (std::is_same_v<T, float>) {
     if (rows_by_eight(d))
       for (; n + 8 <= b1; n += 8) {
         float ss[8], dot[8];
         score_sums8(values, u, n, d, ss, dot);
-        for (int r = 0; r < 8; ++r) {
-          const float rr = 1.0f / std::sqrt(ss[r] * inv_d + eps);
-          rinv[n + r] = rr;
-          logit[n + r] = rr * dot[r];
-        }
+        for (int r = 0; r < 8; ++r) finish(n + r, ss[r], dot[r]);
       }
   }
   for (; n < b1; ++n) {
@@ -221,9 +222,7 @@ ARCAL_ALWAYS_INLINE void score_rows(const V* __restrict values, const T* __restr
       ss += x * x;
       dot += x * u[c];
     }
-    const T r = T(1) / std::sqrt(ss * inv_d + eps);
-    rinv[n] = r;
-    logit[n] = r * dot;
+    finish(n, ss, dot);
   }
 }
 
@@ -1611,6 +1610,16 @@ torch::Tensor fused_self_attention(const torch::Tensor& qkv, int heads, bool cau
     return SelfAttentionFunction::apply(qkv.to(torch::kFloat), static_cast<std::int64_t>(heads), causal)
         .to(torch::kBFloat16);
   return SelfAttentionFunction::apply(qkv, static_cast<std::int64_t>(heads), causal);
+}
+
+torch::Tensor composite_self_attention(const torch::Tensor& qkv_in, int heads, bool causal) {
+  const auto B = qkv_in.size(0), T = qkv_in.size(1), D = qkv_in.size(2) / 3, hd = D / heads;
+  auto qkv = qkv_in.reshape({B, T, 3, heads, hd}).permute({2, 0, 3, 1, 4});  // (3,B,H,T,hd)
+  auto scores = torch::matmul(qkv[0], qkv[1].transpose(-2, -1)) * (1.0 / std::sqrt(double(hd)));
+  if (causal)
+    scores = scores.masked_fill(torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool)).triu(1),
+                                -std::numeric_limits<double>::infinity());
+  return torch::matmul(torch::softmax(scores, -1), qkv[2]).transpose(1, 2).reshape({B, T, D});
 }
 
 RoutingBank::RoutingBank() : bank_(c10::IValue::make_capsule(c10::make_intrusive<RoutingBankState>())) {}

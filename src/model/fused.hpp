@@ -34,6 +34,11 @@ bool fused_storage_dtype(torch::ScalarType t);
 /// their backward) around it.
 torch::Tensor fused_self_attention(const torch::Tensor& qkv, int heads, bool causal = false);
 
+/// The same softmax(q k^T / sqrt(hd)) v in LibTorch's own operators (matmul, softmax; any device and
+/// dtype): the models' path where the fused operator does not run (ARCAL_FUSED=0, CUDA) and
+/// bench_step's reference for it.
+torch::Tensor composite_self_attention(const torch::Tensor& qkv, int heads, bool causal = false);
+
 /// Exact GELU, x Phi(x) (erf form, as torch::gelu), elementwise, with its own backward: float,
 /// double or bfloat16 CPU tensors of any shape. In float, Phi comes from a polynomial fit of erfc's scaled form
 /// and one exponential shared with phi (relative error below 1e-6 for |x| <= 5, tails included);

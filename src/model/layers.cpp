@@ -2,9 +2,6 @@
 
 #include <ATen/autocast_mode.h>
 
-#include <cmath>
-#include <limits>
-
 #include "core/check.hpp"
 #include "model/fused.hpp"
 
@@ -82,21 +79,10 @@ torch::Tensor MultiHeadAttentionImpl::heads(const torch::Tensor& x) {
     auto heads_out = fused_self_attention(fused_storage_dtype(t) ? qkv : qkv.to(torch::kFloat), heads_, causal_);
     return heads_out.scalar_type() == t ? heads_out : heads_out.to(t);
   }
-  // (B,T,3D) -> (3,B,H,T,hd)
+  if (!(backend_ && !is_training())) return composite_self_attention(linear(qkv_, x), heads_, causal_);
+  // (B,T,3D) -> (3,B,H,T,hd) for the evaluation backend (e.g. CEDAR), which returns (B,H,T,hd)
   auto qkv = linear(qkv_, x).reshape({B, T, 3, heads_, hd}).permute({2, 0, 3, 1, 4});
-  auto q = qkv[0], k = qkv[1], v = qkv[2];
-  torch::Tensor heads_out;  // (B,H,T,hd)
-  if (backend_ && !is_training()) {
-    heads_out = backend_(q, k, v, causal_);
-  } else {
-    auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(hd)));
-    if (causal_)
-      scores = scores.masked_fill(torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool)).triu(1),
-                                  -std::numeric_limits<double>::infinity());
-    auto att = torch::softmax(scores, -1);
-    heads_out = torch::matmul(att, v);
-  }
-  return heads_out.transpose(1, 2).reshape({B, T, D});  // (B,T,D)
+  return backend_(qkv[0], qkv[1], qkv[2], causal_).transpose(1, 2).reshape({B, T, D});  // (B,T,D)
 }
 
 MlpImpl::MlpImpl(int dim, int hidden) {
