@@ -161,7 +161,7 @@ torch::Tensor augment_batch(const torch::Tensor& batch_in, int pad, std::uint64_
   const auto batch = batch_in.contiguous();
   const auto B = batch.size(0), C = batch.size(1), H = batch.size(2), W = batch.size(3);
   if (static_cast<std::size_t>(C) != norm.mean.size())
-    throw_input("augment_batch", dataset + " images have " + std::to_string(norm.mean.size()) + " channels, the batch " +
+    throw_input("augment_batch", dataset + " images have " + std::to_string(norm.mean.size()) + " channels, the batch has " +
                                      std::to_string(C));
   auto out = torch::empty_like(batch);
   const float* src = batch.data_ptr<float>();
