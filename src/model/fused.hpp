@@ -1,6 +1,6 @@
 // Fused training operators for the small-token presets: the AttnRes routing points (scores, softmax
-// over sources and weighted sum), the multi-head self-attention core, the MLP's GELU and LayerNorm,
-// each one operator with its own backward (a torch::autograd::Function over hand-written loops). LibTorch's composite spends a training step on
+// over sources and weighted sum), the multi-head self-attention core, the MLP's GELU, LayerNorm and
+// the linear layers, each one operator with its own backward (a torch::autograd::Function over hand-written loops). LibTorch's composite spends a training step on
 // tens of thousands of tiny calls at 17 tokens x 64 dimensions (bench/README.md "profile_train.py"):
 // stacking every source at every routing point, and the attention's batched products computed one
 // matrix at a time. The fused forms compute the same functions (float rounding aside; tests/model/
@@ -47,6 +47,13 @@ torch::Tensor composite_self_attention(const torch::Tensor& qkv, int heads, bool
 /// gelu; the saved gelu'(x) is bf16 as well, so the input gradient is within 2 bf16 ulps of
 /// LibTorch's.
 torch::Tensor fused_gelu(const torch::Tensor& x);
+
+/// torch::linear(x, weight, bias) for a 2-d or contiguous 3-d CPU input with a bias (float, double,
+/// or under bf16 autocast), as one operator with its own backward: the same GEMMs and sums as
+/// LibTorch's addmm and its backward, so values and gradients are bitwise torch::linear's (autocast
+/// included), without the broadcast copy of the bias and the autograd nodes of autocast's casts, the
+/// transpose and the views. Other inputs go to torch::linear.
+torch::Tensor fused_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
 /// LayerNorm over the last axis with an affine weight and bias (d,), as torch::layer_norm(x, {d},
 /// weight, bias, eps), with its own backward (differentiable in all three): float or double CPU

@@ -49,11 +49,12 @@ torch::Tensor patch_embed_tokens(torch::nn::Conv2d& conv, const torch::Tensor& i
     return conv->forward(images).flatten(2).transpose(1, 2);
   const auto B = images.size(0), C = images.size(1), gh = images.size(2) / p, gw = images.size(3) / p;
   auto patches = images.reshape({B, C, gh, p, gw, p}).permute({0, 2, 4, 1, 3, 5}).reshape({B, gh * gw, C * p * p});
-  return torch::linear(patches, w.reshape({w.size(0), C * p * p}), conv->options.bias() ? conv->bias : torch::Tensor());
+  if (!conv->options.bias()) return torch::linear(patches, w.reshape({w.size(0), C * p * p}));
+  return fused_linear(patches, w.reshape({w.size(0), C * p * p}), conv->bias);
 }
 
 torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
-  return torch::linear(x, layer->weight, layer->bias);
+  return fused_linear(x, layer->weight, layer->bias);
 }
 
 MultiHeadAttentionImpl::MultiHeadAttentionImpl(int dim, int heads, bool causal) : heads_(heads), causal_(causal) {

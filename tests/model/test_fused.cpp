@@ -443,6 +443,72 @@ TEST(Fused, PatchEmbeddingMatchesTheConv) {
   EXPECT_TRUE(torch::equal(patch_embed_tokens(padded, images), padded->forward(images).flatten(2).transpose(1, 2)));
 }
 
+// fused_linear runs the GEMMs and sums LibTorch's addmm and its backward run, so output and every
+// gradient are bitwise torch::linear's: float and double, 2-d (a strided row selection as the
+// first-token head reads it) and 3-d inputs, with and without bf16 autocast (float or bf16 input,
+// float parameters), with and without autograd. Inputs at::linear treats otherwise (a strided 3-d
+// input, no bias) are handed to it.
+TEST(Fused, LinearIsTorchLinearBitForBit) {
+  FusedGuard guard;
+  set_fused_operators(true);
+  struct Case {
+    std::vector<std::int64_t> shape;
+    bool select_row, transpose, autocast, bf16_input, bias;
+    torch::Dtype dtype;
+  };
+  const std::vector<Case> cases = {
+      {{128, 17, 64}, false, false, false, false, true, torch::kFloat},
+      {{33, 17, 24}, false, false, false, false, true, torch::kDouble},
+      {{50, 64}, false, false, false, false, true, torch::kFloat},
+      {{16, 17, 64}, true, false, false, false, true, torch::kFloat},
+      {{128, 17, 64}, false, false, true, false, true, torch::kFloat},
+      {{128, 17, 64}, false, false, true, true, true, torch::kFloat},
+      {{16, 17, 64}, true, false, true, false, true, torch::kFloat},
+      {{9, 64, 17}, false, true, false, false, true, torch::kFloat},
+      {{9, 17, 64}, false, false, false, false, false, torch::kFloat},
+  };
+  for (const auto& c : cases) {
+    torch::manual_seed(5);
+    const auto opt = torch::TensorOptions().dtype(c.dtype);
+    const auto x0 = torch::randn(c.shape, opt) * 2.0;
+    const auto K = c.transpose ? c.shape[1] : c.shape.back();
+    const auto w0 = torch::randn({96, K}, opt) * 0.2, b0 = torch::randn({96}, opt);
+    std::vector<std::vector<torch::Tensor>> res;
+    for (bool fused : {true, false}) {
+      auto x = (c.bf16_input ? x0.to(torch::kBFloat16) : x0.clone()).requires_grad_(true);
+      auto w = w0.clone().requires_grad_(true), b = b0.clone().requires_grad_(true);
+      auto in = c.select_row ? x.select(1, 3) : c.transpose ? x.transpose(1, 2) : x;
+      if (c.autocast) {
+        at::autocast::set_cpu_enabled(true);
+        at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+      }
+      const auto bias = c.bias ? b : torch::Tensor();
+      auto y = fused ? fused_linear(in, w, bias) : torch::linear(in, w, bias);
+      if (fused) {  // the operator ran (its node is y's, or under the 3-d view's)
+        const auto node = y.grad_fn()->name().find("ViewBackward") == std::string::npos
+                              ? y.grad_fn()->name()
+                              : y.grad_fn()->next_edges()[0].function->name();
+        EXPECT_EQ(node.find("LinearFunction") != std::string::npos, c.bias && !c.transpose) << node;
+      }
+      torch::Tensor y_nograd;
+      {
+        torch::NoGradGuard no_grad;
+        y_nograd = fused ? fused_linear(in, w, bias) : torch::linear(in, w, bias);
+      }
+      at::autocast::set_cpu_enabled(false);
+      at::autocast::clear_cache();
+      torch::manual_seed(7);
+      y.backward(torch::randn(y.sizes()).to(y.scalar_type()));
+      res.push_back({y.detach(), y_nograd, x.grad(), w.grad(), c.bias ? b.grad() : torch::zeros({1})});
+    }
+    const char* names[] = {"y", "y without autograd", "dx", "dweight", "dbias"};
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_EQ(res[0][i].scalar_type(), res[1][i].scalar_type()) << names[i];
+      EXPECT_TRUE(torch::equal(res[0][i], res[1][i])) << names[i] << " of " << c.shape << (c.autocast ? " autocast" : "");
+    }
+  }
+}
+
 TEST(Fused, AttentionMatchesAutogradInDouble) {
   check_attention(torch::kDouble, 3, 17, 64, 4, 1e-12);  // AR-ViT-tiny's shape
   check_attention(torch::kDouble, 11, 17, 64, 4, 1e-12);  // two groups of 8 images, the second partly filled
