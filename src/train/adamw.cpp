@@ -22,14 +22,18 @@ inline void adamw_rows(T* __restrict p, const T* __restrict g, T* __restrict m, 
                        std::int64_t e, const AdamwScalars<T>& s) {
   const T decay = s.decay, beta1 = s.beta1, c1 = s.one_minus_beta1, beta2 = s.beta2, c2 = s.one_minus_beta2;
   const T sqrt_bc2 = s.sqrt_bc2, eps = s.eps, neg_step = s.neg_step;  // in registers, not re-read per element
+  // The decay first, in a pass of its own: the product is rounded before the update is added, as
+  // LibTorch's p.mul_(1 - lr wd) rounds it (in one loop the vectorised add would fuse with it).
+#pragma omp simd
+  for (std::int64_t i = b; i < e; ++i) p[i] *= decay;
 #pragma omp simd
   for (std::int64_t i = b; i < e; ++i) {
-    const T pd = p[i] * decay, gi = g[i];
+    const T gi = g[i];
     const T mi = m[i] * beta1 + c1 * gi;
     const T vi = v[i] * beta2 + c2 * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    p[i] = pd + neg_step * mi / (std::sqrt(vi) / sqrt_bc2 + eps);
+    p[i] = p[i] + neg_step * mi / (std::sqrt(vi) / sqrt_bc2 + eps);
   }
 }
 // One clone set per dtype (overloads: target_clones takes no templates).
