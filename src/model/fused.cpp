@@ -888,39 +888,38 @@ ARCAL_ALWAYS_INLINE void layer_norm_finish_row(const T* __restrict xr, const T* 
 #pragma omp simd
   for (std::int64_t j = 0; j < d; ++j) store(yr[j], (xr[j] - m) * rs * w[j] + b[j]);
 }
+// One row's 16 lane sums (lanes 0-7 in lo, 8-15 in hi) of x_c, or with kSquares of (x_c - m)^2.
+template <bool kSquares>
+ARCAL_ALWAYS_INLINE void row_lane_moment(const float* __restrict xr, std::int64_t d, float m, LaneVec& lo,
+                                         LaneVec& hi) {
+  LaneVec p = {}, q = {};
+  for (std::int64_t c = 0; c < d; c += 16) {
+    LaneVec x0, x1;
+    lane_load8(xr + c, x0);
+    lane_load8(xr + c + 8, x1);
+    if constexpr (kSquares) {
+      x0 -= m;
+      x1 -= m;
+      p += x0 * x0;
+      q += x1 * x1;
+    } else {
+      p += x0;
+      q += x1;
+    }
+  }
+  lo = p, hi = q;
+}
 template <typename Y>
 ARCAL_ALWAYS_INLINE void layer_norm_rows8(const float* __restrict x, const float* __restrict w,
                                           const float* __restrict b, std::int64_t r, std::int64_t d, float eps,
                                           Y* __restrict y, float* __restrict mean, float* __restrict rstd) {
   LaneVec lo[8], hi[8];
   float m[8], v[8];
-  for (int k = 0; k < 8; ++k) {
-    const float* xr = x + (r + k) * d;
-    LaneVec p = {}, q = {};
-    for (std::int64_t c = 0; c < d; c += 16) {
-      LaneVec x0, x1;
-      lane_load8(xr + c, x0);
-      lane_load8(xr + c + 8, x1);
-      p += x0;
-      q += x1;
-    }
-    lo[k] = p, hi[k] = q;
-  }
+  for (int k = 0; k < 8; ++k) row_lane_moment<false>(x + (r + k) * d, d, 0.0f, lo[k], hi[k]);
   lane_totals8(lo, hi, m);
   for (int k = 0; k < 8; ++k) {
     m[k] = m[k] / float(d);
-    const float* xr = x + (r + k) * d;
-    LaneVec p = {}, q = {};
-    for (std::int64_t c = 0; c < d; c += 16) {
-      LaneVec x0, x1;
-      lane_load8(xr + c, x0);
-      lane_load8(xr + c + 8, x1);
-      x0 -= m[k];
-      x1 -= m[k];
-      p += x0 * x0;
-      q += x1 * x1;
-    }
-    lo[k] = p, hi[k] = q;
+    row_lane_moment<true>(x + (r + k) * d, d, m[k], lo[k], hi[k]);
   }
   lane_totals8(lo, hi, v);
   for (int k = 0; k < 8; ++k) {
