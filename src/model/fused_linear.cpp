@@ -28,8 +28,11 @@ torch::Tensor in_dtype(const torch::Tensor& t, torch::ScalarType dtype) {
 }
 
 // out (M,N) = bias in every row, then out += x w^T in place: the GEMM at::addmm runs after its own
-// copy of the broadcast bias (beta 1, alpha 1), so the values are addmm's bit for bit.
-torch::Tensor linear_values(const torch::Tensor& x2, const torch::Tensor& w, const torch::Tensor& b) {
+// copy of the broadcast bias (beta 1, alpha 1), so the values are addmm's bit for bit. Weight and bias
+// are cast to x2's dtype here (autocast's casts; no-ops otherwise).
+torch::Tensor linear_values(const torch::Tensor& x2, const torch::Tensor& weight, const torch::Tensor& bias) {
+  const auto w = in_dtype(weight, x2.scalar_type());
+  const auto b = in_dtype(bias, x2.scalar_type()).contiguous();
   auto out = torch::empty({x2.size(0), w.size(0)}, x2.options());
   const auto row_bytes = std::size_t(w.size(0)) * out.element_size();
   const auto* src = static_cast<const char*>(b.data_ptr());
@@ -44,12 +47,11 @@ torch::Tensor linear_values(const torch::Tensor& x2, const torch::Tensor& w, con
 struct LinearFunction : public torch::autograd::Function<LinearFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x2, const torch::Tensor& weight,
                                const torch::Tensor& bias) {
-    const auto dtype = x2.scalar_type();
-    const auto w = in_dtype(weight, dtype);
+    const auto w = in_dtype(weight, x2.scalar_type());
     ctx->save_for_backward({x2, w});
     ctx->saved_data["weight_dtype"] = int64_t(weight.scalar_type());
     ctx->saved_data["bias_dtype"] = int64_t(bias.scalar_type());
-    return linear_values(x2, w, in_dtype(bias, dtype).contiguous());
+    return linear_values(x2, w, bias);
   }
   // addmm's backward with mat1 = x2 and the column-major mat2 = w^T, as LibTorch writes it:
   // dx = g w, dw = (g^T x2) (mm_mat2_backward's form for a column-major mat2, transposed back), and
@@ -90,8 +92,7 @@ torch::Tensor fused_linear(const torch::Tensor& x, const torch::Tensor& weight, 
   const auto x2 = xc.dim() == 3 ? xc.view({xc.size(0) * xc.size(1), xc.size(2)}) : xc;
   const bool grads = torch::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad() || bias.requires_grad());
   // Without gradients the values alone (autocast's weight cast and the GEMM; no graph).
-  const auto out = grads ? LinearFunction::apply(x2, weight, bias)
-                         : linear_values(x2, in_dtype(weight, dtype), in_dtype(bias, dtype).contiguous());
+  const auto out = grads ? LinearFunction::apply(x2, weight, bias) : linear_values(x2, weight, bias);
   return xc.dim() == 3 ? out.view({xc.size(0), xc.size(1), out.size(1)}) : out;
 }
 
