@@ -326,9 +326,9 @@ std::vector<arcal::ConvergencePoint> audit_snapshots(const arcal::StudyConfig& s
   return points;
 }
 
-/// The trainings and traces of a study as one job queue (run_jobs): the audited runs first, each
-/// trace right after its training, then the standard twins. Completed trainings and traces are left
-/// out (a re-run resumes). audit_traces gets the audited runs' trace paths and audit_jobs the jobs the
+/// The trainings of a study as one job queue (run_jobs): the audited runs first, then the standard
+/// twins. Each training writes its run's trace (arcal train --trace); a run trained before without
+/// its trace gets a trace job. Completed trainings and traces are left out (a re-run resumes). audit_traces gets the audited runs' trace paths and audit_jobs the jobs the
 /// audit waits for.
 std::vector<Job> study_jobs(const arcal::StudyConfig& st, const std::vector<arcal::StudyRun>& runs, const std::string& dir,
                             std::vector<std::string>& audit_traces, std::vector<std::size_t>& audit_jobs) {
@@ -342,7 +342,6 @@ std::vector<Job> study_jobs(const arcal::StudyConfig& st, const std::vector<arca
       const bool done = fs::exists(rd + "/summary.json");
       const bool resume = !done && fs::exists(rd + "/config.json");
       std::cout << fmt::format("  {:<44} {}\n", r.dir_name(), done ? "trained (skipped)" : resume ? "resuming" : "to train");
-      std::vector<std::size_t> after;
       if (!done) {
         fs::create_directories(rd);
         arcal::mark_output_dir(rd, "arcal run");  // the child's `arcal train --out RD` finds its marker
@@ -353,19 +352,22 @@ std::vector<Job> study_jobs(const arcal::StudyConfig& st, const std::vector<arca
         // Not --quiet: train.log keeps the configuration and evaluation lines (bars are off on a file).
         j.args = {"train", "--config", rd + "/train_request.json", "--out", rd, "--progress-file", rd + "/progress.txt"};
         if (resume) j.args.push_back("--resume");
+        // The training writes the run's trace itself (arcal train --trace): no process, data load or
+        // model load of its own, and on the test split one forward pass serves the summary and the trace.
+        if (!fs::exists(tf))
+          j.args.insert(j.args.end(), {"--trace", tf, "--trace-split", st.split, "--trace-sequences",
+                                       std::to_string(st.trace_sequences)});
         j.log = rd + "/train.log";
         j.progress = rd + "/progress.txt";
-        after.push_back(jobs.size());
         if (r.audited) audit_jobs.push_back(jobs.size());
         jobs.push_back(j);
       }
-      if (fs::exists(tf)) continue;
-      Job j;
+      if (!done || fs::exists(tf)) continue;  // traced by its training, or already traced
+      Job j;  // a run trained before (an earlier arcal run, or one stopped between training and trace)
       j.label = "trace " + r.id;
       j.args = {"trace", "--run", rd, "--split", st.split, "--out", tf, "--threads", std::to_string(st.threads_per_job),
                 "--sequences", std::to_string(st.trace_sequences), "--quiet"};
       j.log = rd + "/trace.log";
-      j.after = after;
       if (r.audited) audit_jobs.push_back(jobs.size());
       jobs.push_back(j);
     }
@@ -417,10 +419,9 @@ int run_study(const RunOptions& o) {
                            o.config.empty() ? "embedded default" : o.config, runs.size(), audited, runs.size() - audited, dir);
   std::cout << fmt::format("  study hash {}; {} at a time, {} thread(s) each\n", study_hash, st.parallel, st.threads_per_job);
 
-  // 1-2. Trainings and traces as one queue of child processes, `parallel` at a time: the audited runs
-  // first, each traced as soon as it is trained, then the standard twins. Once every audited run is
-  // traced, the audit (step 4) starts in this process on a thread of its own, beside the twins'
-  // trainings, so the cores do not idle while the last trainings run alone (docs/architecture.md).
+  // 1-2. Trainings (each writing its trace) as one queue of child processes, `parallel` at a time: the
+  // audited runs first, then the standard twins. Once every audited run is traced, the audit (step 4)
+  // starts in this process on a thread of its own, beside the twins' trainings, so the cores do not idle while the last trainings run alone (docs/architecture.md).
   // Its results do not depend on what runs beside it.
   std::vector<std::string> audit_traces;
   std::vector<std::size_t> audit_jobs;  // the jobs the audit waits for

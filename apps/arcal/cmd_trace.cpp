@@ -4,7 +4,6 @@
 // spaced subsample of the split's sequences (--sequences).
 #include <fmt/format.h>
 
-#include <filesystem>
 #include <iostream>
 
 #include "command.hpp"
@@ -47,19 +46,7 @@ int run_trace(const TraceOptions& o) {
   const auto& full = o.split == "test" ? data.test : data.val;
   if (full.size() == 0) arcal::throw_input("--split", o.split + " split of " + o.run + " is empty");
   const auto split = full.text ? arcal::select_sequences(full, o.sequences) : full;
-  nlohmann::json meta = {{"model", tc.model},   {"residual", tc.residual},
-                         {"block_size", tc.block_size}, {"dataset", tc.dataset},
-                         {"split", o.split},    {"seed", tc.seed},
-                         {"run", std::filesystem::path(o.run).filename().string()},
-                         {"run_dir", o.run},    {"version", ARCAL_VERSION},
-                         {"as_attnres", o.load.options.as_attnres}};
-  if (split.text) {
-    meta["task"] = "lm";
-    meta["cluster"] = "sequence";
-    meta["context"] = tc.context;
-    meta["sequences"] = split.size();
-    meta["sequences_in_split"] = full.size();
-  }
+  const auto meta = arcal::trace_metadata(tc, o.run, o.split, split, full, o.load.options.as_attnres);
   auto bar = arcal::cli::stderr_progress_bar("trace", split.size());
   auto trace = arcal::export_trace(model, split, meta.dump(), o.batch,
                                    [&](std::int64_t done, std::int64_t) { bar->update(done); });

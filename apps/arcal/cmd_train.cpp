@@ -11,6 +11,7 @@
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
 #include "core/interrupt.hpp"
+#include "core/paths.hpp"
 #include "core/progress.hpp"
 #include "core/text_input.hpp"
 #include "flag_checks.hpp"
@@ -59,13 +60,22 @@ int run_dry(const TrainConfig& cfg, bool json) {
 }
 
 int run_train(const TrainConfig& cfg, const std::string& out, bool resume, bool json, const std::string& progress_file,
-              const arcal::ResumeRequest& request) {
+              const arcal::ResumeRequest& request, const arcal::TraceRequest& trace) {
   const auto dist = arcal::distributed_env_from_environment();
   if (!resume) arcal::validate_train_config(cfg);  // flag errors before the configuration table
+  if (!trace.path.empty()) {  // before training: a trace that cannot be written must not cost a training
+    if (trace.split != "test" && trace.split != "val")
+      arcal::throw_input("--trace-split", "'" + trace.split + "': expected test or val");
+    std::vector<std::string> run_files;
+    for (const char* f : {"config.json", "checkpoint.pt", "model.pt", "log.jsonl", "summary.json", ".lock"})
+      run_files.push_back(out + "/" + f);
+    arcal::check_output_not_input("--trace", trace.path, run_files);
+    arcal::check_output_file("--trace", trace.path, false);
+  }
   // SIGINT/SIGTERM stop training at the next step with a checkpoint (exit 3, with the resume command).
   arcal::install_interrupt_handlers();
   if (!dist.primary()) {  // rank > 0: train silently; rank 0 prints and writes
-    arcal::train_run(cfg, out, resume, {}, request);
+    arcal::train_run(cfg, out, resume, {}, request, trace);
     return 0;
   }
   std::ostream& log = arcal::cli::log_stream();
@@ -92,7 +102,7 @@ int run_train(const TrainConfig& cfg, const std::string& out, bool resume, bool 
   };
   nlohmann::json summary;
   try {
-    summary = arcal::train_run(cfg, out, resume, ev, request);
+    summary = arcal::train_run(cfg, out, resume, ev, request, trace);
   } catch (const arcal::Interrupted&) {
     if (bar) bar->finish();
     throw;
@@ -105,6 +115,7 @@ int run_train(const TrainConfig& cfg, const std::string& out, bool resume, bool 
                              summary["test_accuracy"].get<double>(), summary["test_nll"].get<double>(),
                              summary["test_ece15"].get<double>(), summary["test_n"].get<std::int64_t>(),
                              summary["wall_seconds"].get<double>(), summary["images_per_second"].get<double>());
+    if (!trace.path.empty()) std::cout << "wrote " << trace.path << " (" << trace.split << " trace)\n";
     std::cout << "wrote " << out << "/summary.json\n";
   }
   return 0;
@@ -138,6 +149,16 @@ arcal::cli::RunFn setup(CLI::App& app) {
   app.add_flag("--dry-run", *dry, "Print the resolved model, its parameter count and FLOPs per image; train nothing");
   app.add_flag("--resume", *resume, "Continue an interrupted run in --out from its checkpoint");
   app.add_flag("--json", *json, "Print summary.json at the end (stdout holds nothing else; logs go to stderr)");
+  auto trace = std::make_shared<arcal::TraceRequest>();
+  app.add_option("--trace", trace->path,
+                 "After training, also write the trace file `arcal trace --run RUN --out FILE` would write, from the "
+                 "model in memory (on the test split the same pass gives summary.json's test metrics); refused if "
+                 "FILE exists");
+  app.add_option("--trace-split", trace->split, "With --trace: test | val")->capture_default_str();
+  app.add_option("--trace-sequences", trace->sequences,
+                 "With --trace on a language-model run: trace this many evenly spaced sequences of the split (0 = all)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30));
   return [=]() {
     if (!config_file->empty()) {
       // The file's values, then every flag given on the command line on top.
@@ -161,7 +182,7 @@ arcal::cli::RunFn setup(CLI::App& app) {
       if (!k.empty()) request.overrides.push_back(k);
     }
     if (!request.overrides.empty() && !*resume) arcal::throw_input("--override", "only applies with --resume");
-    return run_train(*cfg, *out, *resume, *json, *progress_file, request);
+    return run_train(*cfg, *out, *resume, *json, *progress_file, request, *trace);
   };
 }
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include <ATen/autocast_mode.h>
@@ -22,6 +23,7 @@
 #include "core/text_input.hpp"
 #include "calib/metrics.hpp"
 #include "model/cost.hpp"
+#include "model/trace_export.hpp"
 #include "train/adamw.hpp"
 #include "train/distributed.hpp"
 #include "train/sbece.hpp"
@@ -127,6 +129,17 @@ EvalResult evaluate_text(ARViT& model, const TensorData& data, int batch_size) {
   return r;
 }
 
+/// An image split's metrics from its logits (N,K) in the forward pass's dtype.
+EvalResult image_eval_result(const torch::Tensor& all, const torch::Tensor& labels) {
+  EvalResult r;
+  r.n = all.size(0);
+  auto lp = torch::log_softmax(all.to(torch::kDouble), -1);
+  r.nll = -lp.gather(1, labels.unsqueeze(1)).mean().item<double>();
+  r.accuracy = all.argmax(-1).eq(labels).to(torch::kDouble).mean().item<double>();
+  r.ece = top_label_ece(all, labels);
+  return r;
+}
+
 }  // namespace
 
 EvalResult evaluate(ARViT& model, const TensorData& data, int batch_size) {
@@ -150,13 +163,27 @@ EvalResult evaluate(ARViT& model, const TensorData& data, int batch_size) {
     const auto len = std::min<std::int64_t>(batch_size, r.n - s);
     logits.push_back(model->forward(data.images.narrow(0, s, len).to(device)).to(torch::kCPU));
   }
-  auto all = torch::cat(logits, 0);
-  auto lp = torch::log_softmax(all.to(torch::kDouble), -1);
-  r.nll = -lp.gather(1, data.labels.unsqueeze(1)).mean().item<double>();
-  r.accuracy = all.argmax(-1).eq(data.labels).to(torch::kDouble).mean().item<double>();
-  r.ece = top_label_ece(all, data.labels);
+  r = image_eval_result(torch::cat(logits, 0), data.labels);
   if (was_training) model->train();
   return r;
+}
+
+nlohmann::json trace_metadata(const TrainConfig& tc, const std::string& run_dir, const std::string& split,
+                              const TensorData& traced, const TensorData& full, const std::string& as_attnres) {
+  nlohmann::json meta = {{"model", tc.model},   {"residual", tc.residual},
+                         {"block_size", tc.block_size}, {"dataset", tc.dataset},
+                         {"split", split},      {"seed", tc.seed},
+                         {"run", fs::path(run_dir).filename().string()},
+                         {"run_dir", run_dir},  {"version", ARCAL_VERSION},
+                         {"as_attnres", as_attnres}};
+  if (traced.text) {
+    meta["task"] = "lm";
+    meta["cluster"] = "sequence";
+    meta["context"] = tc.context;
+    meta["sequences"] = traced.size();
+    meta["sequences_in_split"] = full.size();
+  }
+  return meta;
 }
 
 namespace {
@@ -405,19 +432,19 @@ bool only_lock_file(const std::string& dir) {
 }
 
 nlohmann::json train_locked(const TrainConfig& requested, const std::string& run_dir, bool resume,
-                            const TrainEvents& events, const ResumeRequest& request);
+                            const TrainEvents& events, const ResumeRequest& request, const TraceRequest& trace);
 
 }  // namespace
 
 nlohmann::json train_run(const TrainConfig& requested, const std::string& run_dir, bool resume,
-                         const TrainEvents& events, const ResumeRequest& request) {
+                         const TrainEvents& events, const ResumeRequest& request, const TraceRequest& trace) {
   std::error_code ec;
   if (run_dir.empty()) throw_input("--out", "the run directory path is empty");
   if (fs::exists(run_dir, ec) && !fs::is_directory(run_dir, ec))
     throw_input("--out", run_dir + " exists and is not a directory; --out names the run directory RUN/ (config.json, "
                                    "checkpoint.pt, model.pt, ...): choose a directory path");
   const DistributedEnv dist_env = distributed_env_from_environment();
-  if (!dist_env.primary()) return train_locked(requested, run_dir, resume, events, request);
+  if (!dist_env.primary()) return train_locked(requested, run_dir, resume, events, request, trace);
   // One writer per run directory: rank 0 holds RUN/.lock while it trains (other ranks only read).
   bool created = false;
   if (!fs::exists(run_dir, ec)) {
@@ -434,7 +461,7 @@ nlohmann::json train_run(const TrainConfig& requested, const std::string& run_di
   auto lock = std::make_unique<DirLock>(run_dir, "arcal train");
   try {
     mark_output_dir(run_dir, "arcal train");
-    return train_locked(requested, run_dir, resume, events, request);
+    return train_locked(requested, run_dir, resume, events, request, trace);
   } catch (...) {
     // A start refused on input (or interrupted before writing) leaves no directory behind.
     if (created && only_lock_file(run_dir)) {
@@ -637,15 +664,33 @@ void save_snapshot_if_asked(ARViT& model, const TrainConfig& c, const RunPaths& 
 }
 
 /// After the last step (rank 0): model.pt with its configuration, and summary.json from the test split.
-nlohmann::json write_final_outputs(ARViT& model, const TensorData& test_split, const TrainConfig& c,
+nlohmann::json write_final_outputs(ARViT& model, const DatasetSplits& data, const TrainConfig& c, const std::string& run_dir,
                                    const RunPaths& paths, std::int64_t total, std::int64_t per_epoch,
                                    std::int64_t start_step, double wall, double train_seconds, std::int64_t images_seen,
-                                   double divergence) {
-  EvalResult test = evaluate(model, test_split);
+                                   double divergence, const TraceRequest& trace_request) {
+  const TensorData& test_split = data.test;
+  std::optional<Trace> trace;
+  std::optional<EvalResult> from_trace;
+  if (!trace_request.path.empty()) {
+    const TensorData& full = trace_request.split == "test" ? data.test : data.val;
+    if (full.size() == 0) throw_input("--trace-split", trace_request.split + " split of " + run_dir + " is empty");
+    const TensorData traced = full.text ? select_sequences(full, trace_request.sequences) : full;
+    trace = export_trace(model, traced, trace_metadata(c, run_dir, trace_request.split, traced, full, "").dump(),
+                         trace_request.batch_size);
+    // The trace's logits are the float forward pass's, widened exactly to double: narrowed back they
+    // are evaluate()'s logits (the same batches of 500), so the summary is what evaluate() gives.
+    if (trace_request.split == "test" && !full.text && trace_request.batch_size == 500)
+      from_trace = image_eval_result(
+          torch::from_blob(trace->logits.data(), {std::int64_t(trace->n), std::int64_t(trace->classes)}, torch::kDouble)
+              .to(torch::kFloat),
+          test_split.labels);
+  }
+  const EvalResult test = from_trace ? *from_trace : evaluate(model, test_split);
   torch::serialize::OutputArchive final_archive;
   write_model_identity(final_archive, model->config());
   model->save(final_archive);
   save_archive_atomic(final_archive, paths.model);
+  if (trace) save_trace(*trace, trace_request.path);
   TrainSummary s;  // results/train_json.hpp
   s.test_accuracy = test.accuracy;
   s.test_nll = test.nll;
@@ -672,7 +717,7 @@ nlohmann::json write_final_outputs(ARViT& model, const TensorData& test_split, c
 }
 
 nlohmann::json train_locked(const TrainConfig& requested, const std::string& run_dir, bool resume,
-                            const TrainEvents& events, const ResumeRequest& request) {
+                            const TrainEvents& events, const ResumeRequest& request, const TraceRequest& trace) {
   const RunPaths paths(run_dir);
   const ResolvedRun run = resolve_run(requested, run_dir, resume, request, paths);
   const TrainConfig& c = run.config;
@@ -815,8 +860,8 @@ nlohmann::json train_locked(const TrainConfig& requested, const std::string& run
     group->barrier();
     if (!primary) return {{"rank", dist_env.rank}, {"max_parameter_divergence", divergence}};
   }
-  return write_final_outputs(model, data.test, c, paths, total, per_epoch, start_step, wall, train_seconds, images_seen,
-                             divergence);
+  return write_final_outputs(model, data, c, run_dir, paths, total, per_epoch, start_step, wall, train_seconds, images_seen,
+                             divergence, trace);
 }
 
 }  // namespace

@@ -70,12 +70,33 @@ struct ResumeRequest {
   std::vector<std::string> overrides;
 };
 
+/// `arcal train --trace FILE`: after the last step the training process writes the trace that
+/// `arcal trace --run RUN --split SPLIT --sequences N --out FILE` would write (the same arrays and
+/// metadata, bitwise), from the model in memory: no second process, data load or model load. On the
+/// test split of an image dataset the trace's forward pass is also the summary's test evaluation,
+/// so the test split is run once instead of twice. Written (atomically) after model.pt and before
+/// summary.json.
+struct TraceRequest {
+  std::string path;             ///< "" = no trace
+  std::string split = "test";   ///< test | val
+  std::int64_t sequences = 512; ///< text runs: evenly spaced sequences traced (0 = all)
+  int batch_size = 500;         ///< arcal trace's default evaluation batch
+};
+
+/// The trace file's metadata (its `meta` JSON) for split `split` of a run trained with `config` in
+/// `run_dir`: `traced` is what was traced, `full` the whole split (they differ for a text split cut
+/// to evenly spaced sequences); as_attnres as in LoadOptions.
+nlohmann::json trace_metadata(const TrainConfig& config, const std::string& run_dir, const std::string& split,
+                              const TensorData& traced, const TensorData& full, const std::string& as_attnres);
+
 /// Rank 0 holds RUN/.lock (core/run_lock.hpp) for the whole run: a second process on the same RUN/
 /// is refused naming the holder. SIGINT/SIGTERM (after install_interrupt_handlers) stop the run
 /// between steps with a checkpoint and throw Interrupted. RUN/ existing as a file, a missing RUN/
 /// with --resume, and a refused start leave nothing behind (a RUN/ created here is removed).
+/// With a non-empty trace.path, rank 0 also writes that trace (TraceRequest).
 nlohmann::json train_run(const TrainConfig& config, const std::string& run_dir, bool resume,
-                         const TrainEvents& events = {}, const ResumeRequest& request = {});
+                         const TrainEvents& events = {}, const ResumeRequest& request = {},
+                         const TraceRequest& trace = {});
 
 struct LoadOptions {
   /// "" loads the run as trained. "full" or "block" loads a standard-residual run as AttnRes with

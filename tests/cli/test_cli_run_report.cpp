@@ -19,6 +19,7 @@
 #include <string>
 
 #include "core/atomic_file.hpp"
+#include "io/trace.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;
@@ -243,6 +244,20 @@ TEST(CliRun, TinyStudyEndToEndThenSkipsAndResumes) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("resuming"), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(run1 + "/summary.json"));
+
+  // Each training wrote its trace (arcal train --trace). A trained run whose trace is gone gets an
+  // `arcal trace` job instead, and it writes the same arrays from model.pt.
+  const std::string trace0 = out + "/" + results["study"]["runs"][0]["dir"].get<std::string>() + "/val.npz";
+  const auto before = arcal::load_trace(trace0);
+  fs::remove(trace0);
+  r = run(kArcal + " run --config " + cfg + " --out " + out + " --no-report", dir, "retrace");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto after = arcal::load_trace(trace0);
+  EXPECT_EQ(before.n, 3000u);
+  EXPECT_EQ(before.logits, after.logits);
+  EXPECT_EQ(before.routing, after.routing);
+  EXPECT_EQ(before.routing_entropy, after.routing_entropy);
+  EXPECT_EQ(before.meta_json, after.meta_json);
 
   // --print-config prints the resolved study, which reads back to itself.
   r = run(kArcal + " run --config " + cfg + " --print-config", dir, "print");

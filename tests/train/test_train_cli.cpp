@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/atomic_file.hpp"
+#include "io/trace.hpp"
 #include "train/trainer.hpp"
 
 using namespace arcal;
@@ -131,4 +132,43 @@ TEST(TrainCli, BadInputFailsCleanlyWithoutCompleteLookingFiles) {
     EXPECT_FALSE(fs::exists(out + "/model.pt"));
     EXPECT_FALSE(fs::exists(out + "/config.json")) << "nothing written before the input was validated";
   }
+}
+
+TEST(TrainCli, TraceWrittenByTheTrainingIsArcalTraceBitForBit) {
+  if (!fmnist_installed()) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  // arcal train --trace: the training process writes the test trace from the model in memory, and the
+  // same forward pass gives summary.json's test metrics. Both must be what the separate commands
+  // (a training without --trace, then arcal trace on its model.pt) write.
+  const auto d = tmpdir("train_trace");
+  const std::string a = d + "/a", b = d + "/b";
+  ASSERT_EQ(run(std::string(kSmall) + " --residual full --out " + a + " --trace " + a + ".npz").code, 0);
+  ASSERT_EQ(run(std::string(kSmall) + " --residual full --out " + b).code, 0);
+  ASSERT_EQ(run("trace --quiet --run " + b + " --out " + b + ".npz").code, 0);
+  const auto sa = nlohmann::json::parse(read_file(a + "/summary.json")), sb = nlohmann::json::parse(read_file(b + "/summary.json"));
+  for (const char* k : {"test_accuracy", "test_nll", "test_ece15", "test_n"}) EXPECT_EQ(sa[k], sb[k]) << k;
+  const auto ta = load_trace(a + ".npz"), tb = load_trace(b + ".npz");
+  EXPECT_EQ(ta.n, 10000u);
+  EXPECT_EQ(ta.points, 13u);
+  EXPECT_EQ(ta.logits, tb.logits);
+  EXPECT_EQ(ta.labels, tb.labels);
+  EXPECT_EQ(ta.routing, tb.routing);
+  EXPECT_EQ(ta.routing_cls, tb.routing_cls);
+  EXPECT_EQ(ta.routing_entropy, tb.routing_entropy);
+  EXPECT_EQ(ta.routing_depth_mean, tb.routing_depth_mean);
+  EXPECT_EQ(ta.routing_depth_var, tb.routing_depth_var);
+  auto ma = nlohmann::json::parse(ta.meta_json), mb = nlohmann::json::parse(tb.meta_json);
+  EXPECT_EQ(ma["run_dir"], a);
+  EXPECT_EQ(ma["run"], "a");
+  for (auto* m : {&ma, &mb}) m->erase("run"), m->erase("run_dir");
+  EXPECT_EQ(ma, mb);
+
+  // A trace file that exists, or a split that is not one, is refused before anything is trained.
+  auto r = run(std::string(kSmall) + " --residual full --out " + d + "/c --trace " + a + ".npz");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--trace"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(d + "/c/config.json"));
+  r = run(std::string(kSmall) + " --residual full --out " + d + "/c --trace " + d + "/c.npz --trace-split train");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--trace-split: 'train': expected test or val"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(d + "/c/config.json"));
 }
