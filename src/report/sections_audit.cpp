@@ -223,12 +223,12 @@ Section exact_null_section(Context& c) {
                   "at 0.05 (docs/audit_validation.md); read a small full_logit p with that in mind.",
                   x.group_size, x.replicates));
   if (x.stop_after > 0)
-    s.p(fmt::format("Sequential Monte Carlo (Besag & Clifford): each variant drew replicates in batches of 20 per run and "
+    s.p(fmt::format("Sequential Monte Carlo (Besag & Clifford): each variant drew replicates in batches of {} per run and "
                     "stopped once every pooled comparison had {} null means at or above its real mean, which settles its "
                     "decision at the audit's alpha (the fixed-count test would decide the same); p = {} / L for a comparison "
                     "whose {}-th such null mean came at replicate L, else the Monte-Carlo p over the replicates drawn. Per-run "
                     "p-values under a pooled stopping rule are descriptive.",
-                    x.stop_after, x.stop_after, x.stop_after));
+                    x.stop_after, x.stop_after, x.stop_after, x.stop_after));
   if (const auto scope = refit_scope_text(x.refit); !scope.empty()) s.p(scope);
   Table mt{{"run", "variant", "groups", "mean within-group distance", "random-pair distance"}, {}};
   for (const auto& r : x.runs)

@@ -205,15 +205,15 @@ ExactNullAuditOptions confidence_null(std::vector<std::string> only, int replica
 }
 
 /// A sequential pooled comparison against the fixed-count one of the same seeds: it drew replicates
-/// 0..L-1 of the fixed null, L the end of the batch (of 20) holding the fixed null's h-th mean at or above
-/// the real mean (or R), and has the fixed test's decision at 0.05 and Besag-Clifford's p.
+/// 0..L-1 of the fixed null, L the end of the batch (of h replicates) holding the fixed null's h-th mean
+/// at or above the real mean (or R), and has the fixed test's decision at 0.05 and Besag-Clifford's p.
 void expect_sequential_prefix(const ExactNullPooled& sp, const ExactNullPooled& fp, std::size_t h, std::size_t R) {
   ASSERT_EQ(sp.comparison, fp.comparison);
   ASSERT_EQ(fp.replicates, R);
   std::size_t ge = 0, expect = R;
   for (std::size_t j = 0; j < R; ++j)
     if (fp.null_mean_gain[j] >= fp.real_mean_gain - 1e-12 && ++ge == h) {
-      expect = std::min<std::size_t>(R, (j / 20 + 1) * 20);
+      expect = std::min<std::size_t>(R, (j / h + 1) * h);
       break;
     }
   EXPECT_EQ(sp.replicates, expect) << sp.comparison;

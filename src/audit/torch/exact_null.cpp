@@ -22,9 +22,6 @@ namespace {
 
 using namespace refit_detail;
 
-/// Replicates per run drawn between two checks of the sequential stopping rule.
-constexpr std::size_t kNullBatch = 20;
-
 using Gains = std::vector<double>;  // one per applicable comparison
 
 /// The comparisons of kProbeComparisons whose probe and control were fitted; with `needs_profile`
@@ -482,7 +479,9 @@ ExactNullResult run_exact_null_audit(const std::vector<AuditRunInput>& runs, con
     for (std::size_t r = 0; r < runs.size(); ++r)
       states.push_back(model_based ? prepare_model_based(runs[r], designs[r], o.variants[v], v, o)
                                    : prepare_conditional(runs[r], designs[r], o.variants[v], v, o));
-    const std::size_t batch = o.sequential ? kNullBatch : n_max;
+    // Sequential: batches of h replicates per run, the fewest that can settle a comparison (h null
+    // means at or above its real one); a comparison settles at the end of the batch holding its h-th.
+    const std::size_t batch = o.sequential ? h : n_max;
     std::vector<bool> open;  // per comparison; empty until the first batch sets the comparisons
     for (std::size_t first = 0; first < n_max;) {
       const std::size_t count = std::min(batch, n_max - first);

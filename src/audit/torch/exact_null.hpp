@@ -27,8 +27,8 @@ struct ExactNullAuditOptions {
   std::vector<std::string> variants{"confidence", "full_logit"};
   std::size_t group_size = 5;  ///< matched-group size of the conditional permutation null (2-10)
   bool model_based = true;     ///< also run the model-based null (§6.6 b), labelled as such
-  /// Sequential Monte Carlo for both nulls (Besag & Clifford 1991): replicates are drawn in batches of 20
-  /// per run; a pooled comparison stops once it has settling_count(alpha, replicates) null means at or
+  /// Sequential Monte Carlo for both nulls (Besag & Clifford 1991): replicates are drawn in batches of
+  /// h = settling_count(alpha, replicates) per run; a pooled comparison stops once it has h null means at or
   /// above its real mean (its p is then sequential_p), later batches refit only the probes the open
   /// comparisons read, and a variant stops when every comparison has. The decision at alpha (or any
   /// smaller level) is that of the fixed-count test.
