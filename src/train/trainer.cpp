@@ -161,7 +161,7 @@ EvalResult evaluate(ARViT& model, const TensorData& data, int batch_size) {
   const auto device = model->parameters().front().device();
   for (std::int64_t s = 0; s < r.n; s += batch_size) {
     const auto len = std::min<std::int64_t>(batch_size, r.n - s);
-    logits.push_back(model->forward(data.images.narrow(0, s, len).to(device)).to(torch::kCPU));
+    logits.push_back(model->forward(data.images.narrow(0, s, len).to(device)).to(torch::kCPU, torch::kFloat));
   }
   r = image_eval_result(torch::cat(logits, 0), data.labels);
   if (was_training) model->train();
@@ -829,7 +829,12 @@ nlohmann::json train_locked(const TrainConfig& requested, const std::string& run
     const bool epoch_end = (step + 1) % per_epoch == 0 || step + 1 == total;
     if (!primary) continue;  // evaluation, log and checkpoints belong to rank 0
     if (epoch_end) {
-      EvalResult v = evaluate(model, data.val);
+      // Validation runs in the training precision (under the same autocast as the training's forward
+      // pass): in bf16 half the cost of a float pass. The test split, summary.json and the traces stay
+      // float (write_final_outputs).
+      autocast.set(true);
+      const EvalResult v = evaluate(model, data.val);
+      autocast.set(false);
       nlohmann::json rec = {{"schema", kTrainLogSchema},
                             {"step", step + 1},
                             {"epoch", double(step + 1) / double(per_epoch)},
