@@ -1,6 +1,6 @@
 // arcal run: a whole study as one resumable job. Expands the study (run/study.hpp) into training
 // runs; trains them `parallel` at a time as child `arcal train` processes (one progress bar over all,
-// fed by each child's --progress-file), traces each run, computes every run's calibration metrics,
+// fed by each child's --progress-file; each child also writes its run's trace), computes every run's metrics,
 // runs `arcal audit` over the AttnRes traces, writes DIR/results.json (the audit's results plus a
 // "study" section) and renders the report (report/report.hpp). Every stage is keyed by a hash of what
 // it depends on, so a re-run skips what is complete, an interrupted training resumes from its
