@@ -732,6 +732,9 @@ nlohmann::json train_locked(const TrainConfig& requested, const std::string& run
   keep_freed_memory_for_training();
   // Everything that can fail on user input happens before RUN/ is touched.
   DatasetSplits data = load_dataset(c.dataset, c.data_dir, c.val_fraction, c.train_subset, c.seed, c.context);
+  if (primary && !trace.path.empty() && (trace.split == "test" ? data.test : data.val).size() == 0)
+    throw_input("--trace-split", "the " + trace.split + " split of this run is empty (val_fraction " +
+                                     std::to_string(c.val_fraction) + "): there is nothing to trace");
   const auto& train = data.train;
   ModelConfig mc = train.text ? model_config_for(c, 0, 0, train.classes)
                               : model_config_for(c, static_cast<int>(train.images.size(2)),

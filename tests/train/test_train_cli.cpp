@@ -171,4 +171,8 @@ TEST(TrainCli, TraceWrittenByTheTrainingIsArcalTraceBitForBit) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--trace-split: 'train': expected test or val"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(d + "/c/config.json"));
+  r = run(std::string(kSmall) + " --residual full --val-fraction 0 --out " + d + "/c --trace " + d + "/c.npz --trace-split val");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--trace-split: the val split of this run is empty"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(d + "/c/config.json"));
 }
