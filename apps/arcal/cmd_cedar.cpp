@@ -20,6 +20,7 @@
 #include "core/progress.hpp"
 #include "flag_checks.hpp"
 #include "io/npz.hpp"
+#include "train/trainer.hpp"
 
 namespace {
 
@@ -245,9 +246,7 @@ void check_study_out(const StudyCli& cfg) {
     arcal::throw_input("--out", cfg.out + " exists and is not a directory (cedar-study writes DIR/results.json, CSV, "
                                 "markdown and figures/)");
   if (!cfg.run.empty()) {
-    std::vector<std::string> inputs;
-    for (const char* f : {"config.json", "checkpoint.pt", "model.pt", "log.jsonl", "summary.json", ".lock"})
-      inputs.push_back(cfg.run + "/" + f);
+    const std::vector<std::string> inputs = arcal::run_directory_files(cfg.run);
     for (const auto& f : study_outputs()) arcal::check_output_not_input("--out", cfg.out + "/" + f, inputs);
   }
   if (fs::exists(cfg.out + "/results.json", ec) && !cfg.force)

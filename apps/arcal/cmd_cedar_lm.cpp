@@ -13,6 +13,7 @@
 #include "core/paths.hpp"
 #include "flag_checks.hpp"
 #include "report/figures.hpp"
+#include "train/trainer.hpp"
 
 namespace {
 
@@ -29,9 +30,7 @@ int run(Cli& cfg) {
   if (fs::exists(cfg.out, ec) && !fs::is_directory(cfg.out, ec))
     arcal::throw_input("--out", cfg.out + " exists and is not a directory (cedar-lm writes DIR/results.json, CSV, markdown "
                                 "and figures/)");
-  std::vector<std::string> inputs;
-  for (const char* f : {"config.json", "checkpoint.pt", "model.pt", "log.jsonl", "summary.json", ".lock"})
-    inputs.push_back(cfg.study.run + "/" + f);
+  const std::vector<std::string> inputs = arcal::run_directory_files(cfg.study.run);
   for (const char* f : {"results.json", "cedar_lm.csv", "cedar_lm.md"})
     arcal::check_output_not_input("--out", cfg.out + "/" + f, inputs);
   if (fs::exists(cfg.out + "/results.json", ec) && !cfg.force)

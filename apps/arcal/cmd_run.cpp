@@ -1,10 +1,11 @@
 // arcal run: a whole study as one resumable job. Expands the study (run/study.hpp) into training
 // runs; trains them `parallel` at a time as child `arcal train` processes (one progress bar over all,
-// fed by each child's --progress-file; each child also writes its run's trace), computes every run's metrics,
-// runs `arcal audit` over the AttnRes traces, writes DIR/results.json (the audit's results plus a
-// "study" section) and renders the report (report/report.hpp). Every stage is keyed by a hash of what
-// it depends on, so a re-run skips what is complete, an interrupted training resumes from its
-// checkpoint, and a changed setting goes to a new directory instead of overwriting old results.
+// fed by each child's --progress-file; each child also writes its run's trace), computes every run's
+// calibration metrics, runs `arcal audit` over the AttnRes traces, writes DIR/results.json (the
+// audit's results plus a "study" section) and renders the report (report/report.hpp). Every stage is
+// keyed by a hash of what it depends on, so a re-run skips what is complete, an interrupted training
+// resumes from its checkpoint, and a changed setting goes to a new directory instead of overwriting
+// old results.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -328,8 +329,8 @@ std::vector<arcal::ConvergencePoint> audit_snapshots(const arcal::StudyConfig& s
 
 /// The trainings of a study as one job queue (run_jobs): the audited runs first, then the standard
 /// twins. Each training writes its run's trace (arcal train --trace); a run trained before without
-/// its trace gets a trace job. Completed trainings and traces are left out (a re-run resumes). audit_traces gets the audited runs' trace paths and audit_jobs the jobs the
-/// audit waits for.
+/// its trace gets a trace job. Completed trainings and traces are left out (a re-run resumes).
+/// audit_traces gets the audited runs' trace paths and audit_jobs the jobs the audit waits for.
 std::vector<Job> study_jobs(const arcal::StudyConfig& st, const std::vector<arcal::StudyRun>& runs, const std::string& dir,
                             std::vector<std::string>& audit_traces, std::vector<std::size_t>& audit_jobs) {
   std::vector<Job> jobs;
@@ -421,8 +422,9 @@ int run_study(const RunOptions& o) {
 
   // 1-2. Trainings (each writing its trace) as one queue of child processes, `parallel` at a time: the
   // audited runs first, then the standard twins. Once every audited run is traced, the audit (step 4)
-  // starts in this process on a thread of its own, beside the twins' trainings, so the cores do not idle while the last trainings run alone (docs/architecture.md).
-  // Its results do not depend on what runs beside it.
+  // starts in this process on a thread of its own, beside the twins' trainings, so the cores do not
+  // idle while the last trainings run alone (docs/architecture.md). Its results do not depend on what
+  // runs beside it.
   std::vector<std::string> audit_traces;
   std::vector<std::size_t> audit_jobs;  // the jobs the audit waits for
   std::vector<Job> jobs = study_jobs(st, runs, dir, audit_traces, audit_jobs);

@@ -28,16 +28,9 @@ struct TraceOptions {
   bool force = false;
 };
 
-/// The files of a run directory, which an output must never replace.
-std::vector<std::string> run_files(const std::string& run) {
-  std::vector<std::string> v;
-  for (const char* f : {"config.json", "checkpoint.pt", "model.pt", "log.jsonl", "summary.json", ".lock"}) v.push_back(run + "/" + f);
-  return v;
-}
-
 int run_trace(const TraceOptions& o) {
   if (o.split != "test" && o.split != "val") arcal::throw_input("--split", "'" + o.split + "': expected test or val");
-  arcal::check_output_not_input("--out", o.out, run_files(o.run));
+  arcal::check_output_not_input("--out", o.out, arcal::run_directory_files(o.run));
   arcal::check_output_file("--out", o.out, o.force);
   arcal::set_compute_threads(o.threads);
   arcal::TrainConfig tc;

@@ -66,10 +66,7 @@ int run_train(const TrainConfig& cfg, const std::string& out, bool resume, bool 
   if (!trace.path.empty()) {  // before training: a trace that cannot be written must not cost a training
     if (trace.split != "test" && trace.split != "val")
       arcal::throw_input("--trace-split", "'" + trace.split + "': expected test or val");
-    std::vector<std::string> run_files;
-    for (const char* f : {"config.json", "checkpoint.pt", "model.pt", "log.jsonl", "summary.json", ".lock"})
-      run_files.push_back(out + "/" + f);
-    arcal::check_output_not_input("--trace", trace.path, run_files);
+    arcal::check_output_not_input("--trace", trace.path, arcal::run_directory_files(out));
     arcal::check_output_file("--trace", trace.path, false);
   }
   // SIGINT/SIGTERM stop training at the next step with a checkpoint (exit 3, with the resume command).

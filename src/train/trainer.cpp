@@ -168,6 +168,13 @@ EvalResult evaluate(ARViT& model, const TensorData& data, int batch_size) {
   return r;
 }
 
+std::vector<std::string> run_directory_files(const std::string& run_dir) {
+  std::vector<std::string> v;
+  for (const char* f : {"config.json", "checkpoint.pt", "model.pt", "log.jsonl", "summary.json", ".lock"})
+    v.push_back(run_dir + "/" + f);
+  return v;
+}
+
 nlohmann::json trace_metadata(const TrainConfig& tc, const std::string& run_dir, const std::string& split,
                               const TensorData& traced, const TensorData& full, const std::string& as_attnres) {
   nlohmann::json meta = {{"model", tc.model},   {"residual", tc.residual},
@@ -672,14 +679,13 @@ nlohmann::json write_final_outputs(ARViT& model, const DatasetSplits& data, cons
   std::optional<Trace> trace;
   std::optional<EvalResult> from_trace;
   if (!trace_request.path.empty()) {
-    const TensorData& full = trace_request.split == "test" ? data.test : data.val;
-    if (full.size() == 0) throw_input("--trace-split", trace_request.split + " split of " + run_dir + " is empty");
+    const TensorData& full = trace_request.split == "test" ? data.test : data.val;  // not empty (train_locked)
     const TensorData traced = full.text ? select_sequences(full, trace_request.sequences) : full;
     trace = export_trace(model, traced, trace_metadata(c, run_dir, trace_request.split, traced, full, "").dump(),
-                         trace_request.batch_size);
+                         kEvalBatchSize);
     // The trace's logits are the float forward pass's, widened exactly to double: narrowed back they
-    // are evaluate()'s logits (the same batches of 500), so the summary is what evaluate() gives.
-    if (trace_request.split == "test" && !full.text && trace_request.batch_size == 500)
+    // are evaluate()'s logits (the same batches), so the summary is what evaluate() gives.
+    if (trace_request.split == "test" && !full.text)
       from_trace = image_eval_result(
           torch::from_blob(trace->logits.data(), {std::int64_t(trace->n), std::int64_t(trace->classes)}, torch::kDouble)
               .to(torch::kFloat),

@@ -39,8 +39,11 @@ struct EvalResult {
   double bits_per_byte = 0;  ///< text: nll / ln 2 (n, accuracy, nll and ece are then per next-token prediction)
 };
 
+/// Batch size of evaluate() and of the trace `arcal train --trace` writes (arcal trace's default).
+inline constexpr int kEvalBatchSize = 500;
+
 /// Evaluates on a split in batches (no gradients); on a text split every next-token prediction.
-EvalResult evaluate(ARViT& model, const TensorData& data, int batch_size = 500);
+EvalResult evaluate(ARViT& model, const TensorData& data, int batch_size = kEvalBatchSize);
 
 /// Top-label ECE with 15 equal-width bins (method.md §4) of logits (N,K) against labels.
 double top_label_ece(const torch::Tensor& logits, const torch::Tensor& labels, int bins = 15);
@@ -70,6 +73,10 @@ struct ResumeRequest {
   std::vector<std::string> overrides;
 };
 
+/// The files arcal train writes in RUN/ (config.json, checkpoint.pt, model.pt, log.jsonl, summary.json,
+/// .lock), as paths under `run_dir`: what an output of another command must never replace.
+std::vector<std::string> run_directory_files(const std::string& run_dir);
+
 /// `arcal train --trace FILE`: after the last step the training process writes the trace that
 /// `arcal trace --run RUN --split SPLIT --sequences N --out FILE` would write (the same arrays and
 /// metadata, bitwise), from the model in memory: no second process, data load or model load. On the
@@ -80,7 +87,6 @@ struct TraceRequest {
   std::string path;             ///< "" = no trace
   std::string split = "test";   ///< test | val
   std::int64_t sequences = 512; ///< text runs: evenly spaced sequences traced (0 = all)
-  int batch_size = 500;         ///< arcal trace's default evaluation batch
 };
 
 /// The trace file's metadata (its `meta` JSON) for split `split` of a run trained with `config` in
