@@ -1431,13 +1431,14 @@ ARCAL_ALWAYS_INLINE void lane_weighted_rows(const T* w, std::int64_t ws, const T
   }
 }
 
-// out[j*8 + l] (j < cnt) = sum_{c < hd} a[c*8 + l] B[(j*hd + c)*8 + l]: one row's dot products with
-// cnt rows of B, in lane layout. Four rows of B go at once, each with its own accumulator, so four
-// independent multiply-add chains fill the pipeline where one chain waits on the adder's latency;
-// every dot product still adds its terms in c order, so each value is bitwise the one-at-a-time sum.
+// out[j*8 + l] (j < cnt - cnt % 4) = sum_{c < hd} a[c*8 + l] B[(j*hd + c)*8 + l]: one row's dot
+// products with the rows of B in whole blocks of four, in lane layout; returns where they stop. Four
+// rows of B go at once, each with its own accumulator, so four independent multiply-add chains fill
+// the pipeline where one chain waits on the adder's latency; every dot product still adds its terms
+// in c order, so each value is bitwise the one-at-a-time sum.
 template <typename T>
-ARCAL_ALWAYS_INLINE void lane_row_dots(const T* __restrict a, const T* __restrict B, std::int64_t cnt, int hd,
-                                       T* __restrict out) {
+ARCAL_ALWAYS_INLINE std::int64_t lane_row_dots4(const T* __restrict a, const T* __restrict B, std::int64_t cnt, int hd,
+                                                T* __restrict out) {
   const std::int64_t row = std::int64_t(hd) * kLanes;
   std::int64_t j = 0;
   for (; j + 4 <= cnt; j += 4) {
@@ -1465,15 +1466,35 @@ ARCAL_ALWAYS_INLINE void lane_row_dots(const T* __restrict a, const T* __restric
       out[(j + 3) * kLanes + l] = a3[l];
     }
   }
-  for (; j < cnt; ++j) {
-    T acc[kLanes] = {};
+  return j;
+}
+// The remaining dot products, keys [j0, cnt), of RB rows of A at once (rows `row` apart, their outputs
+// `col` apart): RB independent chains per key where one row alone would wait on one (17 keys: the
+// 17th). Same terms in the same order as above.
+template <int RB, typename T>
+ARCAL_ALWAYS_INLINE void lane_tail_dots(const T* __restrict A, const T* __restrict B, std::int64_t j0, std::int64_t cnt,
+                                        int hd, std::int64_t col, T* __restrict out) {
+  const std::int64_t row = std::int64_t(hd) * kLanes;
+  for (std::int64_t j = j0; j < cnt; ++j) {
+    T acc[RB][kLanes] = {};
     const T* bj = B + j * row;
     for (int c = 0; c < hd; ++c)
+      for (int r = 0; r < RB; ++r)
 #pragma omp simd
-      for (int l = 0; l < kLanes; ++l) acc[l] += a[c * kLanes + l] * bj[c * kLanes + l];
+        for (int l = 0; l < kLanes; ++l) acc[r][l] += A[r * row + c * kLanes + l] * bj[c * kLanes + l];
+    for (int r = 0; r < RB; ++r)
 #pragma omp simd
-    for (int l = 0; l < kLanes; ++l) out[j * kLanes + l] = acc[l];
+      for (int l = 0; l < kLanes; ++l) out[r * col + j * kLanes + l] = acc[r][l];
   }
+}
+// Rows i0..i0+RB-1 of A against the first cnt rows of B: out row r (col apart) = lane_row_dots4's
+// blocks, then the tail for the RB rows together.
+template <int RB, typename T>
+ARCAL_ALWAYS_INLINE void lane_block_dots(const T* A, const T* B, std::int64_t cnt, int hd, std::int64_t col, T* out) {
+  const std::int64_t row = std::int64_t(hd) * kLanes;
+  std::int64_t j0 = 0;
+  for (int r = 0; r < RB; ++r) j0 = lane_row_dots4(A + r * row, B, cnt, hd, out + r * col);
+  lane_tail_dots<RB>(A, B, j0, cnt, hd, col, out);
 }
 
 // The group of image-head pair gh (gh = group * H + head): its first image, its filled lanes and its
@@ -1494,6 +1515,77 @@ ARCAL_ALWAYS_INLINE LaneGroup lane_load_qkv(const S* qkv, const AttentionShape& 
   return {b0, h, lanes};
 }
 
+// Query rows i0..i0+RB-1 of one lane group, each seeing keys [0, cnt): scores into P's rows
+// (scaled, softmaxed, the masked keys exactly 0) and o_i = sum_j P_ij v_j. Each row's arithmetic is
+// that of the row alone, in the same order; RB rows only interleave their dependency chains (the
+// tail dot products, the running max and sum over the keys).
+template <int RB, typename T>
+ARCAL_ALWAYS_INLINE void lane_forward_rows(const T* Q, const T* K, const T* V, std::int64_t i0, std::int64_t cnt,
+                                           std::int64_t n, int hd, T scale, T* __restrict Pg, T* __restrict O) {
+  const std::int64_t row = std::int64_t(hd) * kLanes, col = n * kLanes;
+  T* __restrict p = Pg + i0 * col;
+  lane_block_dots<RB>(Q + i0 * row, K, cnt, hd, col, p);  // q_i . k_j
+  T mx[RB][kLanes], sum[RB][kLanes];
+  for (int r = 0; r < RB; ++r)
+    for (int l = 0; l < kLanes; ++l) mx[r][l] = -std::numeric_limits<T>::infinity(), sum[r][l] = 0;
+  for (std::int64_t j = 0; j < cnt; ++j)
+    for (int r = 0; r < RB; ++r)
+#pragma omp simd
+      for (int l = 0; l < kLanes; ++l) {
+        T& x = p[r * col + j * kLanes + l];
+        x *= scale;
+        mx[r][l] = std::max(mx[r][l], x);
+      }
+  for (std::int64_t j = 0; j < cnt; ++j)
+    for (int r = 0; r < RB; ++r)
+#pragma omp simd
+      for (int l = 0; l < kLanes; ++l) {
+        T& x = p[r * col + j * kLanes + l];
+        const T e = exp_shifted<T>(x - mx[r][l]);
+        x = e;
+        sum[r][l] += e;
+      }
+  for (int r = 0; r < RB; ++r)
+    for (int l = 0; l < kLanes; ++l) sum[r][l] = T(1) / sum[r][l];
+  for (std::int64_t j = 0; j < cnt; ++j)
+    for (int r = 0; r < RB; ++r)
+#pragma omp simd
+      for (int l = 0; l < kLanes; ++l) p[r * col + j * kLanes + l] *= sum[r][l];
+  for (int r = 0; r < RB; ++r)
+    for (std::int64_t j = cnt; j < n; ++j)  // masked keys: weight exactly 0
+#pragma omp simd
+      for (int l = 0; l < kLanes; ++l) p[r * col + j * kLanes + l] = 0;
+  for (int r = 0; r < RB; ++r)  // o_i = sum_j P_ij v_j
+    lane_weighted_rows(p + r * col, kLanes, V, row, cnt, hd, O + (i0 + r) * row);
+}
+
+// Rows i0..i0+RB-1 of dS = P (dP - r) / sqrt(hd), dP_ij = g_i . v_j, r_i = sum_j P_ij dP_ij, over the
+// keys [0, cnt) each row sees (the rest exactly 0); each row's arithmetic in its own order, as above.
+template <int RB, typename T>
+ARCAL_ALWAYS_INLINE void lane_score_grad_rows(const T* G, const T* V, const T* Pg, std::int64_t i0, std::int64_t cnt,
+                                              std::int64_t n, int hd, T scale, T* __restrict dS) {
+  const std::int64_t row = std::int64_t(hd) * kLanes, col = n * kLanes;
+  const T* p = Pg + i0 * col;
+  T* __restrict ds = dS + i0 * col;
+  lane_block_dots<RB>(G + i0 * row, V, cnt, hd, col, ds);  // dP_ij = g_i . v_j
+  T rs[RB][kLanes] = {};
+  for (std::int64_t j = 0; j < cnt; ++j)
+    for (int r = 0; r < RB; ++r)
+#pragma omp simd
+      for (int l = 0; l < kLanes; ++l) rs[r][l] += p[r * col + j * kLanes + l] * ds[r * col + j * kLanes + l];
+  for (std::int64_t j = 0; j < cnt; ++j)
+    for (int r = 0; r < RB; ++r)
+#pragma omp simd
+      for (int l = 0; l < kLanes; ++l) {
+        const std::int64_t e = r * col + j * kLanes + l;
+        ds[e] = p[e] * (ds[e] - rs[r][l]) * scale;
+      }
+  for (int r = 0; r < RB; ++r)
+    for (std::int64_t j = cnt; j < n; ++j)
+#pragma omp simd
+      for (int l = 0; l < kLanes; ++l) ds[r * col + j * kLanes + l] = 0;
+}
+
 template <typename T, int HD, typename S>
 ARCAL_ALWAYS_INLINE void lane_forward(const S* qkv, const AttentionShape& s, std::int64_t begin, std::int64_t end,
                                       T* P, S* out) {
@@ -1508,35 +1600,10 @@ ARCAL_ALWAYS_INLINE void lane_forward(const S* qkv, const AttentionShape& s, std
   for (std::int64_t gh = begin; gh < end; ++gh) {
     const auto [b0, h, lanes] = lane_load_qkv(qkv, s, gh, hd, Q, K, V);
     T* __restrict Pg = P + gh * n * n * kLanes;
-    for (std::int64_t i = 0; i < n; ++i) {
-      T mx[kLanes], sum[kLanes];
-      for (int l = 0; l < kLanes; ++l) mx[l] = -std::numeric_limits<T>::infinity();
-      const std::int64_t last = s.causal ? i : n - 1;
-      T* __restrict p = Pg + i * n * kLanes;
-      lane_row_dots(Q + i * hd * kLanes, K, last + 1, hd, p);  // q_i . k_j
-      for (std::int64_t j = 0; j <= last; ++j)
-#pragma omp simd
-        for (int l = 0; l < kLanes; ++l) {
-          p[j * kLanes + l] *= scale;
-          mx[l] = std::max(mx[l], p[j * kLanes + l]);
-        }
-      for (int l = 0; l < kLanes; ++l) sum[l] = 0;
-      for (std::int64_t j = 0; j <= last; ++j)
-#pragma omp simd
-        for (int l = 0; l < kLanes; ++l) {
-          const T e = exp_shifted<T>(p[j * kLanes + l] - mx[l]);
-          p[j * kLanes + l] = e;
-          sum[l] += e;
-        }
-      for (int l = 0; l < kLanes; ++l) sum[l] = T(1) / sum[l];
-      for (std::int64_t j = 0; j <= last; ++j)
-#pragma omp simd
-        for (int l = 0; l < kLanes; ++l) p[j * kLanes + l] *= sum[l];
-      for (std::int64_t j = last + 1; j < n; ++j)  // masked keys: weight exactly 0
-#pragma omp simd
-        for (int l = 0; l < kLanes; ++l) p[j * kLanes + l] = 0;
-      lane_weighted_rows(p, kLanes, V, hd * kLanes, last + 1, hd, O + i * hd * kLanes);  // o_i = sum_j P_ij v_j
-    }
+    std::int64_t i = 0;  // without a causal mask, four query rows at a time (their chains interleave)
+    if (!s.causal)
+      for (; i + 4 <= n; i += 4) lane_forward_rows<4>(Q, K, V, i, n, n, hd, scale, Pg, O);
+    for (; i < n; ++i) lane_forward_rows<1>(Q, K, V, i, s.causal ? i + 1 : n, n, hd, scale, Pg, O);
     lane_scatter(O, n, b0, lanes, h * s.hd, hd, out, s.D);
   }
 }
@@ -1560,22 +1627,10 @@ ARCAL_ALWAYS_INLINE void lane_backward(const S* qkv, const AttentionShape& s, co
     const auto [b0, h, lanes] = lane_load_qkv(qkv, s, gh, hd, Q, K, V);
     lane_gather(grad, s.D, n, b0, lanes, h * s.hd, hd, G);
     const T* __restrict Pg = P + gh * n * n * kLanes;
-    for (std::int64_t i = 0; i < n; ++i) {  // dS_ij = P_ij (dP_ij - r_i) / sqrt(hd), dP_ij = g_i . v_j
-      const std::int64_t last = s.causal ? i : n - 1;
-      const T* p = Pg + i * n * kLanes;
-      T* __restrict ds = dS + i * n * kLanes;
-      T r[kLanes] = {};
-      lane_row_dots(G + i * hd * kLanes, V, last + 1, hd, ds);  // dP_ij = g_i . v_j
-      for (std::int64_t j = 0; j <= last; ++j)
-#pragma omp simd
-        for (int l = 0; l < kLanes; ++l) r[l] += p[j * kLanes + l] * ds[j * kLanes + l];
-      for (std::int64_t j = 0; j <= last; ++j)
-#pragma omp simd
-        for (int l = 0; l < kLanes; ++l) ds[j * kLanes + l] = p[j * kLanes + l] * (ds[j * kLanes + l] - r[l]) * scale;
-      for (std::int64_t j = last + 1; j < n; ++j)
-#pragma omp simd
-        for (int l = 0; l < kLanes; ++l) ds[j * kLanes + l] = 0;
-    }
+    std::int64_t i = 0;  // dS, four query rows at a time without a causal mask
+    if (!s.causal)
+      for (; i + 4 <= n; i += 4) lane_score_grad_rows<4>(G, V, Pg, i, n, n, hd, scale, dS);
+    for (; i < n; ++i) lane_score_grad_rows<1>(G, V, Pg, i, s.causal ? i + 1 : n, n, hd, scale, dS);
     const std::int64_t row = hd * kLanes, col = n * kLanes;
     for (std::int64_t i = 0; i < n; ++i)  // dq_i = sum_j dS_ij k_j over the keys i sees
       lane_weighted_rows(dS + i * col, kLanes, K, row, s.causal ? i + 1 : n, hd, dQ + i * row);
