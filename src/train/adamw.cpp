@@ -63,7 +63,40 @@ bool loop_covers(const torch::Tensor& p, const torch::optim::AdamW& opt) {
   return same_layout(st.exp_avg(), p) && same_layout(st.exp_avg_sq(), p);
 }
 
+// The loop over p's elements with LibTorch's scalars (computed in double, rounded to p's type).
+void adamw_loop(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m, const torch::Tensor& v, double lr,
+                double weight_decay, double beta1, double beta2, double eps, std::int64_t t) {
+  const double bc1 = 1 - std::pow(beta1, double(t)), bc2 = 1 - std::pow(beta2, double(t));
+  AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "adamw_step", [&] {
+    const AdamwScalars<scalar_t> s{scalar_t(weight_decay != 0 ? 1 - lr * weight_decay : 1.0),
+                                   scalar_t(beta1),
+                                   scalar_t(1 - beta1),
+                                   scalar_t(beta2),
+                                   scalar_t(1 - beta2),
+                                   scalar_t(std::sqrt(bc2)),
+                                   scalar_t(eps),
+                                   scalar_t(-(lr / bc1))};
+    scalar_t* pp = p.data_ptr<scalar_t>();
+    const scalar_t* gp = g.data_ptr<scalar_t>();
+    scalar_t* mp = m.data_ptr<scalar_t>();
+    scalar_t* vp = v.data_ptr<scalar_t>();
+    at::parallel_for(0, p.numel(), 1 << 15,
+                     [&](std::int64_t b, std::int64_t e) { adamw_kernel(pp, gp, mp, vp, b, e, s); });
+  });
+}
+
 }  // namespace
+
+void adamw_update(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m, const torch::Tensor& v, double lr,
+                  double weight_decay, double beta1, double beta2, double eps, std::int64_t t) {
+  if (!(p.device().is_cpu() && (p.scalar_type() == torch::kFloat || p.scalar_type() == torch::kDouble) &&
+        p.is_contiguous() && !g.is_sparse() && same_layout(g, p) && same_layout(m, p) && same_layout(v, p)))
+    throw std::invalid_argument("adamw_update: p, g, m and v must be dense contiguous CPU tensors of one shape "
+                                "and dtype (float or double)");
+  if (t < 1) throw std::invalid_argument("adamw_update: step " + std::to_string(t) + ", but must be >= 1");
+  torch::NoGradGuard no_grad;
+  adamw_loop(p, g, m, v, lr, weight_decay, beta1, beta2, eps, t);
+}
 
 void adamw_step(torch::optim::AdamW& opt) {
   for (auto& group : opt.param_groups()) {
@@ -88,27 +121,8 @@ void adamw_step(torch::optim::AdamW& opt) {
       }
       auto& st = static_cast<torch::optim::AdamWParamState&>(*it->second);
       st.step(st.step() + 1);
-      const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
-      const double bc1 = 1 - std::pow(beta1, double(st.step())), bc2 = 1 - std::pow(beta2, double(st.step()));
-      auto& m = st.exp_avg();
-      auto& v = st.exp_avg_sq();
-      const auto& g = p.grad();
-      AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "adamw_step", [&] {
-        const AdamwScalars<scalar_t> s{scalar_t(o.weight_decay() != 0 ? 1 - o.lr() * o.weight_decay() : 1.0),
-                                       scalar_t(beta1),
-                                       scalar_t(1 - beta1),
-                                       scalar_t(beta2),
-                                       scalar_t(1 - beta2),
-                                       scalar_t(std::sqrt(bc2)),
-                                       scalar_t(o.eps()),
-                                       scalar_t(-(o.lr() / bc1))};
-        scalar_t* pp = p.data_ptr<scalar_t>();
-        const scalar_t* gp = g.data_ptr<scalar_t>();
-        scalar_t* mp = m.data_ptr<scalar_t>();
-        scalar_t* vp = v.data_ptr<scalar_t>();
-        at::parallel_for(0, p.numel(), 1 << 15,
-                         [&](std::int64_t b, std::int64_t e) { adamw_kernel(pp, gp, mp, vp, b, e, s); });
-      });
+      adamw_loop(p, p.grad(), st.exp_avg(), st.exp_avg_sq(), o.lr(), o.weight_decay(), std::get<0>(o.betas()),
+                   std::get<1>(o.betas()), o.eps(), st.step());
     }
   }
 }

@@ -2,7 +2,8 @@
 // replaces): parameters and both moments after ten steps with a changing learning rate, in float and
 // double; state interchangeable with LibTorch's (a run saved after fused steps continues under
 // LibTorch's step, through torch::save/load, to the same values); amsgrad falls back to LibTorch's
-// step exactly; results independent of the thread count.
+// step exactly; results independent of the thread count; adamw_update (one tensor, the audit probes'
+// step) is adamw_step's loop bit for bit and refuses tensors it does not cover.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -111,4 +112,43 @@ TEST(AdamwStep, ResultsDoNotDependOnTheThreadCount) {
   }
   at::set_num_threads(before);
   EXPECT_TRUE(torch::equal(out[0], out[1]));
+}
+
+// adamw_update on bare tensors against adamw_step on the same parameters: the same loop, so equal bit
+// for bit, with the optimizer's lr, weight decay, betas, eps and step count passed by hand.
+TEST(AdamwUpdate, IsTheStepsLoopOnOneTensor) {
+  for (auto dtype : {torch::kFloat, torch::kDouble}) {
+    auto a = make_params(dtype);
+    std::vector<torch::Tensor> p, m, v;
+    for (std::size_t i = 0; i + 1 < a.size(); ++i) {
+      p.push_back(a[i].detach().clone());
+      m.push_back(torch::zeros_like(p.back()));
+      v.push_back(torch::zeros_like(p.back()));
+    }
+    torch::optim::AdamW opt(a, options());
+    for (int t = 1; t <= 6; ++t) {
+      const double lr = 1e-3 * (1 + 0.3 * t);
+      for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+      torch::manual_seed(100 + t);
+      for (std::size_t i = 0; i < p.size(); ++i) {
+        a[i].mutable_grad() = torch::randn_like(a[i]) * (0.1 + i);
+        adamw_update(p[i], a[i].grad(), m[i], v[i], lr, 0.05, 0.9, 0.999, 1e-8, t);
+      }
+      a.back().mutable_grad() = torch::Tensor();
+      adamw_step(opt);
+    }
+    for (std::size_t i = 0; i < p.size(); ++i) EXPECT_TRUE(torch::equal(p[i], a[i].detach())) << "parameter " << i;
+  }
+}
+
+TEST(AdamwUpdate, RefusesTensorsTheLoopDoesNotCover) {
+  auto p = torch::zeros({4, 3}), g = torch::ones({4, 3}), m = torch::zeros({4, 3}), v = torch::zeros({4, 3});
+  EXPECT_THROW(adamw_update(p, g, m, v, 1e-3, 0.0, 0.9, 0.999, 1e-8, 0), std::invalid_argument);  // step 0
+  EXPECT_THROW(adamw_update(p, g.t(), m, v, 1e-3, 0.0, 0.9, 0.999, 1e-8, 1), std::invalid_argument);  // shape
+  auto half = torch::zeros({4, 3}, torch::kBFloat16);
+  EXPECT_THROW(adamw_update(half, half, half, half, 1e-3, 0.0, 0.9, 0.999, 1e-8, 1), std::invalid_argument);
+  auto strided = torch::zeros({3, 4}).t();
+  EXPECT_THROW(adamw_update(strided, g, m, v, 1e-3, 0.0, 0.9, 0.999, 1e-8, 1), std::invalid_argument);
+  adamw_update(p, g, m, v, 1e-3, 0.0, 0.9, 0.999, 1e-8, 1);  // covered: the first step moves p by -lr
+  EXPECT_NEAR(p[0][0].item<float>(), -1e-3, 1e-9);
 }

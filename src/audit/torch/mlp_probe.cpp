@@ -12,6 +12,7 @@
 #include "core/interrupt.hpp"
 #include "core/rng.hpp"
 #include "model/fused.hpp"
+#include "train/adamw.hpp"
 
 namespace arcal {
 
@@ -335,16 +336,12 @@ void adamw_epoch(ActiveSet& a, std::vector<std::int64_t>& order, Rng& rng, const
                  .sum();
       loss.backward();
     }
-    // AdamW exactly as torch::optim::AdamW (decoupled decay, then the bias-corrected Adam step).
+    // AdamW as torch::optim::AdamW (decoupled decay, then the bias-corrected Adam step), in the
+    // trainer's one pass per tensor (train/adamw.hpp) instead of nine LibTorch calls.
     ++a.step;
-    const double bc1 = 1 - std::pow(beta1, double(a.step)), bc2 = 1 - std::pow(beta2, double(a.step));
     for (std::size_t k = 0; k < a.p.size(); ++k) {
-      auto g = a.p[k].grad();
-      a.p[k].mul_(1 - o.lr * o.weight_decay);
-      a.exp_avg[k].mul_(beta1).add_(g, 1 - beta1);
-      a.exp_avg_sq[k].mul_(beta2).addcmul_(g, g, 1 - beta2);
-      auto denom = (a.exp_avg_sq[k].sqrt() / std::sqrt(bc2)).add_(eps);
-      a.p[k].addcdiv_(a.exp_avg[k], denom, -o.lr / bc1);
+      adamw_update(a.p[k], a.p[k].grad(), a.exp_avg[k], a.exp_avg_sq[k], o.lr, o.weight_decay, beta1, beta2, eps,
+                   a.step);
       a.p[k].mutable_grad().reset();
     }
   }
