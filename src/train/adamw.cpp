@@ -64,8 +64,8 @@ bool loop_covers(const torch::Tensor& p, const torch::optim::AdamW& opt) {
 }
 
 // The loop over p's elements with LibTorch's scalars (computed in double, rounded to p's type).
-void adamw_loop(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m, const torch::Tensor& v, double lr,
-                double weight_decay, double beta1, double beta2, double eps, std::int64_t t) {
+void adamw_loop(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m, const torch::Tensor& v,
+                double lr, double weight_decay, double beta1, double beta2, double eps, std::int64_t t) {
   const double bc1 = 1 - std::pow(beta1, double(t)), bc2 = 1 - std::pow(beta2, double(t));
   AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "adamw_step", [&] {
     const AdamwScalars<scalar_t> s{scalar_t(weight_decay != 0 ? 1 - lr * weight_decay : 1.0),
@@ -87,8 +87,8 @@ void adamw_loop(const torch::Tensor& p, const torch::Tensor& g, const torch::Ten
 
 }  // namespace
 
-void adamw_update(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m, const torch::Tensor& v, double lr,
-                  double weight_decay, double beta1, double beta2, double eps, std::int64_t t) {
+void adamw_update(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m, const torch::Tensor& v,
+                  double lr, double weight_decay, double beta1, double beta2, double eps, std::int64_t t) {
   if (!(p.device().is_cpu() && (p.scalar_type() == torch::kFloat || p.scalar_type() == torch::kDouble) &&
         p.is_contiguous() && !g.is_sparse() && same_layout(g, p) && same_layout(m, p) && same_layout(v, p)))
     throw std::invalid_argument("adamw_update: p, g, m and v must be dense contiguous CPU tensors of one shape "
@@ -122,7 +122,7 @@ void adamw_step(torch::optim::AdamW& opt) {
       auto& st = static_cast<torch::optim::AdamWParamState&>(*it->second);
       st.step(st.step() + 1);
       adamw_loop(p, p.grad(), st.exp_avg(), st.exp_avg_sq(), o.lr(), o.weight_decay(), std::get<0>(o.betas()),
-                   std::get<1>(o.betas()), o.eps(), st.step());
+                 std::get<1>(o.betas()), o.eps(), st.step());
     }
   }
 }

@@ -21,7 +21,7 @@ void adamw_step(torch::optim::AdamW& opt);
 /// gradient g and moments m, v (dense contiguous CPU tensors of one shape, float or double) updated in
 /// place for step t >= 1 (the bias corrections' exponent). p is multiplied by 1 - lr wd even when wd
 /// is 0 (a product by exactly 1). Throws std::invalid_argument for tensors the loop does not cover.
-void adamw_update(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m, const torch::Tensor& v, double lr,
-                  double weight_decay, double beta1, double beta2, double eps, std::int64_t t);
+void adamw_update(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m, const torch::Tensor& v,
+                  double lr, double weight_decay, double beta1, double beta2, double eps, std::int64_t t);
 
 }  // namespace arcal
