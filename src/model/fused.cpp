@@ -1432,16 +1432,15 @@ ARCAL_ALWAYS_INLINE void lane_weighted_rows(const T* w, std::int64_t ws, const T
 }
 
 // out[j*8 + l] (j < cnt - cnt % 4) = sum_{c < hd} a[c*8 + l] B[(j*hd + c)*8 + l]: one row's dot
-// products with the rows of B in whole blocks of four, in lane layout; returns where they stop. Four
+// products with the rows of B in whole blocks of four, in lane layout (lane_tail_dots does the rest). Four
 // rows of B go at once, each with its own accumulator, so four independent multiply-add chains fill
 // the pipeline where one chain waits on the adder's latency; every dot product still adds its terms
 // in c order, so each value is bitwise the one-at-a-time sum.
 template <typename T>
-ARCAL_ALWAYS_INLINE std::int64_t lane_row_dots4(const T* __restrict a, const T* __restrict B, std::int64_t cnt, int hd,
-                                                T* __restrict out) {
+ARCAL_ALWAYS_INLINE void lane_row_dots4(const T* __restrict a, const T* __restrict B, std::int64_t cnt, int hd,
+                                        T* __restrict out) {
   const std::int64_t row = std::int64_t(hd) * kLanes;
-  std::int64_t j = 0;
-  for (; j + 4 <= cnt; j += 4) {
+  for (std::int64_t j = 0; j + 4 <= cnt; j += 4) {
     T a0[kLanes] = {}, a1[kLanes] = {}, a2[kLanes] = {}, a3[kLanes] = {};
     const T* b0 = B + j * row;
     const T* b1 = b0 + row;
@@ -1466,7 +1465,6 @@ ARCAL_ALWAYS_INLINE std::int64_t lane_row_dots4(const T* __restrict a, const T* 
       out[(j + 3) * kLanes + l] = a3[l];
     }
   }
-  return j;
 }
 // The remaining dot products, keys [j0, cnt), of RB rows of A at once (rows `row` apart, their outputs
 // `col` apart): RB independent chains per key where one row alone would wait on one (17 keys: the
@@ -1492,9 +1490,8 @@ ARCAL_ALWAYS_INLINE void lane_tail_dots(const T* __restrict A, const T* __restri
 template <int RB, typename T>
 ARCAL_ALWAYS_INLINE void lane_block_dots(const T* A, const T* B, std::int64_t cnt, int hd, std::int64_t col, T* out) {
   const std::int64_t row = std::int64_t(hd) * kLanes;
-  std::int64_t j0 = 0;
-  for (int r = 0; r < RB; ++r) j0 = lane_row_dots4(A + r * row, B, cnt, hd, out + r * col);
-  lane_tail_dots<RB>(A, B, j0, cnt, hd, col, out);
+  for (int r = 0; r < RB; ++r) lane_row_dots4(A + r * row, B, cnt, hd, out + r * col);
+  lane_tail_dots<RB>(A, B, cnt - cnt % 4, cnt, hd, col, out);
 }
 
 // The group of image-head pair gh (gh = group * H + head): its first image, its filled lanes and its

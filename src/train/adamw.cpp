@@ -50,13 +50,15 @@ bool same_layout(const torch::Tensor& t, const torch::Tensor& p) {
   return t.device() == p.device() && t.scalar_type() == p.scalar_type() && t.is_contiguous() && t.sizes() == p.sizes();
 }
 
-// The loop covers p: a dense, contiguous float or double CPU tensor whose gradient and moments (once
-// made) have its dtype and shape.
+// p is a dense, contiguous float or double CPU tensor and g, its gradient, has its dtype and shape.
+bool loop_takes(const torch::Tensor& p, const torch::Tensor& g) {
+  return p.device().is_cpu() && (p.scalar_type() == torch::kFloat || p.scalar_type() == torch::kDouble) &&
+         p.is_contiguous() && !g.is_sparse() && same_layout(g, p);
+}
+
+// The loop covers p: loop_takes(p, its gradient), and its moments (once made) have its dtype and shape.
 bool loop_covers(const torch::Tensor& p, const torch::optim::AdamW& opt) {
-  const auto& g = p.grad();
-  if (!(p.device().is_cpu() && (p.scalar_type() == torch::kFloat || p.scalar_type() == torch::kDouble) &&
-        p.is_contiguous() && !g.is_sparse() && same_layout(g, p)))
-    return false;
+  if (!loop_takes(p, p.grad())) return false;
   const auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
   if (it == opt.state().end()) return true;
   const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
@@ -89,8 +91,7 @@ void adamw_loop(const torch::Tensor& p, const torch::Tensor& g, const torch::Ten
 
 void adamw_update(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m, const torch::Tensor& v,
                   double lr, double weight_decay, double beta1, double beta2, double eps, std::int64_t t) {
-  if (!(p.device().is_cpu() && (p.scalar_type() == torch::kFloat || p.scalar_type() == torch::kDouble) &&
-        p.is_contiguous() && !g.is_sparse() && same_layout(g, p) && same_layout(m, p) && same_layout(v, p)))
+  if (!(loop_takes(p, g) && same_layout(m, p) && same_layout(v, p)))
     throw std::invalid_argument("adamw_update: p, g, m and v must be dense contiguous CPU tensors of one shape "
                                 "and dtype (float or double)");
   if (t < 1) throw std::invalid_argument("adamw_update: step " + std::to_string(t) + ", but must be >= 1");
