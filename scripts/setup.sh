@@ -10,7 +10,7 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential cmake ninja-build pkg-config \
-  libtorch-dev libgloo-dev libopenblas0-pthread libtcmalloc-minimal4 \
+  libtorch-dev libgloo-dev libdnnl-dev libopenblas0-pthread libtcmalloc-minimal4 \
   libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libfmt-dev libtoml11-dev \
   libzip-dev zlib1g-dev \
   dataset-fashion-mnist dict-gcide gnuplot-nox \

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "model/fused.hpp"
+#include "model/onednn_gemm.hpp"
 
 namespace arcal {
 
@@ -33,6 +34,9 @@ torch::Tensor in_dtype(const torch::Tensor& t, torch::ScalarType dtype) {
 torch::Tensor linear_values(const torch::Tensor& x2, const torch::Tensor& weight, const torch::Tensor& bias) {
   const auto w = in_dtype(weight, x2.scalar_type());
   const auto b = in_dtype(bias, x2.scalar_type()).contiguous();
+  // bf16: oneDNN's product with the bias as its own argument, bitwise the rows-then-addmm_ below
+  // (model/onednn_gemm.hpp), without LibTorch's per-call descriptor set-up.
+  if (auto direct = onednn_bf16_mm(x2, w.t(), b); direct.defined()) return direct;
   auto out = torch::empty({x2.size(0), w.size(0)}, x2.options());
   const auto row_bytes = std::size_t(w.size(0)) * out.element_size();
   const auto* src = static_cast<const char*>(b.data_ptr());
@@ -62,9 +66,13 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
     const auto& w = saved[1];
     const auto g = in_dtype(grad_outputs[0], x2.scalar_type());
     torch::Tensor dx, dw, db;
-    if (ctx->needs_input_grad(0)) dx = g.mm(w);
-    if (ctx->needs_input_grad(1))
-      dw = in_dtype(g.t().mm(x2), torch::ScalarType(ctx->saved_data["weight_dtype"].toInt()));
+    // bf16 products through oneDNN directly (model/onednn_gemm.hpp), bitwise at::mm's.
+    auto mm = [](const torch::Tensor& a, const torch::Tensor& b) {
+      auto direct = onednn_bf16_mm(a, b);
+      return direct.defined() ? direct : a.mm(b);
+    };
+    if (ctx->needs_input_grad(0)) dx = mm(g, w);
+    if (ctx->needs_input_grad(1)) dw = in_dtype(mm(g.t(), x2), torch::ScalarType(ctx->saved_data["weight_dtype"].toInt()));
     if (ctx->needs_input_grad(2))
       db = in_dtype(g.sum({0}, true).view({w.size(0)}), torch::ScalarType(ctx->saved_data["bias_dtype"].toInt()));
     return {dx, dw, db};
