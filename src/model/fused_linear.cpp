@@ -72,7 +72,8 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
       return direct.defined() ? direct : a.mm(b);
     };
     if (ctx->needs_input_grad(0)) dx = mm(g, w);
-    if (ctx->needs_input_grad(1)) dw = in_dtype(mm(g.t(), x2), torch::ScalarType(ctx->saved_data["weight_dtype"].toInt()));
+    if (ctx->needs_input_grad(1))
+      dw = in_dtype(mm(g.t(), x2), torch::ScalarType(ctx->saved_data["weight_dtype"].toInt()));
     if (ctx->needs_input_grad(2))
       db = in_dtype(g.sum({0}, true).view({w.size(0)}), torch::ScalarType(ctx->saved_data["bias_dtype"].toInt()));
     return {dx, dw, db};

@@ -28,7 +28,8 @@ TEST(OnednnGemm, IsLibTorchsProductBitForBit) {
   for (int threads : {1, 2}) {
     at::set_num_threads(threads);
     for (const auto& [R, I, O] : shapes) {
-      SCOPED_TRACE(testing::Message() << "rows " << R << " in " << I << " out " << O << ", " << threads << " thread(s)");
+      SCOPED_TRACE(testing::Message() << "rows " << R << " in " << I << " out " << O << ", " << threads
+                                      << " thread(s)");
       torch::manual_seed(R + I + O);
       const auto x = (torch::randn({R, I}) * 3).to(torch::kBFloat16), w = torch::randn({O, I}).to(torch::kBFloat16);
       const auto g = torch::randn({R, O}).to(torch::kBFloat16), bias = torch::randn({O}).to(torch::kBFloat16);
