@@ -128,4 +128,18 @@ void adamw_step(torch::optim::AdamW& opt) {
   }
 }
 
+void clear_gradients(torch::optim::Optimizer& opt) {
+  for (auto& group : opt.param_groups())
+    for (auto& p : group.params())
+      if (p.grad().defined()) p.mutable_grad().reset();
+}
+
+void restore_unused_gradients(torch::optim::AdamW& opt) {
+  const auto& states = opt.state();
+  for (auto& group : opt.param_groups())
+    for (auto& p : group.params())
+      if (!p.grad().defined() && states.count(c10::guts::to_string(p.unsafeGetTensorImpl())))
+        p.mutable_grad() = torch::zeros_like(p, torch::MemoryFormat::Preserve);
+}
+
 }  // namespace arcal

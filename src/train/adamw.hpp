@@ -17,6 +17,21 @@ namespace arcal {
 /// does not cover: amsgrad, sparse gradients, non-CPU, non-contiguous or non-float/double tensors.
 void adamw_step(torch::optim::AdamW& opt);
 
+/// Before a step's backward: every parameter's gradient undefined (what LibTorch 2's
+/// zero_grad(set_to_none) does) instead of zeroed, so the backward hands each parameter its gradient
+/// (AccumulateGrad keeps the tensor, in the parameter's layout) instead of adding it to zeros: on
+/// AR-ViT-tiny 82 detach_, zero_ and add_ calls fewer per step. After the backward,
+/// restore_unused_gradients gives what zero_grad() would have left.
+void clear_gradients(torch::optim::Optimizer& opt);
+
+/// After the backward that followed clear_gradients: a parameter that has AdamW state (it had a
+/// gradient at an earlier step) but got none now gets zeros, as zero_grad() would have left it, so
+/// the step still decays it and moves its moments; one that never had a gradient stays without one
+/// (skipped, as by zero_grad() and step()). With zeroed gradients the backward adds g to +0, which is
+/// g except that -0 becomes +0; no update reads the sign of a zero gradient, so the steps agree bit for
+/// bit (trainings' model.pt byte-identical).
+void restore_unused_gradients(torch::optim::AdamW& opt);
+
 /// The same update for one tensor outside an optimizer (the audit's stacked MLP probes): p, its
 /// gradient g and moments m, v (dense contiguous CPU tensors of one shape, float or double) updated in
 /// place for step t >= 1 (the bias corrections' exponent). p is multiplied by 1 - lr wd even when wd

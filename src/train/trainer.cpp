@@ -642,7 +642,7 @@ StepResult optimizer_step(ARViT& model, torch::optim::AdamW& opt, const torch::T
                           double lr, const TrainConfig& c, const Autocast& autocast, LossScaler& scaler,
                           DataParallelGroup* group) {
   for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
-  opt.zero_grad();
+  clear_gradients(opt);  // the backward hands over the gradients (train/adamw.hpp)
   autocast.set(true);
   auto logits = model->forward(x);
   autocast.set(false);
@@ -650,6 +650,7 @@ StepResult optimizer_step(ARViT& model, torch::optim::AdamW& opt, const torch::T
   auto loss = torch::cross_entropy_loss(logits, y);
   if (c.sbece_weight > 0) loss = loss + c.sbece_weight * soft_binned_ece(logits, y, c.sbece_bins, c.sbece_temperature);
   (scaler.scale != 1.0 ? loss * scaler.scale : loss).backward();
+  restore_unused_gradients(opt);
   if (group) group->average_gradients(*model);
   if (unscale_gradients(model, scaler)) adamw_step(opt);  // torch::optim::AdamW::step in one pass per tensor
   return {logits, loss.item<double>()};
