@@ -2,7 +2,8 @@
 // replaces): parameters and both moments after ten steps with a changing learning rate, in float and
 // double; state interchangeable with LibTorch's (a run saved after fused steps continues under
 // LibTorch's step, through torch::save/load, to the same values); amsgrad falls back to LibTorch's
-// step exactly; results independent of the thread count; adamw_update (one tensor, the audit probes'
+// step exactly; results independent of the thread count; clear_gradients and restore_unused_gradients
+// give zero_grad's steps bit for bit; adamw_update (one tensor, the audit probes'
 // step) is adamw_step's loop bit for bit and refuses tensors it does not cover.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -151,4 +152,44 @@ TEST(AdamwUpdate, RefusesTensorsTheLoopDoesNotCover) {
   EXPECT_THROW(adamw_update(strided, g, m, v, 1e-3, 0.0, 0.9, 0.999, 1e-8, 1), std::invalid_argument);
   adamw_update(p, g, m, v, 1e-3, 0.0, 0.9, 0.999, 1e-8, 1);  // covered: the first step moves p by -lr
   EXPECT_NEAR(p[0][0].item<float>(), -1e-3, 1e-9);
+}
+
+// clear_gradients + backward + restore_unused_gradients give the trainer's steps exactly what
+// zero_grad() + backward gave: parameters bitwise equal after eight AdamW steps of a small network
+// whose second layer is left out of the loss at steps 4 and 6 (zero_grad leaves its gradient at
+// zeros, so AdamW still decays it and moves its moments; restore_unused_gradients must do the same),
+// and whose third parameter is never used (no gradient, no state, never touched in either).
+TEST(ClearGradients, StepsAreZeroGradsBitForBit) {
+  auto make = [] {
+    torch::manual_seed(3);
+    return std::vector<torch::Tensor>{torch::randn({16, 8}).requires_grad_(true),
+                                      torch::randn({4, 16}).requires_grad_(true),
+                                      torch::randn({5}).requires_grad_(true)};
+  };
+  auto a = make(), b = make();
+  torch::optim::AdamW cleared(a, options()), zeroed(b, options());
+  for (int t = 1; t <= 8; ++t) {
+    torch::manual_seed(200 + t);
+    const auto x = torch::randn({32, 8});
+    const bool skip_second = t == 4 || t == 6;
+    auto loss = [&](const std::vector<torch::Tensor>& p) {
+      const auto h = torch::tanh(x.mm(p[0].t()));
+      return skip_second ? h.square().mean() : h.mm(p[1].t()).square().mean();
+    };
+    clear_gradients(cleared);
+    loss(a).backward();
+    restore_unused_gradients(cleared);
+    adamw_step(cleared);
+    zeroed.zero_grad();
+    loss(b).backward();
+    adamw_step(zeroed);
+    if (skip_second) {
+      ASSERT_TRUE(a[1].grad().defined()) << "step " << t;  // zeros restored, as zero_grad left them
+      EXPECT_EQ(a[1].grad().abs().sum().item<float>(), 0.0f);
+    }
+    EXPECT_FALSE(a[2].grad().defined());
+  }
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
+  EXPECT_FALSE(torch::equal(a[1], make()[1]));  // the second layer did move (a test that can fail)
+  EXPECT_TRUE(torch::equal(a[2], make()[2]));
 }
