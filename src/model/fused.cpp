@@ -176,6 +176,19 @@ ARCAL_ALWAYS_INLINE void score_sums8(const V* __restrict values, const float* __
   lane_totals8(ss_lo, ss_hi, ss);
   lane_totals8(dot_lo, dot_hi, dot);
 }
+// dot = sum_c v_c u_c of rows n..n+7 alone, for a source whose r is known: the same lanes and
+// totals as score_sums8's dot, so bitwise its value.
+template <typename V>
+ARCAL_ALWAYS_INLINE void query_dots8(const V* __restrict values, const float* __restrict u, std::int64_t n,
+                                     std::int64_t d, float* dot) {
+  LaneVec lo[8], hi[8];
+  for (int r = 0; r < 8; ++r) {
+    LaneVec dots[2];
+    row_lane_sums<false>(values + (n + r) * d, u, d, dots, nullptr);
+    lo[r] = dots[0], hi[r] = dots[1];
+  }
+  lane_totals8(lo, hi, dot);
+}
 // dot = sum_c g_c v_c of rows n..n+7 (g: the point's output gradient; products commute exactly).
 template <typename V>
 ARCAL_ALWAYS_INLINE void grad_dots8(const V* __restrict values, const float* __restrict grad, std::int64_t n,
@@ -193,25 +206,36 @@ ARCAL_ALWAYS_INLINE void grad_dots8(const V* __restrict values, const float* __r
 // as the linears wrote them), in bf16: values[s] points at T, or at bf16 where half[s] != 0 (half may
 // be null: every source in T), widened as read. The arithmetic is T's either way, so a bf16 source
 // gives bitwise what its widened float copy gave, at half the bytes read.
+// known: the source's r rows from an earlier point of the same forward pass (same rows, same eps,
+// so the same values), or null. With it the float 8-row path sums v.u alone and copies r; the
+// one-row path computes both as before and keeps the known r (bitwise the one it computes).
 template <typename T, int HD, typename V>
 ARCAL_ALWAYS_INLINE void score_rows(const V* __restrict values, const T* __restrict u, std::int64_t b0,
                                     std::int64_t b1, std::int64_t d_runtime, T eps, T* __restrict logit,
-                                    T* __restrict rinv) {
+                                    T* __restrict rinv, const T* __restrict known) {
   const std::int64_t d = HD > 0 ? HD : d_runtime;
   const T inv_d = T(1) / T(d);
   const auto finish = [&](std::int64_t row, T ss, T dot) {  // r = (mean v^2 + eps)^(-1/2), logit = r v.u
-    const T r = T(1) / std::sqrt(ss * inv_d + eps);
+    const T r = known ? known[row] : T(1) / std::sqrt(ss * inv_d + eps);
     rinv[row] = r;
     logit[row] = r * dot;
   };
   std::int64_t n = b0;
   if constexpr (std::is_same_v<T, float>) {
-    if (rows_by_eight(d))
-      for (; n + 8 <= b1; n += 8) {
-        float ss[8], dot[8];
-        score_sums8(values, u, n, d, ss, dot);
-        for (int r = 0; r < 8; ++r) finish(n + r, ss[r], dot[r]);
-      }
+    if (rows_by_eight(d)) {
+      if (known)
+        for (; n + 8 <= b1; n += 8) {
+          float dot[8];
+          query_dots8(values, u, n, d, dot);
+          for (int r = 0; r < 8; ++r) finish(n + r, 0.0f, dot[r]);
+        }
+      else
+        for (; n + 8 <= b1; n += 8) {
+          float ss[8], dot[8];
+          score_sums8(values, u, n, d, ss, dot);
+          for (int r = 0; r < 8; ++r) finish(n + r, ss[r], dot[r]);
+        }
+    }
   }
   for (; n < b1; ++n) {
     const V* __restrict v = values + n * d;
@@ -245,17 +269,20 @@ ARCAL_ALWAYS_INLINE void weighted_add_rows(const V* __restrict values, const T* 
 }
 
 template <typename T, int HD>
-ARCAL_ALWAYS_INLINE void route_point_rows(const T* u, const void* const* values, const std::uint8_t* half, int S,
-                                          std::int64_t N, std::int64_t d_runtime, T eps, std::int64_t begin,
-                                          std::int64_t end, T* out, T* alpha, T* logit, T* rinv) {
+ARCAL_ALWAYS_INLINE void route_point_rows(const T* u, const void* const* values, const std::uint8_t* half,
+                                          const T* const* known, int S, std::int64_t N, std::int64_t d_runtime,
+                                          T eps, std::int64_t begin, std::int64_t end, T* out, T* alpha, T* logit,
+                                          T* rinv) {
   for (std::int64_t b0 = begin; b0 < end; b0 += kRowBlock) {
     const std::int64_t b1 = std::min(end, b0 + kRowBlock);
     for (int s = 0; s < S; ++s) {
+      const T* kn = known ? known[s] : nullptr;
       if (half && half[s])
         score_rows<T, HD>(static_cast<const std::uint16_t*>(values[s]), u, b0, b1, d_runtime, eps, logit + s * N,
-                          rinv + s * N);
+                          rinv + s * N, kn);
       else
-        score_rows<T, HD>(static_cast<const T*>(values[s]), u, b0, b1, d_runtime, eps, logit + s * N, rinv + s * N);
+        score_rows<T, HD>(static_cast<const T*>(values[s]), u, b0, b1, d_runtime, eps, logit + s * N, rinv + s * N,
+                          kn);
     }
     // The softmax over sources, vectorised along the block's rows (each row's max and sum still
     // run over s in order).
@@ -412,15 +439,15 @@ ARCAL_ALWAYS_INLINE void source_grad_rows(const V* v, int K, const T* const* a, 
 
 // The widths of the presets (64: the tiny ViTs, 128: the LMs, 192, 384) get their own compiled loops.
 template <typename T>
-ARCAL_ALWAYS_INLINE void route_point_range(const T* u, const void* const* v, const std::uint8_t* half, int S,
-                                           std::int64_t N, std::int64_t d, T eps, std::int64_t b, std::int64_t e,
-                                           T* o, T* a, T* l, T* r) {
+ARCAL_ALWAYS_INLINE void route_point_range(const T* u, const void* const* v, const std::uint8_t* half,
+                                           const T* const* kn, int S, std::int64_t N, std::int64_t d, T eps,
+                                           std::int64_t b, std::int64_t e, T* o, T* a, T* l, T* r) {
   switch (d) {
-    case 64: return route_point_rows<T, 64>(u, v, half, S, N, d, eps, b, e, o, a, l, r);
-    case 128: return route_point_rows<T, 128>(u, v, half, S, N, d, eps, b, e, o, a, l, r);
-    case 192: return route_point_rows<T, 192>(u, v, half, S, N, d, eps, b, e, o, a, l, r);
-    case 384: return route_point_rows<T, 384>(u, v, half, S, N, d, eps, b, e, o, a, l, r);
-    default: return route_point_rows<T, 0>(u, v, half, S, N, d, eps, b, e, o, a, l, r);
+    case 64: return route_point_rows<T, 64>(u, v, half, kn, S, N, d, eps, b, e, o, a, l, r);
+    case 128: return route_point_rows<T, 128>(u, v, half, kn, S, N, d, eps, b, e, o, a, l, r);
+    case 192: return route_point_rows<T, 192>(u, v, half, kn, S, N, d, eps, b, e, o, a, l, r);
+    case 384: return route_point_rows<T, 384>(u, v, half, kn, S, N, d, eps, b, e, o, a, l, r);
+    default: return route_point_rows<T, 0>(u, v, half, kn, S, N, d, eps, b, e, o, a, l, r);
   }
 }
 template <typename T>
@@ -449,15 +476,16 @@ ARCAL_ALWAYS_INLINE void source_grad_range(const V* v, int K, const T* const* a,
   }
 }
 
-ARCAL_FUSED_CLONES void route_point_f(const float* u, const void* const* values, const std::uint8_t* half, int S,
-                                      std::int64_t N, std::int64_t d, float eps, std::int64_t b, std::int64_t e,
-                                      float* out, float* alpha, float* logit, float* rinv) {
-  route_point_range(u, values, half, S, N, d, eps, b, e, out, alpha, logit, rinv);
+ARCAL_FUSED_CLONES void route_point_f(const float* u, const void* const* values, const std::uint8_t* half,
+                                      const float* const* known, int S, std::int64_t N, std::int64_t d, float eps,
+                                      std::int64_t b, std::int64_t e, float* out, float* alpha, float* logit,
+                                      float* rinv) {
+  route_point_range(u, values, half, known, S, N, d, eps, b, e, out, alpha, logit, rinv);
 }
-ARCAL_FUSED_CLONES void route_point_d(const double* u, const void* const* values, int S, std::int64_t N,
-                                      std::int64_t d, double eps, std::int64_t b, std::int64_t e, double* out,
-                                      double* alpha, double* logit, double* rinv) {
-  route_point_range(u, values, nullptr, S, N, d, eps, b, e, out, alpha, logit, rinv);
+ARCAL_FUSED_CLONES void route_point_d(const double* u, const void* const* values, const double* const* known, int S,
+                                      std::int64_t N, std::int64_t d, double eps, std::int64_t b, std::int64_t e,
+                                      double* out, double* alpha, double* logit, double* rinv) {
+  route_point_range(u, values, nullptr, known, S, N, d, eps, b, e, out, alpha, logit, rinv);
 }
 ARCAL_FUSED_CLONES void route_point_backward_f(const void* const* values, const std::uint8_t* half,
                                                const float* alpha, const float* logit, const float* rinv,
@@ -488,15 +516,15 @@ ARCAL_FUSED_CLONES void source_grad_d(const double* v, int K, const double* cons
   source_grad_range(v, K, a, cu, cv, g, u, d, b, e, out);
 }
 
-inline void route_point(const float* u, const void* const* v, const std::uint8_t* half, int S, std::int64_t N,
-                        std::int64_t d, double eps, std::int64_t b, std::int64_t e, float* o, float* a, float* l,
-                        float* r) {
-  route_point_f(u, v, half, S, N, d, float(eps), b, e, o, a, l, r);
+inline void route_point(const float* u, const void* const* v, const std::uint8_t* half, const float* const* kn,
+                        int S, std::int64_t N, std::int64_t d, double eps, std::int64_t b, std::int64_t e, float* o,
+                        float* a, float* l, float* r) {
+  route_point_f(u, v, half, kn, S, N, d, float(eps), b, e, o, a, l, r);
 }
-inline void route_point(const double* u, const void* const* v, const std::uint8_t*, int S, std::int64_t N,
-                        std::int64_t d, double eps, std::int64_t b, std::int64_t e, double* o, double* a, double* l,
-                        double* r) {
-  route_point_d(u, v, S, N, d, eps, b, e, o, a, l, r);
+inline void route_point(const double* u, const void* const* v, const std::uint8_t*, const double* const* kn, int S,
+                        std::int64_t N, std::int64_t d, double eps, std::int64_t b, std::int64_t e, double* o,
+                        double* a, double* l, double* r) {
+  route_point_d(u, v, kn, S, N, d, eps, b, e, o, a, l, r);
 }
 inline void route_point_backward(const void* const* v, const std::uint8_t* half, const float* a, const float* l,
                                  const float* r, const float* g, int S, std::int64_t N, std::int64_t d,
@@ -540,6 +568,10 @@ struct RoutingBankState : torch::CustomClassHolder {
   };
   std::vector<Record> records;
   std::vector<std::vector<std::pair<int, int>>> uses;  // [slot] (record, position in the point)
+  // [slot] the source's r = (mean v^2 + eps)^(-1/2) per row (B,T), from the first point that read it
+  // (a view of that point's statistics), and the eps it was computed with: later points reuse it.
+  std::vector<torch::Tensor> rinv;
+  std::vector<double> rinv_eps;
 };
 
 namespace {
@@ -632,13 +664,29 @@ struct RoutePointFunction : public torch::autograd::Function<RoutePointFunction>
     auto out = torch::empty({B, T, d}, uc.options());  // the bank's dtype (bf16 sources: float)
     auto stats = torch::empty({3, S, B, T}, uc.options());  // alpha, logit, 1/rms
     const auto [vp, half] = source_pointers(v);
+    // Each source's r depends on the source alone: the first point that reads it computes it, later
+    // points of the same forward pass read it from the bank and only sum v.u (bitwise the same r).
+    auto state = c10::static_intrusive_pointer_cast<RoutingBankState>(bank.toCapsule());
     AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), "route_point", [&] {
       scalar_t* st = stats.data_ptr<scalar_t>();
       const scalar_t* up = uc.data_ptr<scalar_t>();
       scalar_t* o = out.data_ptr<scalar_t>();
+      std::vector<const scalar_t*> known(std::size_t(S), nullptr);
+      for (int s = 0; s < S; ++s) {
+        const auto slot = static_cast<std::size_t>(slots[std::size_t(s)]);
+        const auto& r = state->rinv[slot];
+        if (r.defined() && r.scalar_type() == out.scalar_type() && state->rinv_eps[slot] == eps)
+          known[std::size_t(s)] = r.template data_ptr<scalar_t>();
+      }
       at::parallel_for(0, N, routing_grain(2 * S, d), [&](std::int64_t b, std::int64_t e) {
-        route_point(up, vp.data(), half.data(), S, N, d, eps, b, e, o, st, st + S * N, st + 2 * S * N);
+        route_point(up, vp.data(), half.data(), known.data(), S, N, d, eps, b, e, o, st, st + S * N, st + 2 * S * N);
       });
+      for (int s = 0; s < S; ++s) {
+        const auto slot = static_cast<std::size_t>(slots[std::size_t(s)]);
+        if (known[std::size_t(s)]) continue;
+        state->rinv[slot] = stats[2][s];
+        state->rinv_eps[slot] = eps;
+      }
     });
     auto alpha = stats[0];
     ctx->mark_non_differentiable({alpha});
@@ -1835,7 +1883,10 @@ int RoutingBank::add(const torch::Tensor& source) {
     throw_input(fn, "source " + std::to_string(tapped_.size()) +
                         " must match source 0's shape and dtype (bfloat16 sources mix with float ones only)");
   const auto slot = static_cast<std::int64_t>(tapped_.size());
-  state_of(bank_).uses.emplace_back();
+  auto& state = state_of(bank_);
+  state.uses.emplace_back();
+  state.rinv.emplace_back();
+  state.rinv_eps.push_back(0.0);
   tapped_.push_back(SourceTapFunction::apply(source, bank_, slot));
   return static_cast<int>(slot);
 }

@@ -160,6 +160,45 @@ TEST(Fused, RoutingBankWithBFloat16SourcesIsTheBankOnTheirWidenedCopies) {
   }
 }
 
+// A source's r = (mean v^2 + eps)^(-1/2) is computed by the first point that reads it and reused by
+// the later points of the same bank (they sum v.u alone): a point's output, alpha and every gradient
+// are bitwise those of the same point in a bank where no earlier point read its sources, in float
+// (d = 64: rows by eight, and a 7-row tail), with bf16 sources, and in double; with the sources in
+// another order than the one that computed r, and a point with another eps (which must not reuse it).
+TEST(Fused, RoutingPointsReuseASourcesNormBitForBit) {
+  for (const auto& [dtype, half] : std::vector<std::pair<torch::Dtype, bool>>{
+           {torch::kFloat, false}, {torch::kFloat, true}, {torch::kDouble, false}}) {
+    torch::manual_seed(23);
+    const auto opt = torch::TensorOptions().dtype(dtype);
+    std::vector<torch::Tensor> base;
+    for (int s = 0; s < 3; ++s) {
+      auto v = torch::randn({3, 5, 64}, opt) * (1 + s);
+      base.push_back(half && s != 1 ? v.to(torch::kBFloat16) : v);
+    }
+    const auto u1 = torch::randn({64}, opt), u2 = torch::randn({64}, opt), g = torch::randn({3, 5, 64}, opt);
+    std::vector<torch::Tensor> res;
+    for (bool earlier : {true, false}) {
+      std::vector<torch::Tensor> v;
+      for (const auto& b : base) v.push_back(b.clone().requires_grad_(true));
+      auto u = u2.clone().requires_grad_(true);
+      RoutingBank bank;
+      for (const auto& t : v) bank.add(t);
+      torch::Tensor loss = torch::zeros({}, opt);
+      if (earlier) {  // computes r of sources 2 and 0 (eps 1e-6), and of 1 with another eps
+        auto [h0, a0] = bank.route(u1, {2, 0}, 1e-6);
+        auto [hx, ax] = bank.route(u1, {1}, 1e-3);
+        loss = loss + (h0 * g).sum() * 0 + (hx * g).sum() * 0;  // in the graph, contributing nothing
+      }
+      auto [h, a] = bank.route(u, {0, 1, 2}, 1e-6);
+      (loss + (h * g).sum()).backward();
+      std::vector<torch::Tensor> parts{h.detach().flatten(), a.flatten(), u.grad().flatten()};
+      for (const auto& t : v) parts.push_back(t.grad().to(dtype).flatten());
+      res.push_back(torch::cat(parts));
+    }
+    EXPECT_TRUE(torch::equal(res[0], res[1])) << dtype << (half ? " with bf16 sources" : "");
+  }
+}
+
 TEST(Fused, RoutingBankBackwardTwiceOverARetainedGraph) {
   const auto once = run_bank_case(torch::kDouble, 64, true, 1), twice = run_bank_case(torch::kDouble, 64, true, 2);
   for (std::size_t i = 0; i < once.grads.size(); ++i)
