@@ -128,7 +128,18 @@ void write_atomic_with(const std::string& path, const std::function<void(const s
   fsync_path(tmp);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
+    // ENOENT with the directory still there: the temporary was deleted after it was written, as
+    // `rm -r DIR` does file by file before it removes DIR itself.
+    struct stat sb {};
+    const bool tmp_vanished = err == ENOENT && ::stat(tmp.c_str(), &sb) != 0;
     std::remove(tmp.c_str());
+    if (tmp_vanished) {
+      const std::size_t slash = path.rfind('/');
+      const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+      throw InputError("write_file_atomic: cannot write " + path + ": its temporary was deleted from " + dir +
+                       " before the rename; the directory is being emptied or does not exist (was it removed "
+                       "while arcal was working?)");
+    }
     throw_write_error("write_file_atomic", path, err);
   }
 }

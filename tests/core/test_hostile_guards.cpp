@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/interrupt.hpp"
 #include "core/limits.hpp"
@@ -155,4 +156,27 @@ TEST(Subprocess, ArgumentsReachTheProgramWithoutAShell) {
   EXPECT_FALSE(fs::exists(d + "/INJECTED2"));
   EXPECT_EQ(run_program({"false"}), 1);
   EXPECT_THROW(run_program({"/nonexistent/program"}), std::runtime_error);
+}
+
+// `rm -r RUN` while a checkpoint is written deletes the temporary before the rename (the files go
+// before the directory): the rename's ENOENT then names the race, as a missing directory does, not a
+// bare "No such file or directory" (a hostile case that depended on where the removal landed).
+TEST(AtomicFile, ATemporaryDeletedBeforeTheRenameNamesTheRemoval) {
+  const fs::path dir = fs::temp_directory_path() / ("arcal_atomic_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string path = (dir / "checkpoint.pt").string();
+  try {
+    write_atomic_with(path, [](const std::string& tmp) {
+      std::ofstream(tmp) << "bytes";
+      fs::remove(tmp);  // what rm -r does to the directory's files first
+    });
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not exist (was it removed while arcal was working?)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(path));
+  write_file_atomic(path, "ok");  // an ordinary write still works
+  EXPECT_TRUE(fs::exists(path));
+  fs::remove_all(dir);
 }
