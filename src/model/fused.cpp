@@ -176,27 +176,16 @@ ARCAL_ALWAYS_INLINE void score_sums8(const V* __restrict values, const float* __
   lane_totals8(ss_lo, ss_hi, ss);
   lane_totals8(dot_lo, dot_hi, dot);
 }
-// dot = sum_c v_c u_c of rows n..n+7 alone, for a source whose r is known: the same lanes and
-// totals as score_sums8's dot, so bitwise its value.
+// dot = sum_c v_c w_c of rows n..n+7, row r's w at w + (n + r) * w_stride: stride 0 for a point's
+// query u (a source whose r is known: the same lanes and totals as score_sums8's dot, so bitwise its
+// value), stride d for the point's output gradient g (products commute exactly).
 template <typename V>
-ARCAL_ALWAYS_INLINE void query_dots8(const V* __restrict values, const float* __restrict u, std::int64_t n,
-                                     std::int64_t d, float* dot) {
+ARCAL_ALWAYS_INLINE void row_dots8(const V* __restrict values, const float* __restrict w, std::int64_t w_stride,
+                                   std::int64_t n, std::int64_t d, float* dot) {
   LaneVec lo[8], hi[8];
   for (int r = 0; r < 8; ++r) {
     LaneVec dots[2];
-    row_lane_sums<false>(values + (n + r) * d, u, d, dots, nullptr);
-    lo[r] = dots[0], hi[r] = dots[1];
-  }
-  lane_totals8(lo, hi, dot);
-}
-// dot = sum_c g_c v_c of rows n..n+7 (g: the point's output gradient; products commute exactly).
-template <typename V>
-ARCAL_ALWAYS_INLINE void grad_dots8(const V* __restrict values, const float* __restrict grad, std::int64_t n,
-                                    std::int64_t d, float* dot) {
-  LaneVec lo[8], hi[8];
-  for (int r = 0; r < 8; ++r) {
-    LaneVec dots[2];
-    row_lane_sums<false>(values + (n + r) * d, grad + (n + r) * d, d, dots, nullptr);
+    row_lane_sums<false>(values + (n + r) * d, w + (n + r) * w_stride, d, dots, nullptr);
     lo[r] = dots[0], hi[r] = dots[1];
   }
   lane_totals8(lo, hi, dot);
@@ -226,7 +215,7 @@ ARCAL_ALWAYS_INLINE void score_rows(const V* __restrict values, const T* __restr
       if (known)
         for (; n + 8 <= b1; n += 8) {
           float dot[8];
-          query_dots8(values, u, n, d, dot);
+          row_dots8(values, u, 0, n, d, dot);
           for (int r = 0; r < 8; ++r) finish(n + r, 0.0f, dot[r]);
         }
       else
@@ -328,7 +317,7 @@ ARCAL_ALWAYS_INLINE void grad_dot_rows(const V* __restrict values, const T* __re
   std::int64_t n = b0;
   if constexpr (std::is_same_v<T, float>) {
     if (rows_by_eight(d))
-      for (; n + 8 <= b1; n += 8) grad_dots8(values, grad, n, d, da_s + (n - b0));
+      for (; n + 8 <= b1; n += 8) row_dots8(values, grad, d, n, d, da_s + (n - b0));
   }
   for (; n < b1; ++n) {
     const T* __restrict g = grad + n * d;
