@@ -71,6 +71,12 @@ void remove_stale_temporaries(const std::string& path) {
   ::closedir(d);
 }
 
+/// The directory of `path` as stat() takes it: "." for a bare name, "/" for a file at the root.
+std::string parent_dir(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
 void fsync_path(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd >= 0) {
@@ -104,8 +110,7 @@ void throw_write_error(const std::string& fn, const std::string& path, int err) 
   // from one removed while it worked); a full disk, a quota or an I/O error are failures of the
   // environment while working (exit 1, docs/interface.md).
   if (err == ENOENT) {
-    const std::size_t slash = path.rfind('/');
-    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    const std::string dir = parent_dir(path);
     struct stat sb {};
     if (::stat(dir.c_str(), &sb) != 0)
       throw InputError(fn + ": cannot write " + path + ": the directory " + dir +
@@ -133,13 +138,11 @@ void write_atomic_with(const std::string& path, const std::function<void(const s
     struct stat sb {};
     const bool tmp_vanished = err == ENOENT && ::stat(tmp.c_str(), &sb) != 0;
     std::remove(tmp.c_str());
-    if (tmp_vanished) {
-      const std::size_t slash = path.rfind('/');
-      const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-      throw InputError("write_file_atomic: cannot write " + path + ": its temporary was deleted from " + dir +
+    if (tmp_vanished)
+      throw InputError("write_file_atomic: cannot write " + path + ": its temporary was deleted from " +
+                       parent_dir(path) +
                        " before the rename; the directory is being emptied or does not exist (was it removed "
                        "while arcal was working?)");
-    }
     throw_write_error("write_file_atomic", path, err);
   }
 }

@@ -56,10 +56,13 @@ bool loop_takes(const torch::Tensor& p, const torch::Tensor& g) {
          p.is_contiguous() && !g.is_sparse() && same_layout(g, p);
 }
 
+// p's entry in torch::optim::AdamW's state map: LibTorch's own key, the address of its TensorImpl.
+std::string state_key(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+
 // The loop covers p: loop_takes(p, its gradient), and its moments (once made) have its dtype and shape.
 bool loop_covers(const torch::Tensor& p, const torch::optim::AdamW& opt) {
   if (!loop_takes(p, p.grad())) return false;
-  const auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+  const auto it = opt.state().find(state_key(p));
   if (it == opt.state().end()) return true;
   const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
   return same_layout(st.exp_avg(), p) && same_layout(st.exp_avg_sq(), p);
@@ -111,7 +114,7 @@ void adamw_step(torch::optim::AdamW& opt) {
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      const auto key = c10::guts::to_string(p.unsafeGetTensorImpl());  // LibTorch's own key
+      const auto key = state_key(p);
       auto it = states.find(key);
       if (it == states.end()) {
         auto st = std::make_unique<torch::optim::AdamWParamState>();
@@ -138,7 +141,7 @@ void restore_unused_gradients(torch::optim::AdamW& opt) {
   const auto& states = opt.state();
   for (auto& group : opt.param_groups())
     for (auto& p : group.params())
-      if (!p.grad().defined() && states.count(c10::guts::to_string(p.unsafeGetTensorImpl())))
+      if (!p.grad().defined() && states.count(state_key(p)))
         p.mutable_grad() = torch::zeros_like(p, torch::MemoryFormat::Preserve);
 }
 
