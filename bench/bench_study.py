@@ -152,10 +152,7 @@ def main():
         runs = study_runs(study_dir)
         pairs += reference_round(a.arcal, a.repeats, a.steps, a.study_images, "after")
     e = estimates(wall, runs, pairs)
-    e["study_cpu_seconds"] = cpu
-    e["test_accuracy"] = {f"{res}-s{seed}": runs[(res, seed)]["test_accuracy"] for res, seed in ORDER}
-    e["train_seconds"] = {f"{res}-s{seed}": runs[(res, seed)]["train_seconds"] for res, seed in ORDER}
-    acc = e["test_accuracy"]
+    acc = {f"{res}-s{seed}": runs[(res, seed)]["test_accuracy"] for res, seed in ORDER}
     print(f"study: {wall:.0f} s wall, {cpu:.0f} CPU s; trainings {e['study_training_makespan_seconds']:.0f} s "
           f"(makespan of the runs' optimizer seconds; {e['study_training_vs_pairs']:.3f} of the pairs' arcal makespan), "
           f"overhead factor {e['overhead_factor']:.3f}")

@@ -60,6 +60,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "reference"))
 import attnres_ref  # noqa: E402
 
+sys.path.insert(0, HERE)
+from bench_study import slot_makespan  # noqa: E402  (arcal run's slot schedule; no torch there)
+
 FMNIST = "/usr/share/datasets/fashion-mnist"
 
 
@@ -188,11 +191,7 @@ def side_by_side(binary, steps, batch, threads, precision):
 def study_makespan(rate_full, rate_standard, images, slots=2):
     """Training makespan of the default study: AttnRes seeds 0-2, then twins 0-2, each job to the
     first free slot (arcal run's order)."""
-    free = [0.0] * slots
-    for rate in [rate_full] * 3 + [rate_standard] * 3:
-        i = free.index(min(free))
-        free[i] += images / rate
-    return max(free)
+    return slot_makespan([images / rate_full] * 3 + [images / rate_standard] * 3, slots)
 
 
 def main():
