@@ -21,9 +21,11 @@ estimates of the ratio study / reference:
   in one day while the study took 577-604 s), so this is the estimate that survives the host's drift;
   the bracketed one is printed beside it.
 
-Each model's test accuracy (the goal: every one >= 85 %) comes from its summary.json.
+The reference's makespans are for the images the study's trainings saw (their optimizer steps x batch
+size), so a study with another recipe is compared with the same trainings. Each model's test accuracy
+(the goal: every one >= 85 %) comes from its summary.json.
 
-Usage: bench_study.py [--arcal build/arcal] [--repeats 3] [--steps 60] [--out DIR]
+Usage: bench_study.py [--arcal build/arcal] [--repeats 3] [--steps 60] [--study-images N] [--out DIR]
 """
 import argparse
 import json
@@ -99,19 +101,40 @@ def estimates(study_wall, runs, pairs):
     }
 
 
-def reference_round(arcal, repeats, steps, images, label):
-    """`repeats` side-by-side bf16 pairs (arcal's, then the reference's); [(arcal, reference) makespans]."""
+def reference_round(arcal, repeats, steps, label):
+    """`repeats` side-by-side bf16 pairs (arcal's, then the reference's); [((arcal Full, standard images/s),
+    (reference Full, standard images/s)), ...]. The makespans come later (pair_makespans), once the
+    study has said how many images a training sees."""
     import bench_train  # torch and the reference model load only when the benchmark runs
     out = []
     for i in range(repeats):
         cpp, py = bench_train.side_by_side(arcal, steps, 128, 1, "bf16")
-        m_cpp = bench_train.study_makespan(cpp[0], cpp[1], images)
-        m_py = bench_train.study_makespan(py[0], py[1], images)
-        out.append((m_cpp, m_py))
+        out.append((cpp, py))
+        ratio = slot_makespan([1 / cpp[0]] * 3 + [1 / cpp[1]] * 3) / slot_makespan([1 / py[0]] * 3 + [1 / py[1]] * 3)
         print(f"  {label} {i + 1}/{repeats}: arcal Full {cpp[0]:7.1f} + standard {cpp[1]:7.1f} images/s, reference "
-              f"Full {py[0]:6.1f} + standard {py[1]:7.1f} images/s: trainings {m_cpp:5.0f} s against {m_py:5.0f} s "
-              f"({m_cpp / m_py:.3f})", flush=True)
+              f"Full {py[0]:6.1f} + standard {py[1]:7.1f} images/s: the trainings' makespans {ratio:.3f}", flush=True)
     return out
+
+
+def pair_makespans(rates, images):
+    """[(arcal makespan, reference makespan), ...] of the six trainings of `images` images each, from the
+    pairs' rates, in `arcal run`'s order on two slots."""
+    return [(slot_makespan([images / cpp[0]] * 3 + [images / cpp[1]] * 3),
+             slot_makespan([images / py[0]] * 3 + [images / py[1]] * 3)) for cpp, py in rates]
+
+
+def study_images(study_dir, runs):
+    """Images one training of the study sees: its optimizer steps (summary.json) x its batch (config.json).
+    Exits naming the directory when the six runs disagree."""
+    sizes = set()
+    for name in os.listdir(os.path.join(study_dir, "runs")):
+        with open(os.path.join(study_dir, "runs", name, "config.json")) as f:
+            config = json.load(f)
+        key = (config["model"]["residual"], int(config["train"]["seed"]))
+        sizes.add(int(runs[key]["steps"]) * int(config["train"]["batch_size"]))
+    if len(sizes) != 1:
+        sys.exit(f"bench_study: {study_dir}/runs: the trainings saw different numbers of images {sorted(sizes)}")
+    return sizes.pop()
 
 
 def run_study(arcal, out_dir):
@@ -131,27 +154,34 @@ def main():
     ap.add_argument("--arcal", default=os.path.join(HERE, "..", "build", "arcal"))
     ap.add_argument("--repeats", type=int, default=3, help="side-by-side pairs before and again after the study")
     ap.add_argument("--steps", type=int, default=60, help="optimizer steps per side-by-side training")
-    ap.add_argument("--study-images", type=int, default=4450 * 128,
-                    help="images per training for the reference's makespan (default: the study's 10 epochs)")
+    ap.add_argument("--study-images", type=int,
+                    help="images per training for the reference's makespan (default: what the study's trainings "
+                         "saw, their steps x batch size: for the default 10 epochs x 445 steps x 128)")
     ap.add_argument("--out", help="study directory (default: a temporary one, removed at the end)")
     a = ap.parse_args()
     if a.repeats < 1:
         ap.error("--repeats must be at least 1")
+    if a.study_images is not None and a.study_images < 1:
+        ap.error("--study-images must be at least 1")
     if not os.access(a.arcal, os.X_OK):
         ap.error(f"--arcal {a.arcal}: not an executable (build arcal first)")
     if a.out and os.path.exists(a.out):
         ap.error(f"--out {a.out}: exists (arcal run would resume it instead of timing a whole study)")
     sys.path.insert(0, HERE)
     print(f"The default study against the eager reference: {a.repeats} side-by-side bf16 pairs, the study, "
-          f"{a.repeats} pairs ({a.steps} steps per training, {a.study_images} images per model)", flush=True)
-    pairs = reference_round(a.arcal, a.repeats, a.steps, a.study_images, "before")
+          f"{a.repeats} pairs ({a.steps} steps per training)", flush=True)
+    rates = reference_round(a.arcal, a.repeats, a.steps, "before")
     with tempfile.TemporaryDirectory() as tmp:
         study_dir = a.out or os.path.join(tmp, "default")
         print(f"  arcal run --out {study_dir} ...", flush=True)
         wall, cpu = run_study(a.arcal, study_dir)
         runs = study_runs(study_dir)
-        pairs += reference_round(a.arcal, a.repeats, a.steps, a.study_images, "after")
+        images = a.study_images or study_images(study_dir, runs)
+        rates += reference_round(a.arcal, a.repeats, a.steps, "after")
+    pairs = pair_makespans(rates, images)
     e = estimates(wall, runs, pairs)
+    print(f"trainings of {images} images each: arcal {min(p[0] for p in pairs):.0f}-{max(p[0] for p in pairs):.0f} s, "
+          f"reference {min(p[1] for p in pairs):.0f}-{max(p[1] for p in pairs):.0f} s (makespans on two slots)")
     acc = {f"{res}-s{seed}": runs[(res, seed)]["test_accuracy"] for res, seed in ORDER}
     print(f"study: {wall:.0f} s wall, {cpu:.0f} CPU s; trainings {e['study_training_makespan_seconds']:.0f} s "
           f"(makespan of the runs' optimizer seconds; {e['study_training_vs_pairs']:.3f} of the pairs' arcal makespan), "

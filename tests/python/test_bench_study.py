@@ -57,12 +57,28 @@ def test_host_corrected_estimate_is_invariant_to_the_hosts_speed():
     assert e["bracketed"] == pytest.approx(e["host_corrected"], rel=1e-12)
 
 
-def write_run(root, name, residual, seed, summary=True):
+def test_pair_makespans_match_bench_train():
+    # The pairs' rates, turned into the six trainings' makespans once the study's images are known,
+    # are bench_train.py's makespans for those images; and the makespans scale with the images.
+    bench_train = pytest.importorskip("bench_train")
+    rates = [((3300.0, 4200.0), (700.0, 1900.0)), ((3000.0, 4000.0), (650.0, 2000.0))]
+    for images in (4450 * 128, 5340 * 128):
+        got = bench_study.pair_makespans(rates, images)
+        for (cpp, py), (m_cpp, m_py) in zip(rates, got):
+            assert m_cpp == pytest.approx(bench_train.study_makespan(cpp[0], cpp[1], images), rel=1e-12)
+            assert m_py == pytest.approx(bench_train.study_makespan(py[0], py[1], images), rel=1e-12)
+    short, long = bench_study.pair_makespans(rates, 100), bench_study.pair_makespans(rates, 120)
+    assert [b / a for a, b in zip(short[0], long[0])] == pytest.approx([1.2, 1.2], rel=1e-12)
+
+
+def write_run(root, name, residual, seed, summary=True, steps=5340, batch=128):
     d = root / "runs" / name
     d.mkdir(parents=True)
-    (d / "config.json").write_text(json.dumps({"model": {"residual": residual}, "train": {"seed": seed}}))
+    (d / "config.json").write_text(json.dumps({"model": {"residual": residual},
+                                               "train": {"seed": seed, "batch_size": batch}}))
     if summary:
-        (d / "summary.json").write_text(json.dumps({"train_seconds": 100.0 + seed, "test_accuracy": 0.855}))
+        (d / "summary.json").write_text(json.dumps({"train_seconds": 100.0 + seed, "test_accuracy": 0.855,
+                                                    "steps": steps}))
     return d
 
 
@@ -88,3 +104,16 @@ def test_study_runs_refuses_another_study(tmp_path):
         bench_study.study_runs(str(tmp_path))
     with pytest.raises(SystemExit, match="no runs directory"):
         bench_study.study_runs(str(tmp_path / "nothing"))
+
+
+def test_study_images_from_the_runs(tmp_path):
+    for residual, seed in bench_study.ORDER:
+        write_run(tmp_path, f"r-{residual}-{seed}", residual, seed)
+    assert bench_study.study_images(str(tmp_path), bench_study.study_runs(str(tmp_path))) == 5340 * 128
+
+
+def test_study_images_refuses_trainings_of_different_lengths(tmp_path):
+    for residual, seed in bench_study.ORDER:
+        write_run(tmp_path, f"r-{residual}-{seed}", residual, seed, steps=4450 if seed == 2 else 5340)
+    with pytest.raises(SystemExit, match=r"different numbers of images \[569600, 683520\]"):
+        bench_study.study_images(str(tmp_path), bench_study.study_runs(str(tmp_path)))
