@@ -1071,7 +1071,12 @@ def round2_cases(r):
     while os.path.exists(rd) and time.time() - t0 < 30:  # the trainer may add a file while it is removed
         shutil.rmtree(rd, ignore_errors=True)
     err = stderr_of(p)
-    r.record("RUN/ deleted during training (was: a LibTorch backtrace)", long_train(rd), p.returncode, err, 2,
+    # Where `rm -r` catches the writer decides which of write_file_atomic's two messages comes: the
+    # directory already gone, or the temporary deleted (file by file, before the directory) between its
+    # write and the rename. Both are right; the table shows the first, so it does not drift with timing.
+    shown = re.sub(r"its temporary was deleted from (\S+) before the rename; the directory is being emptied or "
+                   r"does not exist", r"the directory \1 does not exist", err)
+    r.record("RUN/ deleted during training (was: a LibTorch backtrace)", long_train(rd), p.returncode, shown, 2,
              "does not exist (was it removed while arcal was working?)", then="rm -r RUN",
              extra_ok="Exception raised from" not in err, extra_why="a backtrace was printed")
     # Names from the data in report.md: Markdown passes HTML through, so it is escaped.
