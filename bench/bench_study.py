@@ -55,8 +55,9 @@ def slot_makespan(durations, slots=2):
 
 
 def study_runs(study_dir):
-    """{(residual, seed): summary} of a default study's six runs (STUDY/runs/*/config.json + summary.json).
-    Exits naming the file when one is missing or the set is not the default study's six."""
+    """{(residual, seed): summary} of a default study's six runs (STUDY/runs/*/config.json + summary.json):
+    summary.json's fields plus the run's batch_size from config.json. Exits naming the file when one is
+    missing or the set is not the default study's six."""
     runs_dir = os.path.join(study_dir, "runs")
     if not os.path.isdir(runs_dir):
         sys.exit(f"bench_study: {runs_dir}: no runs directory (not an arcal run study directory)")
@@ -70,6 +71,7 @@ def study_runs(study_dir):
             config = json.load(f)
         with open(paths[1]) as f:
             summary = json.load(f)
+        summary["batch_size"] = int(config["train"]["batch_size"])
         runs[(config["model"]["residual"], int(config["train"]["seed"]))] = summary
     if sorted(runs) != sorted(ORDER):
         sys.exit(f"bench_study: {runs_dir}: runs {sorted(runs)}, expected the default study's {ORDER}")
@@ -123,17 +125,12 @@ def pair_makespans(rates, images):
              slot_makespan([images / py[0]] * 3 + [images / py[1]] * 3)) for cpp, py in rates]
 
 
-def study_images(study_dir, runs):
-    """Images one training of the study sees: its optimizer steps (summary.json) x its batch (config.json).
-    Exits naming the directory when the six runs disagree."""
-    sizes = set()
-    for name in os.listdir(os.path.join(study_dir, "runs")):
-        with open(os.path.join(study_dir, "runs", name, "config.json")) as f:
-            config = json.load(f)
-        key = (config["model"]["residual"], int(config["train"]["seed"]))
-        sizes.add(int(runs[key]["steps"]) * int(config["train"]["batch_size"]))
+def study_images(runs):
+    """Images one training of the study sees: its optimizer steps x its batch size (study_runs' fields).
+    Exits when the six runs disagree."""
+    sizes = {int(r["steps"]) * r["batch_size"] for r in runs.values()}
     if len(sizes) != 1:
-        sys.exit(f"bench_study: {study_dir}/runs: the trainings saw different numbers of images {sorted(sizes)}")
+        sys.exit(f"bench_study: the study's trainings saw different numbers of images {sorted(sizes)}")
     return sizes.pop()
 
 
@@ -176,7 +173,7 @@ def main():
         print(f"  arcal run --out {study_dir} ...", flush=True)
         wall, cpu = run_study(a.arcal, study_dir)
         runs = study_runs(study_dir)
-        images = a.study_images or study_images(study_dir, runs)
+        images = a.study_images or study_images(runs)
         rates += reference_round(a.arcal, a.repeats, a.steps, "after")
     pairs = pair_makespans(rates, images)
     e = estimates(wall, runs, pairs)

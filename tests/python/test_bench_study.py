@@ -88,6 +88,7 @@ def test_study_runs_reads_the_six_runs(tmp_path):
     runs = bench_study.study_runs(str(tmp_path))
     assert sorted(runs) == sorted(bench_study.ORDER)
     assert runs[("standard", 2)]["train_seconds"] == 102.0
+    assert runs[("standard", 2)]["batch_size"] == 128
 
 
 def test_study_runs_names_a_missing_summary(tmp_path):
@@ -109,11 +110,11 @@ def test_study_runs_refuses_another_study(tmp_path):
 def test_study_images_from_the_runs(tmp_path):
     for residual, seed in bench_study.ORDER:
         write_run(tmp_path, f"r-{residual}-{seed}", residual, seed)
-    assert bench_study.study_images(str(tmp_path), bench_study.study_runs(str(tmp_path))) == 5340 * 128
+    assert bench_study.study_images(bench_study.study_runs(str(tmp_path))) == 5340 * 128
 
 
 def test_study_images_refuses_trainings_of_different_lengths(tmp_path):
     for residual, seed in bench_study.ORDER:
         write_run(tmp_path, f"r-{residual}-{seed}", residual, seed, steps=4450 if seed == 2 else 5340)
     with pytest.raises(SystemExit, match=r"different numbers of images \[569600, 683520\]"):
-        bench_study.study_images(str(tmp_path), bench_study.study_runs(str(tmp_path)))
+        bench_study.study_images(bench_study.study_runs(str(tmp_path)))
