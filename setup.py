@@ -1,20 +1,24 @@
-"""The build of the Python package: the pure-Python files of python/arcal and the extension _arcal,
-built by the project's CMake (pyproject.toml declares the metadata; this file only adds the CMake
-step, which setuptools cannot express declaratively).
+"""The build of the Python package: the pure-Python files of python/arcal, the extension _arcal and the
+`arcal` executables (arcal, and arcal-torch where torch is present), all built by the project's CMake
+(pyproject.toml declares the metadata; this file only adds the CMake step, which setuptools cannot
+express declaratively). The console entry point `arcal` (arcal._cli) runs the packaged executable.
 
 Environment:
-  ARCAL_BUILD_DIR   an existing, configured CMake build of this checkout to build _arcal in (the
-                    README's build/ reuses everything already compiled); default: build-pip/ here,
-                    configured without tests.
+  ARCAL_BUILD_DIR   an existing, configured CMake build of this checkout to build in (the README's
+                    build/ reuses everything already compiled); default: build-pip/ here, configured
+                    without tests.
   ARCAL_CMAKE_ARGS  extra -D arguments for a fresh configure (space-separated).
   ARCAL_JOBS        parallel build jobs (default: the number of CPUs).
 
-LibTorch: the module links the libtorch of the `torch` that this Python imports, so that `import
-torch; import arcal` never holds two copies: CMake is pointed at torch.utils.cmake_prefix_path when
-that torch ships its CMake files (PyPI wheels do); Debian's python3-torch links Debian's libtorch
-(libtorch-dev), which CMake finds by default.
+LibTorch: arcal-torch links the libtorch of the `torch` that this Python imports (PyPI's wheels ship
+their CMake files; CMake finds them through torch.utils.cmake_prefix_path of sys.executable), so the
+training commands use the user's own torch. Without torch (`pip install .` into a venv without it) the
+analysis side alone is built: the module, `arcal audit/metrics/calibrate/report/simulate/run`, no
+LibTorch anywhere. The module never links LibTorch, so `import torch; import arcal` in either order
+holds one libtorch (torch's).
 """
 import glob
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -26,13 +30,8 @@ from setuptools.command.build_ext import build_ext
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def torch_prefix():
-    try:
-        import torch.utils
-    except ImportError:
-        return None
-    p = getattr(torch.utils, "cmake_prefix_path", None)
-    return p if p and os.path.isdir(os.path.join(p, "Torch")) else None
+def have_torch():
+    return importlib.util.find_spec("torch") is not None
 
 
 class CMakeBuild(build_ext):
@@ -41,19 +40,28 @@ class CMakeBuild(build_ext):
         jobs = os.environ.get("ARCAL_JOBS") or str(os.cpu_count() or 1)
         if not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
             args = ["cmake", "-S", HERE, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release", "-DARCAL_BUILD_TESTS=OFF",
-                    "-DARCAL_PYTHON=" + sys.executable]
-            prefix = torch_prefix()
-            if prefix:
-                args.append("-DCMAKE_PREFIX_PATH=" + prefix)
+                    "-DARCAL_PYTHON=" + sys.executable, "-DARCAL_WITH_TORCH=" + ("ON" if have_torch() else "OFF")]
+            try:
+                import pybind11
+                args.append("-Dpybind11_DIR=" + pybind11.get_cmake_dir())
+            except ImportError:
+                pass
             args += os.environ.get("ARCAL_CMAKE_ARGS", "").split()
             subprocess.run(args, check=True)
-        subprocess.run(["cmake", "--build", build_dir, "--target", "arcal_python", "-j", jobs], check=True)
+        subprocess.run(["cmake", "--build", build_dir, "--target", "arcal_python", "arcal", "-j", jobs], check=True)
         built = glob.glob(os.path.join(build_dir, "python", "arcal", "_arcal*.so"))
         if len(built) != 1:
             raise RuntimeError(f"arcal: expected one _arcal*.so under {build_dir}/python/arcal, found {built}")
         target = self.get_ext_fullpath(ext.name)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
+        package = os.path.dirname(target)
+        os.makedirs(os.path.join(package, "bin"), exist_ok=True)
         shutil.copyfile(built[0], target)
+        # The executables beside the module (arcal._cli runs them), and the build's record of its torch.
+        for exe in ("arcal", "arcal-torch"):
+            src = os.path.join(build_dir, exe)
+            if os.path.exists(src):
+                shutil.copy2(src, os.path.join(package, "bin", exe))
+        shutil.copyfile(os.path.join(build_dir, "python", "arcal", "_build_info.py"), os.path.join(package, "_build_info.py"))
 
 
 # setuptools' own staging goes under build-pip/ (build/ is the README's CMake build directory).

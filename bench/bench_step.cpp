@@ -46,12 +46,12 @@ Phases time_steps(ARViT& model, torch::optim::AdamW& opt, const torch::Tensor& x
       opt.zero_grad();
     auto t0 = Clock::now();
     if (bf16) {
-      at::autocast::set_cpu_enabled(true);
-      at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+      at::autocast::set_autocast_enabled(at::kCPU, true);
+      at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
     }
     auto logits = model->forward(x);
     if (bf16) {
-      at::autocast::set_cpu_enabled(false);
+      at::autocast::set_autocast_enabled(at::kCPU, false);
       at::autocast::clear_cache();
     }
     logits = logits.to(torch::kFloat);

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Training-throughput benchmark: arcal's C++ trainer against an independent PyTorch (Python,
-eager) implementation of the same AR-ViT-tiny recipe, same batch, same threads, in one run.
+"""Training-throughput benchmark: arcal's C++ trainer against an independent PyTorch (Python)
+implementation of the same AR-ViT-tiny recipe, same batch, same threads, in one run: the reference in
+eager mode and under torch.compile (the loss function compiled whole, default mode; compilation happens
+in warm-up steps that are not timed).
 
 The Python side trains the reference model of tests/reference/attnres_ref.py (written from
 method.md, stacking and RMS-normalising every source at every routing point, as a straightforward
@@ -12,8 +14,8 @@ the forward pass, routing softmax and loss in fp32) against the reference under
 torch.autocast("cpu", dtype=torch.bfloat16) around its forward pass, the loss in fp32 likewise.
 
 Usage: bench_train.py [--arcal build/arcal] [--steps 60] [--threads 1] [--residual full]
-                      [--precision fp32 bf16] [--repeats 1]
-Prints images/s of each and the ratio arcal / PyTorch per precision. With --repeats R the two sides
+                      [--precision fp32 bf16] [--reference eager compile] [--repeats 1]
+Prints images/s of each and the ratios arcal / eager and arcal / compiled per precision. With --repeats R the two sides
 alternate R times per precision (arcal, reference, arcal, ...), each pair's ratio is printed, and the
 median of the pair ratios closes the precision: on a shared virtual machine the reference's speed
 alone moves by tens of percent between runs, so one pair is one sample.
@@ -122,26 +124,34 @@ def augment(x, pad=2):
     return out
 
 
-def python_throughput(mode, steps, batch, threads, precision="fp32"):
+def python_throughput(mode, steps, batch, threads, precision="fp32", compiled=False, warmup=3):
+    """Images/s of the reference's optimizer steps; with compiled, the forward and loss under
+    torch.compile, after `warmup` untimed steps (compilation) that eager mode runs too."""
     torch.set_num_threads(threads)
     x, y = load_fmnist()
     P = init_params(mode)
     opt = torch.optim.AdamW(list(P.values()), lr=1e-3, weight_decay=0.05)
     cfg = [64, 6, 4, 7, mode, 2, 1e-6]
-    perm = torch.randperm(x.shape[0])
-    elapsed = 0.0
-    for s in range(steps):
-        idx = perm[s * batch:(s + 1) * batch]
-        t0 = time.perf_counter()
-        xb = augment(x[idx])
+
+    def loss_fn(P, xb, yb):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
             logits, _ = attnres_ref.forward(P, xb, cfg)
         logits = logits.float()
-        loss = F.cross_entropy(logits, y[idx]) + 0.5 * attnres_ref.sb_ece(logits, y[idx], 15, 0.01)
+        return F.cross_entropy(logits, yb) + 0.5 * attnres_ref.sb_ece(logits, yb, 15, 0.01)
+
+    step_loss = torch.compile(loss_fn) if compiled else loss_fn
+    perm = torch.randperm(x.shape[0])
+    elapsed = 0.0
+    for s in range(steps + warmup):
+        idx = perm[s * batch:(s + 1) * batch]
+        t0 = time.perf_counter()
+        xb = augment(x[idx])
+        loss = step_loss(P, xb, y[idx])
         opt.zero_grad()
         loss.backward()
         opt.step()
-        elapsed += time.perf_counter() - t0
+        if s >= warmup:
+            elapsed += time.perf_counter() - t0
     return steps * batch / elapsed
 
 
@@ -202,6 +212,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--residual", default="full", choices=["full", "block", "standard"])
     ap.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    ap.add_argument("--reference", nargs="+", default=["eager", "compile"], choices=["eager", "compile"],
+                    help="the PyTorch reference's modes (one-model comparison)")
     ap.add_argument("--repeats", type=int, default=1, help="alternating (arcal, reference) pairs per precision")
     ap.add_argument("--side-by-side", action="store_true",
                     help="Full and standard at the same time on each side; the default study's makespans")
@@ -230,17 +242,22 @@ def main():
     mode = {"standard": 0, "full": 1, "block": 2}[a.residual]
     print(f"AR-ViT-tiny {a.residual}, batch {a.batch}, {a.threads} thread(s), {a.steps} steps, "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(OpenBLAS default)')} on both sides")
+    print(f"torch {torch.__version__}; reference modes: {', '.join(a.reference)}")
     for precision in a.precision:
-        ratios = []
+        ratios = {m: [] for m in a.reference}
         for _ in range(a.repeats):
             cpp = arcal_throughput(a.arcal, a.residual, a.steps, a.batch, a.threads, precision)
-            py = python_throughput(mode, a.steps, a.batch, a.threads, precision)
-            ratios.append(cpp / py)
-            print(f"  {precision}: arcal (C++/LibTorch) {cpp:8.1f} images/s, PyTorch eager (ref) {py:8.1f} images/s, "
-                  f"ratio {cpp / py:.2f}x", flush=True)
+            line = f"  {precision}: arcal (C++/LibTorch) {cpp:8.1f} images/s"
+            for m in a.reference:
+                py = python_throughput(mode, a.steps, a.batch, a.threads, precision, compiled=m == "compile")
+                ratios[m].append(cpp / py)
+                line += f"; PyTorch {m} {py:8.1f} images/s, ratio {cpp / py:.2f}x"
+            print(line, flush=True)
         if a.repeats > 1:
-            print(f"  {precision}: median ratio over {a.repeats} pairs {float(np.median(ratios)):.2f}x "
-                  f"(range {min(ratios):.2f}-{max(ratios):.2f}x)", flush=True)
+            for m in a.reference:
+                r = ratios[m]
+                print(f"  {precision}: against {m}, median ratio over {a.repeats} pairs {float(np.median(r)):.2f}x "
+                      f"(range {min(r):.2f}-{max(r):.2f}x)", flush=True)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@
 // sets and sets the count beside the 99 % binomial band of the nominal level; power rows plant an
 // effect in the part of routing independent of the outputs. Writes the Markdown table (--out) and the
 // same rows as CSV (--csv). scripts/audit_validation.sh builds and runs it.
-#include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -21,10 +20,11 @@
 #include "audit/probe_compare.hpp"
 #include "audit/run_input.hpp"
 #include "audit/simulate.hpp"
-#include "audit/torch/probes.hpp"
-#include "audit/torch/exact_null.hpp"
-#include "audit/torch/sensitivity_audit.hpp"
+#include "audit/probes.hpp"
+#include "audit/exact_null.hpp"
+#include "audit/sensitivity_audit.hpp"
 #include "core/rng.hpp"
+#include "ops/blas.hpp"
 #include "stats/paired_tests.hpp"
 
 using namespace arcal;
@@ -261,7 +261,7 @@ int main(int argc, char** argv) {
   app.add_option("--out", out, "Markdown table to write (default: stdout)");
   app.add_option("--csv", csv, "CSV rows to write");
   CLI11_PARSE(app, argc, argv);
-  torch::set_num_threads(1);
+  arcal::set_blas_threads(1);
   const auto t_all = std::chrono::steady_clock::now();
   std::vector<Row> rows;
   if (only.empty() || only == "diagnostic") {

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Sets up (Debian packages + Release build) and runs the test suite with ctest.
-# The default suite excludes the label "long"; ARCAL_LONG_TESTS=1 runs those too.
+# Sets up everything (scripts/setup.sh: Debian packages, .venv with the pinned torch, Release build) and
+# runs the test suite with ctest. The default suite excludes the label "long"; ARCAL_LONG_TESTS=1 runs
+# those too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# Test-only packages: headless Chromium renders report.html for the report test's screenshot; pytest,
-# SciPy (the independent temperature fit) and jsonschema run the Python module's suite (tests/python);
-# venv, setuptools and pip run the install test (`pip install --no-build-isolation .` into a venv).
+# Test-only packages: headless Chromium renders report.html for the report test's screenshot (Debian);
+# pytest, SciPy (the independent temperature fit) and jsonschema run the Python suite (pyproject.toml's
+# `test` list, into .venv).
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-  chromium python3-pytest python3-scipy python3-jsonschema python3-venv python3-setuptools python3-pip >/dev/null
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
+PY="${ARCAL_VENV:-$PWD/.venv}/bin/python"
+# shellcheck disable=SC2046
+PIP_DISABLE_PIP_VERSION_CHECK=1 "$PY" -m pip install -q $("$PY" scripts/pins.py test)
 cd build
 ctest --output-on-failure -j2 -LE long
 if [ "${ARCAL_LONG_TESTS:-0}" = 1 ]; then

@@ -1,6 +1,6 @@
 // arcal audit: the routing-conditional audit over one or many runs' traces. Loads each trace,
 // derives confidence, correctness, predictive entropy and the requested statistics, then calls the
-// library (audit/torch/audit_pipeline.hpp, also behind the Python module's arcal.audit), which
+// library (audit/audit_pipeline.hpp, also behind the Python module's arcal.audit), which
 // validates the whole input before computing, and writes DIR/results.json (schema "arcal.audit/3")
 // and CSV tables atomically.
 #include <unistd.h>
@@ -19,10 +19,10 @@
 #include "audit/audit.hpp"
 #include "audit/routing_stats.hpp"
 #include "audit/run_input.hpp"
-#include "audit/torch/audit_pipeline.hpp"
-#include "audit/torch/probes.hpp"
-#include "audit/torch/exact_null.hpp"
-#include "audit/torch/sensitivity_audit.hpp"
+#include "audit/audit_pipeline.hpp"
+#include "audit/probes.hpp"
+#include "audit/exact_null.hpp"
+#include "audit/sensitivity_audit.hpp"
 #include "command.hpp"
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"

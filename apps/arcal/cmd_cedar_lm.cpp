@@ -8,6 +8,7 @@
 
 #include "cedar/torch/lm_study.hpp"
 #include "command.hpp"
+#include "torch_commands.hpp"
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
 #include "core/paths.hpp"
@@ -131,7 +132,4 @@ arcal::cli::RunFn setup(CLI::App& app) {
 
 }  // namespace
 
-ARCAL_COMMAND("cedar-lm",
-              "CEDAR, hard top-k and summaries in a trained language model's causal prefill: bits per byte, ECE and "
-              "over-confidence against dense, and kernel time per layer",
-              setup);
+ARCAL_COMMAND("cedar-lm", arcal::cli::torch_command_description("cedar-lm"), setup);

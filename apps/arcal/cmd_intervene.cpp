@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "command.hpp"
+#include "torch_commands.hpp"
 #include "model_flags.hpp"
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
@@ -154,4 +155,4 @@ arcal::cli::RunFn setup(CLI::App& app) {
 
 }  // namespace
 
-ARCAL_COMMAND("intervene", "Routing ablations by source family: is routing mass causal?", setup);
+ARCAL_COMMAND("intervene", arcal::cli::torch_command_description("intervene"), setup);

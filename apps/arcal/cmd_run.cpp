@@ -37,7 +37,7 @@
 #include "calib/report_json.hpp"
 #include "audit/audit.hpp"
 #include "audit/run_input.hpp"
-#include "audit/torch/audit_pipeline.hpp"
+#include "audit/audit_pipeline.hpp"
 #include "results/audit_json.hpp"
 #include "results/read.hpp"
 #include "results/study.hpp"

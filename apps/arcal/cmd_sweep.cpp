@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "command.hpp"
+#include "torch_commands.hpp"
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
 #include "core/interrupt.hpp"
@@ -239,5 +240,4 @@ arcal::cli::RunFn setup(CLI::App& app) {
 
 }  // namespace
 
-ARCAL_COMMAND("sweep", "Train a study's grid of runs (all, or one by --index) without trace/audit; torchrun/Slurm-ready",
-              setup);
+ARCAL_COMMAND("sweep", arcal::cli::torch_command_description("sweep"), setup);

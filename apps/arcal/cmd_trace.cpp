@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "command.hpp"
+#include "torch_commands.hpp"
 #include "model_flags.hpp"
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
@@ -78,4 +79,4 @@ arcal::cli::RunFn setup(CLI::App& app) {
 
 }  // namespace
 
-ARCAL_COMMAND("trace", "Write a run's per-example predictions and routing trace (.npz)", setup);
+ARCAL_COMMAND("trace", arcal::cli::torch_command_description("trace"), setup);

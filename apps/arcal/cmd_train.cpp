@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "command.hpp"
+#include "torch_commands.hpp"
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
 #include "core/interrupt.hpp"
@@ -185,4 +186,4 @@ arcal::cli::RunFn setup(CLI::App& app) {
 
 }  // namespace
 
-ARCAL_COMMAND("train", "Train one AttnRes (or standard-residual) vision transformer", setup);
+ARCAL_COMMAND("train", arcal::cli::torch_command_description("train"), setup);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <cstdio>
 #include <cstdlib>
@@ -14,11 +15,13 @@
 #include <map>
 #include <new>
 #include <string>
+#include <string_view>
 
 #include "command.hpp"
 #include "core/error.hpp"
 #include "core/subprocess.hpp"
-#include "train/threads.hpp"
+#include "ops/blas.hpp"
+#include "torch_commands.hpp"
 
 namespace arcal::cli {
 
@@ -49,6 +52,39 @@ std::string subcommand_name(const std::map<CLI::App*, arcal::cli::RunFn>& runs) 
 }
 }  // namespace
 
+#ifdef ARCAL_FRONT
+namespace {
+/// `arcal` holds the analysis subcommands; one of kTorchCommands (the first argument that is not an
+/// option) runs `arcal-torch` from this executable's directory with the same arguments, by exec, so the
+/// exit code, signals and standard streams are the child's own. Returns -1 when the command line names
+/// no such command, else the exit code of a failed exec (2: this build has no arcal-torch; 1: it could
+/// not be started).
+int forward_torch_command(int argc, char** argv) {
+  int i = 1;
+  while (i < argc && argv[i][0] == '-') ++i;  // --quiet before the subcommand
+  if (i >= argc) return -1;
+  const std::string_view name = argv[i];
+  if (std::none_of(arcal::cli::kTorchCommands.begin(), arcal::cli::kTorchCommands.end(),
+                   [&](const arcal::cli::ForwardedCommand& c) { return c.name == name; }))
+    return -1;
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const auto target = (ec ? std::filesystem::path(argv[0]) : self).parent_path() / "arcal-torch";
+  if (::access(target.c_str(), X_OK) != 0) {
+    std::cerr << "arcal: error: '" << name << "' needs LibTorch, and this arcal was built without it (no "
+              << target.string() << "): install torch (" << ARCAL_TORCH_REQUIREMENT
+              << ") in this environment and build again (scripts/setup.sh, or pip install --no-build-isolation .; "
+                 "docs/python.md \"Installing\")\n";
+    return 2;
+  }
+  ::execv(target.c_str(), argv);
+  std::cerr << "arcal: failed: could not start " << target.string() << " for '" << name << "': " << std::strerror(errno)
+            << "\n";
+  return 1;
+}
+}  // namespace
+#endif
+
 static int run_main(int argc, char** argv) {
   using namespace arcal::cli;
   arcal::die_with_parent();  // a child of `arcal run`/`sweep` ends with its parent, even on kill -9
@@ -61,6 +97,9 @@ static int run_main(int argc, char** argv) {
   const char* quiet_help = "No progress bars or log lines on stderr (errors are still printed)";
   app.add_flag("--quiet,-q", quiet, quiet_help)->configurable(false);
 
+#ifdef ARCAL_FRONT
+  if (const int rc = forward_torch_command(argc, argv); rc >= 0) return rc;
+#endif
   auto& registry = command_registry();
   std::sort(registry.begin(), registry.end(),
             [](const CommandSpec& a, const CommandSpec& b) { return a.name < b.name; });
@@ -71,10 +110,15 @@ static int run_main(int argc, char** argv) {
     sub->add_flag("--quiet,-q", quiet, quiet_help);
     runs[sub] = spec.setup(*sub);
   }
+#ifdef ARCAL_FRONT
+  for (const auto& c : kTorchCommands)  // listed in --help; a command line naming one never gets here
+    app.add_subcommand(std::string(c.name), std::string(c.description) + " [arcal-torch]");
+#endif
   // A first argument that is neither an option nor a subcommand: name it (CLI11 would only say that a
   // subcommand is required).
   if (argc > 1 && argv[1][0] != '-' &&
-      std::none_of(registry.begin(), registry.end(), [&](const CommandSpec& c) { return c.name == argv[1]; })) {
+      std::none_of(registry.begin(), registry.end(), [&](const CommandSpec& c) { return c.name == argv[1]; }) &&
+      std::none_of(kTorchCommands.begin(), kTorchCommands.end(), [&](const ForwardedCommand& c) { return c.name == argv[1]; })) {
     std::cerr << "arcal: error: unknown subcommand '" << argv[1] << "' (arcal --help lists them)\n";
     return 2;
   }

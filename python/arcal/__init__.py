@@ -10,10 +10,38 @@
     with arcal.torch_hooks.record_routing(model, "trace.npz", routing=["gate"]) as rec: ...
 
 Arrays are numpy (anything np.asarray takes); bad input raises ValueError with the CLI's message.
-Long computations release the GIL.
+Long computations release the GIL. The module links no LibTorch: it imports beside any torch, or none.
 """
-from . import _arcal
-from ._arcal import (  # noqa: F401
+from . import _build_info
+
+
+def _refuse_mismatched_torch():
+    """ImportError when this environment's torch is not the release arcal-torch was built against (the
+    training commands would load a libtorch they were not built for). A build without torch takes any.
+    Reads the version without importing torch (which takes seconds) unless torch is already imported."""
+    import sys
+
+    if "torch" in sys.modules and hasattr(sys.modules["torch"], "__version__"):
+        present = sys.modules["torch"].__version__
+    else:
+        try:
+            from importlib.metadata import PackageNotFoundError, version
+        except ImportError:  # Python < 3.8
+            return
+        try:
+            present = version("torch")
+        except PackageNotFoundError:
+            return  # no torch: the analysis side needs none
+    built = _build_info.TORCH
+    if built is not None and str(present).split("+")[0] != built.split("+")[0]:
+        raise ImportError(f"arcal was built against torch {built}, but this environment has torch {present}: "
+                          "rebuild arcal here (pip install --no-build-isolation . ; docs/python.md \"Installing\")")
+
+
+_refuse_mismatched_torch()
+
+from . import _arcal  # noqa: E402
+from ._arcal import (  # noqa: F401,E402
     Calibrator,
     __version__,
     audit,
@@ -22,8 +50,8 @@ from ._arcal import (  # noqa: F401
     report,
     write_trace,
 )
-from ._inputs import prediction_arrays as _prediction_arrays
-from .plots import reliability_diagram  # noqa: F401
+from ._inputs import prediction_arrays as _prediction_arrays  # noqa: E402
+from .plots import reliability_diagram  # noqa: F401,E402
 
 __all__ = ["metrics", "Calibrator", "audit", "report", "read_trace", "write_trace", "cedar_attention", "reliability_diagram",
            "torch_hooks", "__version__"]

@@ -40,7 +40,11 @@ import warnings
 import numpy as np
 import torch
 
-from . import _arcal
+from . import _arcal, _torch_check
+
+if not _torch_check.supported(torch.__version__):
+    raise ImportError(f"arcal.torch_hooks supports torch {_torch_check.SUPPORTED}, but this environment has torch "
+                      f"{torch.__version__}")
 
 __all__ = ["record_routing", "RoutingRecorder", "LAYOUTS", "ROW_SUM_TOLERANCE"]
 

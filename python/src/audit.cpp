@@ -1,4 +1,4 @@
-// arcal.audit: the routing-conditional audit of `arcal audit` (audit/torch/audit_pipeline.hpp, the
+// arcal.audit: the routing-conditional audit of `arcal audit` (audit/audit_pipeline.hpp, the
 // same call the CLI makes) on traces given as paths or as dicts of arrays; returns results.json.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -10,7 +10,7 @@
 
 #include "audit/routing_stats.hpp"
 #include "audit/run_input.hpp"
-#include "audit/torch/audit_pipeline.hpp"
+#include "audit/audit_pipeline.hpp"
 #include "bindings.hpp"
 #include "convert.hpp"
 #include "io/trace.hpp"

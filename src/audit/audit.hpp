@@ -79,9 +79,9 @@ struct AuditResults {
   std::vector<AuditCondCalEntry> condcal;
   std::vector<AuditCellBand> seed_bands;
   AuditOptions options;
-  bool has_probes = false;  ///< set by the LibTorch probe audit (audit/torch/probes.hpp)
+  bool has_probes = false;  ///< set by the LibTorch probe audit (audit/probes.hpp)
   ProbeFamily probes;
-  bool has_sensitivity = false;  ///< set by the sensitivity audit (audit/torch/sensitivity_audit.hpp)
+  bool has_sensitivity = false;  ///< set by the sensitivity audit (audit/sensitivity_audit.hpp)
   SensitivityResult sensitivity;
   bool has_exact_null = false;   ///< set by the exact-null audit
   ExactNullResult exact_null;

@@ -6,7 +6,7 @@
 // fitted probes is anti-conservative for "the probe procedure beats the control"), and across runs by
 // a random-effects meta-analysis of the per-run Δ (Hartung-Knapp), with Wilcoxon and sign tests shown
 // beside it with their smallest attainable p, and Holm over the comparison × metric family. The
-// LibTorch side (audit/torch/probes.hpp) fits the probes and fills these structs.
+// LibTorch side (audit/probes.hpp) fits the probes and fills these structs.
 #pragma once
 
 #include <array>

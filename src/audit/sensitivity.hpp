@@ -3,7 +3,7 @@
 // σ(logit q + g(z)) with q frozen and g a ridge-penalised cubic in the clipped routing statistic, the
 // recovery summaries with their bootstrap over (run, draw) units, the Monte-Carlo p of a real gain
 // against its null replicates, and the result structs that results.json serialises. The LibTorch
-// side (audit/torch/sensitivity.hpp) refits the MLP probes and fills these structs.
+// side (audit/sensitivity.hpp) refits the MLP probes and fills these structs.
 #pragma once
 
 #include <array>

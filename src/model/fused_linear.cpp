@@ -19,8 +19,8 @@ using torch::autograd::variable_list;
 // as autocast's linear casts its arguments; the input's own otherwise.
 torch::ScalarType compute_dtype(const torch::Tensor& x) {
   const auto t = x.scalar_type();
-  if (at::autocast::is_cpu_enabled() && at::isFloatingType(t) && t != torch::kDouble)
-    return at::autocast::get_autocast_cpu_dtype();
+  if (at::autocast::is_autocast_enabled(at::kCPU) && at::isFloatingType(t) && t != torch::kDouble)
+    return at::autocast::get_autocast_dtype(at::kCPU);
   return t;
 }
 
@@ -91,7 +91,7 @@ torch::Tensor fused_linear(const torch::Tensor& x, const torch::Tensor& weight, 
                                                 dtype == torch::kBFloat16);
   // Autocast casts a float weight and bias to its dtype; any other mix of dtypes, and the inputs
   // at::linear itself sends elsewhere (matmul then add_ for a strided 3-d input), stay with it.
-  const bool autocast_casts = at::autocast::is_cpu_enabled() && dtype == at::autocast::get_autocast_cpu_dtype();
+  const bool autocast_casts = at::autocast::is_autocast_enabled(at::kCPU) && dtype == at::autocast::get_autocast_dtype(at::kCPU);
   auto fits = [&](const torch::Tensor& p) {
     return p.scalar_type() == dtype || (autocast_casts && p.scalar_type() == torch::kFloat);
   };

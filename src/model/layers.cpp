@@ -18,8 +18,8 @@ torch::Tensor layer_norm_at_least_fp32(torch::nn::LayerNorm& norm, const torch::
       opt.normalized_shape().size() == 1 && x.dim() >= 1 && x.size(-1) == opt.normalized_shape()[0] &&
       (x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kDouble) && w.scalar_type() == x.scalar_type() &&
       norm->bias.defined() && norm->bias.scalar_type() == x.scalar_type()) {
-    const bool bf16_out = feeds_linear && x.scalar_type() == torch::kFloat && at::autocast::is_cpu_enabled() &&
-                          at::autocast::get_autocast_cpu_dtype() == at::kBFloat16;
+    const bool bf16_out = feeds_linear && x.scalar_type() == torch::kFloat && at::autocast::is_autocast_enabled(at::kCPU) &&
+                          at::autocast::get_autocast_dtype(at::kCPU) == at::kBFloat16;
     return fused_layer_norm(x, w, norm->bias, opt.eps(), bf16_out);
   }
   return norm->forward(x);
@@ -41,7 +41,7 @@ torch::Tensor patch_embed_tokens(torch::nn::Conv2d& conv, const torch::Tensor& i
   const bool exact_tiles = images.dim() == 4 && w.size(3) == p && images.size(1) == w.size(1) &&
                            images.size(2) % p == 0 && images.size(3) % p == 0;
   const auto& stride = conv->options.stride();
-  const auto* pad = c10::get_if<torch::ExpandingArray<2>>(&conv->options.padding());
+  const auto* pad = std::get_if<torch::ExpandingArray<2>>(&conv->options.padding());
   const bool plain = stride->at(0) == p && stride->at(1) == p && pad && (*pad)->at(0) == 0 && (*pad)->at(1) == 0 &&
                      conv->options.dilation()->at(0) == 1 && conv->options.dilation()->at(1) == 1 &&
                      conv->options.groups() == 1;

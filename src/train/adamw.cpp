@@ -5,46 +5,11 @@
 #include <cmath>
 #include <memory>
 
+#include "ops/adamw.hpp"
+
 namespace arcal {
 
 namespace {
-
-#define ARCAL_ADAMW_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-
-// The scalars as LibTorch passes them to its float kernels: computed in double, rounded to T.
-template <typename T>
-struct AdamwScalars {
-  T decay, beta1, one_minus_beta1, beta2, one_minus_beta2, sqrt_bc2, eps, neg_step;
-};
-
-template <typename T>
-inline void adamw_rows(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v, std::int64_t b,
-                       std::int64_t e, const AdamwScalars<T>& s) {
-  const T decay = s.decay, beta1 = s.beta1, c1 = s.one_minus_beta1, beta2 = s.beta2, c2 = s.one_minus_beta2;
-  const T sqrt_bc2 = s.sqrt_bc2, eps = s.eps, neg_step = s.neg_step;  // in registers, not re-read per element
-  // The decay first, in a pass of its own: the product is rounded before the update is added, as
-  // LibTorch's p.mul_(1 - lr wd) rounds it (in one loop the vectorised add would fuse with it).
-#pragma omp simd
-  for (std::int64_t i = b; i < e; ++i) p[i] *= decay;
-#pragma omp simd
-  for (std::int64_t i = b; i < e; ++i) {
-    const T gi = g[i];
-    const T mi = m[i] * beta1 + c1 * gi;
-    const T vi = v[i] * beta2 + c2 * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = p[i] + neg_step * mi / (std::sqrt(vi) / sqrt_bc2 + eps);
-  }
-}
-// One clone set per dtype (overloads: target_clones takes no templates).
-ARCAL_ADAMW_CLONES void adamw_kernel(float* p, const float* g, float* m, float* v, std::int64_t b, std::int64_t e,
-                                     const AdamwScalars<float>& s) {
-  adamw_rows(p, g, m, v, b, e, s);
-}
-ARCAL_ADAMW_CLONES void adamw_kernel(double* p, const double* g, double* m, double* v, std::int64_t b,
-                                     std::int64_t e, const AdamwScalars<double>& s) {
-  adamw_rows(p, g, m, v, b, e, s);
-}
 
 bool same_layout(const torch::Tensor& t, const torch::Tensor& p) {
   return t.device() == p.device() && t.scalar_type() == p.scalar_type() && t.is_contiguous() && t.sizes() == p.sizes();
@@ -57,7 +22,7 @@ bool loop_takes(const torch::Tensor& p, const torch::Tensor& g) {
 }
 
 // p's entry in torch::optim::AdamW's state map: LibTorch's own key, the address of its TensorImpl.
-std::string state_key(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+void* state_key(const torch::Tensor& p) { return p.unsafeGetTensorImpl(); }
 
 // The loop covers p: loop_takes(p, its gradient), and its moments (once made) have its dtype and shape.
 bool loop_covers(const torch::Tensor& p, const torch::optim::AdamW& opt) {
@@ -68,19 +33,20 @@ bool loop_covers(const torch::Tensor& p, const torch::optim::AdamW& opt) {
   return same_layout(st.exp_avg(), p) && same_layout(st.exp_avg_sq(), p);
 }
 
+// The step's scalars for the element type (ops/adamw.hpp computes them in double and rounds).
+void scalars_into(AdamwScalars<float>& s, double lr, double wd, double b1, double b2, double eps, std::int64_t t) {
+  s = adamw_scalars_float(lr, wd, b1, b2, eps, t);
+}
+void scalars_into(AdamwScalars<double>& s, double lr, double wd, double b1, double b2, double eps, std::int64_t t) {
+  s = adamw_scalars_double(lr, wd, b1, b2, eps, t);
+}
+
 // The loop over p's elements with LibTorch's scalars (computed in double, rounded to p's type).
 void adamw_loop(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m, const torch::Tensor& v,
                 double lr, double weight_decay, double beta1, double beta2, double eps, std::int64_t t) {
-  const double bc1 = 1 - std::pow(beta1, double(t)), bc2 = 1 - std::pow(beta2, double(t));
   AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "adamw_step", [&] {
-    const AdamwScalars<scalar_t> s{scalar_t(weight_decay != 0 ? 1 - lr * weight_decay : 1.0),
-                                   scalar_t(beta1),
-                                   scalar_t(1 - beta1),
-                                   scalar_t(beta2),
-                                   scalar_t(1 - beta2),
-                                   scalar_t(std::sqrt(bc2)),
-                                   scalar_t(eps),
-                                   scalar_t(-(lr / bc1))};
+    AdamwScalars<scalar_t> s;
+    scalars_into(s, lr, weight_decay, beta1, beta2, eps, t);
     scalar_t* pp = p.data_ptr<scalar_t>();
     const scalar_t* gp = g.data_ptr<scalar_t>();
     scalar_t* mp = m.data_ptr<scalar_t>();

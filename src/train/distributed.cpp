@@ -2,6 +2,7 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include <chrono>
 #include <cstdlib>
@@ -80,7 +81,8 @@ bool distributed_backend_available(const std::string& device) {
 
 struct DataParallelGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  // The backend itself (ProcessGroupGloo / ProcessGroupNCCL are c10d::Backends since torch 2.0).
+  c10::intrusive_ptr<c10d::Backend> group;
   bool device_is_cuda = false;
 };
 

@@ -566,11 +566,11 @@ struct Autocast {
   void set(bool on) const {
     if (!enabled) return;
     if (cuda) {
-      at::autocast::set_autocast_gpu_dtype(dtype);
-      at::autocast::set_enabled(on);
+      at::autocast::set_autocast_dtype(at::kCUDA, dtype);
+      at::autocast::set_autocast_enabled(at::kCUDA, on);
     } else {
-      at::autocast::set_autocast_cpu_dtype(dtype);
-      at::autocast::set_cpu_enabled(on);
+      at::autocast::set_autocast_dtype(at::kCPU, dtype);
+      at::autocast::set_autocast_enabled(at::kCPU, on);
     }
     if (!on) at::autocast::clear_cache();
   }

@@ -66,10 +66,10 @@ TEST(Gpu, Bf16AutocastKeepsRoutingInFp32) {
   auto x = torch::randn({4, 3, 32, 32}, torch::kCUDA);
   auto ref = m->forward(x);
   RoutingCapture cap;
-  at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-  at::autocast::set_enabled(true);
+  at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+  at::autocast::set_autocast_enabled(at::kCUDA, true);
   auto got = m->forward(x, &cap);
-  at::autocast::set_enabled(false);
+  at::autocast::set_autocast_enabled(at::kCUDA, false);
   at::autocast::clear_cache();
   for (const auto& a : cap.alpha) EXPECT_EQ(a.scalar_type(), torch::kFloat);
   EXPECT_LE(max_rel(got.to(torch::kFloat), ref), 5e-2);  // bf16 keeps 8 mantissa bits

@@ -418,10 +418,10 @@ TEST(Fused, LayerNormWithABFloat16OutputIsTheFloatNormRounded) {
   torch::nn::LayerNorm norm(torch::nn::LayerNormOptions({16}).eps(1e-6));
   const auto x = torch::randn({4, 5, 16});
   EXPECT_EQ(layer_norm_before_linear(norm, x).scalar_type(), torch::kFloat);  // no autocast
-  at::autocast::set_cpu_enabled(true);
-  at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+  at::autocast::set_autocast_enabled(at::kCPU, true);
+  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
   const auto under = layer_norm_before_linear(norm, x), plain = layer_norm_fp32(norm, x);
-  at::autocast::set_cpu_enabled(false);
+  at::autocast::set_autocast_enabled(at::kCPU, false);
   at::autocast::clear_cache();
   EXPECT_EQ(under.scalar_type(), torch::kBFloat16);
   EXPECT_EQ(plain.scalar_type(), torch::kFloat);
@@ -520,8 +520,8 @@ TEST(Fused, LinearIsTorchLinearBitForBit) {
       auto w = w0.clone().requires_grad_(true), b = b0.clone().requires_grad_(true);
       auto in = c.select_row ? x.select(1, 3) : c.transpose ? x.transpose(1, 2) : x;
       if (c.autocast) {
-        at::autocast::set_cpu_enabled(true);
-        at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+        at::autocast::set_autocast_enabled(at::kCPU, true);
+        at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
       }
       const auto bias = c.bias ? b : torch::Tensor();
       auto y = fused ? fused_linear(in, w, bias) : torch::linear(in, w, bias);
@@ -536,7 +536,7 @@ TEST(Fused, LinearIsTorchLinearBitForBit) {
         torch::NoGradGuard no_grad;
         y_nograd = fused ? fused_linear(in, w, bias) : torch::linear(in, w, bias);
       }
-      at::autocast::set_cpu_enabled(false);
+      at::autocast::set_autocast_enabled(at::kCPU, false);
       at::autocast::clear_cache();
       torch::manual_seed(7);
       y.backward(torch::randn(y.sizes()).to(y.scalar_type()));
@@ -688,10 +688,10 @@ TEST(Fused, ARViTUnderBf16AutocastStaysCloseToTheComposite) {
   std::vector<torch::Tensor> logits;
   for (bool fused : {true, false}) {
     set_fused_operators(fused);
-    at::autocast::set_cpu_enabled(true);
-    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::set_autocast_enabled(at::kCPU, true);
+    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
     auto out = m->forward(images).to(torch::kFloat).detach();
-    at::autocast::set_cpu_enabled(false);
+    at::autocast::set_autocast_enabled(at::kCPU, false);
     at::autocast::clear_cache();
     logits.push_back(out);
   }

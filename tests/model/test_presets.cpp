@@ -218,10 +218,10 @@ TEST(Presets, RoutingSoftmaxStaysFp32UnderBf16Autocast) {
     RoutingCapture cap;
     auto x = torch::randn({2, 3, 32, 32});
     auto ref = m->forward(x);
-    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-    at::autocast::set_cpu_enabled(true);
+    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+    at::autocast::set_autocast_enabled(at::kCPU, true);
     auto logits = m->forward(x, &cap);
-    at::autocast::set_cpu_enabled(false);
+    at::autocast::set_autocast_enabled(at::kCPU, false);
     at::autocast::clear_cache();
     EXPECT_EQ(logits.scalar_type(), torch::kBFloat16);  // the head ran in bf16: autocast is on
     for (const auto& a : cap.alpha) EXPECT_EQ(a.scalar_type(), torch::kFloat);

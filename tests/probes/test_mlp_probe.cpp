@@ -3,15 +3,14 @@
 // separate fits, concurrent fits equal serial ones, input errors.
 #include <gtest/gtest.h>
 
-#include <torch/torch.h>
-
 #include <array>
 #include <cmath>
 #include <cstdio>
 #include <set>
 #include <thread>
 
-#include "audit/torch/mlp_probe.hpp"
+#include "ops/blas.hpp"
+#include "audit/mlp_probe.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
 
@@ -108,7 +107,7 @@ TEST(MlpProbe, StackedFitsEqualSeparateFits) {
   // Replicate r of a stacked fit must be the fit of its labels alone (same seed, same warm start):
   // the stack shares inputs, split and batch order, but no arithmetic across replicates. Checked cold
   // and warm-started, with replicates stopping at different epochs (so the stack shrinks).
-  torch::set_num_threads(1);
+  arcal::set_blas_threads(1);
   const std::size_t n = 700, f = 3, m = 50, R = 5;
   std::vector<double> x;
   std::vector<std::vector<double>> ys;
@@ -153,8 +152,8 @@ TEST(MlpProbe, StackedFitsEqualSeparateFits) {
 
 TEST(MlpProbe, ConcurrentFitsMatchSerialFits) {
   // The initialisation uses a generator of its own, so fits on two threads at once give the serial
-  // results (torch's global generator would make them depend on the interleaving).
-  torch::set_num_threads(1);
+  // results (a process-wide generator would make them depend on the interleaving).
+  arcal::set_blas_threads(1);
   const std::size_t n = 500, f = 2, m = 40;
   std::vector<double> x;
   std::vector<std::vector<double>> ys;
@@ -232,7 +231,7 @@ TEST(MlpProbe, BlockedPassesAndRowSourcesMatchTheWholeRows) {
   // a row source hands the fit its rows one set at a time: neither may change a prediction. The same
   // fit predicts 70,000 rows (two blocks) and their first 200 alone; and a source that fills its buffer
   // gives the fit of the stored rows.
-  torch::set_num_threads(1);
+  arcal::set_blas_threads(1);
   const std::size_t n = 400, f = 3, R = 2, big = 70000, small = 200;
   std::vector<double> x;
   std::vector<std::vector<double>> ys;

@@ -1,10 +1,9 @@
-// The probe audit (audit/torch/probes.hpp) on simulated traces: under the exact null the per-run test
+// The probe audit (audit/probes.hpp) on simulated traces: under the exact null the per-run test
 // calls the full-vector MLP better than a control (linear included) at most at its nominal rate and
 // covers 0 against the routing controls at 95 %; with an injected 0.02-nat routing effect the routing
 // probes beat every control on log-loss; the family wires into results.json and probes.csv; bad input
 // throws. ARCAL_LONG_TESTS=1 adds the 80-run null check and the 10-run detection check at N = 10,000.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include <chrono>
 #include <cstdio>
@@ -13,10 +12,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include "ops/blas.hpp"
 #include "audit/run_input.hpp"
 #include "audit/simulate.hpp"
 #include "../audit/audit_test_util.hpp"
-#include "audit/torch/probes.hpp"
+#include "audit/probes.hpp"
 #include "calib/calibrators.hpp"
 #include "core/error.hpp"
 #include "stats/paired_tests.hpp"
@@ -43,7 +43,7 @@ const RunComparison& comparison(const RunProbeResult& r, const std::string& name
 /// belongs in the per-run test, which now comes from repeated cross-fits with the Nadeau-Bengio
 /// correction.
 void null_coverage(std::size_t runs, std::size_t n, int repeats, std::uint64_t seed0) {
-  torch::set_num_threads(1);
+  arcal::set_blas_threads(1);
   ProbeAuditOptions o;
   o.repeats = repeats;
   if (const char* e = std::getenv("ARCAL_PROBE_CORRECTIONS")) o.corrections = std::string(e) != "0";
@@ -85,7 +85,7 @@ void null_coverage(std::size_t runs, std::size_t n, int repeats, std::uint64_t s
 /// The injected-effect check over `runs` simulations: every routing probe's log-loss interval lies
 /// below 0 against every control, in every run.
 void injected_detection(std::size_t runs, std::size_t n, double effect, int repeats, std::uint64_t seed0) {
-  torch::set_num_threads(1);
+  arcal::set_blas_threads(1);
   ProbeAuditOptions o;
   o.repeats = repeats;
   if (const char* e = std::getenv("ARCAL_PROBE_CORRECTIONS")) o.corrections = std::string(e) != "0";
@@ -134,7 +134,7 @@ TEST(Probes, LongInjectedEffectBeatsEveryControl) {
 }
 
 TEST(Probes, InjectedEffectBeatsEveryControl) {
-  torch::set_num_threads(1);
+  arcal::set_blas_threads(1);
   const auto run = simulated_run(10000, 0.02, 77);
   ProbeAuditOptions o;
   o.seed = 77;
@@ -169,7 +169,7 @@ TEST(Probes, InjectedEffectBeatsEveryControl) {
 /// per-run test calls the full-vector probe better than its capacity-matched and shuffled controls at
 /// most at the nominal 2.5 %.
 TEST(Probes, DependentTokensGiveNoFalseGainsWithClusterSplits) {
-  torch::set_num_threads(1);
+  arcal::set_blas_threads(1);
   const std::size_t runs = long_tests() ? 40 : 12;
   ProbeAuditOptions o;
   o.repeats = 5;
@@ -196,7 +196,7 @@ TEST(Probes, DependentTokensGiveNoFalseGainsWithClusterSplits) {
 }
 
 TEST(Probes, FamilyWritesResultsJsonAndCsv) {
-  torch::set_num_threads(1);
+  arcal::set_blas_threads(1);
   std::vector<AuditRunInput> runs{simulated_run(600, 0.0, 1), simulated_run(600, 0.0, 2)};
   ProbeAuditOptions o;
   o.repeats = 2;
@@ -317,7 +317,7 @@ double per_class_platt_log_loss(const AuditRunInput& run, const ProbeDesign& d) 
 // when the reference read sorted probabilities on a linear scale. The reference now sees the predicted
 // class on the log scale: it is at least as good as per-class Platt, and the comparison stays quiet.
 TEST(Probes, FullLogitReferenceConditionsOnThePredictedClass) {
-  torch::set_num_threads(1);
+  arcal::set_blas_threads(1);
   ProbeAuditOptions o;
   o.repeats = 2;
   std::size_t false_gains = 0, runs = 0;

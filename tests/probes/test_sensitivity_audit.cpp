@@ -1,4 +1,4 @@
-// The sensitivity and exact-null audits (audit/torch/sensitivity_audit.hpp) on simulated traces: the
+// The sensitivity and exact-null audits (audit/sensitivity_audit.hpp) on simulated traces: the
 // oracle probe recovers R = 1, with no injected effect no probe's gain interval lies above 0, the 2-D
 // NW probe's recovery rises with the effect, the exact null's decision (conditional permutation) holds
 // its level on misspecified-reference nulls where the model-based null rejects and finds a planted
@@ -8,7 +8,7 @@
 
 #include <utility>
 #include <vector>
-#include <torch/torch.h>
+#include "ops/blas.hpp"
 
 #include <chrono>
 #include <cstdlib>
@@ -17,8 +17,8 @@
 #include "audit/matching.hpp"
 #include "audit/simulate.hpp"
 #include "../audit/audit_test_util.hpp"
-#include "audit/torch/exact_null.hpp"
-#include "audit/torch/sensitivity_audit.hpp"
+#include "audit/exact_null.hpp"
+#include "audit/sensitivity_audit.hpp"
 #include "core/error.hpp"
 
 using namespace arcal;
@@ -40,7 +40,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 TEST(Sensitivity, OracleRecoversAllNullCoversZeroNwRises) {
-  torch::set_num_threads(1);
+  arcal::set_blas_threads(1);
   std::vector<AuditRunInput> runs{simulated_run(2000, 0.0, 11), simulated_run(2000, 0.0, 12)};
   SensitivityAuditOptions o;
   o.effects = {0.0, 0.01, 0.04};
@@ -137,7 +137,7 @@ NullCounts exact_null_rejections(const std::string& variant, const std::string& 
 // 19 replicates) in at most the 99 % binomial band of 5 % of misspecified-reference null runs, for
 // both variants on the family whose routing tracks confidence.
 TEST(ExactNull, ConditionalPermutationHoldsLevelOnMisspecifiedNulls) {
-  torch::set_num_threads(1);
+  arcal::set_blas_threads(1);
   const std::size_t runs = long_tests() ? 100 : 20;
   const auto band = arcal::test_util::binomial_band_99(runs, 0.05);
   for (const char* variant : {"confidence", "full_logit"}) {
@@ -154,7 +154,7 @@ TEST(ExactNull, ConditionalPermutationHoldsLevelOnMisspecifiedNulls) {
 // given the whole output; matching on sorted probabilities (which drop the class) rejected 16/16 such
 // runs. Groups inside each predicted class hold the level; so do both variants with saturated confidences.
 TEST(ExactNull, FullLogitNullKeepsThePredictedClass) {
-  torch::set_num_threads(1);
+  arcal::set_blas_threads(1);
   const std::size_t runs = long_tests() ? 100 : 12;
   const auto band = arcal::test_util::binomial_band_99(runs, 0.05);
   for (const auto& [variant, family] : std::vector<std::pair<const char*, const char*>>{
@@ -174,7 +174,7 @@ TEST(ExactNull, FullLogitNullKeepsThePredictedClass) {
 // across classes (and 6/20 before the class was kept). It must still reject less often than the
 // model-based null, whose reference is misspecified here.
 TEST(ExactNull, FullLogitOnOutputTrackingRoutingBeatsTheModelBasedNull) {
-  torch::set_num_threads(1);
+  arcal::set_blas_threads(1);
   const std::size_t runs = long_tests() ? 100 : 12;
   const auto c = exact_null_rejections("full_logit", "outputs", runs, 2000, 0.0, 9300);
   std::printf("  misspecified null (family outputs, full_logit), %zu runs: conditional %zu, model-based %zu\n", runs,
@@ -185,7 +185,7 @@ TEST(ExactNull, FullLogitOnOutputTrackingRoutingBeatsTheModelBasedNull) {
 
 // Power: a dependence planted on the part of routing independent of the outputs is found.
 TEST(ExactNull, ConditionalPermutationFindsPlantedDependence) {
-  torch::set_num_threads(1);
+  arcal::set_blas_threads(1);
   for (const char* variant : {"confidence", "full_logit"}) {
     const auto c = exact_null_rejections(variant, variant == std::string("confidence") ? "c" : "outputs", 5, 2000, 0.03, 9500);
     std::printf("  planted 0.03 nats (%s), 5 runs x N = 2000: conditional rejects %zu / 5\n", variant, c.conditional);
@@ -230,7 +230,7 @@ TEST(ExactNull, SequentialStoppingDrawsAPrefixOfTheFixedNull) {
   // Sequential stopping draws replicates 0..L-1 of the fixed-count null (the same seeds; a fit does not
   // depend on its stack companions beyond float rounding), stops on a null run well before the
   // maximum, and keeps the fixed test's decision at alpha.
-  torch::set_num_threads(1);
+  arcal::set_blas_threads(1);
   auto o = confidence_null({"full_vector", "capacity_matched"}, 99);
   o.model_based = false;
   const std::vector<AuditRunInput> runs{simulated_run(600, 0.0, 41), simulated_run(600, 0.0, 42)};
@@ -251,7 +251,7 @@ TEST(ExactNull, SequentialStoppingDrawsAPrefixOfTheFixedNull) {
 // fixed test's decision. With a planted dependence the routing comparisons run to the end while
 // predictive entropy against its control, which routing cannot move, settles early.
 TEST(ExactNull, EachComparisonAndTheModelBasedNullStopOnTheirOwn) {
-  torch::set_num_threads(1);
+  arcal::set_blas_threads(1);
   auto o = confidence_null({"full_vector", "capacity_matched", "predictive_entropy"}, 39);
   const std::vector<AuditRunInput> runs{simulated_run(600, 0.03, 43), simulated_run(600, 0.03, 44)};
   const auto fixed = run_exact_null_audit(runs, o);
@@ -281,7 +281,7 @@ TEST(ExactNull, EachComparisonAndTheModelBasedNullStopOnTheirOwn) {
 }
 
 TEST(ExactNull, MatchingAndLayout) {
-  torch::set_num_threads(1);
+  arcal::set_blas_threads(1);
   const auto o = confidence_null({"full_vector", "capacity_matched", "predictive_entropy"}, 4);
   const auto res = run_exact_null_audit({simulated_run(600, 0.0, 3)}, o);
   ASSERT_EQ(res.runs.size(), 1u);
@@ -300,7 +300,7 @@ TEST(ExactNull, MatchingAndLayout) {
 // The refit workers (MLP refits, the 2-D NW's queries, the correction probe's ridge CV and fit per
 // label set and fold) change no number: every estimate and the ridges are bitwise those of one thread.
 TEST(SensitivityAudit, ResultsDoNotDependOnTheThreadCount) {
-  torch::set_num_threads(1);
+  arcal::set_blas_threads(1);
   std::vector<AuditRunInput> runs{simulated_run(1200, 0.01, 21)};
   SensitivityAuditOptions o;
   o.effects = {0.01, 0.02};
@@ -358,7 +358,7 @@ TEST(SensitivityAudit, RejectsBadInput) {
 
 TEST(SensitivityAudit, LongFullSizeTiming) {
   if (!long_tests()) GTEST_SKIP() << "set ARCAL_LONG_TESTS=1 (ctest -L long)";
-  torch::set_num_threads(1);
+  arcal::set_blas_threads(1);
   std::vector<AuditRunInput> runs;
   for (std::uint64_t s = 1; s <= 3; ++s) runs.push_back(simulated_run(10000, 0.0, s));
   SensitivityAuditOptions o;

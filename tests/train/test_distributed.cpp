@@ -111,14 +111,15 @@ TEST(Distributed, TwoGlooRanksEqualOneProcessWithTheirCombinedBatch) {
   EXPECT_LE(rel, 1e-5);
   EXPECT_LE(worst, 1e-2) << worst_name;
 
-  // The same two ranks started by torchrun (python3-torch's launcher: its agent hosts the store) end
-  // with exactly the parameters of the hand-started ranks.
-  if (sh("command -v torchrun").code == 0) {
+  // The same two ranks started by torchrun (the launcher of the torch arcal-torch links, beside the
+  // test's Python in the project's venv: its agent hosts the store) end with exactly the parameters of
+  // the hand-started ranks.
+  const std::string torchrun = (fs::path(ARCAL_TEST_PYTHON).parent_path() / "torchrun").string();
+  if (fs::exists(torchrun)) {
     const auto tr = tmpdir("dist_torchrun");
-    // --redirects 1 --tee 2: Debian's torchrun 1.13 under Python 3.11 cannot parse its own default
-    // "0" (enum.IntFlag no longer iterates the zero member), so a non-zero value is passed.
-    r = sh("OMP_NUM_THREADS=1 torchrun --nproc_per_node 2 --master_addr 127.0.0.1 --master_port " + std::to_string(free_port()) +
-           " --redirects 1 --tee 2 --log_dir " + tr + "_logs --no_python " + kArcal + " " + common + " --batch-size 8 --out " + tr);
+    r = sh("OMP_NUM_THREADS=1 " + torchrun + " --nproc_per_node 2 --master_addr 127.0.0.1 --master_port " +
+           std::to_string(free_port()) + " --log_dir " + tr + "_logs --no_python " + kArcal + " " + common +
+           " --batch-size 8 --out " + tr);
     ASSERT_EQ(r.code, 0) << r.err;
     auto t = load_trained_model(tr);
     auto pb = b->named_parameters();

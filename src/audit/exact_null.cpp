@@ -1,4 +1,4 @@
-#include "audit/torch/exact_null.hpp"
+#include "audit/exact_null.hpp"
 
 #include <algorithm>
 #include <array>
@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "audit/matching.hpp"
-#include "audit/torch/refit_common.hpp"
+#include "audit/refit_common.hpp"
 #include "core/check.hpp"
 #include "core/parallel.hpp"
 #include "core/rng.hpp"

@@ -1,7 +1,7 @@
 // The sensitivity (injection) audit of method.md §6.5: it replaces the correctness labels by synthetic
 // draws from a known truth p* = σ(logit q(c) + δ·tanh z), the oracle gain fixed by bisection, and refits
-// every probe of the probe audit (audit/torch/probes.hpp, through its ProbeDesign) on them: recovery R
-// per probe and effect. The exact-null audit (§6.6) is audit/torch/exact_null.hpp. Result structs live in
+// every probe of the probe audit (audit/probes.hpp, through its ProbeDesign) on them: recovery R
+// per probe and effect. The exact-null audit (§6.6) is audit/exact_null.hpp. Result structs live in
 // audit/sensitivity.hpp (std only).
 #pragma once
 
@@ -13,7 +13,7 @@
 
 #include "audit/audit.hpp"
 #include "audit/sensitivity.hpp"
-#include "audit/torch/probes.hpp"
+#include "audit/probes.hpp"
 
 namespace arcal {
 

@@ -1,6 +1,6 @@
-#include "audit/torch/sensitivity_audit.hpp"
+#include "audit/sensitivity_audit.hpp"
 
-#include "audit/torch/refit_common.hpp"
+#include "audit/refit_common.hpp"
 
 #include <algorithm>
 #include <array>

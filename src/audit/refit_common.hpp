@@ -1,6 +1,6 @@
 // Helpers shared by the two refitting audits (sensitivity_audit.cpp, exact_null.cpp): fold-wise label
 // sets, the binary log-loss of the refits, seeded Bernoulli draws, the soft-reference warm start, the
-// refits' fold-mean losses, input checks and the recorded refit settings. Internal to src/audit/torch.
+// refits' fold-mean losses, input checks and the recorded refit settings. Internal to the probe refits of src/audit.
 #pragma once
 
 #include <algorithm>
@@ -11,7 +11,7 @@
 
 #include "audit/audit.hpp"
 #include "audit/sensitivity.hpp"
-#include "audit/torch/probes.hpp"
+#include "audit/probes.hpp"
 #include "core/check.hpp"
 #include "core/rng.hpp"
 #include "stats/bootstrap.hpp"

@@ -15,7 +15,7 @@
 
 #include "audit/audit.hpp"
 #include "audit/probe_compare.hpp"
-#include "audit/torch/mlp_probe.hpp"
+#include "audit/mlp_probe.hpp"
 #include "stats/splits.hpp"
 
 namespace arcal {

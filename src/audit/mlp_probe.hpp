@@ -2,8 +2,9 @@
 // GELU, AdamW, early stopping on an inner 20 % split, 5 seeded restarts whose probabilities are
 // averaged. Capacity matching picks hidden widths whose parameter count is within 2 % of a target.
 // Refits of the sensitivity and exact-null audits (method.md §6.5-6.6) may train on soft targets and
-// start from the weights of an earlier fit (warm start). Inputs are plain row-major vectors; LibTorch
-// is used only inside.
+// start from the weights of an earlier fit (warm start). Inputs are plain row-major vectors; the
+// trainer is arcal's own (float32, products on the BLAS of ops/blas.hpp, GELU and AdamW of src/ops):
+// no LibTorch, so the audit runs beside any torch or none.
 #pragma once
 
 #include <cstddef>
@@ -36,8 +37,8 @@ struct MlpProbeOptions {
   /// split and batch order still follow the restart's seed). Must match (f, hidden1, hidden2).
   const MlpWeights* warm_start = nullptr;
   /// Worker threads over independent fits where a caller has several (fit_probe_design_replicates:
-  /// one per probe and fold). Results do not depend on it: every fit is seeded on its own and torch's
-  /// global generator is never used. Intra-op threads are the caller's (set them to 1 beside workers).
+  /// one per probe and fold). Results do not depend on it: every fit is seeded on its own. The BLAS's
+  /// own threads are the caller's (audit_pipeline holds them at 1 beside workers).
   int threads = 1;
 };
 
@@ -65,12 +66,11 @@ std::pair<int, int> capacity_matched_widths(int inputs, std::int64_t target);
 /// Fits one MLP per label vector ys[r] ([n] each, R = ys.size() >= 1) on the same rows x_train [n, f]
 /// and returns [R][m] P(correct) for x_eval [m, f]. The R fits share the feature standardisation, each
 /// restart's inner split, batch order and starting weights (options.warm_start, or one seeded
-/// initialisation) — common random numbers — and each stops on its own inner-validation loss. They are
-/// trained as one stacked network (a leading replicate axis; batched matrix products; the loss is the
-/// sum of the replicates' mean losses, so each replicate's gradient is its own; one AdamW state per
-/// replicate), and a stopped replicate leaves the stack, so replicate r's result does not depend on R
-/// or on the other label vectors. The initialisation uses a generator of its own (never torch's
-/// global one), so concurrent fits on other threads cannot change it. infos, if given, gets R entries.
+/// initialisation) — common random numbers — and each stops on its own inner-validation loss. Each
+/// replicate is trained on its own (its own AdamW state, its own early stopping), so replicate r's
+/// result does not depend on R or on the other label vectors. The initialisation is drawn from a
+/// generator seeded by the restart alone, so concurrent fits on other threads cannot change it.
+/// infos, if given, gets R entries.
 /// offsets, if given, turns every fit into a correction of fixed logits (MlpOffsets).
 /// Throws InputError as fit_predict_mlp_probe, naming ys[r] for a bad label, or on offsets of the
 /// wrong shape or non-finite.
@@ -124,5 +124,12 @@ std::vector<double> fit_predict_mlp_probe(const std::vector<double>& x_train, st
                                           const std::vector<double>& y_train, const std::vector<double>& x_eval,
                                           std::size_t m, const MlpProbeOptions& options, MlpProbeInfo* info = nullptr,
                                           const MlpOffsets* offsets = nullptr);
+
+/// The trainer's arithmetic on one minibatch, for tests against an independent implementation: the mean
+/// binary cross-entropy of σ(offsets[i] + MLP(x[i])) against y[i] over `rows` rows x [rows, f] and its
+/// gradient with respect to the weights, written to grad in MlpWeights' order (W1, b1, W2, b2, W3, b3
+/// flattened; resized to the parameter count). Throws InputError on weights of the wrong shape.
+double mlp_batch_loss_gradient(const MlpWeights& weights, const std::vector<float>& x, const std::vector<float>& y,
+                               const std::vector<float>& offsets, std::size_t rows, std::vector<float>& grad);
 
 }  // namespace arcal

@@ -12,8 +12,8 @@
 
 #include "audit/audit.hpp"
 #include "audit/sensitivity.hpp"
-#include "audit/torch/probes.hpp"
-#include "audit/torch/sensitivity_audit.hpp"
+#include "audit/probes.hpp"
+#include "audit/sensitivity_audit.hpp"
 
 namespace arcal {
 

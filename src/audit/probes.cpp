@@ -1,4 +1,4 @@
-#include "audit/torch/probes.hpp"
+#include "audit/probes.hpp"
 
 #include <algorithm>
 #include <atomic>

@@ -1,4 +1,8 @@
-#include "audit/torch/mlp_probe.hpp"
+// The LibTorch probe trainer that audit/mlp_probe.cpp (arcal's own, on OpenBLAS) replaced, kept as the
+// reference for bench/CMakeLists.txt's arcal_libtorch_probes: an `arcal` whose audit trains its probes with
+// this file instead (it defines every symbol of audit/mlp_probe.hpp that the audit uses, so the linker
+// takes it in place of the library's member). Code as it was at 7951796, includes renamed.
+#include "audit/mlp_probe.hpp"
 
 #include <torch/torch.h>
 
@@ -15,6 +19,12 @@
 #include "train/adamw.hpp"
 
 namespace arcal {
+
+namespace {
+// The audit held LibTorch's intra-op threads at 1 around the probes (one fit per worker thread, and
+// results independent of the thread count); this binary does it once at start.
+const int kOneIntraOpThread = (at::set_num_threads(1), 1);
+}  // namespace
 
 std::int64_t mlp_parameter_count(int inputs, int h1, int h2) {
   return std::int64_t(inputs) * h1 + h1 + std::int64_t(h1) * h2 + h2 + h2 + 1;

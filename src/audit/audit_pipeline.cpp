@@ -1,18 +1,17 @@
-#include "audit/torch/audit_pipeline.hpp"
+#include "audit/audit_pipeline.hpp"
 
-#include <torch/torch.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <thread>
 
-#include "audit/torch/probes.hpp"
-#include "audit/torch/exact_null.hpp"
-#include "audit/torch/sensitivity_audit.hpp"
+#include "audit/probes.hpp"
+#include "audit/exact_null.hpp"
+#include "audit/sensitivity_audit.hpp"
 #include "audit/run_input.hpp"
 #include "core/rng.hpp"
 #include "core/progress.hpp"
-#include "train/threads.hpp"
+#include "ops/blas.hpp"
 
 namespace arcal {
 
@@ -44,19 +43,6 @@ ProbeAuditOptions probe_options(const FullAuditOptions& o) {
   popt.mlp.threads = workers(o);
   return popt;
 }
-
-// Restores LibTorch's (and OpenBLAS's) thread count on the way out: the Python module runs inside
-// a user's process, whose torch settings the audit must not change.
-class ComputeThreadsGuard {
- public:
-  ComputeThreadsGuard() : saved_(torch::get_num_threads()) {}
-  ~ComputeThreadsGuard() { set_compute_threads(saved_); }
-  ComputeThreadsGuard(const ComputeThreadsGuard&) = delete;
-  ComputeThreadsGuard& operator=(const ComputeThreadsGuard&) = delete;
-
- private:
-  int saved_;
-};
 
 }  // namespace
 
@@ -107,18 +93,17 @@ AuditResults run_full_audit(std::vector<AuditRunInput> runs, const FullAuditOpti
     std::fprintf(stderr, "auditing %zu runs x %zu statistics (R = %d)\n", runs.size(),
                  runs.empty() ? std::size_t{0} : runs[0].statistics.size(), o.permutations);
   AuditResults res = run_audit(runs, audit_options(o));
-  ComputeThreadsGuard threads_guard;
+  // Small MLPs gain nothing from the BLAS's own threads: the parallelism is one fit per worker thread.
+  // The guard restores the BLAS's thread count on the way out (the Python module runs inside a user's
+  // process, whose settings the audit must not change).
+  BlasThreadsGuard threads_guard(1);
   if (o.probes) {
-    // Small MLPs gain little from intra-op threads; the parallelism is one fit per worker thread,
-    // and one intra-op thread keeps results independent of the thread count.
-    set_compute_threads(1);
     if (o.progress)
       std::fprintf(stderr, "probes: %zu runs x 9 MLPs x %d repeated 2-fold cross-fits x %d restarts\n", runs.size(),
                    o.probe_repeats, o.probe_restarts);
     res.probes = run_probe_family(runs, popt);
     res.has_probes = true;
   }
-  if (o.sensitivity || o.exact_null) set_compute_threads(1);
   const std::vector<AuditRunInput> cut = (o.sensitivity || o.exact_null) ? runs_for_refits(runs, o) : std::vector<AuditRunInput>{};
   const std::vector<AuditRunInput>& refit_runs = cut.empty() ? runs : cut;
   std::vector<std::size_t> examples;

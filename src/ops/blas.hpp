@@ -1,0 +1,40 @@
+// The dense products of the analysis side on the BLAS the project links (OpenBLAS, Debian's
+// libopenblas-dev): row-major sgemm, and the library's thread count, which an audit sets for its
+// duration (audit/audit_pipeline.cpp) and restores, so that a user's process keeps its own setting.
+// No LibTorch: this is what the audit's MLP probes train on.
+#pragma once
+
+namespace arcal {
+
+/// C[m, n] = alpha * op(A) op(B) + beta * C, row-major: op(A) is [m, k] (A [m, k], or A [k, m] with
+/// trans_a), op(B) is [k, n] (B [k, n], or B [n, k] with trans_b). lda, ldb, ldc are the row strides.
+void sgemm_rm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+              int ldb, float beta, float* c, int ldc);
+
+/// The BLAS's worker threads (OpenBLAS's pool; 1 for a BLAS without one).
+int blas_threads();
+/// Sets the BLAS's worker threads to n >= 1 (values below 1 are taken as 1).
+void set_blas_threads(int n);
+
+/// OpenBLAS picks its kernels from the CPU model when the library loads and falls back to the SSE3
+/// "Prescott" kernels for a model it does not know, such as the generic "Intel(R) Xeon(R) Processor"
+/// of a virtual machine, even where AVX-512 is present (sgemm several times slower). If the loaded
+/// OpenBLAS did that on a CPU with AVX-512 (F, BW, DQ, VL) or AVX2 + FMA, re-executes the program once
+/// with OPENBLAS_CORETYPE=SkylakeX or Haswell. Returns normally when there is nothing to do: no
+/// OpenBLAS, native kernels already, OPENBLAS_CORETYPE set by the user (set it to Prescott to keep the
+/// old kernels), or the exec failing. Call first thing in main, before any thread starts.
+void reexec_with_native_openblas_kernels(char** argv);
+
+/// Holds the BLAS at n threads for its lifetime and restores the previous count on the way out.
+class BlasThreadsGuard {
+ public:
+  explicit BlasThreadsGuard(int n) : saved_(blas_threads()) { set_blas_threads(n); }
+  ~BlasThreadsGuard() { set_blas_threads(saved_); }
+  BlasThreadsGuard(const BlasThreadsGuard&) = delete;
+  BlasThreadsGuard& operator=(const BlasThreadsGuard&) = delete;
+
+ private:
+  int saved_;
+};
+
+}  // namespace arcal
