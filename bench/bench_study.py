@@ -3,7 +3,8 @@
 `arcal run` at most 0.35 of the time the PyTorch eager reference needs to train the same six models two
 at a time).
 
-One run does, in this order: --repeats rounds of bench_train.py's side-by-side bf16 pair (arcal's Full
+One run does, in this order: --repeats rounds of bench_train.py's side-by-side pair at the study's
+precision on this CPU (bf16 where it computes bf16 natively, else fp32; arcal's Full
 and twin for --steps optimizer steps, then the reference's two), the embedded default study
 (`arcal run`, timed by wall clock and by its CPU time), and --repeats rounds again. It prints two
 estimates of the ratio study / reference:
@@ -103,14 +104,24 @@ def estimates(study_wall, runs, pairs):
     }
 
 
-def reference_round(arcal, repeats, steps, label):
-    """`repeats` side-by-side bf16 pairs (arcal's, then the reference's); [((arcal Full, standard images/s),
+def study_precision():
+    """The precision `arcal run` resolves "auto" to on this CPU (train/train_config.cpp): bf16 where the CPU
+    computes bf16 natively (AVX512-BF16 or AMX-BF16), else fp32. The pairs are measured at the same."""
+    try:
+        flags = set(open("/proc/cpuinfo").read().split())
+    except OSError:
+        return "fp32"
+    return "bf16" if {"avx512_bf16", "amx_bf16"} & flags else "fp32"
+
+
+def reference_round(arcal, repeats, steps, label, precision):
+    """`repeats` side-by-side pairs at `precision` (arcal's, then the reference's); [((arcal Full, standard images/s),
     (reference Full, standard images/s)), ...]. The makespans come later (pair_makespans), once the
     study has said how many images a training sees."""
     import bench_train  # torch and the reference model load only when the benchmark runs
     out = []
     for i in range(repeats):
-        cpp, py = bench_train.side_by_side(arcal, steps, 128, 1, "bf16")
+        cpp, py = bench_train.side_by_side(arcal, steps, 128, 1, precision)
         out.append((cpp, py))
         m_cpp, m_py = pair_makespans([(cpp, py)], 1)[0]  # their ratio does not depend on the images
         print(f"  {label} {i + 1}/{repeats}: arcal Full {cpp[0]:7.1f} + standard {cpp[1]:7.1f} images/s, reference "
@@ -165,16 +176,17 @@ def main():
     if a.out and os.path.exists(a.out):
         ap.error(f"--out {a.out}: exists (arcal run would resume it instead of timing a whole study)")
     sys.path.insert(0, HERE)
-    print(f"The default study against the eager reference: {a.repeats} side-by-side bf16 pairs, the study, "
-          f"{a.repeats} pairs ({a.steps} steps per training)", flush=True)
-    rates = reference_round(a.arcal, a.repeats, a.steps, "before")
+    precision = study_precision()
+    print(f"The default study against the eager reference: {a.repeats} side-by-side {precision} pairs (the study's "
+          f"precision on this CPU), the study, {a.repeats} pairs ({a.steps} steps per training)", flush=True)
+    rates = reference_round(a.arcal, a.repeats, a.steps, "before", precision)
     with tempfile.TemporaryDirectory() as tmp:
         study_dir = a.out or os.path.join(tmp, "default")
         print(f"  arcal run --out {study_dir} ...", flush=True)
         wall, cpu = run_study(a.arcal, study_dir)
         runs = study_runs(study_dir)
         images = a.study_images or study_images(runs)
-        rates += reference_round(a.arcal, a.repeats, a.steps, "after")
+        rates += reference_round(a.arcal, a.repeats, a.steps, "after", precision)
     pairs = pair_makespans(rates, images)
     e = estimates(wall, runs, pairs)
     print(f"trainings of {images} images each: arcal {min(p[0] for p in pairs):.0f}-{max(p[0] for p in pairs):.0f} s, "

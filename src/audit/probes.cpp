@@ -431,7 +431,13 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
       // cannot differ between replicates is fitted once (as replicate 0) and copied.
       const bool once = rows_shared && same_labels[f] && R > 1;
       const std::size_t fitted = once ? 1 : R;
-      const std::size_t nc = d.folds[f].calibration.size(), ne = d.folds[f].evaluation.size();
+      const std::size_t nc = d.folds[f].calibration.size();
+      // The halves' sizes of replicate j: the design's when the rows are shared, else its own (splits
+      // by whole clusters of unequal size give halves of unequal size).
+      auto halves = [&](std::size_t j) {
+        const auto& s = folds_of(rows_shared ? 0 : j)[f];
+        return std::pair<std::size_t, std::size_t>{s.calibration.size(), s.evaluation.size()};
+      };
       MlpProbeOptions mo = mlp;
       mo.hidden1 = spec.hidden1;
       mo.hidden2 = spec.hidden2;
@@ -452,24 +458,21 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
       // gathered when the fit asks for them (MlpRowSource), so a stack never holds every replicate's
       // rows in double. A base also predicts its own calibration rows (in-sample), the training offsets
       // of its corrections.
-      for (std::size_t j = 0; j < (rows_shared ? 1 : fitted); ++j) {
-        const auto& s = folds_of(j)[f];
-        if (s.calibration.size() != nc || s.evaluation.size() != ne)
-          throw_input(fn, "replicate " + std::to_string(j) + "'s halves differ in size from the design's");
-      }
-      const std::size_t me = is_base[job / 2] ? nc + ne : ne;
       std::vector<std::vector<double>> yc(fitted);
       std::vector<const std::vector<double>*> yp(fitted);
       for (std::size_t j = 0; j < fitted; ++j) {
         yc[j] = pick(*ys[j][f], folds_of(j)[f].calibration);
         yp[j] = &yc[j];
       }
-      // Stacks of at most stack_size replicates bound the memory (rows, activations, autograd state).
-      // A replicate's fit does not depend on the others in its stack beyond float rounding (a gain
-      // moved by at most 1.4e-11 nats against one stack of 201; no p-value changed).
+      // Stacks of at most stack_size replicates bound the memory (rows, activations), and a stack holds
+      // replicates whose halves have one size (each replicate is trained on its own, so its result does
+      // not depend on the stack it is in).
       const std::size_t stack = stack_size(rows_shared, nc, spec.cols.size());
-      for (std::size_t j0 = 0; j0 < fitted; j0 += stack) {
-        const std::size_t j1 = std::min(fitted, j0 + stack);
+      for (std::size_t j0 = 0, j1 = 0; j0 < fitted; j0 = j1) {
+        const auto [ncj, nej] = halves(j0);
+        j1 = j0 + 1;
+        while (j1 < fitted && j1 - j0 < stack && halves(j1) == std::pair<std::size_t, std::size_t>{ncj, nej}) ++j1;
+        const std::size_t me = is_base[job / 2] ? ncj + nej : nej;
         const std::vector<const std::vector<double>*> part(yp.begin() + long(j0), yp.begin() + long(j1));
         MlpRowSource rows;
         rows.train_sets = rows.eval_sets = rows_shared ? 1 : j1 - j0;
@@ -492,7 +495,7 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
             offsets.train.push_back(base_logit[base_job][j][0]);
             offsets.eval.push_back(base_logit[base_job][j][1]);
           }
-        auto part_pred = fit_predict_mlp_probes_source(rows, nc, spec.cols.size(), part, me, mo, &part_infos,
+        auto part_pred = fit_predict_mlp_probes_source(rows, ncj, spec.cols.size(), part, me, mo, &part_infos,
                                                      base >= 0 ? &offsets : nullptr);
         for (auto& p : part_pred) pred.push_back(std::move(p));
         for (auto& i : part_infos) infos.push_back(std::move(i));
@@ -505,8 +508,9 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
       if (is_base[job / 2]) {
         base_logit[job].resize(R);
         for (std::size_t j = 0; j < R; ++j) {
-          base_logit[job][j] = {logit_slice(pred[j], 0, nc), logit_slice(pred[j], nc, ne)};
-          pred[j].erase(pred[j].begin(), pred[j].begin() + long(nc));
+          const auto [ncj, nej] = halves(j < fitted ? j : 0);
+          base_logit[job][j] = {logit_slice(pred[j], 0, ncj), logit_slice(pred[j], ncj, nej)};
+          pred[j].erase(pred[j].begin(), pred[j].begin() + long(ncj));
         }
       }
       for (std::size_t j = 0; j < R; ++j) {

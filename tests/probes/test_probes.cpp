@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -192,6 +193,26 @@ TEST(Probes, DependentTokensGiveNoFalseGainsWithClusterSplits) {
     std::printf("  dependent tokens, %zu runs: %-38s false gains %zu (band [0, %zu])\n", runs, names[k], false_gain[k],
                 band.second);
     EXPECT_LE(false_gain[k], band.second) << names[k];
+  }
+}
+
+TEST(Probes, UnequalClustersSplitIntoHalvesOfTheirOwnSize) {
+  // Token traces of real text: documents of unequal length. Twenty 100-row clusters and one singleton
+  // (the reproducer of issue 54): whole-cluster halves differ in size between the repeated cross-fits,
+  // and every repeat is fitted on its own halves (this threw "replicate 2's halves differ in size").
+  arcal::set_blas_threads(1);
+  auto run = simulated_run(2001, 0.0, 11);
+  run.cluster.resize(run.confidence.size());
+  for (std::size_t i = 0; i < run.cluster.size(); ++i) run.cluster[i] = std::int64_t(std::min<std::size_t>(i / 100, 20));
+  ProbeAuditOptions o;
+  o.repeats = 5;
+  o.mlp.max_epochs = 20;
+  o.seed = 3;
+  const auto res = run_probes(run, 0, o);
+  ASSERT_FALSE(res.comparisons.empty());
+  for (const auto& c : res.comparisons) {
+    EXPECT_TRUE(std::isfinite(c.log_loss.delta)) << c.name;
+    EXPECT_EQ(c.log_loss.split_deltas.size(), 10u) << c.name;  // 5 repeats x 2 folds
   }
 }
 
