@@ -12,17 +12,19 @@ parts=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do parts+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 [ ${#parts[@]} -eq 0 ] && parts=(diagnostic probes exact-null)
-if [ ! -f build-bench/build.ninja ]; then
+# ARCAL_BENCH_BUILD: a configured build directory with -DARCAL_BUILD_BENCH=ON to use instead of build-bench/.
+bdir=${ARCAL_BENCH_BUILD:-build-bench}
+if [ ! -f "$bdir/build.ninja" ]; then
   launcher=()
   if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-  cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release -DARCAL_BUILD_BENCH=ON -DARCAL_BUILD_TESTS=OFF \
+  cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DARCAL_BUILD_BENCH=ON -DARCAL_BUILD_TESTS=OFF \
     "${launcher[@]}" >/dev/null
 fi
-flock "$lock" cmake --build build-bench -j2 --target validate_audit
+flock "$lock" cmake --build "$bdir" -j2 --target validate_audit
 mkdir -p docs/figures/validation
 for part in "${parts[@]}"; do
   md=$(mktemp)
-  ./build-bench/bench/validate_audit --only "$part" --out "$md" --csv "docs/figures/validation/$part.csv" "$@"
+  "$bdir/bench/validate_audit" --only "$part" --out "$md" --csv "docs/figures/validation/$part.csv" "$@"
   python3 - "$part" "$md" <<'PY'
 import sys, pathlib
 part, table = sys.argv[1], pathlib.Path(sys.argv[2]).read_text()

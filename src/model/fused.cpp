@@ -11,6 +11,7 @@
 #include "core/check.hpp"
 #include "core/env_switch.hpp"
 #include "core/fast_exp.hpp"
+#include "ops/phi.hpp"
 
 // Each kernel is a plain loop nest the compiler vectorises over the innermost contiguous axis (the
 // head dimension, the width); target clones give every ISA level its own copy.
@@ -738,31 +739,7 @@ struct RoutePointFunction : public torch::autograd::Function<RoutePointFunction>
 // LibTorch's erf costs about 20 cycles per vector. Relative accuracy holds in the tails, where
 // 1 + erf(x / sqrt 2) would cancel. In double, std::erfc and std::exp.
 
-// 0.5 t Q(t), the polynomial in Estrin's form (a shorter dependency chain than Horner's).
-ARCAL_ALWAYS_INLINE float half_t_q(float t) {
-  const float t2 = t * t, t4 = t2 * t2, t8 = t4 * t4;
-  const float p0 = 0.28209480f + 0.28209306f * t, p1 = 0.24690277f + 0.17510702f * t;
-  const float p2 = 0.09474893f - 0.06389186f * t, p3 = 0.14271553f - 0.46980881f * t;
-  const float p4 = 0.50639609f - 0.24077946f * t;
-  return 0.5f * t * ((p0 + t2 * p1) + t4 * (p2 + t2 * p3) + t8 * (p4 + t2 * 0.04442195f));
-}
-// Phi(x) and e^{-x^2/2} (phi(x) without its constant).
-ARCAL_ALWAYS_INLINE float phi_cdf(float x, float& gauss) {
-  const float t = 1.0f / (1.0f + 0.35355339059327376f * std::fabs(x));
-  gauss = exp_nonpos(-0.5f * x * x);
-  const float tail = half_t_q(t) * gauss;  // Phi(-|x|)
-  return x >= 0.0f ? 1.0f - tail : tail;
-}
-ARCAL_ALWAYS_INLINE double phi_cdf(double x) { return 0.5 * std::erfc(-x * 0.70710678118654752440); }
-ARCAL_ALWAYS_INLINE double phi_cdf(double x, double& gauss) {
-  gauss = std::exp(-0.5 * x * x);
-  return phi_cdf(x);
-}
-// Phi alone: in float the exponential is Phi's own, in double std::erfc needs none.
-ARCAL_ALWAYS_INLINE float phi_cdf(float x) {
-  float gauss;
-  return phi_cdf(x, gauss);
-}
+// Phi(x) and e^{-x^2/2}: ops/phi.hpp (shared with the probes' GELU, ops/gelu.cpp).
 
 // bf16 (under autocast the first MLP linear writes bf16) is widened to float, computed by the float
 // arithmetic, and rounded (widen/store above), as LibTorch's bf16 gelu rounds its float result.

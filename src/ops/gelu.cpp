@@ -1,24 +1,44 @@
 #include "ops/gelu.hpp"
 
-#include <cmath>
+#include <cstdint>
+
+#include "ops/phi.hpp"
 
 namespace arcal {
 
-void gelu_forward(const float* x, float* y, float* dy, std::size_t n) {
-  constexpr float kInvSqrt2 = 0.70710678118654752440f, kInvSqrt2Pi = 0.39894228040143267794f;
-  if (dy) {
-    for (std::size_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      const float cdf = 0.5f * (1.0f + std::erf(v * kInvSqrt2));
-      dy[i] = cdf + v * kInvSqrt2Pi * std::exp(-0.5f * v * v);
-      y[i] = v * cdf;
-    }
-  } else {
-    for (std::size_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      y[i] = v * 0.5f * (1.0f + std::erf(v * kInvSqrt2));
-    }
+namespace {
+
+#define ARCAL_GELU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
+ARCAL_GELU_CLONES void gelu_values(const float* x, float* y, std::size_t n) {
+#pragma omp simd
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    y[i] = v * phi_cdf(v);
   }
+}
+
+ARCAL_GELU_CLONES void gelu_and_derivative(const float* x, float* y, float* dy,
+                                           std::size_t n) {
+#pragma omp simd
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    float gauss;
+    const float c = phi_cdf(v, gauss);
+    y[i] = v * c;
+    dy[i] = c + v * 0.39894228040143267794f * gauss;
+  }
+}
+
+}  // namespace
+
+void gelu_forward(const float* x, float* y, float* dy, std::size_t n) {
+  // In place (x == y) is allowed: each iteration reads x[i] and writes y[i] alone (omp simd: no
+  // dependence between iterations), so the pointers carry no __restrict.
+  if (dy)
+    gelu_and_derivative(x, y, dy, n);
+  else
+    gelu_values(x, y, n);
 }
 
 }  // namespace arcal

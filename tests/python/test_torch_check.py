@@ -82,3 +82,42 @@ def test_torch_hooks_refuses_a_torch_outside_the_supported_range(tmp_path):
         """
     p = subprocess.run([sys.executable, "-c", textwrap.dedent(code), PKG], capture_output=True, text=True)
     assert p.stdout.split()[:3] == ["False", "True", "False"], p.stdout + p.stderr
+
+
+def subcommands(binary):
+    """The subcommand names a CLI11 --help lists under 'Subcommands:'."""
+    out = subprocess.run([binary, "--help"], capture_output=True, text=True).stdout
+    names, inside = [], False
+    for line in out.splitlines():
+        if line.startswith("Subcommands:"):
+            inside = True
+        elif inside and line.startswith("  ") and line.strip():
+            names.append(line.split()[0])
+    return names
+
+
+def test_arcal_lists_and_forwards_exactly_the_commands_arcal_torch_has():
+    front, back = os.path.join(BUILD, "arcal"), os.path.join(BUILD, "arcal-torch")
+    if not os.path.exists(back):
+        pytest.skip("this build has no arcal-torch")
+    listed = subcommands(front)
+    torch_side = subcommands(back)
+    assert set(torch_side) <= set(listed), (torch_side, listed)
+    assert {"audit", "metrics", "calibrate", "report", "run", "simulate", "cedar"} <= set(listed) - set(torch_side)
+    # Each torch command's --help reaches arcal-torch (its own options), and the analysis side never does.
+    for name in torch_side:
+        p = subprocess.run([front, name, "--help"], capture_output=True, text=True)
+        assert p.returncode == 0 and p.stdout.startswith(subprocess.run([back, name, "--help"], capture_output=True,
+                                                                        text=True).stdout[:200]), name
+    assert subprocess.run([back, "audit", "--help"], capture_output=True).returncode != 0
+
+
+def test_a_torch_command_without_arcal_torch_names_what_is_missing(tmp_path):
+    # A copy of `arcal` alone in a directory: the training commands say what to install, exit 2.
+    import shutil
+    front = tmp_path / "arcal"
+    shutil.copy2(os.path.join(BUILD, "arcal"), front)
+    p = subprocess.run([str(front), "-q", "train", "--out", str(tmp_path / "r")], capture_output=True, text=True)
+    assert p.returncode == 2, p.stderr
+    assert "'train' needs LibTorch" in p.stderr and str(tmp_path / "arcal-torch") in p.stderr, p.stderr
+    assert not (tmp_path / "r").exists()
