@@ -21,6 +21,7 @@
 
 #include "cedar/cedar.hpp"
 #include "cedar/study.hpp"
+#include "ops/blas.hpp"
 #include "train/threads.hpp"
 
 namespace {

@@ -23,6 +23,7 @@
 #include "model/fused.hpp"
 #include "train/adamw.hpp"
 #include "train/sbece.hpp"
+#include "ops/blas.hpp"
 #include "train/threads.hpp"
 
 using namespace arcal;

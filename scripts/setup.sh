@@ -14,7 +14,7 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential cmake ninja-build pkg-config \
-  libopenblas-dev libopenblas0-pthread libdnnl-dev libtcmalloc-minimal4 \
+  libopenblas-dev libopenblas0-pthread libdnnl-dev libgloo-dev libtcmalloc-minimal4 \
   libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libfmt-dev libtoml11-dev \
   libzip-dev zlib1g-dev \
   dataset-fashion-mnist dict-gcide gnuplot-nox \

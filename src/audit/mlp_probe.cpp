@@ -172,7 +172,7 @@ Standardisation standardise_into(const std::vector<double>& v, std::size_t rows,
 /// make their evaluation rows.
 struct StackedData {
   std::size_t R = 0, n = 0, m = 0, f = 0;
-  std::vector<float> Xtr;              ///< [Rx, n, f] (Rx = 1: rows shared by every replicate)
+  AlignedFloats Xtr;                   ///< [Rx, n, f] (Rx = 1: rows shared by every replicate)
   std::vector<float> Y;                ///< [R, n]
   std::vector<float> Otr, Oev;         ///< [R, n], [R, m] offsets (zeros without offsets: adding them changes nothing)
   std::vector<Standardisation> scale;  ///< one per training set
@@ -182,12 +182,12 @@ struct StackedData {
 
   /// Replicate r's evaluation rows standardised by its training set's scale, [m, f] (checked: finite,
   /// m x f).
-  std::vector<float> eval_rows(std::size_t r) const {
+  AlignedFloats eval_rows(std::size_t r) const {
     const std::size_t set = rows->eval_sets == 1 ? 0 : r, tset = rows->train_sets == 1 ? 0 : r;
     std::vector<double> buffer;
     const auto& v = rows->eval(set, buffer);
     check_row_set(row_set_name(false, rows->eval_sets, set), v, m, f, "m x f");
-    std::vector<float> x(m * f);
+    AlignedFloats x(m * f);
     apply_scale(scale[tset], v, m, f, x.data());
     return x;
   }
@@ -232,7 +232,7 @@ StackedData stack_data(const MlpRowSource& rows, std::size_t n, std::size_t f,
 struct Mlp {
   int f = 0, h1 = 0, h2 = 0;
   std::size_t o_b1 = 0, o_w2 = 0, o_b2 = 0, o_w3 = 0, o_b3 = 0, size = 0;  ///< offsets of the tensors
-  std::vector<float> w;
+  AlignedFloats w;
 
   Mlp(int inputs, int hidden1, int hidden2) : f(inputs), h1(hidden1), h2(hidden2) {
     o_b1 = std::size_t(h1) * std::size_t(f);
@@ -283,7 +283,7 @@ inline double bce(double z, double y) { return std::max(z, 0.0) - z * y + std::l
 
 /// Activations of one pass over up to `cap` rows, kept between batches.
 struct Workspace {
-  std::vector<float> z1, d1, z2, d2, logit, g3, grad, xb;
+  AlignedFloats z1, d1, z2, d2, logit, g3, grad, xb;
   void reserve(const Mlp& net, std::size_t cap) {
     z1.resize(cap * std::size_t(net.h1));
     d1.resize(z1.size());
@@ -411,7 +411,8 @@ BestState fit_replicate(const StackedData& d, std::size_t r, const MlpProbeOptio
   const float* O = d.Otr.data() + r * d.n;
   // The validation rows, their targets and offsets, gathered once.
   const std::size_t nv = split.val.size();
-  std::vector<float> xv(nv * f), yv(nv), ov(nv);
+  AlignedFloats xv(nv * f);
+  std::vector<float> yv(nv), ov(nv);
   for (std::size_t i = 0; i < nv; ++i) {
     const std::size_t row = split.val[i];
     std::copy(X + row * f, X + (row + 1) * f, xv.begin() + long(i * f));
@@ -419,7 +420,7 @@ BestState fit_replicate(const StackedData& d, std::size_t r, const MlpProbeOptio
     ov[i] = O[row];
   }
   Mlp net = start;
-  std::vector<float> m(net.size, 0.0f), v(net.size, 0.0f);
+  AlignedFloats m(net.size, 0.0f), v(net.size, 0.0f);
   const std::size_t batch = std::size_t(std::max(1, o.batch_size));
   Workspace ws;
   ws.reserve(net, std::max(batch, std::min(kEvalBlock, nv)));
@@ -480,7 +481,7 @@ BestState fit_replicate(const StackedData& d, std::size_t r, const MlpProbeOptio
 void add_predictions(std::vector<std::vector<double>>& avg, const std::vector<BestState>& best, const StackedData& d,
                      const MlpProbeOptions& o) {
   const bool shared = d.rows->train_sets == 1 && d.rows->eval_sets == 1;
-  std::vector<float> xe;
+  AlignedFloats xe;
   if (shared) xe = d.eval_rows(0);
   Workspace ws;
   ws.reserve(best[0].net, std::min(kEvalBlock, std::max<std::size_t>(1, d.m)));
@@ -543,17 +544,18 @@ double mlp_batch_loss_gradient(const MlpWeights& weights, const std::vector<floa
   check_same_size(fn, "y", y.size(), "rows", rows);
   check_same_size(fn, "offsets", offsets.size(), "rows", rows);
   const Mlp net = warm_mlp(weights);
+  const AlignedFloats xa(x.begin(), x.end());
   Workspace ws;
   ws.reserve(net, std::max<std::size_t>(1, rows));
-  forward(net, x.data(), rows, ws, true);
+  forward(net, xa.data(), rows, ws, true);
   double loss = 0;
   for (std::size_t i = 0; i < rows; ++i) {
     const float z = ws.logit[i] + offsets[i];
     loss += bce(double(z), double(y[i]));
     ws.g3[i] = (1.0f / (1.0f + std::exp(-z)) - y[i]) / float(rows);
   }
-  backward(net, x.data(), rows, ws);
-  grad = ws.grad;
+  backward(net, xa.data(), rows, ws);
+  grad.assign(ws.grad.begin(), ws.grad.end());
   return loss / double(rows);
 }
 

@@ -818,8 +818,14 @@ def address_space_cases(r, argv):
             err = "arcal: failed: ... out of memory ..."
     except subprocess.TimeoutExpired:
         code, err = "timeout", "(no exit within 120 s)"
-    r.record("out of memory under ulimit -v 600000 (was: never exits)", ["(ulimit -v 600000;"] + [r.show_cmd(argv) + ")"], code,
-             err, 1, "out of memory")
+    # Since `arcal metrics` loads no LibTorch (issue 52) it fits in 600 MB and finishes; where it does
+    # not, the answer must be exit 1 naming the out-of-memory, never a hang.
+    if code == 0:
+        r.record("out of memory under ulimit -v 600000 (was: never exits)", ["(ulimit -v 600000;"] + [r.show_cmd(argv) + ")"],
+                 code, err, 0, None, out="exit 0: the analysis command loads no LibTorch and fits in 600 MB")
+    else:
+        r.record("out of memory under ulimit -v 600000 (was: never exits)", ["(ulimit -v 600000;"] + [r.show_cmd(argv) + ")"],
+                 code, err, 1, "out of memory")
     # Between 600 and 800 MB of address space the limit falls in LibTorch's own start-up on some
     # machines (700000 here: an uncaught std::bad_alloc before main, rc 134); whichever stage it hits,
     # the answer is exit 0 or exit 1 with an out-of-memory message, never an abort or a hang. (Below

@@ -123,7 +123,8 @@ TEST(ARLM, LaterTokensNeverChangeEarlierLogits) {
     EXPECT_TRUE(torch::equal(za.slice(1, 0, 9), zb.slice(1, 0, 9))) << to_string(mode);
     EXPECT_FALSE(torch::allclose(za.slice(1, 9), zb.slice(1, 9))) << to_string(mode);
     // A shorter prefix gives the same logits at its positions.
-    EXPECT_LT(max_rel(m->forward(a.slice(1, 0, 5)), za.slice(1, 0, 5)), 1e-6) << to_string(mode);
+    // float rounding of products over another number of rows (1.2e-6 with LibTorch 2.15)
+    EXPECT_LT(max_rel(m->forward(a.slice(1, 0, 5)), za.slice(1, 0, 5)), 5e-6) << to_string(mode);
   }
 }
 

@@ -156,7 +156,12 @@ TEST(Fused, RoutingBankWithBFloat16SourcesIsTheBankOnTheirWidenedCopies) {
       }
       res.push_back(torch::cat(parts));
     }
-    EXPECT_TRUE(torch::equal(res[0], res[1])) << "d = " << d;
+    // Bitwise with LibTorch 1.13. LibTorch 2's autograd sums the two routing points' contributions (and
+    // converts the bf16 sources' gradients) in another order in the two set-ups, so they agree to float
+    // rounding: the largest difference 1.5e-5 on u's gradient, a sum over 3 x 17 x 2 rows.
+    const double scale = res[1].abs().max().item<double>();
+    EXPECT_TRUE(torch::allclose(res[0], res[1], 1e-5, 1e-6 * scale))
+        << "d = " << d << ": max |diff| " << (res[0] - res[1]).abs().max().item<double>() << " of " << scale;
   }
 }
 
@@ -408,7 +413,13 @@ TEST(Fused, LayerNormWithABFloat16OutputIsTheFloatNormRounded) {
       res.push_back({y.detach().to(torch::kBFloat16), x.grad(), w.grad(), b.grad()});
     }
     const char* names[] = {"y", "dx", "dweight", "dbias"};
-    for (int i = 0; i < 4; ++i) EXPECT_TRUE(torch::equal(res[0][i], res[1][i])) << names[i] << " at d = " << d;
+    // Bitwise with LibTorch 1.13; LibTorch 2's autograd hands the float path's gradient over through
+    // another sequence of ops, and dx moved by one float ulp (6e-8 of 2.8 at d = 64): float rounding.
+    for (int i = 0; i < 4; ++i) {
+      const double diff = (res[0][i].to(torch::kDouble) - res[1][i].to(torch::kDouble)).abs().max().item<double>();
+      const double scale = res[1][i].to(torch::kDouble).abs().max().item<double>();
+      EXPECT_LE(diff, 4 * std::ldexp(scale, -23)) << names[i] << " at d = " << d << ": max |diff| " << diff << " of " << scale;
+    }
   }
   EXPECT_THROW(fused_layer_norm(torch::randn({2, 4}, torch::kDouble), torch::ones({4}, torch::kDouble),
                                 torch::zeros({4}, torch::kDouble), 1e-6, true),

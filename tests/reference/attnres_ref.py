@@ -109,7 +109,7 @@ def sb_ece(logits, labels, bins, temperature):
 
 
 def main():
-    src = torch.load(sys.argv[1])
+    src = torch.load(sys.argv[1], weights_only=False)  # written by the test itself
     c = src["config"].tolist()
     cfg = [int(c[0]), int(c[1]), int(c[2]), int(c[3]), int(c[4]), int(c[5]), float(c[6])]
     lr, wd, steps, beta, bins, temp = float(c[7]), float(c[8]), int(c[9]), float(c[10]), int(c[11]), float(c[12])
