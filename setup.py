@@ -57,10 +57,14 @@ class CMakeBuild(build_ext):
         os.makedirs(os.path.join(package, "bin"), exist_ok=True)
         shutil.copyfile(built[0], target)
         # The executables beside the module (arcal._cli runs them), and the build's record of its torch.
+        # setuptools' staging directory (build-pip/setuptools) outlives one install: an arcal-torch left
+        # there by a build with torch must not ship in a build without it.
         for exe in ("arcal", "arcal-torch"):
-            src = os.path.join(build_dir, exe)
+            src, dst = os.path.join(build_dir, exe), os.path.join(package, "bin", exe)
             if os.path.exists(src):
-                shutil.copy2(src, os.path.join(package, "bin", exe))
+                shutil.copy2(src, dst)
+            elif os.path.exists(dst):
+                os.remove(dst)
         shutil.copyfile(os.path.join(build_dir, "python", "arcal", "_build_info.py"), os.path.join(package, "_build_info.py"))
 
 
