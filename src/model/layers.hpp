@@ -32,7 +32,7 @@ torch::Tensor layer_norm_before_linear(torch::nn::LayerNorm& norm, const torch::
 /// (B, (H/p)(W/p), d), patches in row-major order (the conv's output flattened and transposed). With
 /// the fused operators on a CPU it runs as one matrix product over the patches viewed as rows of
 /// C p p pixels (the same parameters: weight viewed as (d, C p p)): at AR-ViT-tiny's shape the conv's
-/// forward and backward took 5.2 ms per step, the product 0.75 ms (docs/results.md).
+/// forward and backward took 5.2 ms per step, the product 0.75 ms (docs/perf-log.md, "Two more cuts").
 torch::Tensor patch_embed_tokens(torch::nn::Conv2d& conv, const torch::Tensor& images);
 
 /// y = x W^T + b through ATen's linear, which runs a contiguous (B,T,d) input as one addmm over its

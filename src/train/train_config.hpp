@@ -53,7 +53,7 @@ struct TrainConfig {
 const OptionTable<TrainConfig>& train_option_table();
 
 /// "auto" precision: "bf16" on a CPU device whose processor computes bf16 natively (AVX512-BF16 or
-/// AMX-BF16, where LibTorch's bf16 autocast is 1.5x faster than fp32 for AR-ViT-tiny, docs/results.md),
+/// AMX-BF16, where LibTorch's bf16 autocast is 1.5x faster than fp32 for AR-ViT-tiny, docs/perf-log.md),
 /// else "fp32"; any other value is returned unchanged. Runs record the resolved value (config.json,
 /// run hashes), so a run's configuration reproduces it on any machine.
 std::string resolve_precision(const std::string& precision, const std::string& device);
