@@ -26,6 +26,7 @@
 #include "command.hpp"
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
+#include "core/ownership.hpp"
 #include "core/paths.hpp"
 #include "core/progress.hpp"
 #include "core/run_lock.hpp"
@@ -60,7 +61,7 @@ void check_audit_out(const AuditConfig& cfg) {
   if (fs::exists(cfg.out, ec) && !fs::is_directory(cfg.out, ec))
     arcal::throw_input("--out", cfg.out + " exists and is not a directory (the audit writes DIR/results.json and CSV tables)");
   for (const auto& f : kAuditFiles) arcal::check_output_not_input("--out", cfg.out + "/" + f, cfg.traces);
-  arcal::check_output_dir("--out", cfg.out, "arcal audit", cfg.force, "--force", kAuditFiles);
+  arcal::check_output_dir("--out", cfg.out, "arcal audit", cfg.force, "--force");
   if (fs::exists(cfg.out + "/results.json", ec) && !cfg.force)
     arcal::throw_input("--out", cfg.out + "/results.json already exists (an earlier audit); pass --force to replace its "
                                 "results (as a whole, once the new set is complete) or choose another --out");
@@ -82,15 +83,17 @@ class AuditOutput {
     try {
       lock_ = std::make_unique<arcal::DirLock>(dir_, "arcal audit");
       check_audit_out(cfg);  // again, under the lock: an audit that finished meanwhile wrote results.json
+      ours_ = created_ || arcal::has_output_marker(dir_);
       arcal::mark_output_dir(dir_, "arcal audit");
     } catch (...) {
       lock_.reset();
       if (created_) fs::remove_all(dir_, ec);
       throw;
     }
-    // Under the lock every DIR/.tmp-* is a dead writer's (a kill -9 mid-write).
+    // Temporaries of dead writers (a kill -9 mid-write): only DIR/.tmp-PID-START directories whose
+    // marker names that same process (core/ownership.hpp); a user's DIR/.tmp-notes stays.
     for (const auto& e : fs::directory_iterator(dir_, ec))
-      if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path(), ec);
+      if (arcal::stale_owned_dir(e.path().string(), ".tmp-")) fs::remove_all(e.path(), ec);
   }
   ~AuditOutput() {
     std::error_code ec;
@@ -103,16 +106,16 @@ class AuditOutput {
 
   void write(const arcal::AuditResults& res) {
     namespace fs = std::filesystem;
-    tmp_ = dir_ + "/.tmp-" + std::to_string(::getpid());
+    tmp_ = dir_ + "/.tmp-" + arcal::process_tag();
     std::error_code ec;
-    fs::remove_all(tmp_, ec);
+    arcal::make_owned_dir(tmp_, "arcal audit");
     arcal::write_audit_results(res, tmp_);
     for (const auto& f : kAuditFiles) {
       const std::string from = tmp_ + "/" + f, to = dir_ + "/" + f;
       if (fs::exists(from, ec)) {
         if (std::rename(from.c_str(), to.c_str()) != 0) arcal::throw_write_error("arcal audit", to, errno);
-      } else {
-        fs::remove(to, ec);  // the earlier set's, not this one's
+      } else if (ours_) {
+        fs::remove(to, ec);  // the earlier set's, not this one's (only in a directory arcal made)
       }
     }
     committed_ = true;
@@ -121,6 +124,7 @@ class AuditOutput {
  private:
   std::string dir_, tmp_;
   bool created_ = false, committed_ = false;
+  bool ours_ = false;  ///< DIR was arcal's before this audit (made now, or holding the marker), not a --force'd one
   std::unique_ptr<arcal::DirLock> lock_;
 };
 

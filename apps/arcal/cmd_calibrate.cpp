@@ -48,16 +48,6 @@ struct CalibrateConfig {
 
 enum class Mode { split, fit_apply, params_apply };
 
-/// True when a and b name the same file: the same canonical path, or (both existing) the same inode.
-bool same_file(const std::string& a, const std::string& b) {
-  std::error_code ec;
-  if (fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec)) return true;
-  const auto ca = fs::weakly_canonical(a, ec);
-  if (ec) return false;
-  const auto cb = fs::weakly_canonical(b, ec);
-  return !ec && ca == cb;
-}
-
 Mode check_mode(const CalibrateConfig& c) {
   const auto fail = [](const std::string& flag, const std::string& msg) { arcal::throw_input(flag, msg); };
   Mode mode;
@@ -78,8 +68,9 @@ Mode check_mode(const CalibrateConfig& c) {
     mode = Mode::split;
   }
   if (mode != Mode::params_apply && c.method.empty()) fail("--method", "is required to fit a calibrator");
-  // Outputs never overwrite inputs (run_calibrate: core/paths.hpp, by device and inode) nor each other.
-  if (!c.save.empty() && same_file(c.save, c.out)) fail("--save", c.save + " is also --out; give two different files");
+  // Outputs never overwrite inputs (run_calibrate: core/paths.hpp, by device and inode) nor each other
+  // (resolved paths: G.npz, $PWD/G.npz and sub/../G.npz are one file).
+  arcal::check_distinct_outputs({{"--out", c.out}, {"--save", c.save}, {"--figures", c.figures}});
   return mode;
 }
 
@@ -277,6 +268,7 @@ int run_calibrate(const CalibrateConfig& cfg) {
                         {"calibrator", cal_json},
                         {"before", before},
                         {"after", after}};
+    if (!cal.warning.empty()) j["warnings"] = nlohmann::json::array({cal.warning});
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -294,6 +286,7 @@ int run_calibrate(const CalibrateConfig& cfg) {
                              mode == Mode::fit_apply ? cfg.fit : cfg.params, cfg.apply, cal.method, n_fit, n);
   std::cout << fmt::format("  ECE ({} bins)  before {:.4f}  after {:.4f}\n  NLL            before {:.4f}  after {:.4f}\n",
                            cfg.bins, ece0, ece1, nll0, nll1);
+  if (!cal.warning.empty()) std::cout << "  warning: " << cal.warning << "\n";
   std::cout << "  wrote " << cfg.out << (cfg.save.empty() ? "" : " and " + cfg.save) << "\n";
   for (const auto& f : drawn) std::cout << "  wrote " << f << "\n";
   return 0;

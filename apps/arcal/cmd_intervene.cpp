@@ -46,6 +46,7 @@ int run(const Options& o) {
   for (const char* f : {"config.json", "checkpoint.pt", "model.pt", "log.jsonl", "summary.json"}) inputs.push_back(o.run + "/" + f);
   arcal::check_output_not_input("--out", o.out, inputs);
   arcal::check_output_file("--out", o.out, o.force);
+  arcal::check_distinct_outputs({{"--out", o.out}, {"--figures", o.figures}});
   if (o.split != "test" && o.split != "val") arcal::throw_input("--split", "'" + o.split + "': expected test or val");
   arcal::set_compute_threads(o.threads);
   arcal::InterventionOptions io;

@@ -46,6 +46,7 @@
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
 #include "core/interrupt.hpp"
+#include "core/ownership.hpp"
 #include "core/paths.hpp"
 #include "core/progress.hpp"
 #include "core/run_lock.hpp"
@@ -119,7 +120,10 @@ pid_t spawn(const std::string& exe, const Job& job) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   if (!job.log.empty()) {
-    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, job.log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    // The same open as the child's below, here first so that a link at the log's name is refused
+    // with a message (core/ownership.hpp) instead of a failed spawn.
+    ::close(arcal::open_own_file("arcal run", job.log, O_WRONLY | O_CREAT | O_APPEND));
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, job.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0644);
     posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
   }
   // Each child in its own process group: a terminal's Ctrl-C reaches only this process, which

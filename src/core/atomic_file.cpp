@@ -14,27 +14,28 @@
 #include <stdexcept>
 
 #include "core/error.hpp"
+#include "core/ownership.hpp"
 
 namespace arcal {
 
 namespace {
 
 constexpr std::size_t kNameMax = 255;  // bytes of one path component (NAME_MAX of Linux file systems)
-constexpr std::size_t kPidDigits = 10;
+constexpr std::size_t kTagChars = 31;  // process_tag(): PID (<= 10 digits) '-' START (<= 20 digits)
 
 struct TempName {
   std::string dir;     ///< "" or "DIR/"
   std::string prefix;  ///< the temporary's name up to the pid: "NAME.tmp."
 };
 
-/// NAME.tmp.PID beside the target, NAME shortened so that the whole name fits in 255 bytes (a legal
+/// NAME.tmp.TAG (TAG = process_tag(), PID-START) beside the target, NAME shortened so that the whole name fits in 255 bytes (a legal
 /// 250-byte file name used to be refused because its temporary's name was too long).
 TempName temp_name_parts(const std::string& path) {
   const std::size_t slash = path.rfind('/');
   TempName t;
   t.dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
   std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  const std::size_t room = kNameMax - (sizeof ".tmp." - 1) - kPidDigits - 7;  // 7: libzip's ".XXXXXX"
+  const std::size_t room = kNameMax - (sizeof ".tmp." - 1) - kTagChars - 7;  // 7: libzip's ".XXXXXX"
   if (base.size() > room) base.resize(room);
   t.prefix = base + ".tmp.";
   return t;
@@ -42,31 +43,29 @@ TempName temp_name_parts(const std::string& path) {
 
 std::string temp_name(const std::string& path) {
   const TempName t = temp_name_parts(path);
-  return t.dir + t.prefix + std::to_string(::getpid());
+  return t.dir + t.prefix + process_tag();
 }
 
 /// Removes the temporaries of `path` left by processes that no longer exist (a kill -9 between
-/// writing and renaming; libzip's own NAME.tmp.PID.XXXXXX inside write_npz): NAME.tmp.PID[.*] whose
-/// PID is not a running process. Another live writer's temporary is never touched.
+/// writing and renaming; libzip's own NAME.tmp.TAG.XXXXXX inside write_npz): NAME.tmp.PID-START[.*]
+/// whose process (that pid, started at that time) no longer runs, and only regular files. A user's
+/// NAME.tmp.2024 or NAME.tmp.old is not a name arcal makes and is never touched, nor is another live
+/// writer's temporary (core/ownership.hpp).
 void remove_stale_temporaries(const std::string& path) {
   const TempName t = temp_name_parts(path);
   DIR* d = ::opendir(t.dir.empty() ? "." : t.dir.c_str());
   if (d == nullptr) return;
-  const pid_t self = ::getpid();
   while (const dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
     if (name.compare(0, t.prefix.size(), t.prefix) != 0) continue;
-    std::size_t i = t.prefix.size(), digits = 0;
-    long long pid = 0;
-    while (i < name.size() && name[i] >= '0' && name[i] <= '9' && digits < kPidDigits) {
-      pid = pid * 10 + (name[i] - '0');
-      ++i;
-      ++digits;
-    }
-    if (digits == 0 || (i < name.size() && name[i] != '.')) continue;
-    if (pid == self || pid <= 0) continue;
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to ask)
-    std::remove((t.dir + name).c_str());
+    const std::size_t dot = name.find('.', t.prefix.size());
+    const std::string tag = tag_after(name.substr(0, dot), t.prefix);
+    if (tag.empty() || tag == process_tag() || tag_alive(tag)) continue;
+    if (dot != std::string::npos && name.size() - dot != 7) continue;  // only libzip's ".XXXXXX"
+    struct stat st {};
+    const std::string full = t.dir + name;
+    if (::lstat(full.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    ::unlink(full.c_str());
   }
   ::closedir(d);
 }
@@ -124,6 +123,10 @@ void throw_write_error(const std::string& fn, const std::string& path, int err) 
 void write_atomic_with(const std::string& path, const std::function<void(const std::string&)>& writer) {
   remove_stale_temporaries(path);
   const std::string tmp = temp_name(path);
+  // The name carries this process's tag, so whatever is there (a link planted at the predicted name)
+  // is not a user's file: removed (the link itself, never its target) before the writer creates it.
+  struct stat pre {};
+  if (::lstat(tmp.c_str(), &pre) == 0) ::unlink(tmp.c_str());
   try {
     writer(tmp);
   } catch (...) {
@@ -149,7 +152,7 @@ void write_atomic_with(const std::string& path, const std::function<void(const s
 
 void write_file_atomic(const std::string& path, const std::string& content) {
   write_atomic_with(path, [&](const std::string& tmp) {
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) throw_write_error("write_file_atomic", path, errno);
     std::size_t done = 0;
     while (done < content.size()) {

@@ -1,7 +1,8 @@
 // Atomic file output: write to a temporary file in the same directory, fsync, then rename over the
 // target, so an interrupted process never leaves a file that looks complete. The temporary is
-// NAME.tmp.PID (NAME shortened to keep it within 255 bytes); temporaries of the same target left by
-// processes that have died are removed by the next write.
+// NAME.tmp.PID-START (NAME shortened to keep it within 255 bytes; PID-START names the process,
+// core/ownership.hpp), created with O_EXCL and never through a link; temporaries of the same target
+// left by processes that have died are removed by the next write, and nothing else.
 #pragma once
 
 #include <functional>

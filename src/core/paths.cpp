@@ -1,6 +1,8 @@
 #include "core/paths.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -8,6 +10,7 @@
 #include <fstream>
 
 #include "core/error.hpp"
+#include "core/ownership.hpp"
 
 namespace arcal {
 
@@ -17,6 +20,26 @@ bool same_file(const std::string& a, const std::string& b) {
   struct stat sa {}, sb {};
   if (::stat(a.c_str(), &sa) != 0 || ::stat(b.c_str(), &sb) != 0) return false;
   return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+bool same_path(const std::string& a, const std::string& b) {
+  if (same_file(a, b)) return true;
+  std::error_code ec1, ec2;
+  const fs::path ca = fs::weakly_canonical(fs::absolute(a, ec1), ec1);
+  const fs::path cb = fs::weakly_canonical(fs::absolute(b, ec2), ec2);
+  return !ec1 && !ec2 && ca == cb;
+}
+
+void check_distinct_outputs(const std::vector<std::pair<std::string, std::string>>& outputs) {
+  for (std::size_t i = 0; i < outputs.size(); ++i)
+    for (std::size_t j = i + 1; j < outputs.size(); ++j) {
+      const auto& [fa, a] = outputs[i];
+      const auto& [fb, b] = outputs[j];
+      if (a.empty() || b.empty()) continue;
+      if (same_path(a, b))
+        throw InputError(fb + ": " + b + " is the same path as " + fa + " " + a +
+                         " (compared as resolved paths); give each output its own path");
+    }
 }
 
 bool path_within(const std::string& path, const std::string& dir) {
@@ -61,7 +84,9 @@ std::string shell_quote(const std::string& s) {
 
 bool has_output_marker(const std::string& dir) {
   std::error_code ec;
-  return fs::is_regular_file(fs::path(dir) / kOutputMarker, ec);
+  // A link named like the marker is not the marker (a dangling one used to make arcal create a file
+  // where it pointed).
+  return fs::is_regular_file(fs::symlink_status(fs::path(dir) / kOutputMarker, ec));
 }
 
 std::string foreign_entry(const std::string& dir, const std::vector<std::string>& own) {
@@ -69,8 +94,12 @@ std::string foreign_entry(const std::string& dir, const std::vector<std::string>
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(dir, ec)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());  // the message names the same entry every time
-  for (const auto& n : names)
-    if (n != kOutputMarker && n != ".lock" && std::find(own.begin(), own.end(), n) == own.end()) return n;
+  for (const auto& n : names) {
+    // The marker and the lock count as arcal's only as regular files; a link by either name is the user's.
+    const bool regular = fs::is_regular_file(fs::symlink_status(fs::path(dir) / n, ec));
+    if ((n == kOutputMarker || n == ".lock") && regular) continue;
+    if (std::find(own.begin(), own.end(), n) == own.end()) return n;
+  }
   return "";
 }
 
@@ -82,6 +111,11 @@ void check_output_dir(const std::string& flag, const std::string& dir, const std
   if (force || has_output_marker(dir)) return;
   const std::string other = foreign_entry(dir, {});
   if (other.empty()) return;  // empty, or only a lock file
+  if (other == kOutputMarker || other == ".lock")
+    throw InputError(flag + ": " + dir + "/" + other + " is a symbolic link or not a regular file, so it is not arcal's " +
+                     (other == ".lock" ? "lock" : "marker") +
+                     "; arcal never follows a link by that name (it could write where the link points): remove it, or "
+                     "choose another directory");
   // An output of an arcal made before the marker: every entry is one of the command's own names.
   if (!legacy_names.empty() && foreign_entry(dir, legacy_names).empty()) return;
   throw InputError(flag + ": " + dir + " holds " + other + " and was not made by " + command + " (no " +
@@ -92,10 +126,9 @@ void check_output_dir(const std::string& flag, const std::string& dir, const std
 void mark_output_dir(const std::string& dir, const std::string& command) {
   const std::string path = (fs::path(dir) / kOutputMarker).string();
   if (has_output_marker(dir)) return;
-  std::ofstream out(path, std::ios::trunc);
-  out << "made by " << command << "; arcal replaces files in this directory (docs/interface.md)\n";
-  out.flush();
-  if (!out) throw InputError(command + ": cannot write " + path);
+  // O_EXCL with O_NOFOLLOW: a link by the marker's name (dangling or not) is refused, never followed.
+  write_own_new_file(command, path, "made by " + command + " (process " + process_tag() +
+                                         "); arcal replaces files in this directory (docs/interface.md)\n");
 }
 
 bool valid_utf8(const std::string& s) {

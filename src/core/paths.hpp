@@ -5,12 +5,21 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace arcal {
 
 /// True when both paths exist and are the same file (st_dev and st_ino, following symlinks).
 bool same_file(const std::string& a, const std::string& b);
+
+/// True when a and b name one file: the same inode when both exist, else the same absolute path with
+/// links and ".." resolved as far as it exists ("G.npz", "$PWD/G.npz" and "sub/../G.npz" are one).
+bool same_path(const std::string& a, const std::string& b);
+
+/// Throws InputError "FLAG2: B is the same path as FLAG1 A ..." when two of the (flag, path) outputs
+/// of one command name one file (same_path); empty paths are skipped.
+void check_distinct_outputs(const std::vector<std::pair<std::string, std::string>>& outputs);
 
 /// True when `path` is `dir` or lies below it (after resolving symlinks and "..").
 bool path_within(const std::string& path, const std::string& dir);

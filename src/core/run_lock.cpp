@@ -9,6 +9,7 @@
 #include <ctime>
 
 #include "core/error.hpp"
+#include "core/ownership.hpp"
 
 namespace arcal {
 
@@ -32,8 +33,9 @@ std::string read_all(int fd) {
 }  // namespace
 
 DirLock::DirLock(const std::string& dir, const std::string& what) : path_(dir + "/.lock") {
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw InputError(dir + ": cannot create the lock file " + path_ + ": " + std::strerror(errno));
+  // Never through a link, never into a file with a second name (a link planted at DIR/.lock used to
+  // have its target truncated): core/ownership.hpp.
+  fd_ = open_own_file(dir + ": the lock file", path_, O_RDWR | O_CREAT);
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     std::string holder = read_all(fd_);
@@ -49,15 +51,21 @@ DirLock::DirLock(const std::string& dir, const std::string& what) : path_(dir + 
   std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
   const std::string text = "pid " + std::to_string(::getpid()) + " on host " + host_name() + ", " + what + ", since " +
                            when + "\n";
-  if (::ftruncate(fd_, 0) == 0) {
+  // The holder line replaces only an empty file or an earlier holder line: a user's own DIR/.lock
+  // (a directory taken with --force) keeps its content.
+  const std::string before = read_all(fd_);
+  if ((before.empty() || before.rfind("pid ", 0) == 0) && ::ftruncate(fd_, 0) == 0) {
     const ssize_t n = ::pwrite(fd_, text.data(), text.size(), 0);
+    wrote_ = true;
     (void)n;  // the content only improves the message of a refused second process
   }
 }
 
 DirLock::~DirLock() {
   if (fd_ >= 0) {
-    [[maybe_unused]] const int r = ::ftruncate(fd_, 0);  // no stale holder line once released
+    if (wrote_) {
+      [[maybe_unused]] const int r = ::ftruncate(fd_, 0);  // no stale holder line once released
+    }
     ::close(fd_);  // releases the flock
   }
 }

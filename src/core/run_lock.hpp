@@ -23,6 +23,7 @@ class DirLock {
  private:
   std::string path_;
   int fd_ = -1;
+  bool wrote_ = false;  ///< the holder line is ours (cleared on release)
 };
 
 }  // namespace arcal

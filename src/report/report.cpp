@@ -10,6 +10,7 @@
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
 #include "core/limits.hpp"
+#include "core/ownership.hpp"
 #include "core/paths.hpp"
 #include "core/text_input.hpp"
 #include "report/sections.hpp"
@@ -55,41 +56,45 @@ ReportOutput build_report(const ResultsDocument& doc, const std::string& path, c
 }
 
 /// The entries of a report directory (what build_report writes).
-const std::vector<std::string> kReportEntries{"report.html", "report.md", "figures", "tables"};
 
-/// The report directory is replaced as a whole, so it must be arcal's (the marker, or a report of an
-/// earlier arcal: only report entries) and hold nothing else; --force replaces it anyway.
+/// The report directory is replaced as a whole, so it must be arcal's (its marker, a regular file) or
+/// empty; --force replaces it anyway. A directory without the marker is the user's whatever its
+/// entries are called (paper/ holding figures/fig1.pdf used to pass as an earlier report).
 void check_report_target(const std::string& input, const std::string& out_dir, bool force, const std::string& hint) {
   if (out_dir.empty()) throw_input("--out", "the report directory is empty");
   if (!input.empty() && path_within(input, out_dir))
     throw_input("--out", out_dir + " would contain the input " + input + ", but the report directory is "
                                    "replaced as a whole; " + hint);
   std::error_code ec;
-  if (!fs::exists(out_dir, ec)) return;
-  if (!fs::is_directory(out_dir, ec)) throw_input("--out", out_dir + " exists and is not a directory");
-  if (force) return;
-  const std::string other = foreign_entry(out_dir, kReportEntries);
+  const auto st = fs::symlink_status(out_dir, ec);
+  if (!fs::exists(st)) return;
+  if (fs::is_symlink(st))
+    throw_input("--out", out_dir + " is a symbolic link; the report directory is replaced as a whole and arcal never "
+                                   "replaces through a link: give the directory's own path or another --out");
+  if (!fs::is_directory(st)) throw_input("--out", out_dir + " exists and is not a directory");
+  if (force || has_output_marker(out_dir)) return;
+  const std::string other = foreign_entry(out_dir, {});
+  if (other == kOutputMarker || other == ".lock")
+    throw_input("--out", out_dir + "/" + other + " is a symbolic link or not a regular file, so it is not arcal's " +
+                             (other == ".lock" ? "lock" : "marker") + "; remove it, or choose another --out");
   if (!other.empty())
-    throw_input("--out", out_dir + " holds " + other + ", which is not part of an arcal report; the report directory is "
-                                   "replaced as a whole, so choose another --out, move it out, or pass --force to "
-                                   "replace the directory anyway");
+    throw_input("--out", out_dir + " holds " + other + " and was not made by arcal report (no " + kOutputMarker +
+                                   "); the report directory is replaced as a whole, so choose another --out, move "
+                                   "it out, or pass --force to replace the directory anyway");
 }
 
-/// DIR.tmp-PID and DIR.old-PID of report writers that no longer run (a kill -9 mid-report).
+/// OUT.tmp-TAG and OUT.old-TAG of report writers that no longer run (a kill -9 mid-report): only
+/// directories whose name and marker name the same dead process (core/ownership.hpp); a user's
+/// report.old-2024 is not touched.
 void remove_stale_report_temporaries(const std::string& out_dir) {
   const fs::path target(out_dir);
   const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   const std::string base = target.filename().string();
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(parent, ec)) {
-    const std::string name = e.path().filename().string();
+    const std::string path = e.path().string();
     for (const char* tag : {".tmp-", ".old-"}) {
-      const std::string prefix = base + tag;
-      if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
-      const std::string pid = name.substr(prefix.size());
-      if (pid.size() > 10 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
-      const long long p = std::stoll(pid);
-      if (p <= 0 || p == ::getpid() || ::kill(static_cast<pid_t>(p), 0) == 0 || errno != ESRCH) continue;
+      if (!stale_owned_dir(path, base + tag)) continue;
       std::error_code rm;
       fs::remove_all(e.path(), rm);
     }
@@ -101,31 +106,41 @@ void remove_stale_report_temporaries(const std::string& out_dir) {
 ReportOutput write_document(const ResultsDocument& doc, const std::string& path, const std::string& out_dir) {
   remove_stale_report_temporaries(out_dir);
 
-  // Rendered into a sibling temporary directory, then renamed over out_dir: an interrupted or
-  // failed report never leaves a partial directory, and an earlier report stays until the new one
-  // is complete.
-  const std::string tag = std::to_string(::getpid());
-  const std::string tmp = out_dir + ".tmp-" + tag, old = out_dir + ".old-" + tag;
+  // Rendered into a sibling temporary directory (made by this process, with its marker), then renamed
+  // over out_dir: an interrupted or failed report never leaves a partial directory, and an earlier
+  // report stays until the new one is complete. The earlier one is first moved into OUT.old-TAG/, a
+  // directory this process made, so that what is removed afterwards is provably arcal's.
+  const std::string tag = process_tag();
+  const std::string tmp = out_dir + ".tmp-" + tag, old = out_dir + ".old-" + tag, previous = old + "/previous";
   std::error_code ec;
   const fs::path parent = fs::path(out_dir).parent_path();
   if (!parent.empty()) fs::create_directories(parent, ec);
-  fs::remove_all(tmp, ec);
+  make_owned_dir(tmp, kFn);
   ReportOutput out;
   try {
     out = build_report(doc, path, tmp);
-    mark_output_dir(tmp, "arcal report");
   } catch (...) {
     fs::remove_all(tmp, ec);
     throw;
   }
-  const bool had = fs::exists(out_dir, ec);
-  if (had && std::rename(out_dir.c_str(), old.c_str()) != 0) {
-    fs::remove_all(tmp, ec);
-    throw_input(kFn, "cannot replace " + out_dir + ": " + std::strerror(errno));
+  const bool had = fs::exists(fs::symlink_status(out_dir, ec));
+  if (had) {
+    try {
+      make_owned_dir(old, kFn);
+    } catch (...) {
+      fs::remove_all(tmp, ec);
+      throw;
+    }
+    if (std::rename(out_dir.c_str(), previous.c_str()) != 0) {
+      const std::string err = std::strerror(errno);
+      fs::remove_all(tmp, ec);
+      fs::remove_all(old, ec);
+      throw_input(kFn, "cannot replace " + out_dir + ": " + err);
+    }
   }
   if (std::rename(tmp.c_str(), out_dir.c_str()) != 0) {
     const std::string err = std::strerror(errno);
-    if (had) std::rename(old.c_str(), out_dir.c_str());
+    if (had && std::rename(previous.c_str(), out_dir.c_str()) == 0) fs::remove_all(old, ec);
     fs::remove_all(tmp, ec);
     throw_input(kFn, "cannot move the report into " + out_dir + ": " + err);
   }

@@ -28,9 +28,10 @@ struct ReportOutput {
 /// wrong type or misses a key (naming its JSON pointer), and when gnuplot fails (naming the script).
 /// All of that is checked before anything is written; the report is rendered into a temporary
 /// sibling directory and renamed over out_dir, so a failure never leaves a partial report. out_dir
-/// must not contain the input file, and an existing out_dir must hold nothing but a report's entries
-/// (report.html, report.md, figures/, tables/, .arcal-output) unless `force`: it is replaced as a
-/// whole. Temporaries of report writers that died (out_dir.tmp-PID, out_dir.old-PID) are removed.
+/// must not contain the input file, and an existing out_dir must be arcal's (its .arcal-output
+/// marker) or empty unless `force`: it is replaced as a whole; a link as out_dir is refused.
+/// Temporaries of report writers that died (out_dir.tmp-PID-START, out_dir.old-PID-START, with
+/// arcal's marker naming that process: core/ownership.hpp) are removed, and nothing else.
 ReportOutput write_report(const std::string& source, const std::string& out_dir, bool force = false);
 
 /// The same from a document's text (the Python module's `arcal.report(dict, out=...)`): `label` names

@@ -2,7 +2,11 @@
 
 #include <torch/csrc/autograd/profiler_legacy.h>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <chrono>
 #include <cmath>
@@ -17,6 +21,7 @@
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
 #include "core/interrupt.hpp"
+#include "core/ownership.hpp"
 #include "core/paths.hpp"
 #include "core/rng.hpp"
 #include "core/run_lock.hpp"
@@ -336,9 +341,23 @@ void truncate_log(const std::string& path, std::int64_t step) {
   write_file_atomic(path, kept);
 }
 
+/// Appends one line to RUN/log.jsonl, never through a link or into a file with a second name
+/// (core/ownership.hpp); a failed write is an error, not a silently shorter log.
 void append_line(const std::string& path, const std::string& line) {
-  std::ofstream out(path, std::ios::app);
-  out << line << "\n";
+  const int fd = open_own_file("arcal train", path, O_WRONLY | O_CREAT | O_APPEND);
+  const std::string text = line + "\n";
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      throw_write_error("arcal train", path, err);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::close(fd) != 0) throw_write_error("arcal train", path, errno);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/ownership.hpp"
 #include "io/npz.hpp"
 #include "test_util.hpp"
 
@@ -123,7 +124,7 @@ TEST(Npz, NumpyLoadsWhatArcalWrites) {
     EXPECT_EQ(run_python("npz_reference.py check " + path, &out), 0) << out;
     EXPECT_NE(out.find("OK"), std::string::npos) << out;
     expect_matches_reference(read_npz(path));  // and our own reader agrees
-    EXPECT_FALSE(fs::exists(path + ".tmp." + std::to_string(::getpid())));
+    EXPECT_FALSE(fs::exists(path + ".tmp." + arcal::process_tag()));
   }
 }
 
