@@ -4,6 +4,7 @@
 // --json summary.json only.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 
@@ -158,10 +159,13 @@ arcal::cli::RunFn setup(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30));
   return [=]() {
+    std::vector<std::string> file_keys;  // every setting --config gives: a resume compares them too
     if (!config_file->empty()) {
       // The file's values, then every flag given on the command line on top.
-      arcal::TrainConfig from_file = arcal::train_config_from_json(
-          arcal::read_json_file(*config_file, "arcal train", "--config"), *config_file);
+      const nlohmann::json file_json = arcal::read_json_file(*config_file, "arcal train", "--config");
+      if (file_json.is_object())
+        for (const auto& item : file_json.items()) file_keys.push_back(item.key());
+      arcal::TrainConfig from_file = arcal::train_config_from_json(file_json, *config_file);
       for (const auto& [key, option] : *given) {
         if (option->count() == 0) continue;
         for (const auto& row : arcal::train_option_table())
@@ -174,6 +178,10 @@ arcal::cli::RunFn setup(CLI::App& app) {
     arcal::ResumeRequest request;
     for (const auto& [key, option] : *given)
       if (option->count() > 0) request.given.push_back(key);
+    // A resume compares every source of configuration: a setting changed in the --config file is a
+    // change like the same flag (it used to be kept silently at the run's value).
+    for (const auto& k : file_keys)
+      if (std::find(request.given.begin(), request.given.end(), k) == request.given.end()) request.given.push_back(k);
     for (auto k : *overrides) {
       for (auto& ch : k)
         if (ch == '-') ch = '_';  // --override max-steps and max_steps both name max_steps

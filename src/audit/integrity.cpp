@@ -49,6 +49,44 @@ std::uint64_t run_hash(const AuditRunInput& r) {
   return fnv1a64(r.profile.data(), r.profile.size() * sizeof(double), h);
 }
 
+/// Row i of run r as it would be of any run: label, outputs, profile and statistics (no cluster id).
+std::uint64_t row_hash(const AuditRunInput& r, std::size_t i) {
+  const std::size_t K = r.classes, P = r.profile_names.size();
+  std::uint64_t h = fnv1a64(&r.labels[i], sizeof(std::int64_t));
+  h = fnv1a64(&r.confidence[i], sizeof(double), h);
+  if (!r.log_probs.empty()) h = fnv1a64(&r.log_probs[i * K], K * sizeof(double), h);
+  if (P > 0 && !r.profile.empty()) h = fnv1a64(&r.profile[i * P], P * sizeof(double), h);
+  for (const auto& s : r.statistics) h = fnv1a64(&s[i], sizeof(double), h);
+  return h;
+}
+
+bool rows_equal(const AuditRunInput& a, std::size_t i, const AuditRunInput& b, std::size_t j) {
+  const std::size_t K = a.classes, P = a.profile_names.size();
+  if (a.labels[i] != b.labels[j] || a.confidence[i] != b.confidence[j]) return false;
+  if (K != b.classes || P != b.profile_names.size() || a.statistics.size() != b.statistics.size()) return false;
+  if (!a.log_probs.empty() && !std::equal(&a.log_probs[i * K], &a.log_probs[i * K] + K, &b.log_probs[j * K])) return false;
+  if (P > 0 && !a.profile.empty() && !std::equal(&a.profile[i * P], &a.profile[i * P] + P, &b.profile[j * P])) return false;
+  for (std::size_t s = 0; s < a.statistics.size(); ++s)
+    if (a.statistics[s][i] != b.statistics[s][j]) return false;
+  return true;
+}
+
+/// Rows of b that equal a row of a, bit for bit, in any order.
+std::size_t shared_rows(const AuditRunInput& a, const AuditRunInput& b) {
+  if (a.labels.size() != a.confidence.size() || b.labels.size() != b.confidence.size()) return 0;
+  std::unordered_multimap<std::uint64_t, std::size_t> index;
+  index.reserve(a.confidence.size());
+  for (std::size_t i = 0; i < a.confidence.size(); ++i) index.emplace(row_hash(a, i), i);
+  std::size_t shared = 0;
+  for (std::size_t j = 0; j < b.confidence.size(); ++j)
+    for (auto [it, end] = index.equal_range(row_hash(b, j)); it != end; ++it)
+      if (rows_equal(a, it->second, b, j)) {
+        ++shared;
+        break;
+      }
+  return shared;
+}
+
 bool same_run(const AuditRunInput& a, const AuditRunInput& b) {
   return a.labels == b.labels && a.confidence == b.confidence && a.log_probs == b.log_probs && a.profile == b.profile &&
          a.statistics == b.statistics;
@@ -122,6 +160,23 @@ IntegrityResult check_integrity(std::vector<AuditRunInput>& runs, bool drop_dupl
                             "] '" + runs[a].run +
                             "' (same labels, outputs and routing): the same trace passed twice would count as two "
                             "independent runs; pass each trace once");
+  // Runs that share rows are not independent seeds: a row-permuted copy of a trace, or two traces of
+  // overlapping test subsets, used to be accepted as two seeds. Independent models agree on a row's
+  // every output bit for bit essentially never, so 1 % shared rows is already far from chance.
+  for (std::size_t b = 0; b < runs.size(); ++b)
+    for (std::size_t a = 0; a < b; ++a) {
+      const std::size_t shared = shared_rows(runs[a], runs[b]);
+      const std::size_t nb = runs[b].confidence.size();
+      if (shared > 0 && shared * 100 >= std::max<std::size_t>(1, std::min(nb, runs[a].confidence.size()))) {
+        const bool all = shared == nb && nb == runs[a].confidence.size();
+        throw_input(fn, "run[" + std::to_string(b) + "] '" + runs[b].run + "' shares " + std::to_string(shared) +
+                            " of its " + std::to_string(nb) + " rows with run[" + std::to_string(a) + "] '" +
+                            runs[a].run + "' (the same label, outputs and routing, in any order)" +
+                            (all ? ": it is the same trace with its rows reordered" : "") +
+                            "; runs must be independent (seeds of separately trained models), so pass each "
+                            "example set once");
+      }
+    }
   for (auto& r : runs) {
     RunIntegrity ri;
     ri.run = r.run;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "audit/routing_stats.hpp"
+#include "core/error.hpp"
 #include "core/rng.hpp"
 
 namespace arcal {
@@ -65,6 +66,9 @@ AuditRunInput make_audit_run_input(const Trace& t, const std::string& run, const
     }
   }
   for (const auto& name : stats) {
+    // One statistic listed twice would be one trace counted as two tests (and, across runs, as two seeds).
+    if (std::find(in.statistic_names.begin(), in.statistic_names.end(), name) != in.statistic_names.end())
+      throw InputError("--stat: '" + name + "' is listed twice; list each statistic once");
     in.statistic_names.push_back(name);
     in.statistics.push_back(statistic_column(t, name));
   }

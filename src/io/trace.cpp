@@ -159,6 +159,20 @@ void validate(const Trace& t, const Ctx& c) {
     if (!t.feature_names.empty() && t.feature_names.size() != t.num_features)
       c.fail("feature_names has " + std::to_string(t.feature_names.size()) + " names, but features has F = " +
              std::to_string(t.num_features) + " columns");
+    // A statistic is asked for by name, so each name must pick one column: two columns with one name
+    // used to make both tests read the first; a feature named like a routing statistic was shadowed
+    // by the statistic computed from 'routing'.
+    for (std::size_t f = 0; f < t.feature_names.size(); ++f) {
+      const std::string& name = t.feature_names[f];
+      if (name.empty()) c.fail_index("feature_names", std::to_string(f), "''", "a non-empty name");
+      for (std::size_t g = 0; g < f; ++g)
+        if (t.feature_names[g] == name)
+          c.fail("feature_names: '" + name + "' names columns " + std::to_string(g) + " and " + std::to_string(f) +
+                 "; a statistic is chosen by name, so each feature needs its own name");
+      if (!t.routing.empty() && (name == "re" || name == "rdv"))
+        c.fail("feature_names[" + std::to_string(f) + "] is '" + name + "', the name of the routing statistic computed "
+               "from 'routing'; rename the feature (e.g. 'feature_" + name + "')");
+    }
   }
 }
 
@@ -184,7 +198,7 @@ Trace trace_from_arrays(const std::vector<NpyArray>& list, const std::string& pa
   };
   auto need_float = [&](const NpyArray& a) {
     if (a.dtype != DType::f4 && a.dtype != DType::f8)
-      c.fail(a.name + " has dtype " + dtype_descr(a.dtype, a.itemsize / 4) + ", but must be float32 or float64");
+      c.fail(a.name + " has dtype " + a.shown_dtype() + ", but must be float32 or float64");
   };
   Trace t;
   t.path = path;
@@ -202,7 +216,7 @@ Trace trace_from_arrays(const std::vector<NpyArray>& list, const std::string& pa
   if (!labels) c.fail("has no 'labels' array (required)");
   need_ndim(*labels, 1, "[N]");
   if (labels->dtype != DType::i8 && labels->dtype != DType::i4)
-    c.fail("labels has dtype " + dtype_descr(labels->dtype, labels->itemsize / 4) + ", but must be int64 or int32");
+    c.fail("labels has dtype " + labels->shown_dtype() + ", but must be int64 or int32");
   if (labels->shape[0] != t.n)
     c.fail("labels has " + std::to_string(labels->shape[0]) + " entries, but " + scores.name + " has N = " +
            std::to_string(t.n) + " rows");
@@ -272,7 +286,7 @@ Trace trace_from_arrays(const std::vector<NpyArray>& list, const std::string& pa
   if (const NpyArray* cl = get("cluster")) {
     need_ndim(*cl, 1, "[N]");
     if (cl->dtype != DType::i8 && cl->dtype != DType::i4)
-      c.fail("cluster has dtype " + dtype_descr(cl->dtype, cl->itemsize / 4) + ", but must be int64 or int32");
+      c.fail("cluster has dtype " + cl->shown_dtype() + ", but must be int64 or int32");
     if (cl->shape[0] != t.n)
       c.fail("cluster has " + std::to_string(cl->shape[0]) + " entries, but " + scores.name + " has N = " +
              std::to_string(t.n) + " rows");

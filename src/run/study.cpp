@@ -496,6 +496,12 @@ void validate_study(const StudyConfig& c) {
   for (const auto& d : c.datasets)
     need(d == "fashion-mnist" || d == "cifar10" || d == "cifar100" || d == "gcide", "[data] datasets",
          "entry '" + d + "' is not fashion-mnist, cifar10, cifar100 or gcide (the text corpus)");
+  {
+    // A dataset or preset listed twice would put two runs under one name (runs/NAME/DATASET-PRESET-...).
+    std::set<std::string> seen_data, seen_models;
+    for (const auto& d : c.datasets) need(seen_data.insert(d).second, "[data] datasets", "lists '" + d + "' twice");
+    for (const auto& m : c.models) need(seen_models.insert(m).second, "[model] presets", "lists '" + m + "' twice");
+  }
   need(!c.models.empty(), "[model] presets", "must name at least one preset");
   for (const auto& m : c.models) {
     const auto& known = model_presets();
