@@ -187,6 +187,10 @@ FittedCalibrator fit_calibrator(const std::string& method, const Predictions& p,
                                  "' (temperature, platt, isotonic, histogram, nw, qats, vector, matrix)");
   check_options(options);
   check_sizes("calibrate", "the predictions", p.probs.size(), p.n, p.k);
+  if (p.n < 2)
+    throw_input("calibrate", "the fitting data has N = " + std::to_string(p.n) +
+                                 " example; a calibrator needs at least 2 to fit (and " + std::to_string(kFewFitExamples) +
+                                 " or more to be trusted)");
   FittedCalibrator f;
   f.method = method;
   f.classes = p.k;
@@ -238,6 +242,22 @@ std::string fit_warning(const FittedCalibrator& f, const Predictions& p, const s
   if (m == "platt") converged = f.platt.converged, iterations = f.platt.iterations;
   if (m == "qats") converged = f.qats.converged, iterations = f.qats.iterations;
   if (m == "vector" || m == "matrix") converged = f.linear.converged, iterations = f.linear.iterations;
+  if (p.n < kFewFitExamples)
+    add("fitted on only " + std::to_string(p.n) + " examples (fewer than " + std::to_string(kFewFitExamples) +
+        "): its parameters are unreliable");
+  if (m == "platt" || m == "isotonic" || m == "histogram" || m == "nw") {
+    // The binary methods fit the top label's correctness: with one outcome only they map every
+    // confidence to 0 or 1.
+    std::size_t correct = 0;
+    for (std::size_t i = 0; i < p.n; ++i) {
+      const double* row = &p.probs[i * p.k];
+      const auto top = static_cast<std::int64_t>(std::max_element(row, row + p.k) - row);
+      correct += top == labels[i] ? 1 : 0;
+    }
+    if (correct == 0 || correct == p.n)
+      add(std::string("every fitting example's top label is ") + (correct == 0 ? "wrong" : "correct") + ", so " + m +
+          " maps every confidence to " + (correct == 0 ? "0" : "1"));
+  }
   if (!converged)
     add(m + " did not converge in " + std::to_string(iterations) + " iterations (converged: false); the parameters are the last iterate's");
   // The fitted calibrator against none, on the data it was fitted on: worse there means the fit failed.

@@ -65,7 +65,11 @@ struct FittedCalibrator {
   std::string warning;
 };
 
-/// The fit's warning: an optimiser that did not converge (platt, qats, vector, matrix), or a
+/// Fits on fewer examples than this are warned about (fit_warning); fewer than 2 are refused.
+inline constexpr std::size_t kFewFitExamples = 50;
+
+/// The fit's warning: fewer than kFewFitExamples examples, a binary method (platt, isotonic,
+/// histogram, nw) fitted on one outcome only, an optimiser that did not converge (platt, qats, vector, matrix), or a
 /// likelihood-fitted calibrator (temperature, vector, matrix) whose NLL on its own fitting data
 /// is worse than the uncalibrated predictions'. "" when neither.
 std::string fit_warning(const FittedCalibrator& f, const Predictions& p, const std::vector<std::int64_t>& labels);

@@ -15,6 +15,7 @@
 #include "calib/consistency.hpp"
 #include "core/check.hpp"
 #include "core/rng.hpp"
+#include "stats/distributions.hpp"
 
 namespace arcal {
 
@@ -815,6 +816,15 @@ CalibrationReport calibration_report(Span<double> probs, std::size_t n, std::siz
     return e;
   };
   r.accuracy = percentile(kAcc);
+  // Where the bootstrap degenerates (every example right or every one wrong: all resamples agree, and
+  // 20/20 used to give [1, 1]), the exact binomial interval over the independent units (examples, or
+  // clusters when whole clusters are resampled).
+  if (opt.draws > 0 && n > 0 && r.accuracy.ci.low == r.accuracy.ci.high) {
+    const std::size_t units = clusters > 0 ? clusters : n;
+    const auto hits = static_cast<std::size_t>(std::llround(point[kAcc] * static_cast<double>(units)));
+    const BinomialInterval cp = clopper_pearson(std::min(hits, units), units, opt.level);
+    r.accuracy.ci = {cp.low, cp.high};
+  }
   r.nll = percentile(kNll);
   r.brier = percentile(kBrier);
   r.auroc = percentile(kAuroc);
@@ -826,6 +836,15 @@ CalibrationReport calibration_report(Span<double> probs, std::size_t n, std::siz
   r.ada_ece = none(point[kAda]);
   r.debiased_ece = none(point[kDeb]);
   r.classwise_ece = none(cw_point);
+  // One example: every resample is that example and every label redraw one label, so each interval
+  // would have zero width ([0, 0] for the ECE); no interval is honest there but accuracy's exact one.
+  auto none_at_one_example = [&] {
+    if (n >= 2) return;
+    for (Estimate* e : {&r.nll, &r.brier, &r.auroc, &r.ece, &r.rmsce, &r.ada_ece, &r.debiased_ece, &r.classwise_ece}) {
+      e->ci = {kNaN, kNaN};
+      e->bias_corrected = kNaN;  // the median-unbiased estimate comes from the same degenerate redraws
+    }
+  };
   if (clusters > 0) {
     // The label redraws of the test-inversion intervals treat examples as independent given their
     // probabilities; with clusters the top-label errors get the cluster bootstrap's percentile
@@ -835,6 +854,7 @@ CalibrationReport calibration_report(Span<double> probs, std::size_t n, std::siz
     r.ada_ece = percentile(kAda);
     r.debiased_ece = percentile(kDeb);
     r.consistency_draws = 0;
+    none_at_one_example();
     return r;
   }
   // Calibration errors: test inversion along the scaled-gap family (calib/consistency.hpp), whose
@@ -861,6 +881,7 @@ CalibrationReport calibration_report(Span<double> probs, std::size_t n, std::siz
     r.classwise_consistency_p =
         inverted(r.classwise_ece, classwise_cells(probs, n, k, labels, opt.bins), CellError::l1, 0xC4);
   }
+  none_at_one_example();
   return r;
 }
 

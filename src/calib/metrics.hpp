@@ -80,7 +80,9 @@ double binary_brier(const std::vector<double>& estimate, const std::vector<doubl
 struct Estimate {
   double value = 0.0;  ///< the plug-in value (netcal's, torchmetrics' and relplot's convention)
   /// 95 % interval for the population value (NaN bounds when not computed or not defined: MCE, smECE
-  /// and smECE's bandwidth get none). Accuracy, NLL, Brier, AUROC: percentile bootstrap. ECE, RMSCE,
+  /// and smECE's bandwidth get none). Accuracy, NLL, Brier, AUROC: percentile bootstrap (accuracy: the
+  /// exact Clopper-Pearson interval where the bootstrap degenerates, all right or all wrong; at N = 1
+  /// accuracy's is the only interval). ECE, RMSCE,
   /// AdaECE, classwise ECE, debiased L2: inversion of the consistency test along the scaled-gap family
   /// (calib/consistency.hpp); it corrects the upward bias of the plug-in value, which may therefore lie
   /// above the interval, and its lower end is 0 exactly when calibration is not rejected.
@@ -137,8 +139,8 @@ struct CalibrationReport {
 /// errors' intervals cost O(cells) per label redraw (calib/consistency.hpp). The matrix scan runs on std::thread::hardware_concurrency() threads when N x K >= 2^22
 /// (fixed chunks of 2^15 rows whose classwise sums are added in chunk order, so the result is the same
 /// for any thread count); the rest is single-threaded. Throws InputError on invalid input or options.
-/// probs and labels are views (std::vector converts), read in place: the Python module passes numpy
-/// buffers without copying them.
+/// probs and labels are views (std::vector converts), read in place; the Python module passes its own
+/// private copies (another Python thread may write the caller's arrays while this runs without the GIL).
 CalibrationReport calibration_report(Span<double> probs, std::size_t n, std::size_t k, Span<std::int64_t> labels,
                                      const ReportOptions& options = {});
 

@@ -110,4 +110,30 @@ double chi_square_sf(double x, double df) {
   return incomplete_gamma_q(0.5 * df, 0.5 * x);
 }
 
+namespace {
+
+/// x with I_x(a, b) = p, by bisection (I_x is increasing in x).
+double beta_quantile(double p, double a, double b) {
+  double lo = 0.0, hi = 1.0;
+  for (int it = 0; it < 200 && hi - lo > 1e-12; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    (incomplete_beta(a, b, mid) < p ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+}  // namespace
+
+BinomialInterval clopper_pearson(std::size_t k, std::size_t n, double level) {
+  const char* fn = "clopper_pearson";
+  if (n == 0) throw_input(fn, "n must be > 0");
+  if (k > n) throw_input(fn, "k is " + std::to_string(k) + ", but must be <= n = " + std::to_string(n));
+  if (!(level > 0 && level < 1)) throw_input(fn, "level must be in (0, 1)");
+  const double alpha = 1.0 - level, kd = static_cast<double>(k), nd = static_cast<double>(n);
+  BinomialInterval r;
+  r.low = k == 0 ? 0.0 : beta_quantile(alpha / 2, kd, nd - kd + 1);
+  r.high = k == n ? 1.0 : beta_quantile(1 - alpha / 2, kd + 1, nd - kd);
+  return r;
+}
+
 }  // namespace arcal

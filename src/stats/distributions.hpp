@@ -1,6 +1,9 @@
 // Distribution functions the tests need, on the standard library: the regularised incomplete beta and
-// gamma functions, Student's t (CDF and quantile) and the chi-square survival function.
+// gamma functions, Student's t (CDF and quantile), the chi-square survival function and the exact
+// (Clopper-Pearson) binomial interval.
 #pragma once
+
+#include <cstddef>
 
 namespace arcal {
 
@@ -19,5 +22,14 @@ double incomplete_gamma_q(double a, double x);
 
 /// P(X >= x) for X ~ chi-square with df > 0 degrees of freedom.
 double chi_square_sf(double x, double df);
+
+/// The exact (Clopper-Pearson) two-sided interval at `level` for a binomial proportion with k successes
+/// in n > 0 trials: [B(α/2; k, n-k+1), B(1-α/2; k+1, n-k)], B the beta quantile (by bisection on
+/// incomplete_beta to 1e-12), with the ends 0 at k = 0 and 1 at k = n. Its coverage is at least
+/// `level` for every n and proportion, where a bootstrap of k = n gives the empty width [1, 1].
+struct BinomialInterval {
+  double low = 0.0, high = 1.0;
+};
+BinomialInterval clopper_pearson(std::size_t k, std::size_t n, double level = 0.95);
 
 }  // namespace arcal
