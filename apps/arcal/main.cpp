@@ -171,8 +171,22 @@ namespace {
 /// OpenBLAS's shutdown joins a worker thread that retries a failed buffer allocation forever, so a
 /// plain return from main never exited (`ulimit -v 600000`). Everything arcal writes is complete and
 /// renamed before this point, and locks are dropped by the kernel.
+/// Standard output carries results (--json, --print-config, tables), so a write that failed there
+/// (a full disk, /dev/full, a closed pipe's reader) is a failure: exit 1 with a message, never 0 with
+/// nothing written.
 [[noreturn]] void finish(int code) {
+  errno = 0;
   std::cout.flush();
+  const bool cout_failed = std::cout.fail();
+  const int flushed = std::fflush(stdout);
+  const int err = errno;
+  if ((cout_failed || flushed != 0 || std::ferror(stdout)) && code == 0) {
+    std::string msg = "arcal: failed: cannot write the results to standard output";
+    if (err != 0) msg += std::string(": ") + std::strerror(err);
+    msg += " (is the disk full, or the reader gone?)\n";
+    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, msg.data(), msg.size());
+    code = 1;
+  }
   std::cerr.flush();
   std::fflush(nullptr);
   std::_Exit(code);

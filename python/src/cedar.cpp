@@ -36,6 +36,8 @@ py::tuple cedar_attention(py::object q_in, py::object k_in, py::object v_in, con
       value_error(ctx, std::string("array '") + names[i] + "' has shape " + shape_string(raw) + ", but must be [H, " +
                            (i ? "N" : "Nq") + ", d] or [" + (i ? "N" : "Nq") + ", d]");
     a[i] = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(raw);
+    // Read without the GIL: a private copy, never the caller's buffer that another thread may write.
+    if (a[i].ptr() == raw.ptr()) a[i] = py::array_t<float>(a[i].attr("copy")());
   }
   if (a[0].ndim() != a[1].ndim() || a[1].ndim() != a[2].ndim())
     value_error(ctx, "q, k and v must all be 3-D [H, tokens, d] or all 2-D [tokens, d]; got " + shape_string(a[0]) + ", " +

@@ -138,8 +138,11 @@ DoubleMatrix double_matrix(py::handle obj, const std::string& fn, const std::str
     value_error(fn, name + " has dtype " + dtype_name(a) + ", but must be a float type (float16, float32, float64)");
   DoubleMatrix m;
   m.keep = ensure_c<double>(a);
-  if (!aligned(m.keep)) m.keep = py::array_t<double>(m.keep.attr("copy")());
-  m.copied = m.keep.ptr() != a.ptr();
+  // The library reads it without the GIL, while another Python thread may write the caller's array:
+  // a private copy unless the conversion already made one (arcal.metrics in a loop beside a thread
+  // that mutated the labels used to crash the interpreter).
+  if (!aligned(m.keep) || m.keep.ptr() == a.ptr()) m.keep = py::array_t<double>(m.keep.attr("copy")());
+  m.copied = true;
   m.data = static_cast<const double*>(m.keep.data());
   m.n = static_cast<std::size_t>(a.shape(0));
   m.k = static_cast<std::size_t>(a.shape(1));
@@ -154,7 +157,7 @@ LogitMatrix logit_matrix(py::handle obj, const std::string& fn, const std::strin
   LogitMatrix m;
   m.is_float32 = a.dtype().itemsize() == 4;
   m.keep = m.is_float32 ? ensure_c<float>(a) : ensure_c<double>(a);
-  if (!aligned(m.keep)) m.keep = m.keep.attr("copy")();
+  if (!aligned(m.keep) || m.keep.ptr() == a.ptr()) m.keep = m.keep.attr("copy")();  // private: read without the GIL
   m.data = m.keep.data();
   m.n = static_cast<std::size_t>(a.shape(0));
   m.k = static_cast<std::size_t>(a.shape(1));
@@ -169,7 +172,7 @@ Labels labels_array(py::handle obj, const std::string& fn, const std::string& na
     value_error(fn, name + " has dtype " + dtype_name(a) + ", but must be an integer type (int64, int32, uint8, ...)");
   Labels l;
   l.keep = ensure_c<std::int64_t>(a);
-  if (!aligned(l.keep)) l.keep = l.keep.attr("copy")();
+  if (!aligned(l.keep) || l.keep.ptr() == a.ptr()) l.keep = l.keep.attr("copy")();  // private: read without the GIL
   l.view = arcal::Span<std::int64_t>(static_cast<const std::int64_t*>(l.keep.data()), static_cast<std::size_t>(a.shape(0)));
   return l;
 }

@@ -1,7 +1,7 @@
 // Conversions between Python and the arcal core, shared by every part of the module: JSON values
 // (the library's JSON writers are the one source of every dict the module returns, so the module and
-// the CLI cannot drift), numpy arrays as read-only views (no copy when the dtype and layout already
-// fit), and numpy arrays to and from the npz layer's NpyArray (through parse_npy, so arrays from
+// the CLI cannot drift), numpy arrays as private copies (the library reads them without the GIL while
+// other Python threads may write the caller's arrays), and numpy arrays to and from the npz layer's NpyArray (through parse_npy, so arrays from
 // Python meet exactly the dtype rules and messages of arrays from files).
 #pragma once
 
@@ -54,9 +54,9 @@ void check_int_range(const std::string& fn, const std::string& name, long long v
 /// np.asarray(obj) (lists, numpy arrays, CPU torch tensors, anything with __array__).
 py::array as_array(py::handle obj, const std::string& fn, const std::string& name);
 
-/// A [n, k] float64 matrix: a view of the caller's buffer when it is float64, C-contiguous, aligned
-/// and native-endian, otherwise a float64 copy (float16/float32/other float kinds are widened; non-float
-/// dtypes are refused with ValueError naming fn and the array).
+/// A [n, k] float64 matrix: always a private float64 C-contiguous copy (read without the GIL, so it
+/// must not be an array another thread can write; float16/float32/other float kinds are widened;
+/// non-float dtypes are refused with ValueError naming fn and the array).
 struct DoubleMatrix {
   py::array keep;  ///< keeps the buffer alive
   const double* data = nullptr;
@@ -65,8 +65,8 @@ struct DoubleMatrix {
 };
 DoubleMatrix double_matrix(py::handle obj, const std::string& fn, const std::string& name);
 
-/// [n, k] logits as a float32 or float64 C-contiguous buffer (float32 kept as is; other floats as
-/// float64), read in place by the softmax.
+/// [n, k] logits as a private float32 or float64 C-contiguous copy (float32 kept as float32; other
+/// floats as float64), read by the softmax without the GIL.
 struct LogitMatrix {
   py::array keep;
   const void* data = nullptr;
@@ -75,8 +75,8 @@ struct LogitMatrix {
 };
 LogitMatrix logit_matrix(py::handle obj, const std::string& fn, const std::string& name);
 
-/// Labels [n] as int64: a view of an int64 C-contiguous native buffer, otherwise converted from any
-/// integer or bool dtype (uint8, int32, ...) by numpy. Float labels are refused.
+/// Labels [n] as a private int64 copy, converted from any integer or bool dtype (uint8, int32, ...)
+/// by numpy. Float labels are refused.
 struct Labels {
   py::array keep;
   arcal::Span<std::int64_t> view;

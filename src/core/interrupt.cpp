@@ -37,6 +37,9 @@ void install_interrupt_handlers() {
   sa.sa_flags = SA_RESTART;  // reads and writes in progress complete; loops poll the flag
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  // A closed terminal or ssh session: like SIGTERM, stop with a checkpoint (it used to end training
+  // at once with exit 129 and no checkpoint).
+  sigaction(SIGHUP, &sa, nullptr);
 }
 
 bool interrupt_requested() { return g_signal != 0; }
@@ -46,6 +49,7 @@ const char* interrupt_signal_name() {
   switch (g_signal) {
     case SIGINT: return "SIGINT";
     case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
     case 0: return "no signal";
     default: return "a signal";
   }
@@ -55,9 +59,11 @@ void reset_interrupt() { g_signal = 0; }
 
 namespace {
 thread_local ScopedInterruptPoll* t_poll = nullptr;
-// Set when a poll said stop, until the outermost poll of that call ends: worker threads (which have
-// no poll of their own) see it in poll_interrupt and stop too.
-std::atomic<bool> g_stop_latch{false};
+// The call a worker thread (no poll of its own) works for: the outermost poll of the thread that
+// started it (ScopedInterruptWorker). A stop said by one call's poll stops that call's workers only;
+// two concurrent calls from two Python threads used to share one process-wide latch, so Ctrl-C in one
+// raised KeyboardInterrupt in the other.
+thread_local const ScopedInterruptPoll* t_call = nullptr;
 long long now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -65,27 +71,30 @@ long long now_ns() {
 }  // namespace
 
 ScopedInterruptPoll::ScopedInterruptPoll(std::function<bool()> stop, int interval_ms)
-    : stop_(std::move(stop)), interval_ns_(static_cast<long long>(interval_ms) * 1000000LL), outer_(t_poll) {
-  if (outer_ == nullptr) g_stop_latch.store(false);
+    : stop_(std::move(stop)), interval_ns_(static_cast<long long>(interval_ms) * 1000000LL), outer_(t_poll),
+      root_(outer_ != nullptr ? outer_->root_ : this) {
   t_poll = this;
 }
 
-ScopedInterruptPoll::~ScopedInterruptPoll() {
-  t_poll = outer_;
-  if (outer_ == nullptr) g_stop_latch.store(false);
-}
+ScopedInterruptPoll::~ScopedInterruptPoll() { t_poll = outer_; }
+
+InterruptCall current_interrupt_call() { return InterruptCall{t_poll != nullptr ? t_poll->root_ : t_call}; }
+
+ScopedInterruptWorker::ScopedInterruptWorker(InterruptCall call) : previous_(t_call) { t_call = call.root; }
+ScopedInterruptWorker::~ScopedInterruptWorker() { t_call = previous_; }
 
 void poll_interrupt() {
   ScopedInterruptPoll* p = t_poll;
   if (p == nullptr) {
-    if (g_stop_latch.load(std::memory_order_relaxed)) throw Interrupted("interrupted");
+    if (t_call != nullptr && t_call->stopped_.load(std::memory_order_relaxed)) throw Interrupted("interrupted");
     return;
   }
+  if (p->root_->stopped_.load(std::memory_order_relaxed)) throw Interrupted("interrupted");
   const long long now = now_ns();
   if (now < p->next_ns_) return;
   p->next_ns_ = now + p->interval_ns_;
   if (p->stop_()) {
-    g_stop_latch.store(true);
+    p->root_->stopped_.store(true);
     throw Interrupted("interrupted");
   }
 }

@@ -37,7 +37,9 @@ void parallel_for_index(std::size_t n, int threads, Fn&& fn) {
   }
   std::atomic<std::size_t> next{0};
   std::vector<std::exception_ptr> errors(n);
+  const InterruptCall call = current_interrupt_call();  // the workers stop with this call only
   auto work = [&] {
+    ScopedInterruptWorker as_worker(call);
     for (std::size_t i; (i = next.fetch_add(1)) < n;) {
       try {
         poll_interrupt();

@@ -1,5 +1,6 @@
 #include "ops/blas.hpp"
 
+#include <mutex>
 #include <cblas.h>
 #include <dlfcn.h>
 #include <strings.h>
@@ -18,6 +19,25 @@ void sgemm_rm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, cons
 int blas_threads() { return openblas_get_num_threads(); }
 
 void set_blas_threads(int n) { openblas_set_num_threads(n < 1 ? 1 : n); }
+
+namespace {
+std::mutex g_guard_mutex;
+int g_guard_holders = 0;
+int g_guard_saved = 1;
+}  // namespace
+
+BlasThreadsGuard::BlasThreadsGuard(int n) {
+  std::lock_guard<std::mutex> lock(g_guard_mutex);
+  if (g_guard_holders++ == 0) {
+    g_guard_saved = blas_threads();
+    set_blas_threads(n);
+  }
+}
+
+BlasThreadsGuard::~BlasThreadsGuard() {
+  std::lock_guard<std::mutex> lock(g_guard_mutex);
+  if (--g_guard_holders == 0) set_blas_threads(g_guard_saved);
+}
 
 void reexec_with_native_openblas_kernels(char** argv) {
 #if defined(__x86_64__) && defined(__GNUC__)

@@ -47,16 +47,16 @@ void set_blas_threads(int n);
 /// old kernels), or the exec failing. Call first thing in main, before any thread starts.
 void reexec_with_native_openblas_kernels(char** argv);
 
-/// Holds the BLAS at n threads for its lifetime and restores the previous count on the way out.
+/// Holds the BLAS (a process-wide setting) at n threads while any guard lives: the first guard saves
+/// the count and sets n, the last one restores it. Two overlapping audits (two Python threads) used to
+/// restore each other's count mid-call, so one ran part of its products on other threads than alone.
+/// Guards that overlap share the first one's n.
 class BlasThreadsGuard {
  public:
-  explicit BlasThreadsGuard(int n) : saved_(blas_threads()) { set_blas_threads(n); }
-  ~BlasThreadsGuard() { set_blas_threads(saved_); }
+  explicit BlasThreadsGuard(int n);
+  ~BlasThreadsGuard();
   BlasThreadsGuard(const BlasThreadsGuard&) = delete;
   BlasThreadsGuard& operator=(const BlasThreadsGuard&) = delete;
-
- private:
-  int saved_;
 };
 
 }  // namespace arcal
