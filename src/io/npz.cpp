@@ -558,11 +558,13 @@ NpyArray parse_npy(const std::string& bytes, const std::string& file, const std:
   const std::string header_text = bytes.substr(offset, header_len);
   Header h = HeaderParser(header_text, file, name).parse();
   std::string payload = bytes.substr(offset + header_len);
+  const std::string stored_descr = h.descr;
   normalise_npy(h, payload, file, name);
   if (h.fortran) fail(file, name, "Fortran-order arrays of this dtype are not supported; save with np.ascontiguousarray");
   NpyArray a;
   a.name = name;
   decode_descr(h.descr, file, name, a.dtype, a.itemsize);
+  if (stored_descr != h.descr) a.file_descr = printable(stored_descr);  // messages name the file's dtype
   a.shape = h.shape;
   // Sizes from the header are untrusted: every product is checked before anything is allocated.
   std::uint64_t n = 0, need64 = 0;
@@ -628,6 +630,24 @@ void fail_if_zip_out_of_memory(const std::string& label, const std::string& name
                            "machine's memory)");
 }
 
+/// Peak memory of reading one member, as a multiple of its declared size (see read_archive).
+constexpr std::uint64_t kReadPeakFactor = 3;
+
+std::string compression_name(std::uint32_t method) {
+  switch (method) {
+    case 1: return "Shrink";
+    case 6: return "Implode";
+    case 9: return "Deflate64";
+    case 12: return "bzip2";
+    case 14: return "LZMA";
+    case 93: return "Zstandard";
+    case 95: return "xz";
+    case 98: return "PPMd";
+    case 99: return "AES encryption";
+    default: return "an unsupported method";
+  }
+}
+
 std::vector<NpyArray> read_archive(zip_t* za, const std::string& label) {
   std::unique_ptr<zip_t, void (*)(zip_t*)> guard(za, [](zip_t* z) { zip_discard(z); });
   const zip_int64_t entries = zip_get_num_entries(za, 0);
@@ -647,6 +667,13 @@ std::vector<NpyArray> read_archive(zip_t* za, const std::string& label) {
     if (!seen.insert(name).second) fail(label, printable(name), "appears twice in the archive");
     if (!(st.valid & ZIP_STAT_SIZE)) fail(label, printable(name), "the archive does not record the member's size");
     const std::uint64_t declared = st.size;
+    // numpy writes stored (savez) or deflate (savez_compressed) members; another method is named, not
+    // reported as a corrupt deflate stream.
+    if ((st.valid & ZIP_STAT_COMP_METHOD) && st.comp_method != ZIP_CM_STORE && st.comp_method != ZIP_CM_DEFLATE)
+      fail(label, printable(name), "the member is compressed with " + compression_name(st.comp_method) +
+                                       " (zip method " + std::to_string(st.comp_method) +
+                                       "); arcal reads stored or deflate members, as numpy.savez and "
+                                       "numpy.savez_compressed write them: re-save the arrays with numpy");
     // Deflate expands at most 1032:1; a larger declared size is a lie (or a decompression bomb).
     if ((st.valid & ZIP_STAT_COMP_SIZE) && (st.valid & ZIP_STAT_COMP_METHOD)) {
       std::uint64_t most = 0;
@@ -659,6 +686,19 @@ std::vector<NpyArray> read_archive(zip_t* za, const std::string& label) {
                                          " cannot produce (corrupt or crafted archive)");
     }
     check_array_bytes(declared, "npz: " + label + ": array '" + printable(name) + "'", "the member's declared size");
+    // Reading holds the member's bytes and the parsed array at once, and the trace then widens float32
+    // to float64: about 2.3x the declared size at the peak (measured), so the guard asks for 3x rather
+    // than let an array of half the free memory meet the OOM killer with no message.
+    if (limits.check_available_memory) {
+      const std::uint64_t avail = available_memory_bytes();
+      std::uint64_t peak = 0;
+      if (!checked_mul(declared, kReadPeakFactor, peak)) peak = UINT64_MAX;
+      if (avail > 0 && peak > avail)
+        fail(label, printable(name), "reading it needs about " + byte_size(peak) + " at the peak (" +
+                                         std::to_string(kReadPeakFactor) + " x its " + byte_size(declared) +
+                                         ": the member's bytes, the parsed array and its conversion), more than the " +
+                                         byte_size(avail) + " of memory available now");
+    }
     if (!checked_add(total, declared, total) || total > limits.max_total_bytes)
       fail(label, printable(name), "the archive's members together exceed the limit of " +
                                        byte_size(limits.max_total_bytes) + " per file");
@@ -727,7 +767,15 @@ std::vector<NpyArray> read_archive(zip_t* za, const std::string& label) {
 
 std::vector<NpyArray> read_npz(const std::string& path) {
   struct stat sb {};
-  if (::stat(path.c_str(), &sb) == 0 && S_ISDIR(sb.st_mode)) fail(path, "", "is a directory, not an .npz file");
+  if (::stat(path.c_str(), &sb) == 0) {
+    if (S_ISDIR(sb.st_mode)) fail(path, "", "is a directory, not an .npz file");
+    // A zip archive is read by seeking to its end: a pipe, socket or device cannot be read that way.
+    const char* kind = S_ISFIFO(sb.st_mode) ? "a FIFO (named pipe)" : S_ISSOCK(sb.st_mode) ? "a socket"
+                       : S_ISCHR(sb.st_mode) ? "a character device" : S_ISBLK(sb.st_mode) ? "a block device" : nullptr;
+    if (kind != nullptr)
+      fail(path, "", std::string("is ") + kind + ", not a regular file; an .npz archive is read from its end, so "
+                                             "save it to a file first");
+  }
   int errorp = 0;
   zip_t* za = zip_open(path.c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &errorp);
   if (!za) {

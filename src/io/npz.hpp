@@ -25,6 +25,11 @@ struct NpyArray {
   std::size_t itemsize = 8;  ///< bytes per element (4 * chars for unicode)
   std::vector<std::size_t> shape;
   std::string data;  ///< size() * itemsize bytes
+  /// The dtype as the file stored it ("<u2", ">f8") when reading converted it to `dtype`; "" when not
+  /// converted. Messages about the dtype name this one (what the user saved), not the held one.
+  std::string file_descr;
+  /// The dtype to name in a message: file_descr, else dtype's descr.
+  std::string shown_dtype() const { return file_descr.empty() ? dtype_descr(dtype, itemsize / 4) : file_descr; }
 
   std::size_t size() const;  ///< number of elements (product of shape; 1 for 0-d)
   std::size_t ndim() const { return shape.size(); }

@@ -24,6 +24,16 @@ std::string gnuplot_quote(const std::string& s) {
   return out + "'";
 }
 
+std::string gnuplot_data_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '\'';
+    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) out += ' ';
+    else out += c;
+  }
+  return out + "\"";
+}
+
 namespace {
 std::string quote(const std::string& s) { return gnuplot_quote(s); }
 }  // namespace

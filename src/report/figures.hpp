@@ -15,6 +15,11 @@ namespace arcal {
 /// the command and start another) replaced by spaces. Every text from data files goes through it.
 std::string gnuplot_quote(const std::string& s);
 
+/// `s` as one column of a gnuplot data file: double-quoted (single quotes do not group words there,
+/// so a label with a space, "corruption severity", used to split into two columns and leave the
+/// plotted column empty), a double quote inside replaced by a single one, control characters by spaces.
+std::string gnuplot_data_string(const std::string& s);
+
 /// Writes DIR/NAME.dat and DIR/NAME.gp (whose body draws from 'NAME.dat'; the terminal lines are
 /// added here), then runs gnuplot twice (svg, pngcairo) in DIR. Throws InputError when DIR cannot be
 /// written or gnuplot fails (naming the script). Returns the paths of the SVG and PNG.

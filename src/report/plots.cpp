@@ -168,7 +168,7 @@ void pvalue_figure(Figures& f, const std::string& name, const std::vector<PRow>&
   std::ostringstream d;
   d << "# index label p p_holm p_bh\n";
   for (std::size_t i = 0; i < rows.size(); ++i)
-    d << i + 1 << " " << q(rows[i].label) << " " << g(rows[i].p) << " " << g(rows[i].p_holm) << " " << g(rows[i].p_bh) << "\n";
+    d << i + 1 << " " << gnuplot_data_string(rows[i].label) << " " << g(rows[i].p) << " " << g(rows[i].p_holm) << " " << g(rows[i].p_bh) << "\n";
   std::ostringstream b;
   b << "set title 'p-values of the diagnostic family (-log10), raw and adjusted'\nset style data histogram\n"
        "set style histogram cluster gap 1\nset style fill solid 0.8 border -1\nset ylabel '-log10 p'\nset yrange [0:*]\n"
