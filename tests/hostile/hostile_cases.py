@@ -72,8 +72,9 @@ class Runner:
         s = re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", "TIME", s)
         s = re.sub(r"after step \d+ of \d+", "after step N of N", s)
         s = re.sub(r"is at step \d+", "is at step N", s)
-        s = re.sub(r"\.tmp\.\d+", ".tmp.PID", s)
-        s = re.sub(r"\.tmp-\d+", ".tmp-PID", s)
+        s = re.sub(r"\.tmp\.\d+(-\d+)?", ".tmp.PID", s)
+        s = re.sub(r"\.tmp-\d+(-\d+)?", ".tmp-PID", s)
+        s = re.sub(r"process \d+-\d+", "process PID", s)
         return s
 
     def show_cmd(self, argv):
@@ -430,7 +431,7 @@ def report_cases(r):
     r.run("report --out equal to DIR (would replace the input)", ["report", W("rep_ok"), "--out", W("rep_ok")], 2, "would contain the input")
     os.makedirs(W("precious"), exist_ok=True)
     open(W("precious", "notes.txt"), "w").write("mine")
-    r.run("report --out onto a directory that is not a report", ["report", W("rep_ok"), "--out", W("precious")], 2, "which is not part of an arcal report",
+    r.run("report --out onto a directory that is not a report", ["report", W("rep_ok"), "--out", W("precious")], 2, "was not made by arcal report",
           check=lambda c, o, e: "" if os.path.exists(W("precious", "notes.txt")) else "notes.txt was deleted")
     evil = W("rep'; touch INJECTED; echo '")
     os.makedirs(evil, exist_ok=True)
@@ -608,6 +609,11 @@ def train_cases(r):
     r.run("train again on the same --out", TRAIN + ["--out", run], 2, "already holds a run")
     r.run("--resume with a changed --lr (was: silently ignored)", ["train", "--resume", "--lr", "0.01", "--out", run], 2,
           "--lr 0.01 differs from the run's lr = 0.001")
+    cfg_lr = json.load(open(os.path.join(run, "config.json")))["train"]
+    cfg_lr["lr"] = 0.01
+    json.dump(cfg_lr, open(W("r3_resume_cfg.json"), "w"))
+    r.run("--resume --config F.json with F's lr changed (was: exit 0, the old lr kept)",
+          ["train", "--resume", "--config", W("r3_resume_cfg.json"), "--out", run], 2, "differs from the run's lr = 0.001")
     # --quiet: the resume notices and evaluation lines are log lines on stderr; the row shows the result.
     r.run("--resume with the same values", ["train", "--resume", "--lr", "0.001", "--max-steps", "4", "--threads", "1", "--out", run,
                                             "--quiet"], 0, None)
@@ -780,6 +786,17 @@ def dead_pid():
     p = subprocess.Popen(["true"])
     p.wait()
     return p.pid
+
+
+def dead_tag():
+    """The process tag (PID-START, core/ownership.hpp) of a process that has ended."""
+    return "%d-%d" % (dead_pid(), 12345)
+
+
+def owned_temp_dir(path, tag):
+    """A temporary directory as a dead arcal left it: its name ends in the tag, its marker names it."""
+    os.makedirs(path, exist_ok=True)
+    open(os.path.join(path, ".arcal-output"), "w").write("made by arcal (process %s); left by a kill -9\n" % tag)
 
 
 def tmpfs(path, size):
@@ -978,7 +995,7 @@ def round2_cases(r):
     open(os.path.join(user, "report.md"), "w").write("my notes")
     kept = lambda c, o, e: "" if open(os.path.join(user, "thesis.tex")).read() == "my thesis" else "thesis.tex is gone"
     r.run("report --out a directory of the user's (was: replaced whole, thesis.tex gone)", ["report", aud, "--out", user], 2,
-          "holds thesis.tex, which is not part of an arcal report", check=kept)
+          "was not made by arcal report", check=kept)
     r.run("train --out a directory of the user's (was: config.json, log.jsonl, model.pt overwritten)",
           TRAIN + ["--out", user], 2, "holds report.md and was not made by arcal train", check=kept)
     os.makedirs(W("r2_user_study"), exist_ok=True)
@@ -1009,7 +1026,8 @@ def round2_cases(r):
 
     # A full result set or none: files of an earlier audit that the new one lacks are removed, and a
     # dead writer's temporary set is removed.
-    os.makedirs(os.path.join(aud, ".tmp-%d" % dead_pid()), exist_ok=True)
+    tag = dead_tag()
+    owned_temp_dir(os.path.join(aud, ".tmp-" + tag), tag)
     open(os.path.join(aud, "probes.csv"), "w").write("an earlier audit's\n")
 
     def one_set(code, out, err):
@@ -1043,15 +1061,15 @@ def round2_cases(r):
     r.run("a trace path that is not UTF-8 (was: json type_error.316 after all the work)",
           ["audit", bad, "--out", W("r2_nonutf8"), "--no-probes", "--permutations", "10"], 2, "is not valid UTF-8",
           check=lambda c, o, e: "" if not os.path.exists(W("r2_nonutf8")) else "an output directory was left")
-    pid = dead_pid()
-    for f in ("r2_stale.npz.tmp.%d" % pid, "r2_stale.npz.tmp.%d.Ab12Cd" % pid):
+    pid = dead_tag()
+    for f in ("r2_stale.npz.tmp.%s" % pid, "r2_stale.npz.tmp.%s.Ab12Cd" % pid):
         open(W(f), "w").write("left by a kill -9")
     r.run("stale temporaries of a dead writer (trace and libzip's) are removed",
           ["simulate", "--n", "100", "--out", W("r2_stale.npz")], 0, None,
           check=lambda c, o, e: "" if not [f for f in os.listdir(r.work) if f.startswith("r2_stale.npz.")] else "temporaries left")
-    os.makedirs(os.path.join(aud, "report.tmp-%d" % pid), exist_ok=True)
+    owned_temp_dir(os.path.join(aud, "report.tmp-%s" % pid), pid)
     r.run("a dead report writer's report.tmp-PID is removed", ["report", aud], 0, None,
-          check=lambda c, o, e: "" if not os.path.exists(os.path.join(aud, "report.tmp-%d" % pid)) else "report.tmp-PID left")
+          check=lambda c, o, e: "" if not os.path.exists(os.path.join(aud, "report.tmp-%s" % pid)) else "report.tmp-PID left")
     long_name = "n" * 246 + ".npz"  # 250 bytes: legal, but NAME.tmp.PID is not
     r.run("a legal 250-byte file name (was: refused, the temporary's name overflowed 255 bytes)",
           ["simulate", "--n", "100", "--out", W(long_name)], 0, None,
@@ -1098,6 +1116,131 @@ def round2_cases(r):
           else "report.md holds <script>")
 
 
+def round3_cases(r):
+    """Issue 55: one case per fault class (links and ownership, names, small n, silent failures,
+    signals, messages)."""
+    W = r.path
+    r.area = "round 3: links and ownership"
+    x = save(W("r3_x.npz"), trace(200, 3, routing=True))
+    notes = W("r3_notes.txt")
+
+    def notes_kept(c, o, e):
+        return "" if open(notes).read() == "my notes\n" else "the link's target was changed"
+
+    open(notes, "w").write("my notes\n")
+    d = W("r3_lockdir")
+    os.makedirs(d)
+    os.symlink(notes, os.path.join(d, ".lock"))
+    r.run("DIR/.lock a link to the user's file, audit --force (was: target truncated)",
+          ["audit", x, "--out", d, "--force", "--no-probes", "--permutations", "19"], 2, "symbolic link", check=notes_kept)
+    d = W("r3_hardlock")
+    os.makedirs(d)
+    os.link(notes, os.path.join(d, ".lock"))
+    r.run("DIR/.lock a hard link to the user's file, audit --force",
+          ["audit", x, "--out", d, "--force", "--no-probes", "--permutations", "19"], 2, "another hard link", check=notes_kept)
+    d = W("r3_dangling")
+    os.makedirs(d)
+    os.symlink(W("r3_created_through_link"), os.path.join(d, ".arcal-output"))
+    r.run("a dangling .arcal-output link (was: a file created where it points)",
+          ["audit", x, "--out", d, "--no-probes", "--permutations", "19"], 2, "is not arcal's marker",
+          check=lambda c, o, e: "" if not os.path.lexists(W("r3_created_through_link")) else "a file was created through the link")
+    subprocess.run([r.arcal, "audit", x, "--out", W("r3_aud"), "--no-probes", "--permutations", "19", "--quiet"],
+                   check=True, capture_output=True)
+    os.makedirs(W("r3_aud", "report.old-2024"))
+    open(W("r3_aud", "report.old-2024", "draft.md"), "w").write("draft\n")
+    r.run("the user's DIR/report.old-2024 beside a report (was: deleted as a dead writer's)", ["report", W("r3_aud")], 0, None,
+          check=lambda c, o, e: "" if os.path.exists(W("r3_aud", "report.old-2024", "draft.md")) else "report.old-2024 was deleted")
+    os.makedirs(W("r3_aud", ".tmp-notes"))
+    open(W("r3_aud", ".tmp-notes", "n.txt"), "w").write("n\n")
+    r.run("the user's DIR/.tmp-notes in an audit directory (was: deleted)",
+          ["audit", x, "--out", W("r3_aud"), "--force", "--no-probes", "--permutations", "19", "--quiet"], 0, None,
+          check=lambda c, o, e: "" if os.path.exists(W("r3_aud", ".tmp-notes", "n.txt")) else ".tmp-notes was deleted")
+    os.makedirs(W("r3_paper", "figures"))
+    open(W("r3_paper", "figures", "fig1.pdf"), "w").write("%PDF\n")
+    r.run("report --out a user's paper/ holding figures/ (was: replaced without --force)", ["report", W("r3_aud"), "--out", W("r3_paper")],
+          2, "was not made by arcal report",
+          check=lambda c, o, e: "" if os.path.exists(W("r3_paper", "figures", "fig1.pdf")) else "fig1.pdf was deleted")
+    os.symlink(W("r3_paper"), W("r3_paper_link"))
+    r.run("report --out a link to a directory", ["report", W("r3_aud"), "--out", W("r3_paper_link"), "--force"], 2, "is a symbolic link",
+          check=lambda c, o, e: "" if os.path.exists(W("r3_paper", "figures", "fig1.pdf")) else "fig1.pdf was deleted")
+    cwd = os.getcwd()
+    r.run("calibrate --out G.npz --save $PWD/G.npz (was: G.npz held the JSON)",
+          ["calibrate", x, "--method", "temperature", "--out", W("r3_G.npz"), "--save", W("r3_sub", "..", "r3_G.npz")], 2,
+          "is the same path as --out")
+
+    r.area = "round 3: names and small n"
+    a = trace(200, 3, seed=4)
+    a["features"] = np.random.default_rng(1).random((200, 2))
+    a["feature_names"] = np.array(["conf", "conf"])
+    r.run("two feature columns with one name (was: both tests read column 0)", ["audit", save(W("r3_dupfeat.npz"), a), "--out",
+                                                                                W("r3_o1"), "--no-probes"], 2, "names columns 0 and 1")
+    a = trace(200, 3, routing=True, seed=5)
+    a["features"] = np.random.default_rng(2).random((200, 1))
+    a["feature_names"] = np.array(["re"])
+    r.run("a feature named like the routing statistic re (was: shadowed)", ["audit", save(W("r3_refeat.npz"), a), "--out", W("r3_o2"),
+                                                                           "--no-probes"], 2, "the name of the routing statistic")
+    r.run("--stat re,re (was: one trace counted twice)", ["audit", x, "--stat", "re,re", "--out", W("r3_o3"), "--no-probes"], 2,
+          "is listed twice")
+    b = trace(200, 3, routing=True)
+    perm = np.random.default_rng(9).permutation(200)
+    b = {k: (v[perm] if k in ("logits", "labels", "routing") else v) for k, v in b.items()}
+    r.run("the same trace with its rows permuted as a second seed (was: 'stable, 2 of 2 seeds')",
+          ["audit", x, save(W("r3_perm.npz"), b), "--out", W("r3_o4"), "--no-probes"], 2, "with its rows reordered")
+    open(W("r3_twice.toml"), "w").write("[data]\ndatasets = [\"fashion-mnist\", \"fashion-mnist\"]\n")
+    r.run("a study listing a dataset twice (was: two runs in one directory)", ["run", "--config", W("r3_twice.toml"), "--print-config"], 2,
+          "lists 'fashion-mnist' twice")
+    y = np.arange(20) % 4
+    z = np.full((20, 4), -3.0, dtype=np.float32)
+    z[np.arange(20), y] = 3.0
+    allc = save(W("r3_allcorrect.npz"), {"logits": z, "labels": y.astype(np.int64)})
+
+    def honest_accuracy(code, out, err):
+        ci = json.loads(out)["ci"]["accuracy"]
+        return "" if ci[0] < 0.9 and ci[1] == 1.0 else "accuracy interval %s for 20/20" % ci
+    r.run("20/20 correct: an exact accuracy interval (was: [1, 1])", ["metrics", allc, "--json"], 0, None, check=honest_accuracy)
+    one = save(W("r3_one.npz"), {"logits": z[:1], "labels": y[:1].astype(np.int64)})
+    r.run("a calibrator fitted on one example (was: accepted without a word)",
+          ["calibrate", "--fit", one, "--apply", x, "--method", "isotonic", "--out", W("r3_cal1.npz")], 2, "needs at least 2")
+
+    r.area = "round 3: silent failures"
+    if os.path.exists("/dev/full"):
+        with open("/dev/full", "w") as full:
+            p = subprocess.run([r.arcal, "metrics", x, "--json"], stdout=full, stderr=subprocess.PIPE, text=True)
+        r.record("metrics --json > /dev/full (was: exit 0, nothing written)", ["metrics", x, "--json"], p.returncode, p.stderr, 1,
+                 "cannot write the results to standard output", then="stdout on /dev/full")
+        with open("/dev/full", "w") as full:
+            p = subprocess.run([r.arcal, "run", "--print-config"], stdout=full, stderr=subprocess.PIPE, text=True)
+        r.record("run --print-config > /dev/full", ["run", "--print-config"], p.returncode, p.stderr, 1,
+                 "cannot write the results to standard output", then="stdout on /dev/full")
+    a = trace(300, 3, seed=6)
+    a["features"] = np.random.default_rng(3).random((300, 1))
+    a["feature_names"] = np.array(["corruption severity"])
+    subprocess.run([r.arcal, "audit", save(W("r3_space.npz"), a), "--out", W("r3_space"), "--no-probes", "--permutations", "19", "--quiet"],
+                   check=True, capture_output=True)
+    r.run("report of a feature named 'corruption severity' (was: gnuplot failed)", ["report", W("r3_space")], 0, None)
+    hup = W("r3_hup")
+    p = subprocess.Popen([r.arcal] + long_train(hup), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for(os.path.join(hup, "checkpoint.pt"), proc=p)
+    p.send_signal(signal.SIGHUP)
+    err = stderr_of(p)
+    r.record("SIGHUP during train (was: exit 129, no checkpoint)", long_train(hup), p.returncode, err, 3,
+             "stopped by SIGHUP", then="SIGHUP")
+
+    r.area = "round 3: messages"
+    bz = W("r3_bzip2.npz")
+    with zipfile.ZipFile(bz, "w", zipfile.ZIP_BZIP2) as zf:
+        for k, v in trace(40, 3).items():
+            zf.writestr(k + ".npy", npy_bytes(v))
+    r.run("an npz with bzip2 members (was: 'corrupt or crafted (deflate)')", ["metrics", bz], 2, "compressed with bzip2")
+    a = trace(40, 3)
+    a["logits"] = (np.abs(a["logits"]) * 100).astype(np.uint16)
+    r.run("uint16 logits (was: reported as dtype <i4)", ["metrics", save(W("r3_u2.npz"), a)], 2, "has dtype <u2")
+    fifo = W("r3_fifo.npz")
+    os.mkfifo(fifo)
+    r.run("a FIFO as trace (was: 'Operation not supported')", ["metrics", fifo], 2, "is a FIFO (named pipe), not a regular file",
+          timeout=30)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--arcal", required=True)
@@ -1115,7 +1258,7 @@ def main():
     r = Runner(os.path.realpath(a.arcal), work, open(a.table).read() if os.path.exists(a.table) else "")
     t0 = time.time()
     groups = [files_cases, flag_cases, toml_cases, report_cases, path_cases, cedar_cases, data_cases, train_cases, concurrency_cases,
-              round2_cases, audit_beside_training_case]
+              round2_cases, audit_beside_training_case, round3_cases]
     for g in groups:
         if a.only and a.only not in g.__name__:
             continue
