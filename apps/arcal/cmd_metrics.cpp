@@ -71,20 +71,21 @@ int run_metrics(const MetricsConfig& cfg) {
       "arcal metrics: {}\n  n = {}, classes = {}, bins = {}, bootstrap = {}{}, label redraws = {}, seed = {}\n\n", cfg.input,
       r.n, r.classes, r.bins, r.draws, r.clusters > 0 ? fmt::format(" (whole clusters: {})", r.clusters) : "",
       r.consistency_draws, r.seed);
-  // The number beside an interval is the estimate it is for: the bias-corrected (median-unbiased) one for
-  // calibration errors, with the plug-in value in its own labelled column.
-  std::cout << fmt::format("  {:<14} {:>10}   {:>21}   {:>10}\n", "metric", "estimate", "95% interval", "plug-in");
+  // The value first is the plug-in one, the number netcal, torchmetrics and relplot report; for the
+  // calibration errors the bias-corrected (median-unbiased) estimate and the interval follow, labelled.
+  std::cout << fmt::format("  {:<14} {:>10}   {:>14}   {:>21}\n", "metric", "plug-in", "bias-corrected", "95% interval");
   for (const auto& [name, e] : rows) {
     const std::string ci = std::isnan(e->ci.low) ? "-" : fmt::format("[{:.4f}, {:.4f}]", e->ci.low, e->ci.high);
     const bool corrected = !std::isnan(e->bias_corrected);
-    std::cout << fmt::format("  {:<14} {:>10.4f}   {:>21}   {:>10}\n", name, corrected ? e->bias_corrected : e->value, ci,
-                             corrected ? fmt::format("{:.4f}", e->value) : "");
+    std::cout << fmt::format("  {:<14} {:>10.4f}   {:>14}   {:>21}\n", name, e->value,
+                             corrected ? fmt::format("{:.4f}", e->bias_corrected) : "-", ci);
   }
   if (!std::isnan(r.consistency_p))
     std::cout << fmt::format(
         "  consistency test (labels redrawn from the model's own probabilities): p = {:.3g} top-label, {:.3g} classwise\n"
-        "  (calibration errors: the estimate is median-unbiased and the interval is for the population value; the "
-        "plug-in value is biased upward and may lie above it; the lower end is 0 when calibration is not rejected)\n",
+        "  (calibration errors: the plug-in value is biased upward; the bias-corrected estimate is median-unbiased and the "
+        "interval is for the population value, so the plug-in value may lie above it; the lower end is 0 when "
+        "calibration is not rejected)\n",
         r.consistency_p, r.classwise_consistency_p);
   if (r.debiased_clipped) std::cout << "  (debiased_ece clipped at 0: the bias correction exceeded the raw estimate)\n";
   std::cout << fmt::format("\n  reliability (equal-width)\n  {:>3} {:>9} {:>8} {:>8}\n", "bin", "n", "conf", "acc");

@@ -77,6 +77,27 @@ calibration errors' intervals; ci=False gives the point values only, several hun
 """)
 
 
+def _calibrator_report(self, labels, *, logits=None, probs=None, out, bins=15, bootstrap=1000, seed=0, force=False):
+    """report(labels, *, logits=None, probs=None, out, bins=15, bootstrap=1000, seed=0, force=False) -> dict
+
+    The before/after report of this fitted calibrator on held-out predictions (labels [N] and logits= or
+    probs= [N, K]): what `arcal calibrate --json` followed by `arcal report` writes, from Python. The
+    metrics before and after (arcal.metrics with bins, bootstrap and seed), the fitted parameters and
+    the reliability diagrams go to the report directory `out`; returns arcal.report's dict.
+    """
+    y, z, p = _prediction_arrays(labels, logits, probs, "Calibrator.report")
+    before = metrics(y, logits=z, probs=p, bins=bins, seed=seed, bootstrap=bootstrap)
+    after = metrics(y, probs=self.predict_proba(logits=z, probs=p), bins=bins, seed=seed, bootstrap=bootstrap)
+    cal = self.to_dict()
+    doc = {"schema": "arcal.calibrate/1", "mode": "fit", "method": self.method, "fit_file": None, "params_file": None,
+           "apply_file": "(arrays given to Calibrator.report)", "out": "", "save": None,
+           "n_fit": int(cal.get("n_calibration", 0)), "n_apply": int(len(y)), "calibrator": cal, "before": before, "after": after}
+    return report(doc, out=out, force=force)
+
+
+Calibrator.report = _calibrator_report
+
+
 def __getattr__(name):
     # arcal.torch_hooks imports torch, which takes a second or two: only when asked for.
     if name == "torch_hooks":

@@ -191,7 +191,7 @@ void conclude(Verdict& v, int replicates) {
                                  : "full-logit probe with routing vs without",
                              v.beyond_outputs.status == "rejects"
                                  ? "routing adds information, p = " + p_text(v.beyond_outputs.p)
-                                 : "not shown, p = " + p_text(v.beyond_outputs.p));
+                                 : "not demonstrated (p = " + p_text(v.beyond_outputs.p) + ")");
 }
 
 }  // namespace

@@ -32,9 +32,41 @@ std::string evidence_row_test(const VerdictEvidence& e) {
   return e.test;
 }
 
+/// The link's effect with its own unit: the diagnostic's weighted accuracy gap G (a difference of
+/// proportions), or a log-loss gain in nats (the probes', the exact null's real gain).
 std::string evidence_effect(const VerdictEvidence& e) {
   if (!std::isfinite(e.effect)) return "-";
-  return e.test == "diagnostic.decision" ? fmt::format("G = {:+.5f}", e.effect) : sgn(e.effect);
+  return e.test == "diagnostic.decision" ? fmt::format("G = {:+.5f} (accuracy gap)", e.effect) : sgn(e.effect) + " nats";
+}
+
+/// The verdict's answer in one sentence without statistical names, for the first screen; the
+/// statistical summary and the chain follow it.
+std::string plain_answer(const Verdict& v) {
+  const std::string delta = fmt::format("{:g} nats", v.smallest_effect);
+  if (v.answer == "present")
+    return "Yes: the routing says something about whether a prediction is right that the model's confidence does not.";
+  if (v.answer == "negligible")
+    return "No useful signal: whatever the routing adds to the model's confidence about whether a prediction is right "
+           "is smaller than the smallest effect of interest (" + delta + ").";
+  if (v.answer == "absent")
+    return "No: the routing adds nothing detectable to the model's confidence, and an effect of " + delta +
+           " would have been seen.";
+  if (v.answer == "undetected")
+    return "Open: these data cannot tell whether the routing adds a useful signal beyond the model's confidence.";
+  return "Not answered: the audit did not measure how large an effect of the routing could be.";
+}
+
+/// What the audit did not run, and what that leaves open.
+std::vector<std::string> skipped_stages(const AuditResults& a) {
+  std::vector<std::string> out;
+  if (!a.has_probes) out.push_back("probes not run: no gain and no interval, so neither 'present' nor 'negligible' can be concluded");
+  if (!a.has_sensitivity)
+    out.push_back("sensitivity audit not run: 'absent' cannot be concluded (nothing shows an effect of the smallest "
+                  "size would have been seen)");
+  if (!a.has_exact_null)
+    out.push_back("exact-null audit not run: dependence is decided by the matched-confidence diagnostic, and "
+                  "'beyond the whole output vector' by the full-logit probe");
+  return out;
 }
 
 }  // namespace
@@ -84,8 +116,14 @@ const std::string& run_label(const Context& c, const std::string& run) {
 Section summary_section(Context& c) {
   const auto& v = c.doc.audit.verdict;
   Section s{"Verdict", {}};
-  s.verdict(v.summary);
-  Table t{{"link of the chain", "test", "comparison", "runs", "gain [nats]", "95 % CI", "p", "status"}, {}};
+  s.verdict(plain_answer(v));
+  s.p("In the audit's terms: " + v.summary);
+  if (const auto skipped = skipped_stages(c.doc.audit); !skipped.empty()) {
+    std::string text = "Not run: ";
+    for (std::size_t i = 0; i < skipped.size(); ++i) text += (i ? "; " : "") + skipped[i];
+    s.p(text + ".");
+  }
+  Table t{{"link of the chain", "test", "comparison", "runs", "effect", "95 % CI", "p", "status"}, {}};
   const std::pair<const char*, const VerdictEvidence*> links[] = {
       {"1. dependence beyond confidence", &v.dependence},
       {"2. gain over the capacity-matched control", &v.primary},
@@ -99,13 +137,14 @@ Section summary_section(Context& c) {
                                                                        v.sensitivity_effect, v.threshold),
                       "full_vector", "", fmt::format("R = {:+.2f}", v.recovery), ci(v.recovery_ci, 2), "-", "-"});
   s.tab(t, fmt::format("The decision chain the verdict rests on (answer: {}; alpha = {} for each link, in this order; "
-                       "smallest effect of interest {} nats). Gains are log-loss gains, control minus probe "
-                       "(positive: routing helps); link 3 is tested only when link 1 rejects.",
+                       "smallest effect of interest {} nats). Effects in nats are log-loss gains, control minus probe "
+                       "(positive: routing helps); G is the diagnostic's weighted accuracy gap between high- and "
+                       "low-routing examples of matched confidence; link 3 is tested only when link 1 rejects.",
                        v.answer, v.alpha, v.smallest_effect));
   if (!v.secondary.empty()) {
     Table sec{{"secondary comparison", "runs", "gain [nats]", "95 % CI", "p", "p Holm (this family)"}, {}};
     for (const auto& e : v.secondary)
-      sec.rows.push_back({e.comparison, std::to_string(e.runs), evidence_effect(e), ci(e.effect_ci, 5), pval(e.p),
+      sec.rows.push_back({e.comparison, std::to_string(e.runs), std::isfinite(e.effect) ? sgn(e.effect) : "-", ci(e.effect_ci, 5), pval(e.p),
                           pval(e.p_holm)});
     s.tab(sec, fmt::format("Secondary comparisons ({} tests, Holm within this family): reported beside the chain, never "
                            "a veto of its answer.",

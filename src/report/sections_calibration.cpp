@@ -5,6 +5,9 @@
 
 #include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "report/format.hpp"
 #include "report/sections.hpp"
@@ -27,9 +30,9 @@ const std::vector<Row>& metric_rows() {
   return rows;
 }
 
-/// The estimate shown beside an interval: the bias-corrected one for calibration errors (method.md §4).
-double shown(const Estimate& e) { return std::isfinite(e.bias_corrected) ? e.bias_corrected : e.value; }
-std::string plug_in(const Estimate& e) { return std::isfinite(e.bias_corrected) ? f4(e.value) : std::string("-"); }
+/// The bias-corrected (median-unbiased) estimate of a calibration error, "-" where a metric has none
+/// (method.md §4). The headline is the plug-in value, the number netcal, torchmetrics and relplot report.
+std::string corrected(const Estimate& e) { return std::isfinite(e.bias_corrected) ? f4(e.bias_corrected) : std::string("-"); }
 
 std::string file_label(const std::string& file) {
   return file.empty() ? std::string("the predictions") : std::filesystem::path(file).filename().string();
@@ -39,7 +42,11 @@ std::string file_label(const std::string& file) {
 /// probabilities), at the report's level.
 std::string consistency_sentence(const CalibrationReport& m) {
   const Estimate& e = m.ece;
-  const std::string ece = fmt::format("ECE-{} {} (95 % CI {}; plug-in {})", m.bins, f4(shown(e)), ci(e.ci), f4(e.value));
+  const std::string ece =
+      std::isfinite(e.bias_corrected)
+          ? fmt::format("ECE-{} {} (plug-in, as other libraries report it; bias-corrected {}, 95 % CI {})", m.bins,
+                        f4(e.value), f4(e.bias_corrected), ci(e.ci))
+          : fmt::format("ECE-{} {} (plug-in)", m.bins, f4(e.value));
   if (!std::isfinite(m.consistency_p))
     return ece + "; no consistency test was run (it needs bootstrap draws: arcal metrics --bootstrap B)";
   const double alpha = 1.0 - m.level;
@@ -47,6 +54,26 @@ std::string consistency_sentence(const CalibrationReport& m) {
                      "calibration of the top label is {} at the {:g} % level",
                      ece, m.consistency_draws, pval(m.consistency_p),
                      m.consistency_p < alpha ? "rejected" : "not rejected", 100.0 * alpha);
+}
+
+/// The calibrator's fitted parameters in one sentence: its scalars (temperature, a, b, bandwidth, ...)
+/// and the size of each array (isotonic thresholds, histogram values, a vector/matrix scaling's w).
+std::string fitted_parameters(const std::string& calibrator_json) {
+  const nlohmann::json j = nlohmann::json::parse(calibrator_json, nullptr, false);
+  if (!j.is_object()) return "";
+  std::vector<std::string> parts;
+  for (const auto& [key, v] : j.items()) {
+    if (key == "schema" || key == "method" || key == "classes" || key == "n_fit") continue;
+    if (v.is_number_float()) parts.push_back(fmt::format("{} = {:.6g}", key, v.get<double>()));
+    else if (v.is_number_integer()) parts.push_back(fmt::format("{} = {}", key, v.get<long long>()));
+    else if (v.is_boolean()) parts.push_back(fmt::format("{} = {}", key, v.get<bool>() ? "true" : "false"));
+    else if (v.is_string()) parts.push_back(fmt::format("{} = {}", key, v.get<std::string>()));
+    else if (v.is_array()) parts.push_back(fmt::format("{}: {} values", key, v.size()));
+  }
+  if (parts.empty()) return "";
+  std::string out = "Fitted parameters (the full calibrator is the document's \"calibrator\" object, arcal calibrate --save): ";
+  for (std::size_t i = 0; i < parts.size(); ++i) out += (i ? "; " : "") + parts[i];
+  return out + ".";
 }
 
 std::string provenance(const Context& c, const CalibrationReport& m) {
@@ -77,14 +104,15 @@ Section metrics_section(Context& c) {
   s.p(fmt::format("{}: n = {} examples, K = {} classes, accuracy {} (95 % CI {}). A classifier's report: no routing was "
                   "audited (arcal audit needs a routing trace; docs/interface.md).",
                   d.file.empty() ? "predictions" : d.file, m.n, m.classes, f4(m.accuracy.value), ci(m.accuracy.ci)));
-  Table t{{"metric", "estimate", "95 % CI", "plug-in"}, {}};
+  Table t{{"metric", "value (plug-in)", "bias-corrected", "95 % CI"}, {}};
   for (const auto& [name, field] : metric_rows()) {
     const Estimate& e = m.*field;
-    t.rows.push_back({name, f4(shown(e)), ci(e.ci), plug_in(e)});
+    t.rows.push_back({name, f4(e.value), corrected(e), ci(e.ci)});
   }
-  s.tab(t, "Every metric of docs/method.md §4. For the calibration errors the estimate is the median-unbiased one and "
-           "the interval is for the population value (its lower end is 0 when calibration is not rejected); the "
-           "plug-in value is biased upward and may lie above the interval.");
+  s.tab(t, "Every metric of docs/method.md §4. The value is the plug-in one, the number netcal, torchmetrics and "
+           "relplot report. For the calibration errors it is biased upward by sampling noise: the bias-corrected "
+           "column is the median-unbiased estimate, and the interval is for the population value (its lower end "
+           "is 0 when calibration is not rejected), so the plug-in value may lie above it.");
   c.csv.push_back({"metrics.csv", t});
   reliability_figure(c.figures, "reliability", "Reliability: " + file_label(d.file),
                      {RelPanel{fmt::format("top label (n = {})", m.n), {reliability_series("accuracy per bin", m.reliability)}}},
@@ -106,11 +134,15 @@ Section calibrate_section(Context& c) {
   const auto& a = d.after;
   Section s{fmt::format("{} scaling of {}", d.method, file_label(d.file)), {}};
   const std::string fitted = d.mode == "split"    ? fmt::format("fitted on a class-stratified half of {} (n = {})", d.file, d.n_fit)
-                             : d.mode == "fit"    ? fmt::format("fitted on {} (n = {})", d.fit_file, d.n_fit)
+                             : d.mode == "fit"    ? fmt::format("fitted on {} (n = {})",
+                                                                    d.fit_file.empty() ? "the caller's arrays" : d.fit_file, d.n_fit)
                                                   : fmt::format("read from {} (fitted on n = {})", d.params_file, d.n_fit);
-  s.verdict(fmt::format("ECE-{} {} → {}, NLL {} → {} on n = {} examples ({} calibrator {}, applied to {}).", b.bins,
-                        f4(shown(b.ece)), f4(shown(a.ece)), f4(b.nll.value), f4(a.nll.value), b.n, d.method, fitted,
-                        d.mode == "split" ? "the other half" : d.file));
+  s.verdict(fmt::format("ECE-{} {} → {} (plug-in; bias-corrected {} → {}), NLL {} → {} on n = {} examples ({} calibrator "
+                        "{}, applied to {}).",
+                        b.bins, f4(b.ece.value), f4(a.ece.value), corrected(b.ece), corrected(a.ece), f4(b.nll.value),
+                        f4(a.nll.value), b.n, d.method, fitted, d.mode == "split" ? "the other half" : d.file));
+  for (const auto& w : d.warnings) s.p("Warning: " + w + ".");
+  if (const std::string params = fitted_parameters(d.calibrator); !params.empty()) s.p(params);
   s.p("Before: " + consistency_sentence(b) + ". After: " + consistency_sentence(a) + ".");
   if (d.converged == 0)
     s.p("Warning: the calibrator's fit did not converge (converged: false in its parameters); read the after column "
@@ -118,13 +150,16 @@ Section calibrate_section(Context& c) {
   if (a.accuracy.value != b.accuracy.value)
     s.p(fmt::format("Accuracy moved from {} to {}: the calibrator changed the predicted class of some examples.",
                     f4(b.accuracy.value), f4(a.accuracy.value)));
-  Table t{{"metric", "before", "95 % CI", "after", "95 % CI", "after − before"}, {}};
+  Table t{{"metric", "before", "before, bias-corrected", "before, 95 % CI", "after", "after, bias-corrected", "after, 95 % CI",
+           "after − before"},
+          {}};
   for (const auto& [name, field] : metric_rows()) {
     const Estimate &x = b.*field, &y = a.*field;
-    t.rows.push_back({name, f4(shown(x)), ci(x.ci), f4(shown(y)), ci(y.ci), sgn(shown(y) - shown(x))});
+    t.rows.push_back({name, f4(x.value), corrected(x), ci(x.ci), f4(y.value), corrected(y), ci(y.ci), sgn(y.value - x.value)});
   }
-  s.tab(t, "Every metric of docs/method.md §4 on the calibrated data, before and after (the intervals are each "
-           "column's own; they are not an interval of the difference). Calibration errors: the median-unbiased estimate.");
+  s.tab(t, "Every metric of docs/method.md §4 on the calibrated data, before and after: the plug-in value (what other "
+           "libraries report), for calibration errors the median-unbiased estimate, and each column's own interval "
+           "(not an interval of the difference).");
   c.csv.push_back({"calibration.csv", t});
   reliability_figure(c.figures, "reliability", "Before and after " + d.method + " scaling",
                      {RelPanel{fmt::format("before (n = {})", b.n), {reliability_series("before", b.reliability)}},

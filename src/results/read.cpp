@@ -44,6 +44,13 @@ void read_calibration(const nlohmann::json& j, ResultsDocument& doc) {
   if (!cal.is_object()) throw_input(kFn, "/calibrator must be an object (the calibrator arcal calibrate --save writes)");
   if (const auto it = cal.find("converged"); it != cal.end() && it->is_boolean()) c.converged = it->get<bool>() ? 1 : 0;
   c.calibrator = cal.dump();
+  if (const auto it = j.find("warnings"); it != j.end()) {
+    if (!it->is_array()) throw_input(kFn, "/warnings must be an array of strings");
+    for (const auto& w : *it) {
+      if (!w.is_string()) throw_input(kFn, "/warnings must be an array of strings");
+      c.warnings.push_back(w.get<std::string>());
+    }
+  }
   if (j.at("before").is_null() || j.at("after").is_null())
     throw_input(kFn, "/before and /after must be the metrics objects that arcal calibrate --json writes");
   j.at("before").get_to(c.before);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "audit/audit.hpp"
 #include "results/study.hpp"
@@ -28,6 +29,7 @@ struct CalibrationDocument {
   std::size_t n_fit = 0;
   int converged = -1;         ///< the calibrator's "converged" (1/0), -1 where it has none (isotonic, ...)
   std::string calibrator;     ///< the calibrator's JSON object as text (written back unchanged)
+  std::vector<std::string> warnings;  ///< calibrate: why the fit should not be trusted ("warnings"; empty when none)
 };
 
 struct ResultsDocument {

@@ -110,3 +110,20 @@ def test_errors():
         arcal.Calibrator.from_dict({"schema": "other", "method": "temperature"})
     with pytest.raises(ValueError, match="give exactly one of logits= and probs="):
         cal.predict_proba()
+
+
+def test_report_before_and_after_from_python(tmp_path):
+    # Issue 56: a before/after report from Python (it took the CLI's calibrate --json before): the
+    # plug-in ECE headlined before and after, the fitted temperature shown, the metrics those of
+    # arcal.metrics on the same arrays.
+    import csv
+    z, y = make_predictions(3000, 4, seed=7, temp=1.8)
+    cal = arcal.Calibrator("temperature").fit(y[:1500], logits=z[:1500])
+    rep = cal.report(y[1500:], logits=z[1500:], out=tmp_path / "cal_report", bootstrap=100)
+    before = arcal.metrics(y[1500:], logits=z[1500:], bootstrap=100)
+    after = arcal.metrics(y[1500:], probs=cal.predict_proba(logits=z[1500:]), bootstrap=100)
+    assert "%.4f → %.4f (plug-in" % (before["ece"], after["ece"]) in rep["verdict"]
+    html = open(rep["html"]).read()
+    assert "temperature = %.6g" % cal.to_dict()["temperature"] in html
+    rows = {r["metric"]: r for r in csv.DictReader(open(tmp_path / "cal_report" / "tables" / "calibration.csv"))}
+    assert rows["NLL"]["before"] == "%.4f" % before["nll"] and rows["NLL"]["after"] == "%.4f" % after["nll"]

@@ -263,9 +263,9 @@ def test_plain_classifier_gets_a_report(cli, plain, tmp_path):
     assert "data:image/svg+xml;base64," in html and "Reliability diagram" in html
     rows = {r["metric"]: r for r in csv.DictReader(open(tmp_path / "rep" / "tables" / "metrics.csv"))}
     ece = m["bias_corrected"]["ece"]
-    assert rows["ECE"]["estimate"] == f"{ece:.4f}" and rows["ECE"]["plug-in"] == f"{m['ece']:.4f}"
+    assert rows["ECE"]["bias-corrected"] == f"{ece:.4f}" and rows["ECE"]["value (plug-in)"] == f"{m['ece']:.4f}"
     assert rows["ECE"]["95 % CI"] == "[{:.4f}, {:.4f}]".format(*m["ci"]["ece"])
-    assert rows["NLL"]["estimate"] == f"{m['nll']:.4f}"
+    assert rows["NLL"]["value (plug-in)"] == f"{m['nll']:.4f}" and rows["NLL"]["bias-corrected"] == "-"
     # the band of the report's bins table (C++) against the Python band (tested against scipy above)
     d = arcal.reliability_diagram(y, logits=logits, plot=False)
     bins = list(csv.DictReader(open(tmp_path / "rep" / "tables" / "reliability.csv")))

@@ -107,9 +107,10 @@ TEST(CalibrationReport, VerdictFollowsTheConsistencyTestAndTablesHoldTheDocument
     for (const auto& row : t->rows)
       if (row[0] == "ECE") {
         ece_row = true;
-        EXPECT_EQ(row[1], report::f4(r.ece.bias_corrected));
-        EXPECT_EQ(row[2], report::ci(r.ece.ci));
-        EXPECT_EQ(row[3], report::f4(r.ece.value));
+        // The headline is the plug-in value (netcal's, torchmetrics', relplot's), the corrected one beside it.
+        EXPECT_EQ(row[1], report::f4(r.ece.value));
+        EXPECT_EQ(row[2], report::f4(r.ece.bias_corrected));
+        EXPECT_EQ(row[3], report::ci(r.ece.ci));
       }
     EXPECT_TRUE(ece_row);
     const auto* bins = find_table(d, "bin");
@@ -139,9 +140,11 @@ TEST(CalibrationReport, CalibrateJsonShowsBeforeAfterAndWarnsOfAFitThatDidNotCon
                       {"save", nullptr},
                       {"n_fit", 1500},
                       {"n_apply", 2000},
-                      {"calibrator", {{"schema", "arcal.calibrator/1"}, {"method", "platt"}, {"converged", false}}},
+                      {"calibrator", {{"schema", "arcal.calibrator/1"}, {"method", "platt"}, {"converged", false},
+                                      {"a", 1.25}, {"b", -0.5}}},
                       {"before", calibration_report_json(before)},
-                      {"after", calibration_report_json(after)}};
+                      {"after", calibration_report_json(after)},
+                      {"warnings", {"fitted on only 20 examples (fewer than 50): its parameters are unreliable"}}};
   const ResultsDocument doc = read_results(j.dump(), "c.json");
   ASSERT_EQ(doc.kind, ResultsDocument::Kind::calibrate);
   EXPECT_EQ(doc.calibration.converged, 0);
@@ -151,13 +154,19 @@ TEST(CalibrationReport, CalibrateJsonShowsBeforeAfterAndWarnsOfAFitThatDidNotCon
   const auto d = document(doc);
   const std::string text = all_text(d);
   EXPECT_NE(text.find("did not converge"), std::string::npos);
-  EXPECT_NE(verdict_of(d).find(report::f4(before.ece.bias_corrected) + " → " + report::f4(after.ece.bias_corrected)),
+  // The headline is the plug-in ECE before and after, the bias-corrected pair beside it, labelled.
+  const std::string v = verdict_of(d);
+  EXPECT_NE(v.find(report::f4(before.ece.value) + " → " + report::f4(after.ece.value) + " (plug-in; bias-corrected " +
+                   report::f4(before.ece.bias_corrected) + " → " + report::f4(after.ece.bias_corrected)),
             std::string::npos)
-      << verdict_of(d);
+      << v;
+  // The fitted parameters and the fit's warnings are shown.
+  EXPECT_NE(text.find("a = 1.25; b = -0.5"), std::string::npos) << text;
+  EXPECT_NE(text.find("Warning: fitted on only 20 examples"), std::string::npos);
   const auto* t = find_table(d, "metric");
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(t->header[1], "before");
-  EXPECT_EQ(t->header[3], "after");
+  EXPECT_EQ(t->header[4], "after");
   j["calibrator"]["converged"] = true;
   EXPECT_EQ(all_text(document(read_results(j.dump(), "c.json"))).find("did not converge"), std::string::npos);
 }
