@@ -25,6 +25,15 @@ const int kPoints[] = {7, 5, 9, 11, 13, 3, 1, 2};
 
 }  // namespace
 
+/// 1, 2 or 5 times a power of ten, at least x (> 0): a tick step people read at a glance.
+double nice_step(double x) {
+  if (!(x > 0) || !std::isfinite(x)) return 1.0;
+  const double p = std::pow(10.0, std::floor(std::log10(x)));
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (m * p >= x) return m * p;
+  return 10.0 * p;
+}
+
 std::string series_style(std::size_t i) {
   return fmt::format("lc rgb '{}' dt {} pt {}", kColours[i % 8], int(i % 5) + 1, kPoints[i % 8]);
 }
@@ -69,15 +78,19 @@ void reliability_figure(Figures& f, const std::string& name, const std::string& 
       d << "\n\n";
     }
   const auto [rows, cols] = grid(panels.size());
+  // One count axis for every panel (side-by-side panels used to differ), its ticks running to the
+  // largest count only: the bars fill the lower quarter of the panel, so the axis spans four times it.
+  const double shared_max = max_n.empty() ? 1.0 : *std::max_element(max_n.begin(), max_n.end());
+  const double step = nice_step(shared_max / 3.0);
   std::ostringstream b;
   b << "set multiplot layout " << rows << "," << cols << " title " << q(title) << "\n";
   b << "set xrange [0:1]\nset yrange [0:1]\nset xlabel 'confidence'\nset ylabel 'accuracy'\nset grid\n"
-       "set key top left font ',8'\nset y2tics nomirror font ',8'\nset ytics nomirror\nset y2label 'examples per bin' font ',8'\n"
+       "set key top left font ',8'\nset ytics nomirror\nset y2label 'examples per bin' font ',8' offset -1,0\n"
+    << "set y2tics 0," << g(step) << "," << g(shared_max) << " nomirror font ',8'\n"
     << "set boxwidth " << g(0.9 / std::max(1, bins)) << " absolute\n";
   for (std::size_t i = 0; i < panels.size(); ++i) {
     const auto& p = panels[i];
-    // Counts in the lower quarter of the panel: the right-hand axis spans four times the largest count.
-    b << "set title " << q(p.title) << " font ',10'\nset y2range [0:" << g(4.0 * max_n[i]) << "]\n";
+    b << "set title " << q(p.title) << " font ',10'\nset y2range [0:" << g(4.0 * shared_max) << "]\n";
     b << "plot ";
     for (std::size_t s = 0; s < p.series.size(); ++s)
       b << "'" << name << ".dat' index " << i * ns + s << " using 1:3 axes x1y2 with boxes fs transparent solid 0.25 noborder lc rgb '"
@@ -119,6 +132,9 @@ void heatmap_figure(Figures& f, const std::string& name, const std::string& titl
        "set logscale cb\nset cbrange [0.001:1]\nset format cb '1e%L'\nset cblabel 'mean weight (log scale)' font ',8'\n"
        "set colorbox\nset xlabel 'source i (0 = embedding)'\nset ylabel 'routing point p'\n";
   b << "set xrange [-0.5:" << double(max_s) - 0.5 << "]\nset yrange [" << double(max_p) - 0.5 << ":-0.5]\n";
+  // Sources and points are integers: integer ticks only (the axes used to read -0.5, 0, 0.5, ...).
+  b << "set xtics 0," << std::max<std::size_t>(1, (max_s + 11) / 12) << " format '%g'\nset ytics 0,"
+    << std::max<std::size_t>(1, (max_p + 11) / 12) << " format '%g'\n";
   for (std::size_t i = 0; i < panels.size(); ++i)
     b << "set title " << q(panels[i].title) << " font ',10'\nplot '" << name << ".dat' index " << i
       << " using 2:1:($3 < 0.001 ? 0.001 : $3) with image notitle\n";
@@ -141,23 +157,34 @@ void histogram_figure(Figures& f, const std::string& name, const std::string& ti
   const auto [rows, cols] = grid(panels.size());
   std::ostringstream b;
   b << "set multiplot layout " << rows << "," << cols << " title " << q(title) << "\n"
-    << "set style fill solid 0.6 border -1\nset xlabel " << q(xlabel) << "\nset ylabel 'count'\nset format x '%.4f'\n"
-    << "set xtics rotate by -30 font ',8'\n";
+    << "set style fill solid 0.6 border -1\nset xlabel " << q(xlabel) << "\nset format x '%.3g'\nset xtics font ',9'\n";
   for (std::size_t k = 0; k < panels.size(); ++k) {
     const auto& p = panels[k];
-    b << "set title " << q(p.title) << " font ',9'\nunset arrow\nset arrow from " << g(p.observed) << ", graph 0 to "
-      << g(p.observed) << ", graph 1 nohead lw 2 lc rgb '#D55E00' front\n";
+    // The x range always holds the observed value (it used to fall outside the axis and not be drawn),
+    // with four readable ticks (no rotation; %.3g, never "-0.0000").
+    double lo = p.observed, hi = p.observed;
+    for (double v : p.values) lo = std::min(lo, v), hi = std::max(hi, v);
+    for (double c : p.centres) lo = std::min(lo, c), hi = std::max(hi, c);
+    const double span = hi > lo ? hi - lo : std::max(1e-6, std::fabs(p.observed) * 0.1);
+    const double x0 = lo - 0.08 * span, x1 = hi + 0.08 * span;
+    const std::string panel_title = p.values.empty() || p.values.size() >= 20
+                                        ? p.title
+                                        : p.title + ", " + std::to_string(p.values.size()) + " replicates";
+    b << "unset key\nset title " << q(panel_title) << " font ',9'\nunset arrow\nset xrange [" << g(x0) << ":" << g(x1) << "]\nset xtics "
+      << g(nice_step((x1 - x0) / 4.0)) << "\nset arrow from " << g(p.observed) << ", graph 0 to " << g(p.observed)
+      << ", graph 1 nohead lw 2 lc rgb '#D55E00' front\n";
     if (p.values.empty()) {
-      b << "plot '" << name << ".dat' index " << k << " using 1:2 with boxes lc rgb '#56B4E9' title 'null'\n";
+      b << "set ylabel 'count'\nset yrange [0:*]\nset ytics autofreq\nplot '" << name << ".dat' index " << k
+        << " using 1:2 with boxes lc rgb '#56B4E9' notitle\n";
+    } else if (p.values.size() < 20) {
+      // A few replicates (sequential stopping): each one a dot, not a histogram of 2-6 bars.
+      b << "set ylabel ''\nset yrange [-1:1]\nunset ytics\nplot '" << name << ".dat' index " << k
+        << " using 1:((int($0) % 5 - 2) * 0.3) with points pt 7 ps 1.2 lc rgb '#0072B2' notitle\nset ytics autofreq\n";
     } else {
-      double lo = p.observed, hi = p.observed;
-      for (double v : p.values) {
-        lo = std::min(lo, v);
-        hi = std::max(hi, v);
-      }
       const double width = std::max(1e-9, (hi - lo) / double(std::clamp<std::size_t>(p.values.size() / 4, 5, 30)));
-      b << "set boxwidth " << g(width) << " absolute\nplot '" << name << ".dat' index " << k << " using (" << g(width)
-        << "*floor($1/" << g(width) << ")+" << g(width / 2) << "):(1.0) smooth frequency with boxes lc rgb '#56B4E9' title 'null'\n";
+      b << "set ylabel 'count'\nset yrange [0:*]\nset ytics autofreq\nset boxwidth " << g(width) << " absolute\nplot '"
+        << name << ".dat' index " << k << " using (" << g(width) << "*floor($1/" << g(width) << ")+" << g(width / 2)
+        << "):(1.0) smooth frequency with boxes lc rgb '#56B4E9' notitle\n";
     }
   }
   b << "unset multiplot\n";
@@ -172,7 +199,7 @@ void pvalue_figure(Figures& f, const std::string& name, const std::vector<PRow>&
   std::ostringstream b;
   b << "set title 'p-values of the diagnostic family (-log10), raw and adjusted'\nset style data histogram\n"
        "set style histogram cluster gap 1\nset style fill solid 0.8 border -1\nset ylabel '-log10 p'\nset yrange [0:*]\n"
-       "set key top right\nset grid y\nset xtics rotate by -30 font ',9'\n"
+       "set key outside top center horizontal font ',9'\nset grid y\nset xtics font ',9'\n"
     << "plot '" << name << ".dat' using (-log10($3)):xtic(2) lc rgb '" << kColours[0] << "' title 'raw', '' using (-log10($4)) lc rgb '"
     << kColours[1] << "' title 'Holm', '' using (-log10($5)) lc rgb '" << kColours[2] << "' title 'BH', " << g(-std::log10(alpha))
     << " with lines lw 2 dt 2 lc rgb 'black' title 'alpha'\n";
@@ -216,8 +243,11 @@ void curves_figure(Figures& f, const std::string& name, const std::string& title
   }
   std::ostringstream b;
   b << "set title " << q(title) << "\nset xlabel " << q(xlabel) << "\nset ylabel " << q(ylabel)
-    << "\nset grid\n" << (series.size() <= 3 ? "set key top right box opaque font ',9'\n" : "set key outside right font ',9'\n")
-    << (logx ? "set logscale x\n" : "");
+    // Many series: the legend below the plot in two columns, so the plot keeps its width (a 12-entry
+    // legend of file names beside it used to squeeze the plot to a third of the figure).
+    << "\nset grid\n"
+    << (series.size() <= 3 ? "set key top right box opaque font ',9'\n" : "set key outside bottom center horizontal maxcols 2 font ',8'\n")
+    << (logx ? "set logscale x\n" : "") << "set offsets 0, 0, graph 0.05, graph 0.05\n";  // no line on the frame
   if (std::isfinite(hline))
     b << "set arrow from graph 0, first " << g(hline) << " to graph 1, first " << g(hline) << " nohead dt 2 lc rgb 'black'\n";
   b << "plot ";
@@ -229,7 +259,8 @@ void curves_figure(Figures& f, const std::string& name, const std::string& title
       << " title " << q(series[k].name);
   }
   b << "\n";
-  f.render(name, d.str(), b.str(), 1000, 460);
+  const int legend_rows = series.size() <= 3 ? 0 : int((series.size() + 1) / 2);
+  f.render(name, d.str(), b.str(), 1000, 460 + 16 * legend_rows);
 }
 
 void category_figure(Figures& f, const std::string& name, const std::string& title,

@@ -105,6 +105,31 @@ std::map<std::string, std::string> run_labels(const std::vector<std::string>& ru
     }
     out[unique[i]] = label;
   }
+  // What every label shares says nothing about which run it is: a file name all of them end with
+  // ("DIR/test.npz" of a study's runs), then a leading part up to a '-' they all start with
+  // ("fashion-mnist-ar-vit-tiny-full-"). Panel titles of 400 px used to overlap with 50-character names.
+  if (out.size() > 1) {
+    auto all = [&](auto pred) {
+      return std::all_of(out.begin(), out.end(), [&](const auto& kv) { return pred(kv.second); });
+    };
+    const std::string first = out.begin()->second;
+    const std::size_t slash = first.rfind('/');
+    if (slash != std::string::npos) {
+      const std::string tail = first.substr(slash);
+      if (all([&](const std::string& l) { return l.size() > tail.size() && l.compare(l.size() - tail.size(), tail.size(), tail) == 0; }))
+        for (auto& kv : out) kv.second.resize(kv.second.size() - tail.size());
+    }
+    std::string prefix = out.begin()->second;
+    for (const auto& kv : out) {
+      std::size_t n = 0;
+      while (n < prefix.size() && n < kv.second.size() && prefix[n] == kv.second[n]) ++n;
+      prefix.resize(n);
+    }
+    const std::size_t cut = prefix.rfind('-');
+    if (cut != std::string::npos && cut + 1 < out.begin()->second.size() &&
+        all([&](const std::string& l) { return l.size() > cut + 1 && l.find('/') == std::string::npos; }))
+      for (auto& kv : out) kv.second = kv.second.substr(cut + 1);
+  }
   return out;
 }
 

@@ -21,9 +21,13 @@ TEST(ReportSections, RunLabelsAreTheShortestDistinguishingPaths) {
   EXPECT_EQ(run_dirs.at("runs/a/test.npz"), "a/test.npz");
   EXPECT_EQ(run_dirs.at("runs/b/test.npz"), "b/test.npz");
   EXPECT_EQ(run_dirs.at("/x/runs/c/val.npz"), "val.npz");
+  // A file name every label ends with is dropped (it names no run), then a '-'-separated part they all start with.
   const auto deep = report::run_labels({"p/q/r/t.npz", "p/z/r/t.npz"});
-  EXPECT_EQ(deep.at("p/q/r/t.npz"), "q/r/t.npz");
+  EXPECT_EQ(deep.at("p/q/r/t.npz"), "q/r");
   EXPECT_EQ(report::run_labels({"run0", "run1"}).at("run1"), "run1");
+  const auto study = report::run_labels({"runs/fashion-mnist-ar-vit-tiny-full-s0-04957287/test.npz",
+                                         "runs/fashion-mnist-ar-vit-tiny-full-s1-d5d8472f/test.npz"});
+  EXPECT_EQ(study.at("runs/fashion-mnist-ar-vit-tiny-full-s1-d5d8472f/test.npz"), "s1-d5d8472f");
 }
 
 TEST(ReportSections, StudyReliabilityFigureOnceAndOneRowPerLink) {

@@ -1,0 +1,113 @@
+"""What a person sees of each report kind (issue 56), in Debian's headless Chromium at 1,400 px: no
+broken image, every figure drawn with data, no text overflowing its box, the page height within a
+bound. The check runs inside the page (a script appended to a copy of report.html writes its findings
+into the DOM, which `chromium --dump-dom` prints), so it measures the layout the browser made.
+
+The kinds checked here are the ones a test can make in seconds (an audit of simulated traces, a
+classifier's metrics, a calibrator's before/after); `python tests/python/test_report_browser.py
+REPORT.html ...` checks any other (the default study's, a language model's, an intervention's)."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import run_cli
+
+CHROMIUM = next((p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome") if os.path.exists(p)), None)
+WIDTH = 1400
+
+CHECK = """
+<script>
+window.addEventListener('load', () => {
+  const out = {broken: [], empty: [], overflow: [], height: document.documentElement.scrollHeight, figures: 0};
+  for (const img of document.querySelectorAll('img')) {
+    out.figures += 1;
+    if (!img.complete || img.naturalWidth === 0) out.broken.push(img.alt || img.src.slice(0, 60));
+    else if (img.naturalWidth < 50 || img.naturalHeight < 50) out.empty.push(img.alt || img.src.slice(0, 60));
+  }
+  // Text boxes whose content is wider than the box (tables scroll in their own block and are exempt).
+  for (const el of document.querySelectorAll('p, h1, h2, h3, figcaption, summary, li, nav')) {
+    if (el.scrollWidth > el.clientWidth + 2) out.overflow.push(el.tagName + ': ' + el.textContent.slice(0, 80));
+  }
+  if (document.documentElement.scrollWidth > window.innerWidth + 2) out.overflow.push('page wider than the window');
+  const pre = document.createElement('pre');
+  pre.id = 'arcal-browser-check';
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>
+"""
+
+
+def browser_check(html, work):
+    """The in-page findings for one report.html (a copy with the check appended; images stay inline)."""
+    os.makedirs(work, exist_ok=True)
+    page = os.path.join(work, "checked.html")
+    text = open(html, encoding="utf-8").read()
+    open(page, "w", encoding="utf-8").write(text.replace("</body>", CHECK + "</body>"))
+    p = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                        "--window-size=%d,1000" % WIDTH, "--virtual-time-budget=10000", "--dump-dom", "file://" + page],
+                       capture_output=True, text=True, timeout=180)
+    m = re.search(r'<pre id="arcal-browser-check">(.*?)</pre>', p.stdout, re.S)
+    assert m, "chromium printed no check result (exit %d): %s" % (p.returncode, p.stderr[-500:])
+    return json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
+
+
+def expect_readable(found, max_height):
+    assert found["figures"] > 0, "no figure"
+    assert not found["broken"], "broken images: %s" % found["broken"]
+    assert not found["empty"], "figures without data: %s" % found["empty"]
+    assert not found["overflow"], "text overflowing its box: %s" % found["overflow"]
+    assert found["height"] <= max_height, "page %d px tall, bound %d" % (found["height"], max_height)
+
+
+needs_browser = pytest.mark.skipif(CHROMIUM is None and not os.environ.get("ARCAL_REQUIRE_BROWSER"),
+                                   reason="no chromium (scripts/test.sh installs Debian's chromium)")
+
+
+@needs_browser
+def test_audit_report_reads_in_a_browser(tmp_path):
+    traces = []
+    for s in range(3):
+        f = str(tmp_path / ("sim%d.npz" % s))
+        assert run_cli("simulate", "--out", f, "--n", "1500", "--classes", "10", "--seed", str(s)).code == 0
+        traces.append(f)
+    a = run_cli("audit", *traces, "--out", str(tmp_path / "audit"), "--permutations", "300", "--probe-restarts", "1",
+                "--sensitivity", "--sensitivity-draws", "1", "--sensitivity-effects", "0.01,0.02", "--exact-null",
+                "--null-replicates", "5", "--quiet")
+    assert a.code == 0, a.err
+    assert run_cli("report", str(tmp_path / "audit")).code == 0
+    expect_readable(browser_check(str(tmp_path / "audit" / "report" / "report.html"), str(tmp_path / "chk")), 16000)
+
+
+@needs_browser
+def test_metrics_and_calibrate_reports_read_in_a_browser(tmp_path):
+    f = str(tmp_path / "sim.npz")
+    assert run_cli("simulate", "--out", f, "--n", "4000", "--classes", "5", "--seed", "3").code == 0
+    m = run_cli("metrics", f, "--json")
+    assert m.code == 0, m.err
+    open(tmp_path / "m.json", "w").write(m.out)
+    assert run_cli("report", str(tmp_path / "m.json"), "--out", str(tmp_path / "m_rep")).code == 0
+    expect_readable(browser_check(str(tmp_path / "m_rep" / "report.html"), str(tmp_path / "chk_m")), 5000)
+    c = run_cli("calibrate", f, "--method", "temperature", "--out", str(tmp_path / "cal.npz"), "--json")
+    assert c.code == 0, c.err
+    open(tmp_path / "c.json", "w").write(c.out)
+    assert run_cli("report", str(tmp_path / "c.json"), "--out", str(tmp_path / "c_rep")).code == 0
+    expect_readable(browser_check(str(tmp_path / "c_rep" / "report.html"), str(tmp_path / "chk_c")), 5000)
+
+
+if __name__ == "__main__":
+    if CHROMIUM is None:
+        sys.exit("no chromium")
+    status = 0
+    for html in sys.argv[1:]:
+        work = os.path.join(os.path.dirname(os.path.abspath(html)), ".browser-check")
+        found = browser_check(html, work)
+        shutil.rmtree(work, ignore_errors=True)
+        print(html, json.dumps(found))
+        status |= bool(found["broken"] or found["empty"] or found["overflow"])
+    sys.exit(status)
