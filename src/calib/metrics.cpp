@@ -193,7 +193,9 @@ struct RowScan {
 // throws, so a worker thread never does). On x86-64 an AVX2 clone is chosen at load time where the CPU
 // has it (NumPy dispatches the same way).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#ifndef ARCAL_NO_TARGET_CLONES  // ThreadSanitizer builds: an instrumented ifunc resolver runs before TSan's runtime exists
 __attribute__((target_clones("avx2", "default")))
+#endif
 #endif
 std::size_t scan_range(const double* probs, std::size_t k, const std::int64_t* labels, std::size_t begin,
                        std::size_t end, RowScan& out, ClasswiseCells* cw, bool want_prediction,

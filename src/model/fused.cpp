@@ -15,7 +15,11 @@
 
 // Each kernel is a plain loop nest the compiler vectorises over the innermost contiguous axis (the
 // head dimension, the width); target clones give every ISA level its own copy.
+#ifdef ARCAL_NO_TARGET_CLONES  // ThreadSanitizer builds: an instrumented ifunc resolver runs before TSan's runtime exists
+#define ARCAL_FUSED_CLONES
+#else
 #define ARCAL_FUSED_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
 
 namespace arcal {
 

@@ -6,7 +6,11 @@ namespace arcal {
 
 namespace {
 
+#ifdef ARCAL_NO_TARGET_CLONES  // ThreadSanitizer builds: an instrumented ifunc resolver runs before TSan's runtime exists
+#define ARCAL_ADAMW_CLONES
+#else
 #define ARCAL_ADAMW_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
 
 template <typename T>
 AdamwScalars<T> scalars(double lr, double weight_decay, double beta1, double beta2, double eps, std::int64_t t) {

@@ -8,7 +8,11 @@ namespace arcal {
 
 namespace {
 
+#ifdef ARCAL_NO_TARGET_CLONES  // ThreadSanitizer builds: an instrumented ifunc resolver runs before TSan's runtime exists
+#define ARCAL_GELU_CLONES
+#else
 #define ARCAL_GELU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
 
 ARCAL_GELU_CLONES void gelu_values(const float* x, float* y, std::size_t n) {
 #pragma omp simd
