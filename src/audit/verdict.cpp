@@ -28,6 +28,15 @@ void decide(VerdictEvidence& e, double alpha) {
   e.status = e.p <= alpha ? "rejects" : "does not reject";
 }
 
+/// "Routing adds information" is a direction: on the probe path (a two-sided Hartung-Knapp p) the link
+/// tests gain > 0 one-sided, so a significant loss (the probe with routing worse than without) is "does
+/// not reject", never "routing adds information". e.p becomes the one-sided p (issue 54).
+void decide_gain(VerdictEvidence& e, double alpha) {
+  if (!std::isfinite(e.p) || !std::isfinite(e.effect)) return;
+  e.p = e.effect > 0 ? e.p / 2 : 1.0 - e.p / 2;
+  decide(e, alpha);
+}
+
 VerdictEvidence exact_null_evidence(const ExactNullResult& x, const std::string& variant) {
   VerdictEvidence e;
   for (const auto& p : x.pooled)
@@ -216,8 +225,10 @@ Verdict make_verdict(const AuditResults& r) {
     if (!v.beyond_outputs.test.empty()) used_beyond = kBeyondProbe;
   }
   if (!v.beyond_outputs.test.empty()) {
-    if (v.dependence.status == "rejects")
-      decide(v.beyond_outputs, v.alpha);
+    if (v.dependence.status == "rejects" && !used_beyond.empty())
+      decide_gain(v.beyond_outputs, v.alpha);  // the probe comparison: one-sided
+    else if (v.dependence.status == "rejects")
+      decide(v.beyond_outputs, v.alpha);  // the exact null's permutation p is one-sided already
     else
       v.beyond_outputs.status = "not reached";
   }
