@@ -49,9 +49,11 @@ def browser_check(html, work):
     page = os.path.join(work, "checked.html")
     text = open(html, encoding="utf-8").read()
     open(page, "w", encoding="utf-8").write(text.replace("</body>", CHECK + "</body>"))
+    # Not the sanitizer runtime a sanitized build's pytest preloads (chromium hangs under it).
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS")}
     p = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                         "--window-size=%d,1000" % WIDTH, "--virtual-time-budget=10000", "--dump-dom", "file://" + page],
-                       capture_output=True, text=True, timeout=180)
+                       capture_output=True, text=True, timeout=180, env=env)
     m = re.search(r'<pre id="arcal-browser-check">(.*?)</pre>', p.stdout, re.S)
     assert m, "chromium printed no check result (exit %d): %s" % (p.returncode, p.stderr[-500:])
     return json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
