@@ -23,3 +23,4 @@ def test_docs_python_md_runs(tmp_path, monkeypatch, capsys):
     assert "verdict: severity -> stable negative" in out
     assert (tmp_path / "gated.npz").exists() and (tmp_path / "temperature.json").exists()
     assert (tmp_path / "calibration_report" / "report.html").exists()
+    assert (tmp_path / "temperature_report" / "report.html").exists()
