@@ -154,16 +154,9 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   write_atomic_with(path, [&](const std::string& tmp) {
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) throw_write_error("write_file_atomic", path, errno);
-    std::size_t done = 0;
-    while (done < content.size()) {
-      const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        const int err = n < 0 ? errno : EIO;
-        ::close(fd);
-        throw_write_error("write_file_atomic", path, err);
-      }
-      done += static_cast<std::size_t>(n);
+    if (const int err = write_all(fd, content); err != 0) {
+      ::close(fd);
+      throw_write_error("write_file_atomic", path, err);
     }
     // A full disk can show only here (delayed allocation): check fsync and close too.
     if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {

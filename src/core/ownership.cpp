@@ -91,19 +91,23 @@ int open_own_file(const std::string& what, const std::string& path, int flags, u
   return fd;
 }
 
+int write_all(int fd, const std::string& data) {
+  std::size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? errno : EIO;
+    done += static_cast<std::size_t>(n);
+  }
+  return 0;
+}
+
 void write_own_new_file(const std::string& what, const std::string& path, const std::string& text) {
   const int fd = open_own_file(what, path, O_WRONLY | O_CREAT | O_EXCL);
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
-      ::close(fd);
-      ::unlink(path.c_str());
-      throw_write_error(what, path, err);
-    }
-    done += static_cast<std::size_t>(n);
+  if (const int err = write_all(fd, text); err != 0) {
+    ::close(fd);
+    ::unlink(path.c_str());
+    throw_write_error(what, path, err);
   }
   if (::close(fd) != 0) {
     const int err = errno;

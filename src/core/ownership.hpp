@@ -31,6 +31,10 @@ std::string tag_after(const std::string& name, const std::string& prefix);
 /// failures as throw_write_error.
 int open_own_file(const std::string& what, const std::string& path, int flags, unsigned mode = 0644);
 
+/// Writes all of `data` to the open descriptor (retrying short writes and EINTR); 0 when done, else
+/// the errno of the failed write (EIO for a write that wrote nothing). The caller closes fd.
+int write_all(int fd, const std::string& data);
+
 /// Creates `path` (which must not exist: O_EXCL, never through a link) holding `text`; a failed write
 /// removes it and throws as throw_write_error (a full disk exit 1, a path the user can fix exit 2).
 void write_own_new_file(const std::string& what, const std::string& path, const std::string& text);

@@ -345,17 +345,9 @@ void truncate_log(const std::string& path, std::int64_t step) {
 /// (core/ownership.hpp); a failed write is an error, not a silently shorter log.
 void append_line(const std::string& path, const std::string& line) {
   const int fd = open_own_file("arcal train", path, O_WRONLY | O_CREAT | O_APPEND);
-  const std::string text = line + "\n";
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
-      ::close(fd);
-      throw_write_error("arcal train", path, err);
-    }
-    done += static_cast<std::size_t>(n);
+  if (const int err = write_all(fd, line + "\n"); err != 0) {
+    ::close(fd);
+    throw_write_error("arcal train", path, err);
   }
   if (::close(fd) != 0) throw_write_error("arcal train", path, errno);
 }
