@@ -177,6 +177,14 @@ std::vector<double> cross_fit_isotonic(const std::vector<double>& confidence, co
   }
   return out;
 }
+
+/// The q̂ cross-fit's two halves of whole clusters (cluster_kfold_assignment, 2 folds).
+std::array<std::vector<std::size_t>, 2> cluster_halves(const std::vector<std::int64_t>& cluster, std::uint64_t seed) {
+  const auto fold = cluster_kfold_assignment(cluster, 2, seed);
+  std::array<std::vector<std::size_t>, 2> half;
+  for (std::size_t i = 0; i < cluster.size(); ++i) half[static_cast<std::size_t>(fold[i])].push_back(i);
+  return half;
+}
 }  // namespace
 
 std::vector<double> cross_fitted_accuracy(const std::vector<double>& confidence, const std::vector<double>& correct,
@@ -201,10 +209,7 @@ std::vector<double> cross_fitted_accuracy(const std::vector<double>& confidence,
   check_same_size(fn, "confidence", n, "correct", correct.size());
   check_same_size(fn, "confidence", n, "cluster", cluster.size());
   if (n < 4) throw_input(fn, "needs at least 4 examples, got " + std::to_string(n));
-  const auto fold = cluster_kfold_assignment(cluster, 2, seed);
-  std::array<std::vector<std::size_t>, 2> half;
-  for (std::size_t i = 0; i < n; ++i) half[static_cast<std::size_t>(fold[i])].push_back(i);
-  return cross_fit_isotonic(confidence, correct, half);
+  return cross_fit_isotonic(confidence, correct, cluster_halves(cluster, seed));
 }
 
 GapTestResult residual_gap_test(const std::vector<double>& confidence, const std::vector<double>& correct,
@@ -269,7 +274,11 @@ GapTestResult clustered_residual_gap_test(const std::vector<double>& confidence,
   if (options.strata_size == 0) throw_input(fn, "strata_size is 0, but must be >= 1");
   check_same_size(fn, "confidence", confidence.size(), "cluster", cluster.size());
   const auto bt = bin_tertiles(confidence, correct, statistic, options);
-  const auto qhat = cross_fitted_accuracy(confidence, correct, cluster, derive_seed(seed, 1));
+  if (confidence.size() < 4) throw_input(fn, "needs at least 4 examples, got " + std::to_string(confidence.size()));
+  const auto half = cluster_halves(cluster, derive_seed(seed, 1));
+  const auto qhat = cross_fit_isotonic(confidence, correct, half);
+  std::vector<std::uint8_t> in_half(confidence.size(), 0);
+  for (std::size_t i : half[1]) in_half[i] = 1;
   GapTestResult r;
   r.n = confidence.size();
   r.n_used = bt.n_used;
@@ -283,21 +292,24 @@ GapTestResult clustered_residual_gap_test(const std::vector<double>& confidence,
     const std::size_t groups = std::max<std::size_t>(
         1, static_cast<std::size_t>(std::llround(double(kb.idx.size()) / double(options.strata_size))));
     const auto stratum = equal_mass_group_index(cb_conf, groups);
-    std::vector<double> phi(kb.idx.size()), phi_sum(groups, 0.0);
-    std::vector<std::size_t> count(groups, 0);
+    // Cells: (stratum, q̂ half). Centring phi within each cell removes a residual shift that a half's
+    // q̂ shares across every cluster of the other half (a dominant cluster's accuracy, issue 54).
+    std::vector<double> phi(kb.idx.size()), phi_sum(2 * groups, 0.0);
+    std::vector<std::size_t> count(2 * groups, 0), cell(kb.idx.size());
     for (std::size_t k = 0; k < kb.idx.size(); ++k) {
       phi[k] = kb.tertile[k] == 2 ? ct : kb.tertile[k] == 0 ? cb : 0.0;
-      phi_sum[static_cast<std::size_t>(stratum[k])] += phi[k];
-      ++count[static_cast<std::size_t>(stratum[k])];
+      cell[k] = 2 * static_cast<std::size_t>(stratum[k]) + in_half[kb.idx[k]];
+      phi_sum[cell[k]] += phi[k];
+      ++count[cell[k]];
     }
     for (std::size_t k = 0; k < kb.idx.size(); ++k) {
-      const std::size_t i = kb.idx[k], st = static_cast<std::size_t>(stratum[k]);
+      const std::size_t i = kb.idx[k], st = cell[k];
       const double res = correct[i] - qhat[i];
       contribution[cluster[i]] += (phi[k] - phi_sum[st] / double(count[st])) * res;
       if (kb.tertile[k] == 2) g.resid_top += res;
       if (kb.tertile[k] == 0) g.resid_bottom += res;
     }
-    r.strata += static_cast<std::size_t>(std::count_if(count.begin(), count.end(), [](std::size_t c) { return c > 0; }));
+    for (std::size_t st = 0; st < groups; ++st) r.strata += count[2 * st] + count[2 * st + 1] > 0;
     g.resid_top /= static_cast<double>(g.n_top);
     g.resid_bottom /= static_cast<double>(g.n_bottom);
     g.gap = g.resid_top - g.resid_bottom;

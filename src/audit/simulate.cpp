@@ -198,24 +198,35 @@ SimulatedTokens simulate_tokens(const TokenSimulationOptions& o) {
   if (o.length < 1) throw_input(fn, "length is 0, but must be >= 1");
   if (o.classes < 2) throw_input(fn, "classes is " + std::to_string(o.classes) + ", but must be >= 2");
   for (double v : {o.confidence_mean, o.confidence_cluster_sd, o.confidence_token_sd, o.routing_cluster_sd,
-                   o.correct_cluster_sd, o.slope, o.confound, o.effect})
+                   o.correct_cluster_sd, o.slope, o.confound, o.effect, o.first_share, o.length_log_sd})
     if (!std::isfinite(v)) throw_input(fn, "every setting must be finite");
   if (o.confidence_cluster_sd < 0 || o.confidence_token_sd < 0 || o.routing_cluster_sd < 0 || o.correct_cluster_sd < 0)
     throw_input(fn, "standard deviations must be >= 0");
   if (!(std::abs(o.token_autocorrelation) < 1)) throw_input(fn, "token_autocorrelation must be in (-1, 1)");
-  const std::size_t G = o.sequences, m = o.length, N = G * m, K = o.classes;
+  if (!(o.first_share >= 0 && o.first_share <= 0.95)) throw_input(fn, "first_share must be in [0, 0.95]");
+  if (!(o.length_log_sd >= 0 && o.length_log_sd <= 3)) throw_input(fn, "length_log_sd must be in [0, 3]");
+  const std::size_t G = o.sequences, m = o.length, K = o.classes;
   Rng rng(o.seed);
+  std::vector<std::size_t> len(G, m);
+  if (o.length_log_sd > 0)
+    for (std::size_t g = 1; g < G; ++g)
+      len[g] = static_cast<std::size_t>(std::max(1.0, std::round(double(m) * std::exp(o.length_log_sd * rng.normal()))));
+  std::size_t rest = 0;
+  for (std::size_t g = 1; g < G; ++g) rest += len[g];
+  if (o.first_share > 0)
+    len[0] = std::max<std::size_t>(1, static_cast<std::size_t>(std::llround(o.first_share / (1 - o.first_share) * double(rest))));
+  std::size_t N = 0;
+  for (std::size_t l : len) N += l;
   SimulatedTokens out;
   std::vector<double> lc(N), e(N);
   out.cluster.resize(N);
   std::vector<double> v(G);
   const double floor_logit = std::log(1.0 / double(K - 1)) + 1e-6;  // c > 1/K: the top class must lead
-  for (std::size_t g = 0; g < G; ++g) {
+  for (std::size_t g = 0, i = 0; g < G; ++g) {
     const double u = rng.normal(), w = rng.normal();
     v[g] = rng.normal();
     double ar = rng.normal();
-    for (std::size_t t = 0; t < m; ++t) {
-      const std::size_t i = g * m + t;
+    for (std::size_t t = 0; t < len[g]; ++t, ++i) {
       if (t > 0) ar = o.token_autocorrelation * ar + std::sqrt(1 - o.token_autocorrelation * o.token_autocorrelation) * rng.normal();
       e[i] = ar;
       lc[i] = std::max(floor_logit, o.confidence_mean + o.confidence_cluster_sd * u + o.confidence_token_sd * rng.normal());
@@ -253,6 +264,7 @@ SimulatedTokens simulate_tokens(const TokenSimulationOptions& o) {
   tr.meta_json = nlohmann::json{{"simulated", "tokens"},
                                 {"sequences", G},
                                 {"length", m},
+                                {"first_share", o.first_share},
                                 {"confound", o.confound},
                                 {"effect", o.effect},
                                 {"seed", o.seed}}

@@ -67,8 +67,13 @@ struct SimulatedTrace {
 /// effect e_t)). With effect 0 routing carries nothing about a beyond c (w, e independent of v), yet
 /// both s and a are correlated inside a sequence; effect != 0 plants a dependence on the token-level
 /// part of s that c does not carry.
+/// Unequal sequences (issue 54): with first_share > 0 sequence 0 holds that share of the tokens (one
+/// dominant document) and the others keep `length`; with length_log_sd > 0 the other sequences' lengths
+/// are max(1, round(length e^{x})), x ~ N(0, length_log_sd^2) (drawn before anything else).
 struct TokenSimulationOptions {
   std::size_t sequences = 200, length = 64;
+  double first_share = 0.0;    ///< [0, 0.95]: the share of all tokens in sequence 0 (0: like the others)
+  double length_log_sd = 0.0;  ///< >= 0: spread of the other sequences' lengths on the log scale
   std::size_t classes = 256;
   double confidence_mean = 0.5, confidence_cluster_sd = 0.8, confidence_token_sd = 1.2;
   double routing_cluster_sd = 1.0, token_autocorrelation = 0.6;

@@ -85,6 +85,53 @@ TEST(DependentTokens, ClusteredDecisionTestFindsAPlantedTokenLevelEffect) {
   }
 }
 
+// Unequal documents (issue 54, item 2): one sequence holding 40 % of the tokens, per-sequence shifts in
+// accuracy (correct_cluster_sd) and confidence, 8 to 100 sequences; and log-normal lengths. A 2-fold q̂
+// whose half holding the long sequence is mostly that sequence shifted every short sequence of the other
+// half by its accuracy: 9-18 % rejections at 5 % before the fold-centred contrast.
+std::size_t dominant_rejections(const std::string& name, std::size_t sequences, double first_share, double length_log_sd,
+                                std::size_t sets, std::uint64_t base, double effect = 0.0) {
+  DiagnosticOptions d;
+  d.permutations = 199;
+  std::size_t rejected = 0;
+  for (std::size_t k = 0; k < sets; ++k) {
+    auto o = family(name, base + k);
+    o.sequences = sequences;
+    o.first_share = first_share;
+    o.length_log_sd = length_log_sd;
+    o.effect = effect;
+    const auto sim = simulate_tokens(o);
+    const auto c = clustered_residual_gap_test(sim.confidence, sim.correct, sim.statistic, sim.cluster, d, derive_seed(base, k));
+    rejected += c.p <= 0.05;
+  }
+  return rejected;
+}
+
+TEST(DependentTokens, ClusteredDecisionTestHoldsItsLevelWithOneDominantSequence) {
+  const std::size_t sets = test_util::long_tests() ? 400 : 100;
+  const auto band = binomial_band_99(sets, 0.05);
+  struct Case { const char* family; std::size_t sequences; double share, log_sd; };
+  for (const Case c : {Case{"clean", 8, 0.4, 0}, Case{"clean", 12, 0.4, 0}, Case{"clean", 20, 0.4, 0},
+                       Case{"clean", 100, 0.4, 0}, Case{"confounded", 20, 0.4, 0}, Case{"clean", 30, 0, 1.0}}) {
+    SCOPED_TRACE(std::string(c.family) + ", " + std::to_string(c.sequences) + " sequences, first share " + std::to_string(c.share));
+    const std::size_t r = dominant_rejections(c.family, c.sequences, c.share, c.log_sd, sets, 7000 + 1000 * c.sequences);
+    std::printf("[dependent tokens] unequal, %s: %zu sequences, first share %.2f, log-sd %.1f: %zu / %zu (band [%zu, %zu])\n",
+                c.family, c.sequences, c.share, c.log_sd, r, sets, band.first, band.second);
+    EXPECT_GE(r, band.first);
+    EXPECT_LE(r, band.second);
+  }
+}
+
+TEST(DependentTokens, ClusteredDecisionTestFindsAnEffectBesideADominantSequence) {
+  const std::size_t r = dominant_rejections("clean", 100, 0.4, 0, 20, 90000, 0.5);
+  std::printf("[dependent tokens] unequal, 100 sequences, first share 0.40, effect 0.5: %zu / 20\n", r);
+  EXPECT_GE(r, 16u);
+  if (test_util::long_tests())
+    for (double effect : {0.2, 0.3})
+      std::printf("[dependent tokens] unequal, 100 sequences, first share 0.40, effect %.1f: %zu / 100\n", effect,
+                  dominant_rejections("clean", 100, 0.4, 0, 100, 91000, effect));
+}
+
 TEST(DependentTokens, ClusterSplitsKeepEveryClusterWholeAndBalanced) {
   std::vector<std::int64_t> cluster;
   Rng rng(7);
