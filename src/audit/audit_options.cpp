@@ -22,7 +22,7 @@ const OptionTable<FullAuditOptions>& audit_option_table() {
        "lies below delta negligible (0.005: half the seed papers' 0.010-nat reference effect)",
        &O::smallest_effect, RealRange{1e-6, 1.0, false}},
       {"drop_duplicates", "--drop-duplicates",
-       "Remove rows that duplicate an earlier row of the same trace (they are always counted and reported)",
+       "Remove rows that copy an earlier row of the same trace, exactly or within float noise (they are always counted and reported)",
        &O::drop_duplicates},
       {"condcal", "--condcal", "AR-CondCal (--no-condcal: diagnostic only)", &O::condcal, {}, {}, true},
       {"probes", "--probes", "MLP correctness probes and their controls", &O::probes, {}, {}, true},

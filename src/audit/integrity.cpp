@@ -1,12 +1,14 @@
 #include "audit/integrity.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <unordered_map>
 
 #include "audit/audit.hpp"
 #include "core/check.hpp"
 #include "core/hash.hpp"
+#include "core/rng.hpp"
 
 namespace arcal {
 
@@ -16,12 +18,15 @@ namespace {
 struct RowView {
   const AuditRunInput& r;
   std::size_t K, P;
+  // Clustered examples: a row equal to one of another cluster is a second draw that happens to
+  // coincide (two sequences that start with the same bytes predict alike), not a copy; only copies
+  // inside one cluster count.
   std::uint64_t hash(std::size_t i) const {
+    const std::uint64_t h = hash_without_cluster(i);
+    return r.cluster.empty() ? h : fnv1a64(&r.cluster[i], sizeof(std::int64_t), h);
+  }
+  std::uint64_t hash_without_cluster(std::size_t i) const {
     std::uint64_t h = fnv1a64(&r.labels[i], sizeof(std::int64_t));
-    // Clustered examples: a row equal to one of another cluster is a second draw that happens to
-    // coincide (two sequences that start with the same bytes predict alike), not a copy; only copies
-    // inside one cluster count.
-    if (!r.cluster.empty()) h = fnv1a64(&r.cluster[i], sizeof(std::int64_t), h);
     h = fnv1a64(&r.confidence[i], sizeof(double), h);
     if (!r.log_probs.empty()) h = fnv1a64(&r.log_probs[i * K], K * sizeof(double), h);
     if (P > 0 && !r.profile.empty()) h = fnv1a64(&r.profile[i * P], P * sizeof(double), h);
@@ -29,8 +34,11 @@ struct RowView {
     return h;
   }
   bool equal(std::size_t a, std::size_t b) const {
-    if (r.labels[a] != r.labels[b] || r.confidence[a] != r.confidence[b]) return false;
     if (!r.cluster.empty() && r.cluster[a] != r.cluster[b]) return false;
+    return equal_without_cluster(a, b);
+  }
+  bool equal_without_cluster(std::size_t a, std::size_t b) const {
+    if (r.labels[a] != r.labels[b] || r.confidence[a] != r.confidence[b]) return false;
     if (!r.log_probs.empty() && !std::equal(&r.log_probs[a * K], &r.log_probs[a * K] + K, &r.log_probs[b * K]))
       return false;
     if (P > 0 && !r.profile.empty() && !std::equal(&r.profile[a * P], &r.profile[a * P] + P, &r.profile[b * P]))
@@ -49,41 +57,146 @@ std::uint64_t run_hash(const AuditRunInput& r) {
   return fnv1a64(r.profile.data(), r.profile.size() * sizeof(double), h);
 }
 
-/// Row i of run r as it would be of any run: label, outputs, profile and statistics (no cluster id).
-std::uint64_t row_hash(const AuditRunInput& r, std::size_t i) {
-  const std::size_t K = r.classes, P = r.profile_names.size();
-  std::uint64_t h = fnv1a64(&r.labels[i], sizeof(std::int64_t));
-  h = fnv1a64(&r.confidence[i], sizeof(double), h);
-  if (!r.log_probs.empty()) h = fnv1a64(&r.log_probs[i * K], K * sizeof(double), h);
-  if (P > 0 && !r.profile.empty()) h = fnv1a64(&r.profile[i * P], P * sizeof(double), h);
-  for (const auto& s : r.statistics) h = fnv1a64(&s[i], sizeof(double), h);
-  return h;
-}
-
-bool rows_equal(const AuditRunInput& a, std::size_t i, const AuditRunInput& b, std::size_t j) {
-  const std::size_t K = a.classes, P = a.profile_names.size();
-  if (a.labels[i] != b.labels[j] || a.confidence[i] != b.confidence[j]) return false;
-  if (K != b.classes || P != b.profile_names.size() || a.statistics.size() != b.statistics.size()) return false;
-  if (!a.log_probs.empty() && !std::equal(&a.log_probs[i * K], &a.log_probs[i * K] + K, &b.log_probs[j * K])) return false;
-  if (P > 0 && !a.profile.empty() && !std::equal(&a.profile[i * P], &a.profile[i * P] + P, &b.profile[j * P])) return false;
-  for (std::size_t s = 0; s < a.statistics.size(); ++s)
-    if (a.statistics[s][i] != b.statistics[s][j]) return false;
-  return true;
-}
-
-/// Rows of b that equal a row of a, bit for bit, in any order.
-std::size_t shared_rows(const AuditRunInput& a, const AuditRunInput& b) {
-  if (a.labels.size() != a.confidence.size() || b.labels.size() != b.confidence.size()) return 0;
-  std::unordered_multimap<std::uint64_t, std::size_t> index;
-  index.reserve(a.confidence.size());
-  for (std::size_t i = 0; i < a.confidence.size(); ++i) index.emplace(row_hash(a, i), i);
-  std::size_t shared = 0;
-  for (std::size_t j = 0; j < b.confidence.size(); ++j)
-    for (auto [it, end] = index.equal_range(row_hash(b, j)); it != end; ++it)
-      if (rows_equal(a, it->second, b, j)) {
-        ++shared;
+/// rep[i]: the first row bit-for-bit equal to row i (i itself when none is earlier). With
+/// `use_cluster` rows of different clusters never count as equal.
+std::vector<std::size_t> exact_representatives(const AuditRunInput& r, bool use_cluster) {
+  const std::size_t n = r.confidence.size();
+  const RowView view{r, r.classes, r.profile_names.size()};
+  std::unordered_multimap<std::uint64_t, std::size_t> seen;
+  seen.reserve(n);
+  std::vector<std::size_t> rep(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto h = use_cluster ? view.hash(i) : view.hash_without_cluster(i);
+    rep[i] = i;
+    for (auto [it, end] = seen.equal_range(h); it != end; ++it)
+      if (use_cluster ? view.equal(it->second, i) : view.equal_without_cluster(it->second, i)) {
+        rep[i] = it->second;
         break;
       }
+    if (rep[i] == i) seen.emplace(h, i);
+  }
+  return rep;
+}
+
+/// A run's rows as the columns compared for near-copies: confidence, log-probabilities, routing
+/// profile and statistics (row-major, n x d).
+struct RowColumns {
+  std::size_t n = 0, d = 0;
+  std::vector<double> x;
+  const double* row(std::size_t i) const { return x.data() + i * d; }
+};
+
+RowColumns row_columns(const AuditRunInput& r) {
+  RowColumns c;
+  c.n = r.confidence.size();
+  const std::size_t K = r.log_probs.size() == c.n * r.classes ? r.classes : 0;
+  const std::size_t P = r.profile.size() == c.n * r.profile_names.size() ? r.profile_names.size() : 0;
+  c.d = 1 + K + P + r.statistics.size();
+  c.x.resize(c.n * c.d);
+  for (std::size_t i = 0; i < c.n; ++i) {
+    double* out = c.x.data() + i * c.d;
+    *out++ = r.confidence[i];
+    out = std::copy_n(r.log_probs.data() + i * K, K, out);
+    out = std::copy_n(r.profile.data() + i * P, P, out);
+    for (const auto& s : r.statistics) *out++ = s.size() == c.n ? s[i] : 0.0;
+  }
+  return c;
+}
+
+bool near_value(double x, double y, double scale) {
+  if (x == y) return true;
+  if (!std::isfinite(x) || !std::isfinite(y)) return false;
+  return std::abs(x - y) <= kNearCopyTolerance * (scale + std::max(std::abs(x), std::abs(y)));
+}
+
+/// Calls found(a, b) for every pair of the given rows (positions a < b in `rows`) with the same key whose
+/// columns all agree within kNearCopyTolerance, scaled by each column's standard deviation over the
+/// rows given. The rows are sorted by key and a fixed random projection z = Σ w_j x_j / sd_j; a
+/// near pair's z differ by at most W = τ Σ |w_j| (1 + max|x_j| / sd_j), so only rows that close are
+/// compared.
+template <class Found>
+void near_copy_pairs(const std::vector<const double*>& rows, std::size_t d, const std::vector<std::uint64_t>& key,
+                     Found found) {
+  const std::size_t m = rows.size();
+  if (m < 2) return;
+  std::vector<double> mean(d, 0.0), sd(d, 0.0), top(d, 0.0);
+  std::vector<std::size_t> count(d, 0);
+  for (const double* r : rows)
+    for (std::size_t j = 0; j < d; ++j)
+      if (std::isfinite(r[j])) {
+        ++count[j];
+        mean[j] += (r[j] - mean[j]) / double(count[j]);
+        top[j] = std::max(top[j], std::abs(r[j]));
+      }
+  for (const double* r : rows)
+    for (std::size_t j = 0; j < d; ++j)
+      if (std::isfinite(r[j])) sd[j] += (r[j] - mean[j]) * (r[j] - mean[j]);
+  Rng rng(0x6e656172636f7079ULL);  // fixed: the same rows always give the same order
+  std::vector<double> w(d, 0.0);
+  double window = 0;
+  for (std::size_t j = 0; j < d; ++j) {
+    sd[j] = count[j] > 1 ? std::sqrt(sd[j] / double(count[j] - 1)) : 0.0;
+    const double wj = (0.5 + rng.uniform()) * (rng.uniform() < 0.5 ? -1.0 : 1.0);
+    if (sd[j] > 0) {
+      w[j] = wj / sd[j];
+      window += std::abs(wj) * kNearCopyTolerance * (1 + top[j] / sd[j]);
+    }
+  }
+  window = window * (1 + 1e-6) + 1e-300;
+  std::vector<double> z(m, 0.0);
+  for (std::size_t a = 0; a < m; ++a)
+    for (std::size_t j = 0; j < d; ++j)
+      if (w[j] != 0 && std::isfinite(rows[a][j])) z[a] += w[j] * rows[a][j];
+  std::vector<std::size_t> order(m);
+  for (std::size_t a = 0; a < m; ++a) order[a] = a;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return key[a] != key[b] ? key[a] < key[b] : z[a] != z[b] ? z[a] < z[b] : a < b;
+  });
+  for (std::size_t p = 0; p < m; ++p) {
+    const std::size_t a = order[p];
+    for (std::size_t q = p + 1; q < m; ++q) {
+      const std::size_t b = order[q];
+      if (key[b] != key[a] || z[b] - z[a] > window) break;
+      bool near = true;
+      for (std::size_t j = 0; j < d && near; ++j) near = near_value(rows[a][j], rows[b][j], sd[j]);
+      if (near) found(std::min(a, b), std::max(a, b));
+    }
+  }
+}
+
+/// Rows of the smaller of a and b that have a copy or near-copy (same label, every column within
+/// tolerance) in the other run, in any order.
+std::size_t shared_rows(const AuditRunInput& a, const AuditRunInput& b) {
+  if (a.labels.size() != a.confidence.size() || b.labels.size() != b.confidence.size()) return 0;
+  const auto ca = row_columns(a), cb = row_columns(b);
+  if (ca.d != cb.d || a.classes != b.classes) return 0;
+  const auto ra = exact_representatives(a, false), rb = exact_representatives(b, false);
+  const bool a_small = a.confidence.size() <= b.confidence.size();
+  std::vector<const double*> rows;
+  std::vector<std::uint64_t> key;
+  std::vector<std::size_t> origin;  // row of its run; runs told apart by position
+  for (std::size_t i = 0; i < ca.n; ++i)
+    if (ra[i] == i) {
+      rows.push_back(ca.row(i));
+      key.push_back(static_cast<std::uint64_t>(a.labels[i]));
+      origin.push_back(i);
+    }
+  const std::size_t first_b = rows.size();
+  for (std::size_t i = 0; i < cb.n; ++i)
+    if (rb[i] == i) {
+      rows.push_back(cb.row(i));
+      key.push_back(static_cast<std::uint64_t>(b.labels[i]));
+      origin.push_back(i);
+    }
+  std::vector<std::uint8_t> matched(a_small ? ca.n : cb.n, 0);  // representatives of the smaller run
+  near_copy_pairs(rows, ca.d, key, [&](std::size_t x, std::size_t y) {
+    if ((x < first_b) == (y < first_b)) return;  // both of one run: not an overlap
+    const std::size_t small = a_small ? x : y;   // x < first_b <= y
+    matched[origin[small]] = 1;
+  });
+  const auto& rep = a_small ? ra : rb;
+  std::size_t shared = 0;
+  for (std::size_t i = 0; i < rep.size(); ++i) shared += matched[rep[i]];
   return shared;
 }
 
@@ -160,55 +273,80 @@ IntegrityResult check_integrity(std::vector<AuditRunInput>& runs, bool drop_dupl
                             "] '" + runs[a].run +
                             "' (same labels, outputs and routing): the same trace passed twice would count as two "
                             "independent runs; pass each trace once");
-  // Runs that share rows are not independent seeds: a row-permuted copy of a trace, or two traces of
-  // overlapping test subsets, used to be accepted as two seeds. Independent models agree on a row's
-  // every output bit for bit essentially never, so 1 % shared rows is already far from chance.
+  // Runs that share rows are not independent seeds: a row-permuted copy of a trace, two traces of
+  // overlapping test subsets, or two non-deterministic passes over one model, used to be accepted as
+  // two seeds. Separately trained models agree on a row's every output to within float noise
+  // essentially never, so 1 % shared rows is already far from chance; fewer are reported.
   for (std::size_t b = 0; b < runs.size(); ++b)
     for (std::size_t a = 0; a < b; ++a) {
       const std::size_t shared = shared_rows(runs[a], runs[b]);
-      const std::size_t nb = runs[b].confidence.size();
-      if (shared > 0 && shared * 100 >= std::max<std::size_t>(1, std::min(nb, runs[a].confidence.size()))) {
-        const bool all = shared == nb && nb == runs[a].confidence.size();
-        throw_input(fn, "run[" + std::to_string(b) + "] '" + runs[b].run + "' shares " + std::to_string(shared) +
-                            " of its " + std::to_string(nb) + " rows with run[" + std::to_string(a) + "] '" +
-                            runs[a].run + "' (the same label, outputs and routing, in any order)" +
-                            (all ? ": it is the same trace with its rows reordered" : "") +
+      if (shared == 0) continue;
+      const std::size_t na = runs[a].confidence.size(), nb = runs[b].confidence.size(), smaller = std::min(na, nb);
+      if (shared * 100 >= kOverlapRefusePercent * std::max<std::size_t>(1, smaller)) {
+        const bool all = shared == nb && nb == na;
+        throw_input(fn, "run[" + std::to_string(b) + "] '" + runs[b].run + "' and run[" + std::to_string(a) + "] '" +
+                            runs[a].run + "' share " + std::to_string(shared) + " of the smaller run's " +
+                            std::to_string(smaller) +
+                            " rows (the same label, outputs and routing, equal or within float noise, in any order)" +
+                            (all ? ": it is the same trace with its rows reordered (or re-run)" : "") +
                             "; runs must be independent (seeds of separately trained models), so pass each "
-                            "example set once");
+                            "example set once (the rule: " + std::to_string(kOverlapRefusePercent) +
+                            " % shared rows or more)");
       }
+      res.overlaps.push_back({runs[a].run, runs[b].run, shared, smaller});
+      res.notes.push_back(runs[b].run + " and " + runs[a].run + " share " + std::to_string(shared) + " of " +
+                          std::to_string(smaller) + " rows (equal or within float noise); below " +
+                          std::to_string(kOverlapRefusePercent) + " %, so they count as independent seeds");
     }
   for (auto& r : runs) {
     RunIntegrity ri;
     ri.run = r.run;
     const std::size_t n = r.confidence.size();
     ri.rows = n;
-    // Duplicated rows.
+    // Duplicated rows: bit-for-bit copies, then near-copies (float noise) among the distinct rows.
     if (r.labels.size() == n) {
-      const RowView view{r, r.classes, r.profile_names.size()};
-      std::unordered_multimap<std::uint64_t, std::size_t> seen;
-      seen.reserve(n);
+      const auto rep = exact_representatives(r, true);
+      const auto cols = row_columns(r);
+      std::vector<const double*> rows;
+      std::vector<std::uint64_t> key;
+      std::vector<std::size_t> origin;
+      for (std::size_t i = 0; i < n; ++i)
+        if (rep[i] == i) {
+          rows.push_back(cols.row(i));
+          std::uint64_t k = fnv1a64(&r.labels[i], sizeof(std::int64_t));
+          if (!r.cluster.empty()) k = fnv1a64(&r.cluster[i], sizeof(std::int64_t), k);
+          key.push_back(k);
+          origin.push_back(i);
+        } else {
+          ++ri.duplicate_rows;
+        }
+      std::vector<std::uint8_t> near(n, 0);
+      near_copy_pairs(rows, cols.d, key, [&](std::size_t x, std::size_t y) {
+        // Equal keys are equal (label, cluster) with overwhelming probability; check to be sure.
+        const std::size_t i = origin[x], j = origin[y];
+        if (r.labels[i] != r.labels[j] || (!r.cluster.empty() && r.cluster[i] != r.cluster[j])) return;
+        near[std::max(i, j)] = 1;
+      });
       std::vector<std::size_t> keep;
       keep.reserve(n);
       for (std::size_t i = 0; i < n; ++i) {
-        const auto h = view.hash(i);
-        bool dup = false;
-        for (auto [it, end] = seen.equal_range(h); it != end && !dup; ++it) dup = view.equal(it->second, i);
-        if (dup) {
-          ++ri.duplicate_rows;
-        } else {
-          seen.emplace(h, i);
-          keep.push_back(i);
-        }
+        ri.near_duplicate_rows += near[i];
+        if (rep[i] == i && !near[i]) keep.push_back(i);
       }
-      if (ri.duplicate_rows > 0) {
+      if (ri.duplicate_rows + ri.near_duplicate_rows > 0) {
         if (drop_duplicates) {
           drop_rows(r, keep);
           ri.duplicates_dropped = true;
         }
-        res.notes.push_back(r.run + ": " + std::to_string(ri.duplicate_rows) + " of " + std::to_string(n) +
-                            " rows duplicate an earlier row (same label, outputs and routing)" +
+        const std::string of = " of " + std::to_string(n) + " rows ";
+        std::string what;
+        if (ri.duplicate_rows > 0) what = std::to_string(ri.duplicate_rows) + of + "duplicate an earlier row";
+        if (ri.near_duplicate_rows > 0)
+          what += (what.empty() ? "" : "; ") + std::to_string(ri.near_duplicate_rows) + of +
+                  "nearly copy an earlier row (every column within float noise)";
+        res.notes.push_back(r.run + ": " + what + " (same label, outputs and routing)" +
                             (drop_duplicates ? "; removed (--drop-duplicates)"
-                                             : "; kept: the tests assume independent examples, so duplicates make "
+                                             : "; kept: the tests assume independent examples, so copies make "
                                                "them anti-conservative (rerun with --drop-duplicates)"));
       }
     }

@@ -638,23 +638,35 @@ inline void from_json(const nlohmann::json& j, ExactNullResult& x) {
 
 inline void to_json(nlohmann::json& j, const RunIntegrity& r) {
   j = {{"run", r.run}, {"rows", r.rows}, {"duplicate_rows", r.duplicate_rows},
-       {"duplicates_dropped", r.duplicates_dropped}, {"dropped_profile", r.dropped_profile},
-       {"dropped_statistics", r.dropped_statistics}};
+       {"near_duplicate_rows", r.near_duplicate_rows}, {"duplicates_dropped", r.duplicates_dropped},
+       {"dropped_profile", r.dropped_profile}, {"dropped_statistics", r.dropped_statistics}};
 }
 inline void from_json(const nlohmann::json& j, RunIntegrity& r) {
   results::get_to(j, "run", r.run);
   results::get_to(j, "rows", r.rows);
   results::get_to(j, "duplicate_rows", r.duplicate_rows);
+  if (j.contains("near_duplicate_rows")) results::get_to(j, "near_duplicate_rows", r.near_duplicate_rows);
   results::get_to(j, "duplicates_dropped", r.duplicates_dropped);
   results::get_to(j, "dropped_profile", r.dropped_profile);
   results::get_to(j, "dropped_statistics", r.dropped_statistics);
 }
+inline void to_json(nlohmann::json& j, const RunOverlap& o) {
+  j = {{"run_a", o.run_a}, {"run_b", o.run_b}, {"shared_rows", o.shared}, {"smaller_rows", o.smaller},
+       {"share", o.smaller > 0 ? double(o.shared) / double(o.smaller) : 0.0}};
+}
+inline void from_json(const nlohmann::json& j, RunOverlap& o) {
+  results::get_to(j, "run_a", o.run_a);
+  results::get_to(j, "run_b", o.run_b);
+  results::get_to(j, "shared_rows", o.shared);
+  results::get_to(j, "smaller_rows", o.smaller);
+}
 inline void to_json(nlohmann::json& j, const IntegrityResult& x) {
-  j = {{"drop_duplicates", x.drop_duplicates}, {"runs", x.runs}, {"notes", x.notes}};
+  j = {{"drop_duplicates", x.drop_duplicates}, {"runs", x.runs}, {"overlaps", x.overlaps}, {"notes", x.notes}};
 }
 inline void from_json(const nlohmann::json& j, IntegrityResult& x) {
   results::get_to(j, "drop_duplicates", x.drop_duplicates);
   results::get_to(j, "runs", x.runs);
+  if (j.contains("overlaps")) results::get_to(j, "overlaps", x.overlaps);
   results::get_to(j, "notes", x.notes);
 }
 
