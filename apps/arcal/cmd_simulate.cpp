@@ -17,6 +17,7 @@ struct SimulateConfig {
   std::size_t n = 10000;
   std::size_t classes = 10;
   double effect_nats = 0.0;
+  std::int64_t effect_class = -1;
   std::uint64_t seed = 0;
   std::size_t points = 6;
   double confound = 0.0;
@@ -35,6 +36,10 @@ arcal::cli::RunFn setup_simulate(CLI::App& app) {
   app.add_option("--classes", cfg->classes, "Classes K")->check(arcal::cli::in_range(arcal::ranges::simulate_classes));
   app.add_option("--effect-nats", cfg->effect_nats, "Oracle gain E[KL(p*||q)] of the injected effect; 0 = exact null")
       ->check(arcal::cli::in_range(arcal::RealRange{0.0, 10.0, false}));
+  app.add_option("--effect-class", cfg->effect_class,
+                 "Plant the effect only in examples predicted as this class (a class-specific routing effect; the "
+                 "mean gain over all examples is still --effect-nats); -1 = every class")
+      ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 40));
   // Real-valued options through core/limits.hpp's ranges: CLI11's Range lets NaN through.
   using arcal::cli::in_range;
   using arcal::RealRange;
@@ -89,6 +94,7 @@ arcal::cli::RunFn setup_simulate(CLI::App& app) {
     o.n = cfg->n;
     o.classes = cfg->classes;
     o.effect_nats = cfg->effect_nats;
+    o.effect_class = cfg->effect_class;
     o.seed = cfg->seed;
     o.points = cfg->points;
     o.confound = cfg->confound;
@@ -111,7 +117,7 @@ arcal::cli::RunFn setup_simulate(CLI::App& app) {
     conf /= static_cast<double>(o.n);
     if (cfg->json) {
       nlohmann::json j = {{"schema", "arcal.simulate/1"}, {"out", cfg->out}, {"n", o.n}, {"classes", o.classes},
-                          {"effect_nats", o.effect_nats},
+                          {"effect_nats", o.effect_nats}, {"effect_class", o.effect_class},
                           {"delta", sim.delta}, {"seed", o.seed},
                           {"confound", o.confound}, {"confound_source", o.confound_source},
                           {"miscalibration", cfg->miscalibration}, {"wiggle", o.wiggle},

@@ -172,7 +172,7 @@ void write_audit_results(const AuditResults& res, const std::string& dir) {
   if (res.has_sensitivity) {
     std::ostringstream sc;
     sc.precision(10);
-    sc << "effect_nats,probe,gain,gain_ci_low,gain_ci_high,recovery,recovery_ci_low,recovery_ci_high,mean_epochs\n";
+    sc << "effect_nats,probe,gain,gain_ci_low,gain_ci_high,recovery,recovery_ci_low,recovery_ci_high,mean_epochs,kind\n";
     for (const auto& e : res.sensitivity.by_effect)
       for (const auto& p : e.probes) {
         sc << e.effect_nats << ',' << p.probe << ',' << p.gain << ',' << p.gain_ci.low << ',' << p.gain_ci.high << ',';
@@ -180,7 +180,7 @@ void write_audit_results(const AuditResults& res, const std::string& dir) {
           sc << p.recovery << ',' << p.recovery_ci.low << ',' << p.recovery_ci.high;
         else
           sc << ",,";
-        sc << ',' << p.mean_epochs << '\n';
+        sc << ',' << p.mean_epochs << ',' << e.kind << '\n';
       }
     write_file_atomic(dir + "/sensitivity.csv", sc.str());
   }

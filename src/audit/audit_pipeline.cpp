@@ -118,6 +118,10 @@ AuditResults run_full_audit(std::vector<AuditRunInput> runs, const FullAuditOpti
     so.refit = refit;
     so.warm_start = !o.refit_cold;
     so.effects = o.sensitivity_effects;
+    // A class-specific injection at the verdict's δ: how much of an effect confined to one class the
+    // probes recover (the verdict's words say it when that is too little).
+    so.class_effects.clear();
+    if (o.smallest_effect > 0) so.class_effects.push_back(o.smallest_effect);
     so.draws = o.sensitivity_draws;
     so.threshold = o.sensitivity_threshold;
     so.threshold_effect = o.sensitivity_threshold_effect;

@@ -1,9 +1,10 @@
 // The probe audit of method.md §6.3-6.4 for one or many runs: on the class-stratified 2-fold
 // cross-fit halves of AR-CondCal, fits the linear baseline (Platt on logit c), the full-vector MLP on
-// (logit c, profile), its capacity-matched confidence-only control, globally and within-bin shuffled
-// profile twins, the predictive-entropy MLP, and the full-logit reference on the sorted probabilities
-// with its routing-augmented twin; scores out-of-fold P(correct), compares each probe with its matched
-// control (audit/probe_compare.hpp) and tests the comparisons across runs.
+// (logit c, predicted class, profile), its capacity-matched control on (logit c, predicted class),
+// globally and within-bin shuffled profile twins, the predictive-entropy MLP, and the full-logit
+// reference on the whole output with its routing-augmented twin (the first five corrections of a
+// capacity-matched MLP on logit c, the full-logit pair of per-class Platt scaling); scores out-of-fold P(correct), compares each probe with its
+// matched control (audit/probe_compare.hpp) and tests the comparisons across runs.
 #pragma once
 
 #include <array>

@@ -95,6 +95,10 @@ std::size_t settling_count(double alpha, std::size_t n);
 
 struct SensitivityEffect {
   double effect_nats = 0.0;
+  /// "every class": t = tanh z on every example; "one class": t = tanh z only on examples predicted as
+  /// the run's most frequent predicted class (`classes`, per run), 0 elsewhere (issue 54).
+  std::string kind = "every class";
+  std::vector<std::int64_t> classes;  ///< [runs] the class of a "one class" injection (empty otherwise)
   std::vector<double> delta;  ///< [runs × 2] δ per run and fold (run-major)
   std::vector<double> oracle_gain;  ///< [runs × 2] the exact expected KL reached by the bisection
   double correction_ridge = 0.0;    ///< mean ridge of the correction probe's fits (chosen by inner CV unless fixed)
@@ -127,6 +131,7 @@ struct SensitivityResult {
   std::vector<std::string> runs;
   std::string statistic;  ///< the routing statistic z is standardised from
   std::vector<double> effects;
+  std::vector<double> class_effects;  ///< the "one class" injections (by_effect after the effects)
   int draws = 0, bootstrap_draws = 0;
   double threshold = 0.5, threshold_effect = 0.01;
   double correction_ridge = -1.0;  ///< fixed ridge, or negative: inner CV (see by_effect[].correction_ridge)

@@ -76,11 +76,19 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
     if (o.statistic >= runs[r].statistics.size())
       throw_input(fn, "run[" + std::to_string(r) + "] '" + runs[r].run + "' has " + std::to_string(runs[r].statistics.size()) +
                           " statistics; statistic index " + std::to_string(o.statistic) + " is out of range");
+  for (std::size_t e = 0; e < o.class_effects.size(); ++e)
+    if (!(o.class_effects[e] > 0.0) || !std::isfinite(o.class_effects[e]))
+      throw_index(fn, "class_effects", e, std::to_string(o.class_effects[e]), "finite and > 0");
   const auto t0 = std::chrono::steady_clock::now();
+  // Injections: the effects on every class, then the class-specific ones.
+  std::vector<double> effects = o.effects;
+  effects.insert(effects.end(), o.class_effects.begin(), o.class_effects.end());
+  const std::size_t uniform = o.effects.size();
 
   SensitivityResult res;
   res.statistic = runs[0].statistic_names[o.statistic];
   res.effects = o.effects;
+  res.class_effects = o.class_effects;
   res.draws = o.draws;
   res.bootstrap_draws = o.bootstrap_draws;
   res.threshold = o.threshold;
@@ -90,39 +98,53 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
   res.refit = refit_settings(o.refit, o.warm_start);
 
   std::vector<std::string> names;
-  std::vector<RecoveryUnits> units(o.effects.size());
-  std::vector<std::vector<double>> epochs(o.effects.size());
-  res.by_effect.resize(o.effects.size());
-  std::vector<double> ridge_sum(o.effects.size(), 0.0);  // mean ridge of the correction probe per effect
+  std::vector<RecoveryUnits> units(effects.size());
+  std::vector<std::vector<double>> epochs(effects.size());
+  res.by_effect.resize(effects.size());
+  std::vector<double> ridge_sum(effects.size(), 0.0);  // mean ridge of the correction probe per effect
   for (std::size_t r = 0; r < runs.size(); ++r) {
     const auto& run = runs[r];
     res.runs.push_back(run.run);
     const auto d = make_probe_design(run, r, o.probes);
     const auto z = standardise(run.statistics[o.statistic], fn, "statistic");
-    std::vector<double> t(z.size());
+    std::vector<double> t(z.size()), t_class(z.size(), 0.0);
     for (std::size_t i = 0; i < z.size(); ++i) t[i] = std::tanh(z[i]);
+    std::int64_t top_class = 0;  // the most frequent predicted class (ties: the smallest)
+    {
+      std::vector<std::size_t> count(run.classes, 0);
+      for (auto k : run.predicted) ++count[std::size_t(k)];
+      top_class = std::int64_t(std::max_element(count.begin(), count.end()) - count.begin());
+      for (std::size_t i = 0; i < z.size(); ++i)
+        if (run.predicted[i] == top_class) t_class[i] = t[i];
+    }
     Fold2 q;
     for (std::size_t f = 0; f < 2; ++f) q[f] = nw_confidence_reference(run.confidence, run.correct, d.folds[f].calibration);
     const auto warm = o.warm_start ? soft_warm_start(d, q, o.refit) : std::vector<std::array<MlpWeights, 2>>{};
     const std::uint64_t sens_seed = derive_seed(d.run_seed, 0x5E45);
     const std::uint64_t s_ridge = derive_seed(sens_seed, 0xB1D6);
-    std::vector<Fold2> truth(o.effects.size());
-    for (std::size_t e = 0; e < o.effects.size(); ++e) {
+    std::vector<Fold2> truth(effects.size());
+    for (std::size_t e = 0; e < effects.size(); ++e) {
       auto& eff = res.by_effect[e];
-      eff.effect_nats = o.effects[e];
+      eff.effect_nats = effects[e];
+      const bool one_class = e >= uniform;
+      if (one_class) {
+        eff.kind = "one class";
+        eff.classes.push_back(top_class);
+      }
+      const auto& te_all = one_class ? t_class : t;
       for (std::size_t f = 0; f < 2; ++f) {
         // δ is solved on the evaluation half, where the oracle gain is scored, and applied everywhere.
-        const auto qe = pick(q[f], d.folds[f].evaluation), tev = pick(t, d.folds[f].evaluation);
-        const double delta = solve_injection_delta(qe, tev, o.effects[e]);
+        const auto qe = pick(q[f], d.folds[f].evaluation), tev = pick(te_all, d.folds[f].evaluation);
+        const double delta = solve_injection_delta(qe, tev, effects[e]);
         eff.delta.push_back(delta);
         eff.oracle_gain.push_back(injection_gain(qe, tev, delta));
-        truth[e][f] = injected_probability(q[f], t, delta);
+        truth[e][f] = injected_probability(q[f], te_all, delta);
       }
     }
     // Every (effect, draw) label set of the run is refitted in one stacked fit per probe and fold:
     // all share the run's refit seeds (inner split, batch order) and the warm start.
     std::vector<Fold2> ys;
-    for (std::size_t e = 0; e < o.effects.size(); ++e)
+    for (std::size_t e = 0; e < effects.size(); ++e)
       for (int draw = 0; draw < o.draws; ++draw) {
         const std::uint64_t s = derive_seed(derive_seed(sens_seed, e), std::uint64_t(draw));
         ys.push_back({bernoulli_draw(truth[e][0], derive_seed(s, 0)), bernoulli_draw(truth[e][1], derive_seed(s, 1))});
@@ -153,7 +175,7 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
       corr_loss[k] = binary_log_loss(apply_correction_probe(cp, pick(q[f], sp.evaluation), pick(z, sp.evaluation)),
                                      pick(ys[j][f], sp.evaluation));
     });
-    for (std::size_t e = 0; e < o.effects.size(); ++e) {
+    for (std::size_t e = 0; e < effects.size(); ++e) {
       for (int draw = 0; draw < o.draws; ++draw) {
         const std::size_t j = e * std::size_t(o.draws) + std::size_t(draw);
         const auto& y = ys[j];
@@ -188,10 +210,10 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
     if (o.progress) o.progress(r + 1, runs.size());
   }
   const double units_n = double(runs.size()) * o.draws;
-  for (std::size_t e = 0; e < o.effects.size(); ++e) res.by_effect[e].correction_ridge = ridge_sum[e];
-  for (std::size_t e = 0; e < o.effects.size(); ++e) {
+  for (std::size_t e = 0; e < effects.size(); ++e) res.by_effect[e].correction_ridge = ridge_sum[e];
+  for (std::size_t e = 0; e < effects.size(); ++e) {
     auto& eff = res.by_effect[e];
-    eff.probes = summarise_recovery(units[e], names, o.effects[e], o.bootstrap_draws,
+    eff.probes = summarise_recovery(units[e], names, effects[e], o.bootstrap_draws,
                                     derive_seed(derive_seed(o.probes.seed, 0x5E45B), e));
     for (std::size_t k = 0; k < names.size(); ++k) eff.probes[k].mean_epochs = epochs[e][k] / units_n;
     double g = 0;

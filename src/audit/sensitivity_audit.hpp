@@ -28,6 +28,9 @@ struct SensitivityAuditOptions {
   MlpProbeOptions refit = default_refit_mlp_options();
   bool warm_start = true;  ///< start refits from the soft-reference fit (else seeded random init)
   std::vector<double> effects{0.002, 0.005, 0.010, 0.020};  ///< injected oracle gains, nats (0 allowed)
+  /// Oracle gains of injections confined to one class (each run's most frequent predicted class), > 0:
+  /// how much of a class-specific effect the probes recover (issue 54). The audit passes its δ.
+  std::vector<double> class_effects{0.005};
   int draws = 20;                   ///< synthetic label draws per run and effect
   std::size_t statistic = 0;        ///< index into AuditRunInput::statistics: the routing statistic z
   double threshold = 0.5;           ///< recovery needed at threshold_effect for "absent"

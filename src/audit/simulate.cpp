@@ -22,6 +22,9 @@ SimulatedTrace simulate_trace(const SimulationOptions& o) {
   if (o.classes < 2) throw_input(fn, "classes is " + std::to_string(o.classes) + ", but must be >= 2");
   if (o.points < 1) throw_input(fn, "points is 0, but must be >= 1");
   if (!(o.effect_nats >= 0.0)) throw_input(fn, "effect_nats is " + std::to_string(o.effect_nats) + ", but must be >= 0");
+  if (o.effect_class < -1 || o.effect_class >= std::int64_t(o.classes))
+    throw_input(fn, "effect_class is " + std::to_string(o.effect_class) + ", but must be -1 (every class) or a class in [0, " +
+                        std::to_string(o.classes - 1) + "]");
   if (!(o.confound >= 0.0 && o.confound < 1.0))
     throw_input(fn, "confound is " + std::to_string(o.confound) + ", but must be in [0, 1)");
   if (o.confound_source != "confidence" && o.confound_source != "outputs" && o.confound_source != "class")
@@ -115,7 +118,8 @@ SimulatedTrace simulate_trace(const SimulationOptions& o) {
     }
   }
   std::vector<double> t(n);
-  for (std::size_t i = 0; i < n; ++i) t[i] = std::tanh(sim.z_independent[i]);  // the effect lives in ε
+  for (std::size_t i = 0; i < n; ++i)  // the effect lives in ε (and, with effect_class, in one class)
+    t[i] = o.effect_class < 0 || pred[i] == std::size_t(o.effect_class) ? std::tanh(sim.z_independent[i]) : 0.0;
   sim.delta = solve_injection_delta(sim.reference, t, o.effect_nats);
   sim.truth = injected_probability(sim.reference, t, sim.delta);
   // Correctness, then a label consistent with it: the prediction when correct, otherwise another class
@@ -178,6 +182,7 @@ SimulatedTrace simulate_trace(const SimulationOptions& o) {
                          {"n", n},
                          {"classes", K},
                          {"effect_nats", o.effect_nats},
+                         {"effect_class", o.effect_class},
                          {"confound", o.confound},
                          {"confound_source", o.confound_source},
                          {"reference_slope", o.reference_slope},

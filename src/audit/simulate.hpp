@@ -17,6 +17,10 @@ struct SimulationOptions {
   std::size_t n = 10000;
   std::size_t classes = 10;
   double effect_nats = 0.0;
+  /// >= 0: the effect acts only on examples predicted as this class (t = 0 elsewhere; δ is solved so
+  /// that the mean gain over all examples is still effect_nats): a class-specific routing effect
+  /// (issue 54). -1: every class.
+  std::int64_t effect_class = -1;
   std::uint64_t seed = 0;
   std::size_t points = 6;      ///< routing points; point p has p + 2 sources
   double margin_mean = 4.0;    ///< logit margin of the predicted class ~ |N(mean, sd)|

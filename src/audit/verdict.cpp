@@ -121,17 +121,28 @@ std::vector<VerdictEvidence> secondary_family(const ProbeFamily& f, const std::s
 
 void sensitivity_at_delta(const SensitivityResult& s, Verdict& v) {
   v.threshold = s.threshold;
-  const SensitivityEffect* best = nullptr;
-  for (const auto& e : s.by_effect)
-    if (e.effect_nats <= v.smallest_effect + 1e-12 && e.effect_nats > 0 && (!best || e.effect_nats > best->effect_nats))
-      best = &e;
-  if (!best) return;
-  for (const auto& p : best->probes)
-    if (p.probe == "full_vector" && p.has_recovery) {
-      v.sensitivity_effect = best->effect_nats;
-      v.recovery = p.recovery;
-      v.recovery_ci = p.recovery_ci;
-    }
+  auto at_delta = [&](const std::string& kind) {
+    const SensitivityEffect* best = nullptr;
+    for (const auto& e : s.by_effect)
+      if (e.kind == kind && e.effect_nats <= v.smallest_effect + 1e-12 && e.effect_nats > 0 &&
+          (!best || e.effect_nats > best->effect_nats))
+        best = &e;
+    const RecoveryEstimate* r = nullptr;
+    if (best)
+      for (const auto& p : best->probes)
+        if (p.probe == "full_vector" && p.has_recovery) r = &p;
+    return std::make_pair(best, r);
+  };
+  if (const auto [e, p] = at_delta("every class"); p) {
+    v.sensitivity_effect = e->effect_nats;
+    v.recovery = p->recovery;
+    v.recovery_ci = p->recovery_ci;
+  }
+  if (const auto [e, p] = at_delta("one class"); p) {
+    v.class_effect = e->effect_nats;
+    v.class_recovery = p->recovery;
+    v.class_recovery_ci = p->recovery_ci;
+  }
 }
 
 std::string delta_text(double d) { return fmt::format("{:g} nats", d); }
@@ -170,16 +181,36 @@ void conclude(Verdict& v, int replicates) {
   if (dep && lo > 0 && hi >= d) {
     v.answer = "present";
     v.summary = "Yes: routing carries calibration-relevant information beyond confidence (" + dep_s + "; " + gain_s + ").";
+  } else if (hi < d && std::isfinite(v.recovery) && !saw_delta) {
+    // The interval bounds only what the probe can see: a sensitivity audit that shows it recovers too
+    // little of an injected delta takes the word "negligible" away (issue 54).
+    v.answer = "undetected";
+    v.summary = "Undetected: " + gain_s + ", below the smallest effect of interest, but " + sens_s +
+                ", so the probe could miss an effect of that size (" + dep_s + ").";
   } else if (hi < d) {
     // The whole interval below delta is one answer whether or not the dependence test rejects: the word
     // follows the size of the effect, so it does not change when p crosses alpha on noise (the default
-    // study: p = 0.030 in bf16, 0.851 in fp32, both intervals within +-0.001 nats). The sentence says which.
+    // study: p = 0.030 in bf16, 0.851 in fp32, both intervals within +-0.001 nats). The sentence says which,
+    // and what was bounded: the gain this probe extracts, with its measured sensitivity or without.
     v.answer = "negligible";
     v.summary = dep ? "Negligible: routing depends on correctness beyond confidence (" + dep_s + "), but " + gain_s +
                           ", so the whole interval lies below the smallest effect of interest."
                     : "Negligible: no dependence beyond confidence detected (" + dep_s + "), and " + gain_s +
                           ", so the whole interval lies below the smallest effect of interest: an effect of that size "
                           "is absent.";
+    if (!std::isfinite(v.recovery))
+      v.summary += " What this bounds is the gain the full-vector probe (confidence, predicted class, routing "
+                   "profile) extracts; how much of an effect of that size it would recover was not measured "
+                   "(--sensitivity).";
+    else
+      v.summary += " The probe would have seen it: " + sens_s + ".";
+    if (std::isfinite(v.class_recovery))
+      v.summary += fmt::format(" An injected {} confined to one predicted class is recovered at R = {:.2f} [{:.2f}, {:.2f}]{}",
+                               delta_text(v.class_effect), v.class_recovery, v.class_recovery_ci.low,
+                               v.class_recovery_ci.high,
+                               v.class_recovery_ci.low >= v.threshold
+                                   ? "."
+                                   : ", below the threshold: a class-confined effect of that size is not ruled out.");
   } else if (dep) {
     v.answer = "undetected";
     v.summary = "Undetected: routing depends on correctness beyond confidence (" + dep_s + "), but " + gain_s +

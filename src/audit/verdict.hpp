@@ -43,7 +43,8 @@ struct VerdictEvidence {
 
 struct Verdict {
   /// "present" (dependence, and a gain interval above 0 that reaches delta), "negligible" (the whole gain
-  /// interval below delta, with or without dependence: dependence.status says which), "absent" (no
+  /// interval below delta, with or without dependence: dependence.status says which; unless the
+  /// sensitivity audit ran and the probe recovers too little of an injected delta: then "undetected"), "absent" (no
   /// dependence, the interval reaches delta, and the sensitivity audit would have seen delta), "undetected"
   /// (the interval reaches delta but neither dependence with a gain above 0 nor power to call it absent),
   /// "not assessed" (no gain was measured, or no test ran).
@@ -61,6 +62,11 @@ struct Verdict {
   double recovery = std::numeric_limits<double>::quiet_NaN();
   Interval recovery_ci{std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
   double threshold = std::numeric_limits<double>::quiet_NaN();
+  /// The same for the injection confined to one class (each run's most frequent predicted class) at
+  /// the largest such effect <= delta (NaN when none ran): reported in the words, never the answer.
+  double class_effect = std::numeric_limits<double>::quiet_NaN();
+  double class_recovery = std::numeric_limits<double>::quiet_NaN();
+  Interval class_recovery_ci{std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
 };
 
 /// The chain over typed results. alpha and delta come from results.options (diagnostic.alpha,

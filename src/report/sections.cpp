@@ -161,6 +161,12 @@ Section summary_section(Context& c) {
     t.rows.push_back({"sensitivity at the smallest effect", fmt::format("recovery R of an injected {} nats (threshold {})",
                                                                        v.sensitivity_effect, v.threshold),
                       "full_vector", "", fmt::format("R = {:+.2f}", v.recovery), ci(v.recovery_ci, 2), "-", "-"});
+  if (std::isfinite(v.class_recovery))
+    t.rows.push_back({"sensitivity, effect in one class",
+                      fmt::format("recovery R of an injected {} nats in each run's most frequent predicted class",
+                                  v.class_effect),
+                      "full_vector", "", fmt::format("R = {:+.2f}", v.class_recovery), ci(v.class_recovery_ci, 2), "-",
+                      "-"});
   s.tab(t, fmt::format("The decision chain the verdict rests on (answer: {}; alpha = {} for each link, in this order; "
                        "smallest effect of interest {} nats). Effects in nats are log-loss gains, control minus probe "
                        "(positive: routing helps); G is the diagnostic's weighted accuracy gap between high- and "

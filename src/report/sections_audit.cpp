@@ -182,16 +182,20 @@ Section sensitivity_section(Context& c) {
   Section s{"Sensitivity (injection) audit", {}};
   s.p(fmt::format("{} runs x {} synthetic label draws per effect; every probe refitted. Recovery R = (loss of the reference "
                   "q(c) - loss of the probe) / oracle gain. 'Absent' needs the lower end of R's interval at {} nats to "
-                  "reach {}.",
-                  se.runs.size(), se.draws, se.threshold_effect, se.threshold));
+                  "reach {}.{}",
+                  se.runs.size(), se.draws, se.threshold_effect, se.threshold,
+                  se.class_effects.empty() ? ""
+                                           : " Rows marked 'one class' inject the effect only in each run's most frequent "
+                                             "predicted class (a class-specific effect of the same mean size)."));
   if (const auto scope = refit_scope_text(se.refit); !scope.empty()) s.p(scope);
   Table t{{"effect [nats]", "probe", "R", "95 % CI", "gain [nats]", "95 % CI"}, {}};
   std::vector<CurveSeries> curves;
   for (const auto& e : se.by_effect)
     for (const auto& pr : e.probes) {
-      t.rows.push_back({fmt::format("{:g}", e.effect_nats), pr.probe, pr.has_recovery ? fmt::format("{:+.3f}", pr.recovery) : "-",
+      t.rows.push_back({fmt::format("{:g}{}", e.effect_nats, e.kind == "one class" ? " (one class)" : ""), pr.probe,
+                        pr.has_recovery ? fmt::format("{:+.3f}", pr.recovery) : "-",
                         pr.has_recovery ? ci(pr.recovery_ci, 3) : "-", sgn(pr.gain), ci(pr.gain_ci, 5)});
-      if (!pr.has_recovery) continue;
+      if (!pr.has_recovery || e.kind == "one class") continue;  // the curves: injections on every class
       auto it = std::find_if(curves.begin(), curves.end(), [&](const CurveSeries& x) { return x.name == pr.probe; });
       if (it == curves.end()) it = curves.insert(curves.end(), CurveSeries{pr.probe, {}, {}, {}, {}});
       it->x.push_back(e.effect_nats);

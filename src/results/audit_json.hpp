@@ -465,11 +465,14 @@ inline void to_json(nlohmann::json& j, const SensitivityEffect& e) {
     one["recovery_ci"] = p.has_recovery ? results::interval_json(p.recovery_ci) : nlohmann::json(nullptr);
     probes[p.probe] = one;
   }
-  j = {{"effect_nats", e.effect_nats}, {"delta", e.delta}, {"oracle_gain", e.oracle_gain},
+  j = {{"effect_nats", e.effect_nats}, {"kind", e.kind}, {"delta", e.delta}, {"oracle_gain", e.oracle_gain},
        {"correction_ridge", e.correction_ridge}, {"mean_oracle_loss_gain", e.mean_oracle_loss_gain}, {"probes", probes}};
+  if (!e.classes.empty()) j["classes"] = e.classes;
 }
 inline void from_json(const nlohmann::json& j, SensitivityEffect& e) {
   results::get_number(j, "effect_nats", e.effect_nats);
+  if (j.contains("kind")) results::get_to(j, "kind", e.kind);
+  if (j.contains("classes")) results::get_to(j, "classes", e.classes);
   results::get_numbers(j, "delta", e.delta);
   results::get_numbers(j, "oracle_gain", e.oracle_gain);
   results::get_number(j, "correction_ridge", e.correction_ridge);
@@ -500,7 +503,7 @@ inline void from_json(const nlohmann::json& j, SensitivityVerdict& v) {
   results::get_to(j, "verdict", v.verdict);
 }
 inline void to_json(nlohmann::json& j, const SensitivityResult& s) {
-  j = {{"runs", s.runs}, {"statistic", s.statistic}, {"effects", s.effects}, {"draws", s.draws},
+  j = {{"runs", s.runs}, {"statistic", s.statistic}, {"effects", s.effects}, {"class_effects", s.class_effects}, {"draws", s.draws},
        {"bootstrap_draws", s.bootstrap_draws}, {"threshold", s.threshold}, {"threshold_effect", s.threshold_effect},
        {"correction_ridge", s.correction_ridge},
        {"correction_basis", "g(z) = b0 + b1 u + b2 u^2 + b3 u^3, u = clamp(z, -3, 3)/3, ridge on every b, Newton; "
@@ -514,6 +517,7 @@ inline void from_json(const nlohmann::json& j, SensitivityResult& s) {
   results::get_to(j, "runs", s.runs);
   results::get_to(j, "statistic", s.statistic);
   results::get_numbers(j, "effects", s.effects);
+  if (j.contains("class_effects")) results::get_numbers(j, "class_effects", s.class_effects);
   results::get_to(j, "draws", s.draws);
   results::get_to(j, "bootstrap_draws", s.bootstrap_draws);
   results::get_number(j, "threshold", s.threshold);

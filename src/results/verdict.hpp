@@ -4,6 +4,8 @@
 // at delta. The rule itself is audit/verdict.hpp (make_verdict); the report prints what is stored here.
 #pragma once
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "audit/verdict.hpp"
@@ -41,6 +43,10 @@ inline void to_json(nlohmann::json& j, const Verdict& v) {
         {{"probe", "full_vector"}, {"effect", results::number_or_null(v.sensitivity_effect)},
          {"recovery", results::number_or_null(v.recovery)}, {"recovery_ci", results::interval_json(v.recovery_ci)},
          {"threshold", results::number_or_null(v.threshold)}}}};
+  if (std::isfinite(v.class_recovery))
+    j["sensitivity"]["one_class"] = {{"effect", results::number_or_null(v.class_effect)},
+                                     {"recovery", results::number_or_null(v.class_recovery)},
+                                     {"recovery_ci", results::interval_json(v.class_recovery_ci)}};
 }
 inline void from_json(const nlohmann::json& j, Verdict& v) {
   results::get_to(j, "answer", v.answer);
@@ -57,6 +63,12 @@ inline void from_json(const nlohmann::json& j, Verdict& v) {
   results::get_number(s, "recovery", v.recovery);
   results::get_interval(s, "recovery_ci", v.recovery_ci);
   results::get_number(s, "threshold", v.threshold);
+  if (s.contains("one_class")) {
+    const auto& c = s.at("one_class");
+    results::get_number(c, "effect", v.class_effect);
+    results::get_number(c, "recovery", v.class_recovery);
+    results::get_interval(c, "recovery_ci", v.class_recovery_ci);
+  }
 }
 
 }  // namespace arcal

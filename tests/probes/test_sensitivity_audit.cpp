@@ -4,6 +4,7 @@
 // its level on misspecified-reference nulls where the model-based null rejects and finds a planted
 // dependence, and bad input throws. ARCAL_LONG_TESTS=1 runs 100 null runs per variant and the
 // full-size timing (3 runs x N = 10,000, default settings).
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <utility>
@@ -45,12 +46,28 @@ TEST(Sensitivity, OracleRecoversAllNullCoversZeroNwRises) {
   SensitivityAuditOptions o;
   o.effects = {0.0, 0.01, 0.04};
   o.threshold_effect = 0.01;
+  o.class_effects = {0.01};
   o.draws = 4;
   o.probes.seed = 5;
   const auto t0 = std::chrono::steady_clock::now();
   const auto res = run_sensitivity_audit(runs, o);
-  std::printf("  sensitivity, 2 runs x N = 2000, 3 effects x 4 draws: %.1f s\n", seconds_since(t0));
-  ASSERT_EQ(res.by_effect.size(), 3u);
+  std::printf("  sensitivity, 2 runs x N = 2000, 3 effects + 1 in one class x 4 draws: %.1f s\n", seconds_since(t0));
+  ASSERT_EQ(res.by_effect.size(), 4u);
+  // The class-specific injection (issue 54): after the others, in each run's most frequent predicted
+  // class, at the requested oracle gain over all examples; the oracle recovers it whole.
+  const auto& one = res.by_effect[3];
+  EXPECT_EQ(one.kind, "one class");
+  EXPECT_EQ(res.by_effect[1].kind, "every class");
+  ASSERT_EQ(one.classes.size(), 2u);
+  for (std::size_t r = 0; r < 2; ++r) {
+    std::vector<std::size_t> count(runs[r].classes, 0);
+    for (auto k : runs[r].predicted) ++count[std::size_t(k)];
+    EXPECT_EQ(count[std::size_t(one.classes[r])], *std::max_element(count.begin(), count.end()));
+  }
+  for (double g : one.oracle_gain) EXPECT_NEAR(g, 0.01, 1e-6);
+  EXPECT_NEAR(estimate(one, "oracle").recovery, 1.0, 1e-12);
+  // Confined to a tenth of the examples, the same mean gain needs a larger coefficient.
+  EXPECT_GT(one.delta[0], res.by_effect[1].delta[0]);
   for (const auto& e : res.by_effect)
     for (const auto& p : e.probes)
       std::printf("    effect %.3f %-22s gain %+.5f [%+.5f, %+.5f]  R %.3f [%.3f, %.3f]  epochs %.1f\n", e.effect_nats,
