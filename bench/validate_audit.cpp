@@ -76,6 +76,10 @@ const std::vector<Family>& families() {
          o.confound_source = "class";
          o.class_effect = 1.5;
        }},
+      {"one-class",
+       "clean, but a planted effect acts only on examples predicted as class 0 (a tenth of them; issue 54); "
+       "a power family",
+       [](SimulationOptions& o) { o.effect_class = 0; }},
       {"saturated",
        "most confidences near 1 (margin |N(14, 4)|), overconfident (T = 2), routing tracks confidence (ρ = 0.9)",
        [](SimulationOptions& o) {
@@ -285,8 +289,13 @@ int main(int argc, char** argv) {
     probe_rows(rows, "confounded", 0.0, probe_runs, probe_n, repeats, group, cat(cat(routing, linear), logit), derive_seed(seed, 201));
     probe_rows(rows, "misspecified-c", 0.0, probe_runs, probe_n, repeats, group, cat(routing, logit), derive_seed(seed, 202));
     probe_rows(rows, "misspecified-outputs", 0.0, probe_runs, probe_n, repeats, group, logit, derive_seed(seed, 203));
+    // Routing tracks the predicted class, whose calibration differs by class: a null for the primary
+    // probes since they read the class (issue 54), and for the full-logit comparison.
+    probe_rows(rows, "class-dependent", 0.0, probe_runs, probe_n, repeats, group, cat(routing, logit), derive_seed(seed, 204));
     probe_rows(rows, "clean", 0.02, power_runs, probe_n, repeats, group, cat(routing, logit), derive_seed(seed, 250));
     probe_rows(rows, "confounded", 0.02, power_runs, probe_n, repeats, group, cat(routing, logit), derive_seed(seed, 251));
+    probe_rows(rows, "one-class", 0.02, power_runs, probe_n, repeats, group, cat(routing, logit), derive_seed(seed, 252));
+    probe_rows(rows, "one-class", 0.02, power_runs, probe_n * 5, repeats, group, cat(routing, logit), derive_seed(seed, 253));
   }
   if (only.empty() || only == "exact-null") {
     std::fprintf(stderr, "exact null (%zu runs x N = %zu, %d replicates)\n", null_runs, null_n, replicates);

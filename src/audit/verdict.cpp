@@ -181,12 +181,16 @@ void conclude(Verdict& v, int replicates) {
   if (dep && lo > 0 && hi >= d) {
     v.answer = "present";
     v.summary = "Yes: routing carries calibration-relevant information beyond confidence (" + dep_s + "; " + gain_s + ").";
-  } else if (hi < d && std::isfinite(v.recovery) && !saw_delta) {
-    // The interval bounds only what the probe can see: a sensitivity audit that shows it recovers too
-    // little of an injected delta takes the word "negligible" away (issue 54).
+  } else if (hi < d && std::isfinite(v.recovery) && !(v.recovery_ci.low > 0 && hi < v.recovery_ci.low * d)) {
+    // The interval bounds only what the probe extracts: an effect of delta would show as a gain of about
+    // R·delta. When even the pessimistic R_low·delta does not clear the interval, "negligible" is not
+    // licensed (issue 54).
     v.answer = "undetected";
     v.summary = "Undetected: " + gain_s + ", below the smallest effect of interest, but " + sens_s +
-                ", so the probe could miss an effect of that size (" + dep_s + ").";
+                fmt::format(", so an effect of that size could show as little as {:.4f} nats, which the interval does "
+                            "not exclude: the probe could miss it (",
+                            std::max(0.0, v.recovery_ci.low) * d) +
+                dep_s + ").";
   } else if (hi < d) {
     // The whole interval below delta is one answer whether or not the dependence test rejects: the word
     // follows the size of the effect, so it does not change when p crosses alpha on noise (the default
@@ -203,14 +207,17 @@ void conclude(Verdict& v, int replicates) {
                    "profile) extracts; how much of an effect of that size it would recover was not measured "
                    "(--sensitivity).";
     else
-      v.summary += " The probe would have seen it: " + sens_s + ".";
-    if (std::isfinite(v.class_recovery))
+      v.summary += fmt::format(" The probe would have seen it: {}, so an effect of that size would show as at least "
+                               "{:.4f} nats, above the interval.",
+                               sens_s, v.recovery_ci.low * d);
+    if (std::isfinite(v.class_recovery)) {
+      const bool excluded = v.class_recovery_ci.low > 0 && hi < v.class_recovery_ci.low * d;
       v.summary += fmt::format(" An injected {} confined to one predicted class is recovered at R = {:.2f} [{:.2f}, {:.2f}]{}",
                                delta_text(v.class_effect), v.class_recovery, v.class_recovery_ci.low,
                                v.class_recovery_ci.high,
-                               v.class_recovery_ci.low >= v.threshold
-                                   ? "."
-                                   : ", below the threshold: a class-confined effect of that size is not ruled out.");
+                               excluded ? ": excluded as well."
+                                        : ": a class-confined effect of that size is not ruled out.");
+    }
   } else if (dep) {
     v.answer = "undetected";
     v.summary = "Undetected: routing depends on correctness beyond confidence (" + dep_s + "), but " + gain_s +

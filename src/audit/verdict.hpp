@@ -44,7 +44,8 @@ struct VerdictEvidence {
 struct Verdict {
   /// "present" (dependence, and a gain interval above 0 that reaches delta), "negligible" (the whole gain
   /// interval below delta, with or without dependence: dependence.status says which; unless the
-  /// sensitivity audit ran and the probe recovers too little of an injected delta: then "undetected"), "absent" (no
+  /// sensitivity audit ran and an effect of delta could show as a gain inside the interval, R_low delta
+  /// <= hi: then "undetected"), "absent" (no
   /// dependence, the interval reaches delta, and the sensitivity audit would have seen delta), "undetected"
   /// (the interval reaches delta but neither dependence with a gain above 0 nor power to call it absent),
   /// "not assessed" (no gain was measured, or no test ran).

@@ -232,3 +232,59 @@ TEST(Verdict, BeyondTheOutputsOnTheProbePathRejectsOnGainsOnly) {
   EXPECT_NEAR(v.beyond_outputs.p, 0.002, 1e-12);
   EXPECT_NE(v.summary.find("routing adds information"), std::string::npos) << v.summary;
 }
+
+// Issue 54 (4): "negligible" was issued with no check that the probe bounding the gain could have seen
+// an effect of that size; a 0.02-0.025 nat effect confined to one class was answered "negligible".
+// Now the words say what was bounded when no sensitivity audit ran; when one ran, an effect of delta
+// would show as a gain of at least R_low x delta, and unless that clears the interval the answer is
+// "undetected"; and the recovery of an
+// effect confined to one class is reported, saying when a class-confined effect is not ruled out.
+TEST(Verdict, NegligibleSaysWhatItBoundsAndNeedsTheProbeToSeeDelta) {
+  auto r = base(0.4);
+  with_probes(r, 0.0003, 0.0002, 0.0004, 0.004, 0.02);  // the default study's interval
+  auto v = make_verdict(r);
+  EXPECT_EQ(v.answer, "negligible") << v.summary;
+  EXPECT_TRUE(contains(v.summary, "was not measured (--sensitivity)")) << v.summary;
+  EXPECT_TRUE(contains(v.summary, "predicted class")) << v.summary;
+  // The probe recovers R >= 0.5 of an injected delta: negligible, and the sentence says so.
+  with_sensitivity(r, 0.55);
+  v = make_verdict(r);
+  EXPECT_EQ(v.answer, "negligible") << v.summary;
+  EXPECT_TRUE(contains(v.summary, "The probe would have seen it")) << v.summary;
+  EXPECT_FALSE(contains(v.summary, "was not measured")) << v.summary;
+  // A one-class injection at delta recovered poorly: still negligible, but the words say it.
+  SensitivityEffect one;
+  one.effect_nats = 0.005;
+  one.kind = "one class";
+  one.classes = {3, 3, 3};
+  RecoveryEstimate est;
+  est.probe = "full_vector";
+  est.has_recovery = true;
+  est.recovery = 0.3;
+  est.recovery_ci = {0.05, 0.45};  // at least 0.05 x 0.005 = 0.00025 nats: inside the interval
+  one.probes = {est};
+  r.sensitivity.by_effect.push_back(one);
+  v = make_verdict(r);
+  EXPECT_EQ(v.answer, "negligible") << v.summary;
+  EXPECT_DOUBLE_EQ(v.sensitivity_effect, 0.005);  // the every-class injection, not the one-class one
+  EXPECT_NEAR(v.recovery_ci.low, 0.555, 1e-12);
+  EXPECT_NEAR(v.class_recovery, 0.3, 1e-12);
+  EXPECT_TRUE(contains(v.summary, "confined to one predicted class is recovered at R = 0.30")) << v.summary;
+  EXPECT_TRUE(contains(v.summary, "not ruled out")) << v.summary;
+  EXPECT_TRUE(contains(v.summary, "at least 0.0028 nats, above the interval")) << v.summary;
+  // A recovery below the "absent" threshold still licenses "negligible" when R_low x delta clears the
+  // interval (0.205 x 0.005 = 0.0010 > 0.0004) ...
+  r.sensitivity = {};
+  with_sensitivity(r, 0.2);
+  EXPECT_EQ(make_verdict(r).answer, "negligible") << make_verdict(r).summary;
+  // ... but not when the probe recovers (almost) nothing of an injected delta: the interval bounds
+  // nothing useful.
+  r.sensitivity = {};
+  with_sensitivity(r, -0.1);
+  v = make_verdict(r);
+  EXPECT_EQ(v.answer, "undetected") << v.summary;
+  EXPECT_TRUE(contains(v.summary, "could miss it")) << v.summary;
+  r.sensitivity = {};
+  with_sensitivity(r, 0.07);  // R_low 0.075: 0.000375 < 0.0004
+  EXPECT_EQ(make_verdict(r).answer, "undetected") << make_verdict(r).summary;
+}
