@@ -134,6 +134,7 @@ nlohmann::json report(const std::vector<double>& probs, std::size_t n, std::size
   arcal::ReportOptions opt;
   opt.bins = cfg.bins;
   opt.draws = cfg.bootstrap;
+  opt.smooth_diagram = true;  // the report draws relplot's smooth diagram beside the binned one
   opt.seed = cfg.seed;
   return arcal::calibration_report_json(arcal::calibration_report(probs, n, k, y, opt));
 }

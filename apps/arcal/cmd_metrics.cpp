@@ -50,6 +50,7 @@ int run_metrics(const MetricsConfig& cfg) {
   arcal::ReportOptions opt;
   opt.bins = cfg.bins;
   opt.draws = cfg.bootstrap;
+  opt.smooth_diagram = cfg.json;  // for the report (arcal report of the JSON): relplot's smooth diagram
   opt.seed = cfg.seed;
   opt.cluster = trace.cluster;  // a token trace: the bootstrap resamples whole sequences
   if (!cfg.figures.empty()) arcal::check_output_dir("--figures", cfg.figures, "arcal metrics", cfg.force, "--force");

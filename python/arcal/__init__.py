@@ -57,15 +57,16 @@ __all__ = ["metrics", "Calibrator", "audit", "report", "read_trace", "write_trac
            "torch_hooks", "__version__"]
 
 
-def metrics(labels, probs=None, *, logits=None, bins=15, ci=True, seed=0, bootstrap=1000, cluster=None):
+def metrics(labels, probs=None, *, logits=None, bins=15, ci=True, seed=0, bootstrap=1000, cluster=None, smooth=False):
     y, z, p = _prediction_arrays(labels, logits, probs, "metrics")
     if cluster is not None and hasattr(cluster, "detach"):  # a torch tensor
         cluster = cluster.detach().cpu().numpy()
-    return _arcal.metrics(y, logits=z, probs=p, bins=bins, ci=ci, seed=seed, bootstrap=bootstrap, cluster=cluster)
+    return _arcal.metrics(y, logits=z, probs=p, bins=bins, ci=ci, seed=seed, bootstrap=bootstrap, cluster=cluster,
+                          smooth=smooth)
 
 
 _doc = _arcal.metrics.__doc__ or ""
-metrics.__doc__ = ("metrics(labels, probs=None, *, logits=None, bins=15, ci=True, seed=0, bootstrap=1000, cluster=None) -> dict\n\n" +
+metrics.__doc__ = ("metrics(labels, probs=None, *, logits=None, bins=15, ci=True, seed=0, bootstrap=1000, cluster=None, smooth=False) -> dict\n\n" +
                    _doc[_doc.find("Calibration metrics"):] + """
 Also accepted: positional (labels, probs); torch tensors of any dtype and device (bf16, fp16,
 requires_grad, CUDA: detached and copied to the CPU); a binary problem as probs [N] (the positive
@@ -86,8 +87,8 @@ def _calibrator_report(self, labels, *, logits=None, probs=None, out, bins=15, b
     the reliability diagrams go to the report directory `out`; returns arcal.report's dict.
     """
     y, z, p = _prediction_arrays(labels, logits, probs, "Calibrator.report")
-    before = metrics(y, logits=z, probs=p, bins=bins, seed=seed, bootstrap=bootstrap)
-    after = metrics(y, probs=self.predict_proba(logits=z, probs=p), bins=bins, seed=seed, bootstrap=bootstrap)
+    before = metrics(y, logits=z, probs=p, bins=bins, seed=seed, bootstrap=bootstrap, smooth=True)
+    after = metrics(y, probs=self.predict_proba(logits=z, probs=p), bins=bins, seed=seed, bootstrap=bootstrap, smooth=True)
     cal = self.to_dict()
     doc = {"schema": "arcal.calibrate/1", "mode": "fit", "method": self.method, "fit_file": None, "params_file": None,
            "apply_file": "(arrays given to Calibrator.report)", "out": "", "save": None,

@@ -22,7 +22,7 @@ namespace arcalpy {
 namespace {
 
 py::dict metrics(py::object labels, py::object logits, py::object probs, int bins, bool ci, std::uint64_t seed,
-                 int bootstrap, py::object cluster) {
+                 int bootstrap, py::object cluster, bool smooth) {
   const std::string fn = "arcal.metrics";
   if (logits.is_none() == probs.is_none()) value_error(fn, "give exactly one of logits= and probs=");
   const Labels y = labels_array(labels, fn);
@@ -32,6 +32,7 @@ py::dict metrics(py::object labels, py::object logits, py::object probs, int bin
   if (!ci) opt.consistency_draws = 0;  // point values only: no bootstrap, no consistency-test intervals
   opt.seed = seed;
   opt.row_sum_tolerance = 1e-4;  // the trace files' rule (io/trace.hpp), checked in the metrics' one scan
+  opt.smooth_diagram = smooth;
   if (!cluster.is_none()) {
     const Labels c = labels_array(cluster, fn, "cluster");  // integer ids; >= 0 is checked by the report
     opt.cluster.assign(c.view.begin(), c.view.end());
@@ -139,7 +140,7 @@ PYBIND11_MODULE(_arcal, m) {
   });
 
   m.def("metrics", &arcalpy::metrics, "labels"_a, py::kw_only(), "logits"_a = py::none(), "probs"_a = py::none(),
-        "bins"_a = 15, "ci"_a = true, "seed"_a = 0, "bootstrap"_a = 1000, "cluster"_a = py::none(),
+        "bins"_a = 15, "ci"_a = true, "seed"_a = 0, "bootstrap"_a = 1000, "cluster"_a = py::none(), "smooth"_a = false,
         R"doc(Calibration metrics of predictions, as `arcal metrics --json` prints them.
 
 Parameters
@@ -156,6 +157,8 @@ seed : seed of the bootstrap and the label redraws. bootstrap : resamples when c
 cluster : array [N] of int ids >= 0 of dependent examples (the tokens of one sequence; a token trace's
     `cluster`), or None. With it the bootstrap resamples whole clusters and the calibration errors get
     its percentile interval (no consistency test, whose label redraws assume independent examples).
+smooth : also the smooth reliability diagram (relplot's: the kernel curve at smECE's bandwidth on a
+    200-point mesh, with a 200-resample percentile band when ci), under "smooth_reliability".
 
 Returns
 -------

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "calib/consistency.hpp"
+#include "calib/smooth_reliability.hpp"
 #include "core/check.hpp"
 #include "core/rng.hpp"
 #include "stats/distributions.hpp"
@@ -399,12 +400,12 @@ void round_to_grid(const double* f, const double* y, const std::uint32_t* w, std
 // reflection (relplot 1.0.3 fixed both). Unfolded onto the integers: position u holds v[fold(u)], twice at
 // the ends (u = 0, M - 1 modulo 2(M - 1)). Terms farther than 39 sigma are exactly 0 in double precision
 // (exp(-760)), so nothing representable is dropped.
-double smooth_on_grid(const std::vector<double>& v, double sigma) {
+double smooth_on_grid(const std::vector<double>& v, double sigma, double reach = 39.0) {
   const std::size_t m = v.size();
   const long M = static_cast<long>(m), period = 2 * (M - 1);
   const double step = 1.0 / static_cast<double>(m - 1);
   const double norm = 1.0 / (std::sqrt(2.0 * M_PI) * sigma);
-  const long R = static_cast<long>(std::ceil(39.0 * sigma / step));
+  const long R = static_cast<long>(std::ceil(reach * sigma / step));
   std::vector<double> kr(static_cast<std::size_t>(2 * R + 1));  // kr[d + R] = kernel at offset d steps
   for (long d = -R; d <= R; ++d) {
     const double x = static_cast<double>(d) * step;
@@ -439,7 +440,7 @@ double smooth_on_grid(const std::vector<double>& v, double sigma) {
 // relplot's search_param: sigma = 1 if it is below its own smECE, else 10 halvings of [0, 1]; the grid
 // grows x4 while round(20 / sigma) > M. `v` holds the M = 200 grid on entry (the fused pass fills it).
 SmoothEce smooth_search(const double* f, const double* y, const std::uint32_t* w, std::size_t n, double total,
-                        std::vector<double>& v) {
+                        std::vector<double>& v, double reach = 39.0) {
   std::size_t m = v.size();
   auto below_fixed_point = [&](double alpha) {
     bool refine = false;
@@ -448,7 +449,7 @@ SmoothEce smooth_search(const double* f, const double* y, const std::uint32_t* w
       refine = true;
     }
     if (refine) round_to_grid(f, y, w, n, total, m, v);
-    return alpha < 0.001 || alpha < smooth_on_grid(v, alpha);
+    return alpha < 0.001 || alpha < smooth_on_grid(v, alpha, reach);
   };
   double sigma = 1.0;
   if (!below_fixed_point(1.0)) {
@@ -460,15 +461,15 @@ SmoothEce smooth_search(const double* f, const double* y, const std::uint32_t* w
     }
     sigma = start;
   }
-  return {smooth_on_grid(v, sigma), sigma};
+  return {smooth_on_grid(v, sigma, reach), sigma};
 }
 
-SmoothEce smooth_sorted(const double* f, const double* y, const std::uint32_t* w, std::size_t n) {
+SmoothEce smooth_sorted(const double* f, const double* y, const std::uint32_t* w, std::size_t n, double reach = 39.0) {
   double total = 0;
   for (std::size_t i = 0; i < n; ++i) total += w ? static_cast<double>(w[i]) : 1.0;
   std::vector<double> v;
   round_to_grid(f, y, w, n, total, 200, v);  // relplot's smECE_mesh_pts
-  return smooth_search(f, y, w, n, total, v);
+  return smooth_search(f, y, w, n, total, v, reach);
 }
 
 double auroc_sorted(const double* c, const double* a, std::size_t n) {
@@ -491,6 +492,9 @@ double auroc_sorted(const double* c, const double* a, std::size_t n) {
   if (pos == 0 || neg == 0) return kNaN;
   return (sum_pos_rank - pos * (pos + 1.0) / 2.0) / (pos * neg);
 }
+
+/// Resamples that smECE's percentile interval uses (relplot's smooth diagram uses 100 for its interval).
+constexpr int kSmeceDraws = 200;
 
 enum Metric { kAcc, kEce, kMce, kRmsce, kAda, kDeb, kDebRaw, kSm, kSmSigma, kNll, kBrier, kAuroc, kCount };
 
@@ -782,6 +786,17 @@ CalibrationReport calibration_report(Span<double> probs, std::size_t n, std::siz
     for (std::size_t j = 0; j < n; ++j) cluster_of[j] = dense[opt.cluster[p.order[j]]];
   }
   r.clusters = clusters;
+  if (opt.smooth_diagram && n >= 2) {
+    // relplot's smooth reliability diagram at smECE's sigma*, its band from resamples of the same units.
+    std::vector<std::int64_t> sorted_cluster;
+    if (clusters > 0) {
+      sorted_cluster.resize(n);
+      for (std::size_t j = 0; j < n; ++j) sorted_cluster[j] = cluster_of[j];
+    }
+    r.smooth = smooth_reliability_diagram(p.c, p.a, point[kSmSigma], 200, opt.draws > 0 ? opt.smooth_draws : 0,
+                                          derive_seed(opt.seed, 0x5300), opt.level, sorted_cluster);
+    r.has_smooth = true;
+  }
   std::vector<std::vector<double>> draws(kCount);
   if (opt.draws > 0) {
     for (auto& d : draws) d.reserve(static_cast<std::size_t>(opt.draws));
@@ -793,15 +808,15 @@ CalibrationReport calibration_report(Span<double> probs, std::size_t n, std::siz
         for (std::size_t g = 0; g < clusters; ++g) ++per_cluster[rng.below(clusters)];
         w.resize(n);
         for (std::size_t j = 0; j < n; ++j) w[j] = per_cluster[cluster_of[j]];
-        double v[kCount];
-        evaluate(p, w.data(), v, nullptr);
-        for (int m = 0; m < kCount; ++m) draws[static_cast<std::size_t>(m)].push_back(v[m]);
-        continue;
+      } else {
+        // Resample b = percentile_bootstrap's resample b over sorted positions (stats/bootstrap.hpp).
+        bootstrap_counts(n, opt.seed, static_cast<std::uint64_t>(b), w);
       }
-      // Resample b = percentile_bootstrap's resample b over sorted positions (stats/bootstrap.hpp).
-      bootstrap_counts(n, opt.seed, static_cast<std::uint64_t>(b), w);
       double v[kCount];
       evaluate(p, w.data(), v, nullptr);
+      // smECE (with its bandwidth search, the costliest metric at small sigma) on the first
+      // kSmeceDraws resamples only; kernel terms past 8 sigma (< 1e-14 of the peak) left out there.
+      if (b < kSmeceDraws) v[kSm] = smooth_sorted(p.c.data(), p.a.data(), w.data(), n, 8.0).value;
       for (int m = 0; m < kCount; ++m) draws[static_cast<std::size_t>(m)].push_back(v[m]);
     }
   }
@@ -831,7 +846,12 @@ CalibrationReport calibration_report(Span<double> probs, std::size_t n, std::siz
   r.brier = percentile(kBrier);
   r.auroc = percentile(kAuroc);
   r.mce = none(point[kMce]);
-  r.smece = none(point[kSm]);
+  // smECE: the basic bootstrap over the first kSmeceDraws resamples (relplot's interval): smECE, like
+  // every calibration error, is biased upward by sampling noise and more so in a resample, so the
+  // percentile interval lies above the plug-in value; 2 smECE - the percentiles, clipped at 0, does not.
+  r.smece = percentile(kSm);
+  if (std::isfinite(r.smece.ci.low))
+    r.smece.ci = {std::max(0.0, 2.0 * r.smece.value - r.smece.ci.high), std::max(0.0, 2.0 * r.smece.value - r.smece.ci.low)};
   r.smece_sigma = none(point[kSmSigma]);
   r.ece = none(point[kEce]);
   r.rmsce = none(point[kRmsce]);

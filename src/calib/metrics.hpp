@@ -9,6 +9,8 @@
 #include <limits>
 #include <vector>
 
+#include "calib/smooth_reliability.hpp"
+
 #include "calib/binning.hpp"
 #include "core/span.hpp"
 #include "stats/bootstrap.hpp"
@@ -79,8 +81,9 @@ double binary_brier(const std::vector<double>& estimate, const std::vector<doubl
 
 struct Estimate {
   double value = 0.0;  ///< the plug-in value (netcal's, torchmetrics' and relplot's convention)
-  /// 95 % interval for the population value (NaN bounds when not computed or not defined: MCE, smECE
-  /// and smECE's bandwidth get none). Accuracy, NLL, Brier, AUROC: percentile bootstrap (accuracy: the
+  /// 95 % interval for the population value (NaN bounds when not computed or not defined: MCE and
+  /// smECE's bandwidth get none). smECE: basic bootstrap (2 smECE - the percentiles, clipped at 0;
+  /// relplot's) over the first 200 resamples (sigma* searched again in each). Accuracy, NLL, Brier, AUROC: percentile bootstrap (accuracy: the
   /// exact Clopper-Pearson interval where the bootstrap degenerates, all right or all wrong; at N = 1
   /// accuracy's is the only interval). ECE, RMSCE,
   /// AdaECE, classwise ECE, debiased L2: inversion of the consistency test along the scaled-gap family
@@ -108,6 +111,12 @@ struct ReportOptions {
   /// calibration errors get that bootstrap's percentile interval, and the consistency tests (which
   /// redraw labels independently) are not run.
   std::vector<std::int64_t> cluster;
+  /// The smooth reliability diagram (relplot's): the kernel curve at smECE's sigma* on a 200-point
+  /// mesh with a percentile band from `smooth_draws` resamples of the same units (none when draws = 0).
+  /// Off by default: the study's per-run metrics and arcal.metrics skip it; arcal metrics and
+  /// arcal calibrate draw it.
+  bool smooth_diagram = false;
+  int smooth_draws = 200;
 };
 
 struct CalibrationReport {
@@ -126,6 +135,8 @@ struct CalibrationReport {
   double classwise_consistency_p = std::numeric_limits<double>::quiet_NaN();
   std::vector<BinRow> reliability;              ///< equal-width table [B]
   std::vector<BinRow> reliability_equal_mass;   ///< equal-mass table [B]
+  bool has_smooth = false;                      ///< ReportOptions::smooth_diagram was set
+  SmoothReliability smooth;
 };
 
 /// Every metric of method.md §4 with seeded bootstrap intervals over examples (see Estimate::ci for
@@ -135,7 +146,7 @@ struct CalibrationReport {
 /// resamples: whole examples (rows), with replacement. Resample b is percentile_bootstrap's resample b
 /// over confidence-sorted positions (stats/bootstrap_counts, Rng(derive_seed(seed, b))), held as
 /// multiplicities, so every top-label metric, NLL and Brier of resample b comes from one O(N) weighted
-/// pass with no re-sorting (smECE, which has no interval, is skipped in resamples). The calibration
+/// pass with no re-sorting (smECE's bandwidth search runs on the first 200 resamples only). The calibration
 /// errors' intervals cost O(cells) per label redraw (calib/consistency.hpp). The matrix scan runs on std::thread::hardware_concurrency() threads when N x K >= 2^22
 /// (fixed chunks of 2^15 rows whose classwise sums are added in chunk order, so the result is the same
 /// for any thread count); the rest is single-threaded. Throws InputError on invalid input or options.

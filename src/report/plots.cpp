@@ -108,6 +108,43 @@ void reliability_figure(Figures& f, const std::string& name, const std::string& 
   f.render(name, d.str(), b.str(), 380 * cols, 340 * rows + 40);
 }
 
+void smooth_reliability_figure(Figures& f, const std::string& name, const std::string& title,
+                               const std::vector<SmoothPanel>& panels) {
+  std::ostringstream d;
+  double max_density = 0.0;
+  for (const auto& p : panels) {
+    d << "# " << p.title << ": t accuracy low high density\n";
+    for (std::size_t i = 0; i < p.t.size(); ++i) {
+      d << g(p.t[i]) << " " << g(p.accuracy[i]) << " " << g(p.low.empty() ? NAN : p.low[i]) << " "
+        << g(p.high.empty() ? NAN : p.high[i]) << " " << g(p.density[i]) << "\n";
+      max_density = std::max(max_density, p.density[i]);
+    }
+    if (p.t.empty()) d << "NaN NaN NaN NaN NaN\n";
+    d << "\n\n";
+  }
+  const auto [rows, cols] = grid(panels.size());
+  // The density fills the lower quarter: its axis spans four times the largest density of any panel.
+  const double dmax = max_density > 0 ? max_density : 1.0;
+  std::ostringstream b;
+  b << "set multiplot layout " << rows << "," << cols << " title " << q(title) << "\n";
+  b << "set xrange [0:1]\nset yrange [0:1]\nset xlabel 'confidence'\nset ylabel 'accuracy'\nset grid\n"
+       "set key top left font ',8'\nset ytics nomirror\nset y2label 'density of confidences' font ',8' offset -1,0\n"
+    << "set y2tics 0," << g(nice_step(dmax / 3.0)) << "," << g(dmax) << " nomirror font ',8'\nset y2range [0:"
+    << g(4.0 * dmax) << "]\n";
+  for (std::size_t i = 0; i < panels.size(); ++i) {
+    const auto& p = panels[i];
+    b << "set title " << q(p.title) << " font ',10'\nplot '" << name << ".dat' index " << i
+      << " using 1:5 axes x1y2 with filledcurves y1=0 fs transparent solid 0.2 noborder lc rgb 'gray50' notitle, ";
+    if (!p.low.empty())
+      b << "'" << name << ".dat' index " << i << " using 1:3:4 with filledcurves fs transparent solid 0.3 noborder lc rgb '"
+        << kColours[0] << "' title '95 % bootstrap band', ";
+    b << "x with lines dt 2 lc rgb 'gray40' title 'perfect calibration', '" << name << ".dat' index " << i
+      << " using 1:2 with lines lw 2 " << series_style(0) << " title 'smoothed accuracy'\n";
+  }
+  b << "unset multiplot\n";
+  f.render(name, d.str(), b.str(), 380 * cols, 340 * rows + 40);
+}
+
 void heatmap_figure(Figures& f, const std::string& name, const std::string& title, const std::vector<HeatPanel>& panels) {
   std::ostringstream d;
   std::size_t max_s = 0, max_p = 0;

@@ -50,6 +50,17 @@ RelSeries reliability_series(const std::string& name, const std::vector<BinRow>&
 void reliability_figure(Figures& f, const std::string& name, const std::string& title, const std::vector<RelPanel>& panels,
                         int bins);
 
+/// One panel of the smooth reliability diagram: the kernel curve over the mesh t with its band
+/// (low/high may be empty) and the density of the confidences.
+struct SmoothPanel {
+  std::string title;
+  std::vector<double> t, accuracy, low, high, density;
+};
+/// relplot's smooth reliability diagram, one panel each: the curve, its bootstrap band, the diagonal,
+/// and the confidence density as a shaded area on a right-hand axis shared by the panels.
+void smooth_reliability_figure(Figures& f, const std::string& name, const std::string& title,
+                               const std::vector<SmoothPanel>& panels);
+
 struct HeatPanel {
   std::string title;
   std::size_t points = 0, sources = 0;

@@ -82,6 +82,22 @@ std::string provenance(const Context& c, const CalibrationReport& m) {
                      ARCAL_VERSION, c.results_path, now_utc(), m.draws, m.seed, 100.0 * m.level);
 }
 
+SmoothPanel smooth_panel(const std::string& title, const CalibrationReport& m) {
+  return SmoothPanel{fmt::format("{} (smECE {}, 95 % CI {})", title, f4(m.smece.value), ci(m.smece.ci)), m.smooth.t,
+                     m.smooth.accuracy, m.smooth.low, m.smooth.high, m.smooth.density};
+}
+
+std::string smooth_caption(const CalibrationReport& m) {
+  return fmt::format("Smooth reliability diagram (Błasiok & Nakkiran; relplot's estimator): accuracy as a kernel "
+                     "regression on confidence, a Gaussian kernel reflected at 0 and 1 with smECE's bandwidth "
+                     "sigma* = {:.3g}{}; grey area: the density of the confidences (right axis). smECE is the mean "
+                     "distance of this curve from the diagonal, weighted by the density.",
+                     m.smooth.sigma,
+                     m.smooth.low.empty() ? ""
+                                          : fmt::format(", the band from {} bootstrap resamples ({:g} % percentile)",
+                                                        m.smooth.draws, 100.0 * m.smooth.level));
+}
+
 Table bins_table(const CalibrationReport& m) {
   Table t{{"bin", "n", "mean confidence", "accuracy", "calibrated 95 % band"}, {}};
   const RelSeries s = reliability_series("", m.reliability);
@@ -121,6 +137,11 @@ Section metrics_section(Context& c) {
                                    "the grey band where a calibrated model's accuracy falls in 95 % of draws for the "
                                    "bin's count, and the examples per bin as bars (right axis).",
                                    m.bins));
+  if (m.has_smooth) {
+    smooth_reliability_figure(c.figures, "smooth_reliability", "Smooth reliability: " + file_label(d.file),
+                              {smooth_panel(fmt::format("top label (n = {})", m.n), m)});
+    s.fig("smooth_reliability", smooth_caption(m));
+  }
   const Table bt = bins_table(m);
   s.tab(bt, "The bins of the diagram (empty bins left out).");
   c.csv.push_back({"reliability.csv", bt});
@@ -168,6 +189,12 @@ Section calibrate_section(Context& c) {
   s.fig("reliability", fmt::format("Reliability before and after ({} equal-width bins; grey: a calibrated model's 95 % "
                                    "band for each bin's count; bars: examples per bin).",
                                    b.bins));
+  if (b.has_smooth && a.has_smooth) {
+    smooth_reliability_figure(c.figures, "smooth_reliability", "Smooth reliability before and after " + d.method + " scaling",
+                              {smooth_panel(fmt::format("before (n = {})", b.n), b),
+                               smooth_panel(fmt::format("after {} (n = {})", d.method, a.n), a)});
+    s.fig("smooth_reliability", smooth_caption(b));
+  }
   c.csv.push_back({"reliability_before.csv", bins_table(b)});
   c.csv.push_back({"reliability_after.csv", bins_table(a)});
   s.p(provenance(c, b));

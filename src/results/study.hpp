@@ -106,6 +106,17 @@ inline void from_json(const nlohmann::json& j, CalibrationReport& r) {
     results::get_number(b, b.contains("confidence") ? "confidence" : "conf", row.mean_conf);
     results::get_number(b, b.contains("accuracy") ? "accuracy" : "acc", row.accuracy);
     r.reliability.push_back(row);
+  }  r.has_smooth = j.contains("smooth_reliability");
+  if (r.has_smooth) {
+    const auto& m = j.at("smooth_reliability");
+    results::get_number(m, "sigma", r.smooth.sigma);
+    results::get_to(m, "draws", r.smooth.draws);
+    results::get_number(m, "level", r.smooth.level);
+    results::get_to(m, "t", r.smooth.t);
+    results::get_to(m, "accuracy", r.smooth.accuracy);
+    results::get_to(m, "low", r.smooth.low);
+    results::get_to(m, "high", r.smooth.high);
+    results::get_to(m, "density", r.smooth.density);
   }
 }
 

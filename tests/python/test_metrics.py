@@ -20,7 +20,7 @@ def test_same_dict_as_cli_json(cli, tmp_path):
     f = tmp_path / "t.npz"
     np.savez(f, logits=z, labels=y)
     want = cli("metrics", f, "--json", "--bootstrap", 50, "--seed", 3).json()
-    got = arcal.metrics(y, logits=z, bootstrap=50, seed=3)
+    got = arcal.metrics(y, logits=z, bootstrap=50, seed=3, smooth=True)  # the CLI's JSON has the smooth diagram
     want.pop("file")
     # Exact equality: both run the same library code on the same float32 logits (softmax in double),
     # and the module's dict is the library's JSON; a drift in keys or values is a bug.
@@ -34,7 +34,7 @@ def test_probs_input_matches_cli_on_probs_file(cli, tmp_path):
     np.savez(f, probs=p, labels=y)
     want = cli("metrics", f, "--json", "--bootstrap", 20).json()
     want.pop("file")
-    assert arcal.metrics(y, probs=p, bootstrap=20) == want
+    assert arcal.metrics(y, probs=p, bootstrap=20, smooth=True) == want
 
 
 def test_values_match_numpy_reference():
