@@ -176,7 +176,7 @@ ReportOutput write_report(const std::string& source, const std::string& out_dir,
     throw_input(kFn, path + " does not exist (" +
                          (is_dir ? std::string("run arcal audit --out DIR or arcal run first")
                                  : std::string("give a directory holding results.json, or the JSON file arcal metrics "
-                                               "--json or arcal calibrate --json printed")) +
+                                               "--json or arcal calibrate --json printed, or arcal intervene --out wrote")) +
                          ")");
   if (!fs::is_regular_file(path)) throw_input(kFn, path + " is not a regular file");
   const ResultsDocument doc = read_results(read_text_file(path, kFn, "results.json", input_limits().max_text_bytes), path);

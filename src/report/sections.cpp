@@ -352,6 +352,7 @@ Section configuration_section(Context& c) {
 }
 
 Document build_document(Context& c) {
+  if (c.doc.kind == ResultsDocument::Kind::intervene) return intervention_document(c);
   if (c.doc.kind != ResultsDocument::Kind::audit) return calibration_document(c);
   Document d;
   d.title = c.doc.has_study ? "arcal report: " + c.doc.study.name : std::string("arcal audit report");

@@ -41,6 +41,9 @@ Document build_document(Context& c);
 /// The report of a classifier's metrics or of a calibrator's before/after (sections_calibration.cpp).
 Document calibration_document(Context& c);
 
+/// The report of a routing intervention, arcal intervene's JSON (sections_intervene.cpp).
+Document intervention_document(Context& c);
+
 /// Run labels: each run's shortest trailing path (file name, then parent folders as needed) that no
 /// other run shares, so traces kept in one folder keep their file names and test.npz files in
 /// different run folders get their folder. Runs that are not paths keep their id.

@@ -71,15 +71,21 @@ ResultsDocument read_results(const std::string& text, const std::string& path) {
   ResultsDocument doc;
   if (schema == kMetricsSchema) doc.kind = ResultsDocument::Kind::metrics;
   else if (schema == kCalibrateSchema) doc.kind = ResultsDocument::Kind::calibrate;
+  else if (schema == kInterveneSchema) doc.kind = ResultsDocument::Kind::intervene;
   else if (schema.rfind("arcal.audit/", 0) != 0)
     throw_input(kFn, path + " is not an arcal result: its \"schema\" must be \"" + std::string(kAuditSchema) +
-                         "\" (arcal audit, arcal run), \"" + kMetricsSchema + "\" (arcal metrics --json) or \"" +
-                         kCalibrateSchema + "\" (arcal calibrate --json)" +
+                         "\" (arcal audit, arcal run), \"" + kMetricsSchema + "\" (arcal metrics --json), \"" +
+                         kCalibrateSchema + "\" (arcal calibrate --json) or \"" + kInterveneSchema +
+                         "\" (arcal intervene --out)" +
                          (schema.empty() ? std::string() : ", not \"" + schema + "\""));
   else if (schema != kAuditSchema)
     throw_input(kFn, path + " has schema " + schema + " (version " + schema.substr(std::string("arcal.audit/").size()) +
                          "); this arcal reads " + kAuditSchema + ": re-run arcal audit (or arcal run) to rewrite it");
   try {
+    if (doc.kind == ResultsDocument::Kind::intervene) {
+      j.get_to(doc.intervene);
+      return doc;
+    }
     if (doc.kind != ResultsDocument::Kind::audit) {
       read_calibration(j, doc);
       return doc;

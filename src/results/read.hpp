@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "audit/audit.hpp"
+#include "results/intervene_json.hpp"
 #include "results/study.hpp"
 #include "results/verdict.hpp"
 
@@ -33,7 +34,8 @@ struct CalibrationDocument {
 };
 
 struct ResultsDocument {
-  enum class Kind { audit, metrics, calibrate } kind = Kind::audit;
+  enum class Kind { audit, metrics, calibrate, intervene } kind = Kind::audit;
+  InterventionResults intervene;  ///< kind intervene (arcal intervene --out)
   CalibrationDocument calibration;  ///< kind metrics or calibrate
   AuditResults audit;  ///< kind audit; its verdict (audit.verdict) is read with it
   bool has_study = false;
@@ -41,8 +43,8 @@ struct ResultsDocument {
 };
 
 /// Parses `text` (the contents of `path`, named in errors) after the size and nesting checks of
-/// core/text_input.hpp. Its "schema" says which document it is: arcal.audit/3, arcal.metrics/1 or
-/// arcal.calibrate/1 (anything else is refused, naming the three).
+/// core/text_input.hpp. Its "schema" says which document it is: arcal.audit/3, arcal.metrics/1,
+/// arcal.calibrate/1 or arcal.intervene/1 (anything else is refused, naming the four).
 ResultsDocument read_results(const std::string& text, const std::string& path);
 
 /// The same document written back (results.json's object, as `arcal audit` / `arcal run` write it, or

@@ -32,6 +32,7 @@ nlohmann::json calibration_text(const ResultsDocument& doc) {
 }  // namespace
 
 std::string results_text(const ResultsDocument& doc) {
+  if (doc.kind == ResultsDocument::Kind::intervene) return nlohmann::json(doc.intervene).dump(1);
   if (doc.kind != ResultsDocument::Kind::audit) return calibration_text(doc).dump(1);
   nlohmann::json j = doc.audit;
   if (doc.has_study) j["study"] = doc.study;

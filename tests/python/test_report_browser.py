@@ -3,9 +3,12 @@ broken image, every figure drawn with data, no text overflowing its box, the pag
 bound. The check runs inside the page (a script appended to a copy of report.html writes its findings
 into the DOM, which `chromium --dump-dom` prints), so it measures the layout the browser made.
 
-The kinds checked here are the ones a test can make in seconds (an audit of simulated traces, a
-classifier's metrics, a calibrator's before/after); `python tests/python/test_report_browser.py
-REPORT.html ...` checks any other (the default study's, a language model's, an intervention's)."""
+Every report kind is made here, small: an audit of simulated traces, a classifier's metrics, a
+calibrator's before/after, a study (`arcal run`: a 3-step ViT on Fashion-MNIST, trace, metrics, audit,
+report), a language model's study (a 2-step ar-lm-tiny on dict-gcide, its token trace audited with
+whole sequences as clusters) and an intervention on that model (`arcal intervene`, then `arcal report` of
+its JSON). `python tests/python/test_report_browser.py REPORT.html ...` checks any
+report.html (the default study's, for one)."""
 import json
 import os
 import re
@@ -100,6 +103,66 @@ def test_metrics_and_calibrate_reports_read_in_a_browser(tmp_path):
     open(tmp_path / "c.json", "w").write(c.out)
     assert run_cli("report", str(tmp_path / "c.json"), "--out", str(tmp_path / "c_rep")).code == 0
     expect_readable(browser_check(str(tmp_path / "c_rep" / "report.html"), str(tmp_path / "chk_c")), 5000)
+
+
+STUDY = """name = "browser"
+[data]
+datasets = ["{dataset}"]
+[model]
+presets = ["{preset}"]
+residuals = ["{residual}"]
+standard_twin = false
+{context}
+[train]
+seeds = [0, 1]
+max_steps = {steps}
+train_subset = {subset}
+batch_size = {batch}
+{val}
+[trace]
+sequences = 24
+[audit]
+permutations = 200
+probe_restarts = 1
+probe_repeats = 2
+sensitivity = false
+exact_null = false
+"""
+
+
+def study_report(tmp_path, **keys):
+    toml = tmp_path / "study.toml"
+    toml.write_text(STUDY.format(**keys))
+    r = run_cli("run", "--config", str(toml), "--out", str(tmp_path / "study"))
+    assert r.code == 0, r.err[-2000:]
+    return str(tmp_path / "study" / "report" / "report.html")
+
+
+@needs_browser
+def test_study_report_reads_in_a_browser(tmp_path):
+    if not os.path.isdir("/usr/share/datasets/fashion-mnist"):
+        pytest.skip("needs Debian's dataset-fashion-mnist")
+    html = study_report(tmp_path, dataset="fashion-mnist", preset="ar-vit-tiny", residual="full", context="", steps=3,
+                        subset=512, batch=64, val="")
+    expect_readable(browser_check(html, str(tmp_path / "chk")), 14000)
+
+
+@needs_browser
+def test_language_model_study_report_reads_in_a_browser(tmp_path):
+    if not os.path.exists("/usr/share/dictd/gcide.dict.dz"):
+        pytest.skip("needs Debian's dict-gcide")
+    html = study_report(tmp_path, dataset="gcide", preset="ar-lm-tiny", residual="block", context="context = 16", steps=2,
+                        subset=64, batch=8, val="val_fraction = 0.002")
+    expect_readable(browser_check(html, str(tmp_path / "chk")), 14000)
+    # The intervention report of one of its runs (arcal intervene --out, then arcal report of the JSON).
+    run_dir = sorted((tmp_path / "study" / "runs").iterdir())[0]
+    iv = tmp_path / "iv.json"
+    r = run_cli("intervene", "--run", str(run_dir), "--out", str(iv), "--subset", "6", "--bootstrap", "20", "--quiet")
+    assert r.code == 0, r.err[-2000:]
+    r = run_cli("report", str(iv), "--out", str(tmp_path / "iv_rep"))
+    assert r.code == 0, r.err[-2000:]
+    found = browser_check(str(tmp_path / "iv_rep" / "report.html"), str(tmp_path / "chk_iv"))
+    expect_readable(found, 6000)
 
 
 if __name__ == "__main__":
