@@ -366,6 +366,13 @@ Document build_document(Context& c) {
   if (c.doc.has_study) d.sections.push_back(training_section(c));
   if (c.doc.has_study && !c.doc.study.convergence.empty()) d.sections.push_back(convergence_section(c));
   if (!c.doc.has_study && !c.doc.audit.run_summaries.empty()) d.sections.push_back(runs_section(c));
+  // The first screens end here: the verdict and the runs. Every test's tables and figures follow as
+  // the appendix (issue 56: a report a researcher forwards reads as a few screens, then the detail).
+  Section appendix{kAppendixTitle, {}};
+  appendix.p("The sections below are the evidence in detail: each test's tables and figures, in the order of the "
+             "decision chain above. The tables are also in tables/*.csv, every figure's data and gnuplot script in "
+             "figures/.");
+  d.sections.push_back(std::move(appendix));
   if (!c.doc.audit.run_summaries.empty()) {
     auto s = routing_section(c);
     if (!s.blocks.empty()) d.sections.push_back(std::move(s));

@@ -22,6 +22,9 @@ struct Context {
   std::map<std::string, std::string> labels;      ///< run id -> its label (run_labels; set by build_document)
 };
 
+/// The heading after which an audit report's detail begins (the browser test measures the page above it).
+inline constexpr const char* kAppendixTitle = "Appendix: every test in detail";
+
 Section summary_section(Context& c);
 Section training_section(Context& c);  ///< with a study section
 Section runs_section(Context& c);      ///< without one: the audited runs

@@ -223,7 +223,12 @@ TEST(Metrics, ReportBootstrapIsSeededAndBracketsEstimates) {
     EXPECT_GT(e->ci.low, 0.0);
   }
   EXPECT_LT(a.consistency_p, 0.01);
-  EXPECT_TRUE(std::isnan(a.smece.ci.low));  // no interval (method.md §4)
+  // smECE: the basic bootstrap over the first 200 resamples (method.md §4): 2 smECE minus the
+  // resamples' percentiles, so it lies below where the upward-biased resamples fall; MCE: none.
+  EXPECT_LE(a.smece.ci.low, a.smece.value);
+  EXPECT_LT(a.smece.ci.low, a.smece.ci.high);
+  EXPECT_GE(a.smece.ci.low, 0.0);
+  EXPECT_TRUE(std::isnan(a.smece_sigma.ci.low));
   EXPECT_TRUE(std::isnan(a.mce.ci.low));
   // Point values agree with the standalone functions.
   const auto tl = top_label(probs, n, k, y);

@@ -71,8 +71,8 @@ def test_json_reports_parameters_and_before_after_metrics(cli, files):
     assert j["schema"] == "arcal.calibrate/1" and j["mode"] == "fit" and j["method"] == "vector"
     assert j["n_fit"] == 2000 and j["n_apply"] == 1500 and len(j["calibrator"]["w"]) == 5
     g = np.load(d / "g.npz")
-    assert j["before"] == arcal.metrics(test["labels"], logits=test["logits"], bootstrap=30, seed=2)
-    assert j["after"] == arcal.metrics(g["labels"], probs=g["probs"], bootstrap=30, seed=2)
+    assert j["before"] == arcal.metrics(test["labels"], logits=test["logits"], bootstrap=30, seed=2, smooth=True)
+    assert j["after"] == arcal.metrics(g["labels"], probs=g["probs"], bootstrap=30, seed=2, smooth=True)
     assert j["after"]["nll"] < j["before"]["nll"]
 
 

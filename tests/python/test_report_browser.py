@@ -37,6 +37,9 @@ window.addEventListener('load', () => {
     if (el.scrollWidth > el.clientWidth + 2) out.overflow.push(el.tagName + ': ' + el.textContent.slice(0, 80));
   }
   if (document.documentElement.scrollWidth > window.innerWidth + 2) out.overflow.push('page wider than the window');
+  // An audit report's first screens: everything above its appendix heading.
+  const appendix = [...document.querySelectorAll('h2')].find(h => h.textContent.startsWith('Appendix'));
+  out.before_appendix = appendix ? Math.round(appendix.getBoundingClientRect().top + window.scrollY) : out.height;
   const pre = document.createElement('pre');
   pre.id = 'arcal-browser-check';
   pre.textContent = JSON.stringify(out);
@@ -62,12 +65,15 @@ def browser_check(html, work):
     return json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
 
 
-def expect_readable(found, max_height):
+def expect_readable(found, max_height, max_first=None):
+    """max_first: a bound on the page above the appendix (an audit report's first screens)."""
     assert found["figures"] > 0, "no figure"
     assert not found["broken"], "broken images: %s" % found["broken"]
     assert not found["empty"], "figures without data: %s" % found["empty"]
     assert not found["overflow"], "text overflowing its box: %s" % found["overflow"]
     assert found["height"] <= max_height, "page %d px tall, bound %d" % (found["height"], max_height)
+    if max_first is not None:
+        assert found["before_appendix"] <= max_first, "%d px before the appendix, bound %d" % (found["before_appendix"], max_first)
 
 
 needs_browser = pytest.mark.skipif(CHROMIUM is None and not os.environ.get("ARCAL_REQUIRE_BROWSER"),
@@ -86,7 +92,7 @@ def test_audit_report_reads_in_a_browser(tmp_path):
                 "--null-replicates", "5", "--quiet")
     assert a.code == 0, a.err
     assert run_cli("report", str(tmp_path / "audit")).code == 0
-    expect_readable(browser_check(str(tmp_path / "audit" / "report" / "report.html"), str(tmp_path / "chk")), 16000)
+    expect_readable(browser_check(str(tmp_path / "audit" / "report" / "report.html"), str(tmp_path / "chk")), 16000, 3000)
 
 
 @needs_browser
@@ -144,7 +150,7 @@ def test_study_report_reads_in_a_browser(tmp_path):
         pytest.skip("needs Debian's dataset-fashion-mnist")
     html = study_report(tmp_path, dataset="fashion-mnist", preset="ar-vit-tiny", residual="full", context="", steps=3,
                         subset=512, batch=64, val="")
-    expect_readable(browser_check(html, str(tmp_path / "chk")), 14000)
+    expect_readable(browser_check(html, str(tmp_path / "chk")), 14000, 3000)
 
 
 @needs_browser
@@ -153,7 +159,7 @@ def test_language_model_study_report_reads_in_a_browser(tmp_path):
         pytest.skip("needs Debian's dict-gcide")
     html = study_report(tmp_path, dataset="gcide", preset="ar-lm-tiny", residual="block", context="context = 16", steps=2,
                         subset=64, batch=8, val="val_fraction = 0.002")
-    expect_readable(browser_check(html, str(tmp_path / "chk")), 14000)
+    expect_readable(browser_check(html, str(tmp_path / "chk")), 14000, 3000)
     # The intervention report of one of its runs (arcal intervene --out, then arcal report of the JSON).
     run_dir = sorted((tmp_path / "study" / "runs").iterdir())[0]
     iv = tmp_path / "iv.json"
