@@ -300,6 +300,15 @@ void curves_figure(Figures& f, const std::string& name, const std::string& title
   f.render(name, d.str(), b.str(), 1000, 460 + 16 * legend_rows);
 }
 
+namespace {
+/// Whether the categories' labels fit side by side in `width` px at font 9 (about 7 px a character).
+bool fits_horizontally(const std::vector<std::string>& categories, double width) {
+  std::size_t longest = 0;
+  for (const auto& c : categories) longest = std::max(longest, c.size());
+  return double(categories.size()) * (7.0 * double(longest) + 8.0) <= width;
+}
+}  // namespace
+
 void category_figure(Figures& f, const std::string& name, const std::string& title,
                      const std::vector<std::string>& categories, const std::vector<CategoryPanel>& panels) {
   std::ostringstream d;
@@ -320,7 +329,10 @@ void category_figure(Figures& f, const std::string& name, const std::string& tit
   }
   std::ostringstream b;
   b << "set multiplot layout 1," << panels.size() << " title " << q(title) << "\n"
-    << "set xtics (" << xtics << ") rotate by -30 font ',9'\nset xrange [0.4:" << double(categories.size()) + 0.6
+    // Labels stay horizontal when they fit a panel's plot (560 px wide, about 440 of them plot); only
+    // long or many labels are turned.
+    << "set xtics (" << xtics << ")" << (fits_horizontally(categories, 440.0) ? "" : " rotate by -30")
+    << " font ',9'\nset xrange [0.4:" << double(categories.size()) + 0.6
     << "]\nset grid y\nset key outside bottom center horizontal font ',9'\n";
   std::size_t index = 0;
   for (const auto& p : panels) {

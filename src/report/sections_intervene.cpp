@@ -91,7 +91,7 @@ Section per_point(Context& c) {
     if (e.point < 0) continue;
     if (std::find(points.begin(), points.end(), e.point) == points.end()) {
       points.push_back(e.point);
-      categories.push_back(fmt::format("{} ({})", e.point, e.sublayer == "attention" ? "attn" : e.sublayer));
+      categories.push_back(fmt::format("{}{}", e.point, e.sublayer.empty() ? ' ' : e.sublayer[0]));
     }
     if (std::find(families.begin(), families.end(), e.family) == families.end()) families.push_back(e.family);
   }
@@ -115,7 +115,8 @@ Section per_point(Context& c) {
                         sgn(e.delta_nll), ci(e.delta_nll_ci, 5), fmt::format("{:.5f}", e.mean_kl)});
   if (!points.empty()) {
     category_figure(c.figures, "intervene_per_point", "Removing one family at one routing point", categories, {nll, mass});
-    s.fig("intervene_per_point", "Per routing point (x: the point and the sublayer it feeds): the change in NLL when "
+    s.fig("intervene_per_point", "Per routing point (x: the point and what it feeds: a attention, m MLP, f the final "
+                                 "aggregation): the change in NLL when "
                                  "each family's weight is removed there alone (left), and that family's mean routing "
                                  "weight (right).");
   }
