@@ -46,7 +46,7 @@ if not _torch_check.supported(torch.__version__):
     raise ImportError(f"arcal.torch_hooks supports torch {_torch_check.SUPPORTED}, but this environment has torch "
                       f"{torch.__version__}")
 
-__all__ = ["record_routing", "RoutingRecorder", "LAYOUTS", "ROW_SUM_TOLERANCE"]
+__all__ = ["record_routing", "RoutingRecorder", "find_routers", "LAYOUTS", "ROW_SUM_TOLERANCE", "ROUTER_NAMES"]
 
 #: Layouts of a routing or feature tensor (E: experts / sources / feature columns).
 LAYOUTS = ("auto", "batch_first", "seq_first", "flat", "flat_seq_first")
@@ -82,6 +82,8 @@ def _as_tokens(name, t, batch, what, layout):
            "string for every entry)")
     if t.dim() == 0:
         raise ValueError(f"record_routing: {what} '{name}' is a scalar, but must have a batch dimension")
+    if layout == "auto_flat":  # a discovered router: [B*T, E] is example-major (reshape(-1, H) of [B, T, H])
+        layout = "flat" if t.dim() == 2 and shape[0] != batch and shape[0] % batch == 0 else "auto"
     if layout == "auto":
         if t.dim() == 1:
             layout = "batch_first" if shape[0] == batch else None
@@ -150,6 +152,73 @@ def _entries(value, what):
     return list(value)
 
 
+#: Child names that mark a mixture-of-experts router beside an `experts` module (transformers: `gate`).
+ROUTER_NAMES = ("gate", "router", "gating", "router_gate", "gate_network", "w_gate")
+
+
+def _expert_count(experts):
+    """How many experts a module holds: a ModuleList/Sequential's length, a `num_experts` attribute, or the
+    leading axis of its 3-D parameters (transformers' fused experts: gate_up_proj [E, 2I, H]); else None."""
+    if isinstance(experts, (torch.nn.ModuleList, torch.nn.Sequential)):
+        return len(experts)
+    n = getattr(experts, "num_experts", None)
+    if isinstance(n, int):
+        return n
+    shapes = {p.shape[0] for p in experts.parameters(recurse=False) if p.dim() == 3}
+    return shapes.pop() if len(shapes) == 1 else None
+
+
+def _router_width(module):
+    """The number of outputs of a router candidate: a Linear's out_features, a `num_experts` attribute, or
+    the rows of its own 2-D `weight` (transformers' TopKRouter: weight [E, H]); else None."""
+    if isinstance(module, torch.nn.Linear):
+        return module.out_features
+    n = getattr(module, "num_experts", None)
+    if isinstance(n, int):
+        return n
+    w = getattr(module, "weight", None)
+    return int(w.shape[0]) if isinstance(w, torch.Tensor) and w.dim() == 2 else None
+
+
+def find_routers(model):
+    """The routers of a mixture-of-experts model, in module order: [(name, number of experts)].
+
+    A router is a child of a module that also holds the experts (a child named `experts`: a ModuleList of
+    experts, or transformers' fused experts), whose output width equals the number of experts, named one
+    of ROUTER_NAMES where several children qualify (Qwen-MoE's `shared_expert_gate` has width 1 and never
+    does). This finds `model.layers.N.mlp.gate` in transformers' Mixtral, Qwen2-MoE and OLMoE, and
+    `blocks.N.moe.router` in a plain nn.Module MoE. Names are as in model.named_modules() (without
+    torch.compile's `_orig_mod.` prefix)."""
+    base = model._orig_mod if isinstance(getattr(model, "_orig_mod", None), torch.nn.Module) else model
+    found = []
+    for pname, parent in base.named_modules():
+        experts = getattr(parent, "experts", None)
+        if not isinstance(experts, torch.nn.Module):
+            continue
+        count = _expert_count(experts)
+        if not count or count < 2:
+            continue
+        candidates = [(cname, child) for cname, child in parent.named_children()
+                      if child is not experts and _router_width(child) == count]
+        named = [c for c in candidates if c[0] in ROUTER_NAMES]
+        if len(candidates) > 1 and len(named) == 1:
+            candidates = named
+        if len(candidates) > 1:
+            raise ValueError(f"record_routing: module '{pname}' holds {count} experts and several children of width "
+                             f"{count} ({', '.join(c for c, _ in candidates)}); pass routing=[the router's module name]")
+        for cname, _ in candidates:
+            found.append((f"{pname}.{cname}" if pname else cname, count))
+    return found
+
+
+def _router_output(out):
+    """A router's logits or probabilities: the tensor itself, or the first of a tuple (transformers' routers
+    return (router_logits, top-k weights, top-k indices))."""
+    if isinstance(out, (tuple, list)) and out and torch.is_tensor(out[0]):
+        return out[0]
+    return out
+
+
 class RoutingRecorder:
     """What record_routing yields: collects one batch per forward of the model.
 
@@ -175,7 +244,6 @@ class RoutingRecorder:
         self._tokens = None  # per_token: the sequence length of the first batch (every batch must match)
         self._clusters, self._given_clusters, self._sequences = [], [], 0
         self._output = output or _default_output
-        self._softmax = softmax
         self._meta = dict(meta or {})
         self._kind = routing_kind
         modules = dict(model.named_modules())
@@ -191,6 +259,21 @@ class RoutingRecorder:
                               for n in modules if n and n != "_orig_mod") or "none"
             raise ValueError(f"record_routing: the model has no module '{name}' (modules: {known})")
 
+        self._discovered = {}
+        if isinstance(routing, str) and routing == "auto":
+            routers = find_routers(model)
+            if not routers:
+                raise ValueError("record_routing: routing='auto' found no router: no module holds a child named "
+                                 "'experts' (a ModuleList of experts, or fused experts) beside a child whose output "
+                                 "width equals their number; pass routing=[the router modules' names] (model."
+                                 "named_modules() lists them)")
+            routing = [(name, _router_output) for name, _ in routers]
+            self._discovered = {name: {"experts": count} for name, count in routers}
+            if softmax is False:
+                softmax = "auto"  # a router's logits or probabilities, told apart per batch (see _routing_point)
+        if softmax not in (True, False, "auto"):
+            raise ValueError(f"record_routing: softmax is {softmax!r}, but must be True, False or 'auto'")
+        self._softmax = softmax
         self._routing = [(name, resolve(name), fn) for name, fn in (_spec(r) for r in _entries(routing, "routing"))]
         feats = features or {}
         if not isinstance(feats, dict):
@@ -205,8 +288,10 @@ class RoutingRecorder:
         else:
             raise ValueError(f"record_routing: layout must be a string or a dict of module name -> layout, not "
                              f"{type(layout).__name__}")
+        for name in self._discovered:  # transformers' routers see hidden_states.reshape(-1, H): [B*T, E]
+            self._layout.setdefault(name, "auto_flat")
         for lay in [self._default_layout] + list(self._layout.values()):
-            if lay not in LAYOUTS:
+            if lay not in LAYOUTS + ("auto_flat",):
                 raise ValueError(f"record_routing: layout '{lay}' is not one of {', '.join(LAYOUTS)}")
         named = {n for n, _, _ in self._routing} | {s[0] for s in self._features.values()}
         for name in self._layout:
@@ -239,7 +324,19 @@ class RoutingRecorder:
         """[B, T, E] float32 weights (renormalised), their token mean, mean entropy and depth moments."""
         dtype = t.dtype
         w = _as_tokens(name, t.detach(), batch, "routing point", self._layout_of(name)).float()
-        if self._softmax:
+        soft = self._softmax
+        if soft == "auto":
+            # Probabilities are non-negative rows summing to 1 (within the dtype's rounding); anything else
+            # is taken for logits. The choice is recorded per point in the trace's meta.
+            sums = w.sum(dim=-1)
+            probs = bool((w >= 0).all()) and float((sums - 1).abs().max()) <= ROW_SUM_TOLERANCE.get(dtype, 1e-4)
+            soft = not probs
+            seen = self._discovered.setdefault(name, {}).setdefault("output", "logits" if soft else "probabilities")
+            if seen != ("logits" if soft else "probabilities"):
+                raise ValueError(f"record_routing: routing point '{name}' gave {seen} in an earlier batch and "
+                                 f"{'logits' if soft else 'probabilities'} in this one; pass softmax=True (logits) or "
+                                 "softmax=False (probabilities)")
+        if soft:
             w = torch.softmax(w, dim=-1)
         if not torch.isfinite(w).all():
             raise ValueError(f"record_routing: routing point '{name}' has non-finite weights")
@@ -247,7 +344,7 @@ class RoutingRecorder:
             raise ValueError(f"record_routing: routing point '{name}' has negative weights, so its rows are not "
                              "probability vectors (gate logits? pass softmax=True)")
         sums = w.sum(dim=-1, keepdim=True)
-        tol = ROW_SUM_TOLERANCE.get(dtype, 1e-4) if not self._softmax else 1e-4
+        tol = ROW_SUM_TOLERANCE.get(dtype, 1e-4) if not soft else 1e-4
         dev = float((sums - 1).abs().max())
         if dev > tol:
             raise ValueError(f"record_routing: routing point '{name}' has a row summing to "
@@ -403,6 +500,10 @@ class RoutingRecorder:
                 "version": _arcal.__version__}
         if self._renormalised > 0:
             meta["routing_rows_renormalised_max_deviation"] = self._renormalised
+        if self._discovered:
+            # routing="auto": each router, its number of experts and what it emitted ("logits": the recorded
+            # weights are their softmax, the dense router distribution before any top-k selection).
+            meta["routers"] = self._discovered
         if self._per_token:
             meta.update({"task": "lm", "cluster": "sequence", "context": int(self._tokens), "sequences": self._sequences})
         meta.update(self._meta)
@@ -425,10 +526,14 @@ def record_routing(model, path=None, *, routing=(), features=None, output=None, 
     path : where to write the trace on leaving the block (None: only rec.arrays()). Nothing is written
         when the block raises. If writing fails, the recording is not lost: the error says so, and
         rec.arrays() / rec.write(other_path) still work.
-    routing : a module name, or a list of module names (as in model.named_modules()) or (name, fn)
+    routing : "auto" (a mixture of experts: every router find_routers discovers, one routing point per
+        layer named by its module path, e.g. model.layers.0.mlp.gate; the recorded weights are the dense
+        router distribution, softmax of the router's logits, before any top-k selection; logits and
+        probabilities are told apart per point, meta["routers"] says which), or a module name, or a list
+        of module names (as in model.named_modules()) or (name, fn)
         pairs where fn extracts the tensor from the module's output, whose outputs are routing weights
         over sources (rows summing to 1; softmax=True applies a softmax over the last axis first, for
-        gates that output logits). One routing point each. Rows are accumulated in float32 and
+        gates that output logits; softmax="auto" decides per point). One routing point each. Rows are accumulated in float32 and
         renormalised when they sum to 1 within ROW_SUM_TOLERANCE for the tensor's dtype (bf16: 2e-2).
     features : {feature name: module name or (name, fn)} (or a list of module names): any module's
         output, stored as token-mean features [N, F] with feature_names. A module may appear both here
