@@ -243,6 +243,9 @@ class RoutingRecorder:
         self._per_token = bool(per_token)
         self._tokens = None  # per_token: the sequence length of the first batch (every batch must match)
         self._clusters, self._given_clusters, self._sequences = [], [], 0
+        # per_token with attention masks (padded batches): the mask the model's forward was given, each
+        # batch's kept-token mask [B*T] (None: every token), tokens kept per sequence, the longest T.
+        self._mask, self._keeps, self._seq_counts, self._context = None, [], [], 0
         self._output = output or _default_output
         self._meta = dict(meta or {})
         self._kind = routing_kind
@@ -373,10 +376,21 @@ class RoutingRecorder:
                              f"{'[B, T, K] (per_token=True)' if self._per_token else '[B, K]'}; got "
                              f"{tuple(logits.shape) if torch.is_tensor(logits) else type(logits).__name__}")
         batch = logits.shape[0]
+        mask, self._mask = self._mask, None
+        keep = None
         if self._per_token:
-            if self._tokens is not None and logits.shape[1] != self._tokens:
+            if mask is not None:
+                # A padded batch: only tokens whose attention mask is 1 are examples; batches may differ in T.
+                if not torch.is_tensor(mask) or mask.dim() != 2 or tuple(mask.shape) != tuple(logits.shape[:2]):
+                    raise ValueError(f"record_routing: the attention mask has shape "
+                                     f"{tuple(mask.shape) if torch.is_tensor(mask) else type(mask).__name__}, but the "
+                                     f"logits are {tuple(logits.shape)}: it must be [B, T] = {tuple(logits.shape[:2])} "
+                                     "(1 for a token, 0 for padding)")
+                keep = mask.detach().to("cpu").reshape(-1) != 0
+            elif self._tokens is not None and logits.shape[1] != self._tokens and not any(k is not None for k in self._keeps):
                 raise ValueError(f"record_routing: this batch has sequences of {logits.shape[1]} tokens, but the first "
-                                 f"had {self._tokens}; record sequences of one length")
+                                 f"had {self._tokens}; record sequences of one length, or pass attention_mask= to the "
+                                 "model (padded batches)")
             self._tokens = logits.shape[1]
         pending, self._pending = self._pending, {}
 
@@ -402,23 +416,35 @@ class RoutingRecorder:
             else:
                 feats[fname] = t.float().mean(dim=1)
         # Only a forward whose every entry was read is kept: a refused batch leaves the recording as it was.
+        def kept(t):
+            return t if keep is None else t[keep.to(t.device)]
+
         for p, (mean, ent, mu, var) in enumerate(rows):
-            self._routing_rows[p].append(_to_numpy(mean))
-            self._entropy_rows[p].append(_to_numpy(ent))
-            self._depth_rows[p].append((_to_numpy(mu), _to_numpy(var)))
+            self._routing_rows[p].append(_to_numpy(kept(mean)))
+            self._entropy_rows[p].append(_to_numpy(kept(ent)))
+            self._depth_rows[p].append((_to_numpy(kept(mu)), _to_numpy(kept(var))))
         for fname, v in feats.items():
-            self._feature_rows[fname].append(_to_numpy(v))
+            self._feature_rows[fname].append(_to_numpy(kept(v)))
         if self._per_token:
-            self._clusters.append(np.repeat(np.arange(self._sequences, self._sequences + batch, dtype=np.int64),
-                                            self._tokens))
+            counts = np.full(batch, self._tokens, np.int64) if keep is None else \
+                keep.reshape(batch, -1).sum(dim=1).numpy().astype(np.int64)
+            self._clusters.append(np.repeat(np.arange(self._sequences, self._sequences + batch, dtype=np.int64), counts))
+            self._seq_counts.append(counts)
+            self._keeps.append(None if keep is None else keep.numpy())
+            self._context = max(self._context, int(self._tokens))
             self._sequences += batch
-            logits = logits.reshape(-1, logits.shape[-1])
+            logits = kept(logits.reshape(-1, logits.shape[-1]))
         self._logits.append(_to_numpy(logits))
+
+    def _capture_mask(self, _module, _args, kwargs):
+        if self._per_token:
+            self._mask = kwargs.get("attention_mask")
 
     def __enter__(self):
         for module in dict.fromkeys([m for _, m, _ in self._routing] + [s[1] for s in self._features.values()]):
             self._handles.append(self._modules[module].register_forward_hook(self._capture(module)))
         self._handles.append(self.model.register_forward_hook(self._on_forward))
+        self._handles.append(self.model.register_forward_pre_hook(self._capture_mask, with_kwargs=True))
         return self
 
     def close(self):
@@ -457,6 +483,13 @@ class RoutingRecorder:
         out = {"logits": np.concatenate(self._logits)}
         n = out["logits"].shape[0]
         labels = np.concatenate(self._labels) if self._labels else np.zeros(0, np.int64)
+        masked = self._per_token and any(k is not None for k in self._keeps)
+        if masked and labels.shape[0] != n:
+            # Labels given as [B, T] per padded batch: the same tokens the attention masks kept.
+            full = sum(len(k) if k is not None else int(c.sum()) for k, c in zip(self._keeps, self._seq_counts))
+            if labels.shape[0] == full:
+                labels = labels[np.concatenate([k if k is not None else np.ones(int(c.sum()), bool)
+                                                for k, c in zip(self._keeps, self._seq_counts)])]
         if labels.shape[0] != n:
             raise ValueError(f"record_routing: {labels.shape[0]} labels were added (add_labels), but the model saw "
                              f"N = {n} examples")
@@ -468,7 +501,7 @@ class RoutingRecorder:
                 if given.shape[0] != self._sequences:
                     raise ValueError(f"record_routing: {given.shape[0]} sequence ids were added (add_clusters), but the "
                                      f"model saw {self._sequences} sequences")
-                clusters = np.repeat(given, self._tokens)
+                clusters = np.repeat(given, np.concatenate(self._seq_counts))
             out["cluster"] = clusters
         if self._routing:
             rows = [np.concatenate(r) for r in self._routing_rows]
@@ -505,8 +538,20 @@ class RoutingRecorder:
             # weights are their softmax, the dense router distribution before any top-k selection).
             meta["routers"] = self._discovered
         if self._per_token:
-            meta.update({"task": "lm", "cluster": "sequence", "context": int(self._tokens), "sequences": self._sequences})
+            meta.update({"task": "lm", "cluster": "sequence", "context": int(self._context), "sequences": self._sequences})
+            if any(k is not None for k in self._keeps):
+                meta["attention_mask"] = "tokens whose attention mask is 0 (padding) are not examples"
         meta.update(self._meta)
+        # transformers' convention: label -100 marks a position with no target (the last token of a document,
+        # whose next token is padding); such positions are not examples.
+        ignored = out["labels"] == -100
+        if ignored.any():
+            keep = ~ignored
+            for key, v in list(out.items()):
+                if isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == n and key not in ("routing_sources",
+                                                                                                 "feature_names"):
+                    out[key] = v[keep]
+            meta["ignored_labels"] = int(ignored.sum())
         out["meta"] = json.dumps(meta)
         return out
 

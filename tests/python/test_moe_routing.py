@@ -114,3 +114,45 @@ def test_probabilities_are_recorded_as_given_and_ambiguity_is_refused():
 def test_a_model_without_routers_is_refused_with_what_to_pass():
     with pytest.raises(ValueError, match="routing='auto' found no router.*pass routing="):
         th.record_routing(torch.nn.Linear(4, 3), None, routing="auto").__enter__()
+
+
+def test_padded_documents_keep_only_their_tokens():
+    """Documents of unequal length in one padded batch (issue 53): tokens whose attention mask is 0 are not
+    examples, label -100 (transformers' "no target": the last token of a document) drops the position, each
+    document is one cluster, and every kept row equals the row of the document run alone."""
+    model = tiny("mixtral")
+    g = torch.Generator().manual_seed(3)
+    docs = [torch.randint(0, 300, (10,), generator=g), torch.randint(0, 300, (6,), generator=g)]
+    ids = torch.zeros(2, 10, dtype=torch.int64)
+    mask = torch.zeros(2, 10, dtype=torch.int64)
+    labels = torch.full((2, 10), -100, dtype=torch.int64)
+    for i, d in enumerate(docs):
+        ids[i, :len(d)] = d
+        mask[i, :len(d)] = 1
+        labels[i, :len(d) - 1] = d[1:]
+    with th.record_routing(model, None, routing="auto", per_token=True) as rec:
+        with torch.no_grad():
+            model(ids, attention_mask=mask)
+        rec.add_labels(labels)
+    a = rec.arrays()
+    assert a["logits"].shape == (9 + 5, 300)
+    assert list(a["cluster"]) == [0] * 9 + [1] * 5
+    assert list(a["labels"]) == docs[0][1:].tolist() + docs[1][1:].tolist()
+    meta = json.loads(str(a["meta"]))
+    assert meta["ignored_labels"] == 2 and "attention_mask" in meta
+    alone = []
+    for d in docs:
+        with th.record_routing(model, None, routing="auto", per_token=True) as one:
+            with torch.no_grad():
+                model(d[None])
+            one.add_labels(torch.zeros(1, len(d), dtype=torch.int64))
+        alone.append(one.arrays())
+    want_routing = np.concatenate([alone[0]["routing"][:9], alone[1]["routing"][:5]])
+    np.testing.assert_allclose(a["routing"], want_routing, atol=1e-5)
+    want_logits = np.concatenate([alone[0]["logits"][:9], alone[1]["logits"][:5]])
+    np.testing.assert_allclose(a["logits"], want_logits, atol=1e-4)
+    # A mask that does not match the logits is refused, naming both shapes.
+    with pytest.raises(ValueError, match="attention mask has shape"):
+        with th.record_routing(model, None, routing="auto", per_token=True) as rec:
+            with torch.no_grad():
+                model(ids, attention_mask=mask[:, :5].contiguous().repeat(1, 2)[:, :9])
