@@ -272,6 +272,11 @@ class RoutingRecorder:
                                  "named_modules() lists them)")
             routing = [(name, _router_output) for name, _ in routers]
             self._discovered = {name: {"experts": count} for name, count in routers}
+            for name, _ in routers:  # the block's k, where it says it (a Linear router emits logits only)
+                parent = modules[resolve(name).rsplit(".", 1)[0]] if "." in resolve(name) else model
+                k = getattr(parent, "top_k", None) or getattr(parent, "num_experts_per_tok", None)
+                if isinstance(k, int) and k > 0:
+                    self._discovered[name]["top_k"] = k
             if softmax is False:
                 softmax = "auto"  # a router's logits or probabilities, told apart per batch (see _routing_point)
         if softmax not in (True, False, "auto"):
@@ -304,6 +309,7 @@ class RoutingRecorder:
         self._pending = {}
         self._logits, self._labels = [], []
         self._routing_rows = [[] for _ in self._routing]
+        self._selected_rows = [[] for _ in self._routing]  # routing="auto": the top-k gate weights used
         self._entropy_rows = [[] for _ in self._routing]
         self._depth_rows = [[] for _ in self._routing]
         self._feature_rows = {name: [] for name in self._features}
@@ -402,9 +408,10 @@ class RoutingRecorder:
                 t = _default_output(t)
             return t
 
-        rows = []
+        rows, selected = [], []
         for name, module, fn in self._routing:
             rows.append(self._routing_point(name, take(module, fn, "routing point", name), batch))
+            selected.append(self._selection(name, pending.get(module), rows[-1][0], batch))
         feats = {}
         for fname, (mname, module, fn) in self._features.items():
             t = _as_tokens(mname, take(module, fn, "feature", fname).detach(), batch, "feature", self._layout_of(mname))
@@ -420,6 +427,8 @@ class RoutingRecorder:
             return t if keep is None else t[keep.to(t.device)]
 
         for p, (mean, ent, mu, var) in enumerate(rows):
+            if selected[p] is not None:
+                self._selected_rows[p].append(_to_numpy(kept(selected[p])))
             self._routing_rows[p].append(_to_numpy(kept(mean)))
             self._entropy_rows[p].append(_to_numpy(kept(ent)))
             self._depth_rows[p].append((_to_numpy(kept(mu)), _to_numpy(kept(var))))
@@ -435,6 +444,33 @@ class RoutingRecorder:
             self._sequences += batch
             logits = kept(logits.reshape(-1, logits.shape[-1]))
         self._logits.append(_to_numpy(logits))
+
+    def _selection(self, name, raw, dense, batch):
+        """routing="auto" only: the experts the model actually used for each row of `dense` ([rows, E]), as
+        their gate weights scattered into [rows, E] (0 for experts not selected). transformers' routers
+        return (logits, top-k weights, top-k indices); a router whose block says its `top_k` (or
+        `num_experts_per_tok`) gets the top-k of the dense distribution, renormalised (Mixtral's rule).
+        None when neither is there (a dense mixture: every expert is used with its dense weight)."""
+        info = self._discovered.get(name)
+        if info is None or "experts" not in info:
+            return None
+        e = dense.shape[-1]
+        if isinstance(raw, (tuple, list)) and len(raw) >= 3 and torch.is_tensor(raw[1]) and torch.is_tensor(raw[2]):
+            weights = _as_tokens(name, raw[1].detach().float(), batch, "top-k weights", self._layout_of(name))
+            index = _as_tokens(name, raw[2].detach(), batch, "top-k indices", self._layout_of(name))
+            out = torch.zeros(weights.shape[0] * weights.shape[1], e)
+            out.scatter_(1, index.reshape(-1, index.shape[-1]).long().cpu(), weights.reshape(-1, weights.shape[-1]).cpu())
+            info.setdefault("selection", f"top-{index.shape[-1]} weights returned by the router")
+        else:
+            k = info.get("top_k")
+            if not k:
+                return None
+            top = torch.topk(dense, k, dim=-1)
+            out = torch.zeros_like(dense).scatter_(1, top.indices, top.values / top.values.sum(dim=-1, keepdim=True))
+            info.setdefault("selection", f"top-{k} of the dense distribution, renormalised (the block's top_k)")
+        if not self._per_token:
+            out = out.reshape(batch, -1, e).mean(dim=1)
+        return out
 
     def _capture_mask(self, _module, _args, kwargs):
         if self._per_token:
@@ -518,6 +554,13 @@ class RoutingRecorder:
                 out["routing_depth_var"] = np.stack([np.concatenate([v for _, v in r]) for r in self._depth_rows],
                                                     axis=1).astype(np.float32)
             out["routing_kind"] = np.array(self._kind)
+            if any(self._selected_rows):
+                # The experts actually used (top-k gate weights, 0 elsewhere), beside the dense distribution
+                # in `routing` that every statistic reads; points without a selection hold their dense rows.
+                sel = np.zeros_like(routing)
+                for p, r in enumerate(self._selected_rows):
+                    sel[:, p, :rows[p].shape[1]] = np.concatenate(r) if r else rows[p]
+                out["routing_selected"] = sel
         columns, names = [], []
         for name, rows in list(self._feature_rows.items()) + list(self._extra.items()):
             v = np.concatenate(rows)
@@ -537,6 +580,9 @@ class RoutingRecorder:
             # routing="auto": each router, its number of experts and what it emitted ("logits": the recorded
             # weights are their softmax, the dense router distribution before any top-k selection).
             meta["routers"] = self._discovered
+            meta["statistics_read"] = ("routing: the dense router distribution (softmax of the router logits), which "
+                                       "every statistic (re, the profile) reads; routing_selected: the experts the "
+                                       "model used with their gate weights, read by no statistic yet")
         if self._per_token:
             meta.update({"task": "lm", "cluster": "sequence", "context": int(self._context), "sequences": self._sequences})
             if any(k is not None for k in self._keeps):

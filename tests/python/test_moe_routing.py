@@ -39,11 +39,24 @@ def test_transformers_routers_are_found_and_recorded_as_the_dense_distribution(k
     assert a["routing"].shape == (30, 2, 4) and list(a["routing_sources"]) == [4, 4]
     meta = json.loads(str(a["meta"]))
     assert meta["routing_points"] == ["model.layers.0.mlp.gate", "model.layers.1.mlp.gate"]
-    assert meta["routers"]["model.layers.0.mlp.gate"] == {"experts": 4, "output": "logits"}
+    router = meta["routers"]["model.layers.0.mlp.gate"]
+    assert router["experts"] == 4 and router["output"] == "logits"
+    assert router["selection"] == "top-2 weights returned by the router"
     for layer in range(2):  # the model's own router logits, [B*T, E] example-major
         ref = torch.softmax(out.router_logits[layer].float(), dim=-1).numpy()
         np.testing.assert_allclose(a["routing"][:, layer, :], ref, atol=1e-6)
     assert list(a["cluster"]) == list(np.repeat(np.arange(3), 10))
+    # The experts the model used: its top-2 of the dense distribution with their gate weights (Mixtral and
+    # OLMoE renormalise them to sum 1 where configured; Qwen2-MoE does not by default), 0 elsewhere.
+    sel = a["routing_selected"]
+    assert sel.shape == a["routing"].shape
+    assert np.all((sel > 0).sum(axis=2) == 2)
+    top2 = np.sort(a["routing"], axis=2)[:, :, -2:]
+    got = np.sort(sel, axis=2)[:, :, -2:]
+    renorm = bool(getattr(model.config, "norm_topk_prob", True))
+    want = top2 / top2.sum(axis=2, keepdims=True) if renorm else top2
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert "routing_selected" in meta["statistics_read"] and "selection" in meta["routers"]["model.layers.0.mlp.gate"]
 
 
 class PlainMoE(torch.nn.Module):
@@ -90,6 +103,7 @@ def test_a_plain_module_moe_with_nested_names_and_logits_or_probabilities():
         want = torch.softmax(model.blocks[0].moe.router(x), -1).detach().numpy()
         np.testing.assert_allclose(a["routing"][:, 0, :3], want, atol=1e-6)
         assert json.loads(str(a["meta"]))["routers"]["blocks.0.moe.router"]["output"] == "logits"
+        assert "routing_selected" not in a  # a dense mixture: every expert is used with its dense weight
 
 
 def test_probabilities_are_recorded_as_given_and_ambiguity_is_refused():
