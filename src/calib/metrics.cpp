@@ -493,8 +493,8 @@ double auroc_sorted(const double* c, const double* a, std::size_t n) {
   return (sum_pos_rank - pos * (pos + 1.0) / 2.0) / (pos * neg);
 }
 
-/// Resamples that smECE's percentile interval uses (relplot's smooth diagram uses 100 for its interval).
-constexpr int kSmeceDraws = 200;
+/// Resamples that smECE's interval uses (relplot's smooth diagram uses 100 for its own).
+constexpr int kSmeceDraws = 100;
 
 enum Metric { kAcc, kEce, kMce, kRmsce, kAda, kDeb, kDebRaw, kSm, kSmSigma, kNll, kBrier, kAuroc, kCount };
 
@@ -506,7 +506,7 @@ struct Tables {
 // Every top-label metric, NLL and Brier in one pass over the sorted data with multiplicities w
 // (nullptr = all 1; otherwise any counts, e.g. a cluster bootstrap's): equal-width and equal-mass bin sums, AUROC over tied runs,
 // the M = 200 smECE grid; then the O(B) summaries and the smECE bisection.
-void evaluate(const Sorted& p, const std::uint32_t* w, double* out, Tables* tables) {
+void evaluate(const Sorted& p, const std::uint32_t* w, double* out, Tables* tables, bool with_smooth = false) {
   const std::size_t n = p.n, B = static_cast<std::size_t>(p.bins);
   std::uint64_t total = n;
   if (w) total = std::accumulate(w, w + n, std::uint64_t{0});
@@ -554,15 +554,18 @@ void evaluate(const Sorted& p, const std::uint32_t* w, double* out, Tables* tabl
     brier += wj * p.brier[j];
     run_p += wj * aj;
     run_n += wj * (1.0 - aj);
-    if (!w) grid_add(cj, wj * (cj - aj) / dtotal, scale, 200, v.data());
+    if (!w || with_smooth) grid_add(cj, wj * (cj - aj) / dtotal, scale, 200, v.data());
   }
   sum_pos_rank += run_p * (rank_a + (run_p + run_n + 1.0) / 2.0);
   pos += run_p;
   neg += run_n;
   const Binned eqw = summarise_bins(wc, ws, wa, B, dtotal);
   const Binned eqm = summarise_bins(mc, ms, ma, B, dtotal);
-  // smECE has no interval (method.md §4), so resamples skip it (the costliest metric at small sigma).
-  const SmoothEce sm = w ? SmoothEce{kNaN, kNaN} : smooth_search(p.c.data(), p.a.data(), w, n, dtotal, v);
+  // smECE, the costliest metric at small sigma, in resamples only where asked (its interval's first
+  // kSmeceDraws), with kernel terms past 8 sigma (< 1e-14 of the peak) left out there.
+  const SmoothEce sm = !w ? smooth_search(p.c.data(), p.a.data(), w, n, dtotal, v)
+                          : with_smooth ? smooth_search(p.c.data(), p.a.data(), w, n, dtotal, v, 8.0)
+                                        : SmoothEce{kNaN, kNaN};
   out[kAcc] = acc / dtotal;
   out[kEce] = eqw.ece;
   out[kMce] = eqw.mce;
@@ -813,10 +816,7 @@ CalibrationReport calibration_report(Span<double> probs, std::size_t n, std::siz
         bootstrap_counts(n, opt.seed, static_cast<std::uint64_t>(b), w);
       }
       double v[kCount];
-      evaluate(p, w.data(), v, nullptr);
-      // smECE (with its bandwidth search, the costliest metric at small sigma) on the first
-      // kSmeceDraws resamples only; kernel terms past 8 sigma (< 1e-14 of the peak) left out there.
-      if (b < kSmeceDraws) v[kSm] = smooth_sorted(p.c.data(), p.a.data(), w.data(), n, 8.0).value;
+      evaluate(p, w.data(), v, nullptr, b < kSmeceDraws);  // smECE (sigma* searched again) on the first kSmeceDraws
       for (int m = 0; m < kCount; ++m) draws[static_cast<std::size_t>(m)].push_back(v[m]);
     }
   }

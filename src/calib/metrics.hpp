@@ -83,7 +83,8 @@ struct Estimate {
   double value = 0.0;  ///< the plug-in value (netcal's, torchmetrics' and relplot's convention)
   /// 95 % interval for the population value (NaN bounds when not computed or not defined: MCE and
   /// smECE's bandwidth get none). smECE: basic bootstrap (2 smECE - the percentiles, clipped at 0;
-  /// relplot's) over the first 200 resamples (sigma* searched again in each). Accuracy, NLL, Brier, AUROC: percentile bootstrap (accuracy: the
+  /// relplot's) over the first 100 resamples (sigma* searched again in each); it undercovers the
+  /// population smECE (method.md §4), and the report says so. Accuracy, NLL, Brier, AUROC: percentile bootstrap (accuracy: the
   /// exact Clopper-Pearson interval where the bootstrap degenerates, all right or all wrong; at N = 1
   /// accuracy's is the only interval). ECE, RMSCE,
   /// AdaECE, classwise ECE, debiased L2: inversion of the consistency test along the scaled-gap family
@@ -146,7 +147,7 @@ struct CalibrationReport {
 /// resamples: whole examples (rows), with replacement. Resample b is percentile_bootstrap's resample b
 /// over confidence-sorted positions (stats/bootstrap_counts, Rng(derive_seed(seed, b))), held as
 /// multiplicities, so every top-label metric, NLL and Brier of resample b comes from one O(N) weighted
-/// pass with no re-sorting (smECE's bandwidth search runs on the first 200 resamples only). The calibration
+/// pass with no re-sorting (smECE's bandwidth search runs on the first 100 resamples only). The calibration
 /// errors' intervals cost O(cells) per label redraw (calib/consistency.hpp). The matrix scan runs on std::thread::hardware_concurrency() threads when N x K >= 2^22
 /// (fixed chunks of 2^15 rows whose classwise sums are added in chunk order, so the result is the same
 /// for any thread count); the rest is single-threaded. Throws InputError on invalid input or options.

@@ -39,15 +39,15 @@ nlohmann::json calibration_report_json(const CalibrationReport& r) {
   j["intervals"] = r.clusters > 0
       ? "cluster bootstrap (whole clusters resampled with replacement, method.md section 6.8): percentile "
         "intervals for accuracy, nll, brier, auroc, ece, rmsce, ada_ece and debiased_ece (the errors' intervals "
-        "lie around their upward-biased plug-in values); smece: the basic bootstrap over the first 200 resamples; classwise_ece, mce "
+        "lie around their upward-biased plug-in values); smece: relplot's basic bootstrap over the first 100 resamples (not coverage-validated); classwise_ece, mce "
         "and smece_sigma: none; no "
         "consistency test (its label redraws assume independent examples)"
       : "accuracy, nll, brier, auroc: percentile bootstrap; ece, rmsce, ada_ece, classwise_ece, debiased_ece: "
       "inversion of the consistency test along the scaled-gap family (labels ~ Bern(p + lambda d), lower end "
       "from the noise-shrunk gaps and 0 when the consistency test does not reject at 2.5 %, upper end from the "
       "raw gaps; the interval is for the population value and may lie below the upward-biased plug-in value; "
-      "bias_corrected is the median-unbiased member); smece: basic bootstrap (2 smece - the percentiles, clipped at 0) "
-      "over the first 200 resamples (sigma* searched in each); mce and smece_sigma: none (method.md section 4)";
+      "bias_corrected is the median-unbiased member); smece: relplot's basic bootstrap (2 smece - the percentiles, clipped at 0) "
+      "over the first 100 resamples (sigma* searched in each), not coverage-validated (method.md section 4); mce and smece_sigma: none (method.md section 4)";
   j["consistency"] = {{"draws", r.consistency_draws},
                       {"p_top_label", value_json(r.consistency_p)},
                       {"p_classwise", value_json(r.classwise_consistency_p)},

@@ -83,7 +83,7 @@ std::string provenance(const Context& c, const CalibrationReport& m) {
 }
 
 SmoothPanel smooth_panel(const std::string& title, const CalibrationReport& m) {
-  return SmoothPanel{fmt::format("{} (smECE {}, 95 % CI {})", title, f4(m.smece.value), ci(m.smece.ci)), m.smooth.t,
+  return SmoothPanel{fmt::format("{} (smECE {}, relplot's interval {})", title, f4(m.smece.value), ci(m.smece.ci)), m.smooth.t,
                      m.smooth.accuracy, m.smooth.low, m.smooth.high, m.smooth.density};
 }
 
@@ -128,7 +128,8 @@ Section metrics_section(Context& c) {
   s.tab(t, "Every metric of docs/method.md §4. The value is the plug-in one, the number netcal, torchmetrics and "
            "relplot report. For the calibration errors it is biased upward by sampling noise: the bias-corrected "
            "column is the median-unbiased estimate, and the interval is for the population value (its lower end "
-           "is 0 when calibration is not rejected), so the plug-in value may lie above it.");
+           "is 0 when calibration is not rejected), so the plug-in value may lie above it. smECE's interval is "
+           "relplot's bootstrap interval, not a validated one (it undercovers: docs/method.md §4).");
   c.csv.push_back({"metrics.csv", t});
   reliability_figure(c.figures, "reliability", "Reliability: " + file_label(d.file),
                      {RelPanel{fmt::format("top label (n = {})", m.n), {reliability_series("accuracy per bin", m.reliability)}}},
@@ -180,7 +181,8 @@ Section calibrate_section(Context& c) {
   }
   s.tab(t, "Every metric of docs/method.md §4 on the calibrated data, before and after: the plug-in value (what other "
            "libraries report), for calibration errors the median-unbiased estimate, and each column's own interval "
-           "(not an interval of the difference).");
+           "(not an interval of the difference; smECE's is relplot's bootstrap interval, not a validated one: "
+           "docs/method.md §4).");
   c.csv.push_back({"calibration.csv", t});
   reliability_figure(c.figures, "reliability", "Before and after " + d.method + " scaling",
                      {RelPanel{fmt::format("before (n = {})", b.n), {reliability_series("before", b.reliability)}},

@@ -63,6 +63,7 @@ Population population(double temperature) {
     }
   }
   p.value["classwise_ece"] = expected_calibration_error(s, t, 15);
+  p.value["smece"] = smooth_calibration_error(c, q).value;  // the population's sigma* and smECE
   double acc = 0, nll = 0, brier = 0;
   for (std::size_t j = 0; j < M; ++j) {
     const double o = (1 - c[j]) / (K - 1);
@@ -117,6 +118,7 @@ TEST_P(MetricCoverage, EveryIntervalCoversThePopulationValue) {
   const std::size_t datasets = 200, n = 2000;
   const auto band = binomial_band_99(datasets, 0.95);
   std::map<std::string, std::size_t> covered, excludes_point;
+  std::size_t smece_covered = 0;
   std::vector<double> probs;
   std::vector<std::int64_t> labels;
   // 200 bootstrap resamples and label redraws in the default suite (the intervals' Monte-Carlo error
@@ -140,9 +142,13 @@ TEST_P(MetricCoverage, EveryIntervalCoversThePopulationValue) {
       covered[name] += e->ci.low <= truth && truth <= e->ci.high;
       excludes_point[name] += e->value < e->ci.low || e->value > e->ci.high;
     }
-    EXPECT_TRUE(std::isnan(r.mce.ci.low));    // a maximum gets no interval
-    EXPECT_TRUE(std::isnan(r.smece.ci.low));  // nor smECE (method.md §4)
+    EXPECT_TRUE(std::isnan(r.mce.ci.low));  // a maximum gets no interval
+    // smECE's interval (relplot's basic bootstrap, method.md §4): measured and printed, not asserted —
+    // docs/method.md gives its coverage per regime.
+    smece_covered += r.smece.ci.low <= pop.value.at("smece") && pop.value.at("smece") <= r.smece.ci.high;
   }
+  std::printf("[ coverage T=%.2f ] %-14s population %.5f: covered %zu / %zu (band [%zu, %zu]; reported, not asserted)\n",
+              temperature, "smece", pop.value.at("smece"), smece_covered, datasets, band.first, band.second);
   for (const auto& [name, count] : covered) {
     std::printf("[ coverage T=%.2f ] %-14s population %.5f: covered %zu / %zu (band [%zu, %zu]); plug-in outside %zu\n",
                 temperature, name.c_str(), pop.value.at(name), count, datasets, band.first, band.second,

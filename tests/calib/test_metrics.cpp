@@ -223,7 +223,7 @@ TEST(Metrics, ReportBootstrapIsSeededAndBracketsEstimates) {
     EXPECT_GT(e->ci.low, 0.0);
   }
   EXPECT_LT(a.consistency_p, 0.01);
-  // smECE: the basic bootstrap over the first 200 resamples (method.md §4): 2 smECE minus the
+  // smECE: the basic bootstrap over the first 100 resamples (method.md §4): 2 smECE minus the
   // resamples' percentiles, so it lies below where the upward-biased resamples fall; MCE: none.
   EXPECT_LE(a.smece.ci.low, a.smece.value);
   EXPECT_LT(a.smece.ci.low, a.smece.ci.high);
