@@ -199,7 +199,9 @@ Section summary_section(Context& c) {
 
 Section training_section(Context& c) {
   const auto& st = c.doc.study;
-  Section s{"Training runs: AttnRes and the standard twin", {}};
+  // The heading names the standard twin only when the study trained one.
+  const bool twin = std::any_of(st.runs.begin(), st.runs.end(), [](const auto& r) { return r.residual == "standard"; });
+  Section s{twin ? "Training runs: AttnRes and the standard twin" : "Training runs", {}};
   // Token traces (a language model's: clusters) have no median-unbiased ECE (the cluster bootstrap
   // gives the intervals), and their NLL is per next byte, so bits per byte is shown beside it.
   const bool tokens = std::any_of(st.runs.begin(), st.runs.end(), [](const auto& r) { return r.metrics.clusters > 0; });
