@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <unordered_map>
+#include <utility>
 
 #include "audit/audit.hpp"
 #include "core/check.hpp"
@@ -103,6 +104,22 @@ RowColumns row_columns(const AuditRunInput& r) {
   return c;
 }
 
+/// Rows gathered for near_copy_pairs: the distinct rows (rep[i] == i) of one or more runs, each with
+/// its key (label, and cluster where copies count only inside one) and its row index in its run.
+struct RowSet {
+  std::vector<const double*> rows;
+  std::vector<std::pair<std::int64_t, std::int64_t>> key;
+  std::vector<std::size_t> origin;
+  void add(const AuditRunInput& r, const RowColumns& c, const std::vector<std::size_t>& rep, bool use_cluster) {
+    for (std::size_t i = 0; i < c.n; ++i)
+      if (rep[i] == i) {
+        rows.push_back(c.row(i));
+        key.emplace_back(r.labels[i], use_cluster && !r.cluster.empty() ? r.cluster[i] : 0);
+        origin.push_back(i);
+      }
+  }
+};
+
 bool near_value(double x, double y, double scale) {
   if (x == y) return true;
   if (!std::isfinite(x) || !std::isfinite(y)) return false;
@@ -115,8 +132,9 @@ bool near_value(double x, double y, double scale) {
 /// near pair's z differ by at most W = τ Σ |w_j| (1 + max|x_j| / sd_j), so only rows that close are
 /// compared.
 template <class Found>
-void near_copy_pairs(const std::vector<const double*>& rows, std::size_t d, const std::vector<std::uint64_t>& key,
-                     Found found) {
+void near_copy_pairs(const RowSet& set, std::size_t d, Found found) {
+  const auto& rows = set.rows;
+  const auto& key = set.key;
   const std::size_t m = rows.size();
   if (m < 2) return;
   std::vector<double> mean(d, 0.0), sd(d, 0.0), top(d, 0.0);
@@ -172,27 +190,15 @@ std::size_t shared_rows(const AuditRunInput& a, const AuditRunInput& b) {
   if (ca.d != cb.d || a.classes != b.classes) return 0;
   const auto ra = exact_representatives(a, false), rb = exact_representatives(b, false);
   const bool a_small = a.confidence.size() <= b.confidence.size();
-  std::vector<const double*> rows;
-  std::vector<std::uint64_t> key;
-  std::vector<std::size_t> origin;  // row of its run; runs told apart by position
-  for (std::size_t i = 0; i < ca.n; ++i)
-    if (ra[i] == i) {
-      rows.push_back(ca.row(i));
-      key.push_back(static_cast<std::uint64_t>(a.labels[i]));
-      origin.push_back(i);
-    }
-  const std::size_t first_b = rows.size();
-  for (std::size_t i = 0; i < cb.n; ++i)
-    if (rb[i] == i) {
-      rows.push_back(cb.row(i));
-      key.push_back(static_cast<std::uint64_t>(b.labels[i]));
-      origin.push_back(i);
-    }
+  RowSet set;  // a's distinct rows, then b's: runs told apart by position
+  set.add(a, ca, ra, false);
+  const std::size_t first_b = set.rows.size();
+  set.add(b, cb, rb, false);
   std::vector<std::uint8_t> matched(a_small ? ca.n : cb.n, 0);  // representatives of the smaller run
-  near_copy_pairs(rows, ca.d, key, [&](std::size_t x, std::size_t y) {
+  near_copy_pairs(set, ca.d, [&](std::size_t x, std::size_t y) {
     if ((x < first_b) == (y < first_b)) return;  // both of one run: not an overlap
     const std::size_t small = a_small ? x : y;   // x < first_b <= y
-    matched[origin[small]] = 1;
+    matched[set.origin[small]] = 1;
   });
   const auto& rep = a_small ? ra : rb;
   std::size_t shared = 0;
@@ -307,26 +313,12 @@ IntegrityResult check_integrity(std::vector<AuditRunInput>& runs, bool drop_dupl
     if (r.labels.size() == n) {
       const auto rep = exact_representatives(r, true);
       const auto cols = row_columns(r);
-      std::vector<const double*> rows;
-      std::vector<std::uint64_t> key;
-      std::vector<std::size_t> origin;
-      for (std::size_t i = 0; i < n; ++i)
-        if (rep[i] == i) {
-          rows.push_back(cols.row(i));
-          std::uint64_t k = fnv1a64(&r.labels[i], sizeof(std::int64_t));
-          if (!r.cluster.empty()) k = fnv1a64(&r.cluster[i], sizeof(std::int64_t), k);
-          key.push_back(k);
-          origin.push_back(i);
-        } else {
-          ++ri.duplicate_rows;
-        }
+      RowSet set;
+      set.add(r, cols, rep, true);
+      ri.duplicate_rows = n - set.rows.size();
       std::vector<std::uint8_t> near(n, 0);
-      near_copy_pairs(rows, cols.d, key, [&](std::size_t x, std::size_t y) {
-        // Equal keys are equal (label, cluster) with overwhelming probability; check to be sure.
-        const std::size_t i = origin[x], j = origin[y];
-        if (r.labels[i] != r.labels[j] || (!r.cluster.empty() && r.cluster[i] != r.cluster[j])) return;
-        near[std::max(i, j)] = 1;
-      });
+      near_copy_pairs(set, cols.d,
+                      [&](std::size_t x, std::size_t y) { near[std::max(set.origin[x], set.origin[y])] = 1; });
       std::vector<std::size_t> keep;
       keep.reserve(n);
       for (std::size_t i = 0; i < n; ++i) {

@@ -575,7 +575,7 @@ RunProbeResult run_probes(const AuditRunInput& run, std::size_t r, const ProbeAu
     fit.parameters = refits[0].parameters[k];
     if (std::find_if(kProbeNames.begin(), kProbeNames.end(), [&](const char* p) { return fit.name == p; }) ==
         kProbeNames.end())
-      continue;  // the base (full_logit_base): its corrections carry it
+      continue;  // a base (confidence_base, full_logit_base): its corrections carry it
     if (fit.name == "linear") {
       fit.inputs = 1;
     } else {

@@ -464,12 +464,12 @@ SmoothEce smooth_search(const double* f, const double* y, const std::uint32_t* w
   return {smooth_on_grid(v, sigma, reach), sigma};
 }
 
-SmoothEce smooth_sorted(const double* f, const double* y, const std::uint32_t* w, std::size_t n, double reach = 39.0) {
+SmoothEce smooth_sorted(const double* f, const double* y, const std::uint32_t* w, std::size_t n) {
   double total = 0;
   for (std::size_t i = 0; i < n; ++i) total += w ? static_cast<double>(w[i]) : 1.0;
   std::vector<double> v;
   round_to_grid(f, y, w, n, total, 200, v);  // relplot's smECE_mesh_pts
-  return smooth_search(f, y, w, n, total, v, reach);
+  return smooth_search(f, y, w, n, total, v);
 }
 
 double auroc_sorted(const double* c, const double* a, std::size_t n) {
