@@ -76,6 +76,8 @@ Mode check_mode(const CalibrateConfig& c) {
 
 arcal::Predictions trace_predictions(const arcal::Trace& t) {
   const std::string ctx = "calibrate: " + t.path;
+  // A post-hoc calibrator maps the whole output vector; the top-k form has only its head.
+  if (t.topk > 0) (void)arcal::trace_probabilities(t, "calibrate: fitting or applying a calibrator");
   return t.logits.empty() ? arcal::predictions_from_probs(t.probs, t.n, t.classes, ctx)
                           : arcal::predictions_from_logits(t.logits, t.n, t.classes, ctx);
 }

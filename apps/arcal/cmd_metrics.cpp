@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "calib/metrics.hpp"
+#include "calib/trace_metrics.hpp"
 #include "calib/report_json.hpp"
 #include "command.hpp"
 #include "flag_checks.hpp"
@@ -54,7 +55,7 @@ int run_metrics(const MetricsConfig& cfg) {
   opt.seed = cfg.seed;
   opt.cluster = trace.cluster;  // a token trace: the bootstrap resamples whole sequences
   if (!cfg.figures.empty()) arcal::check_output_dir("--figures", cfg.figures, "arcal metrics", cfg.force, "--force");
-  const auto r = arcal::calibration_report(arcal::trace_probabilities(trace), trace.n, trace.classes, trace.labels, opt);
+  const auto r = arcal::trace_calibration_report(trace, opt);
   const std::vector<std::string> drawn = cfg.figures.empty() ? std::vector<std::string>{} : draw_reliability(r, cfg);
   const std::vector<std::pair<const char*, const arcal::Estimate*>> rows = {
       {"accuracy", &r.accuracy}, {"ece", &r.ece},     {"mce", &r.mce},
@@ -64,6 +65,7 @@ int run_metrics(const MetricsConfig& cfg) {
   if (cfg.json) {
     nlohmann::json j = arcal::calibration_report_json(r);
     j["file"] = cfg.input;
+    if (trace.topk > 0) j["outputs"] = arcal::trace_output_form(trace) + ": classwise_ece needs every class and is null";
     std::cout << j.dump(2) << "\n";
     for (const auto& f : drawn) std::cerr << "wrote " << f << "\n";
     return 0;
@@ -72,6 +74,9 @@ int run_metrics(const MetricsConfig& cfg) {
       "arcal metrics: {}\n  n = {}, classes = {}, bins = {}, bootstrap = {}{}, label redraws = {}, seed = {}\n\n", cfg.input,
       r.n, r.classes, r.bins, r.draws, r.clusters > 0 ? fmt::format(" (whole clusters: {})", r.clusters) : "",
       r.consistency_draws, r.seed);
+  if (trace.topk > 0)
+    std::cout << "  outputs: " << arcal::trace_output_form(trace)
+              << "; classwise_ece needs every class's probability and is not computed (nan)\n\n";
   // The value first is the plug-in one, the number netcal, torchmetrics and relplot report; for the
   // calibration errors the bias-corrected (median-unbiased) estimate and the interval follow, labelled.
   std::cout << fmt::format("  {:<14} {:>10}   {:>14}   {:>21}\n", "metric", "plug-in", "bias-corrected", "95% interval");

@@ -34,6 +34,7 @@
 #include <utility>
 
 #include "calib/metrics.hpp"
+#include "calib/trace_metrics.hpp"
 #include "calib/report_json.hpp"
 #include "audit/audit.hpp"
 #include "audit/run_input.hpp"
@@ -512,7 +513,7 @@ int run_study(const RunOptions& o) {
       row.trace = "runs/" + r.dir_name() + "/" + st.split + ".npz";
       row.config_hash = r.hash;
       ro.cluster = trace.cluster;  // token traces: the bootstrap resamples whole sequences
-      row.metrics = arcal::calibration_report(arcal::trace_probabilities(trace), trace.n, trace.classes, trace.labels, ro);
+      row.metrics = arcal::trace_calibration_report(trace, ro);
       try {  // a damaged summary.json only loses these two numbers
         const auto summary =
             nlohmann::json::parse(arcal::read_file(rd + "/summary.json")).get<arcal::TrainSummary>();

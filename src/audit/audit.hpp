@@ -7,12 +7,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "audit/condcal.hpp"
+#include "audit/experts.hpp"
 #include "audit/diagnostic.hpp"
 #include "audit/integrity.hpp"
 #include "audit/probe_compare.hpp"
@@ -44,8 +46,27 @@ struct AuditRunInput {
   /// (argmax, lowest index on ties).
   std::vector<std::string> profile_names;  ///< [P]
   std::vector<double> profile;             ///< [n, P]
-  std::vector<double> log_probs;           ///< [n, K]
+  std::vector<double> log_probs;           ///< [n, K]; empty in the reduced form
   std::vector<std::int64_t> predicted;     ///< [n]
+  /// The reduced output form (issue 53; run_input.hpp kAuditFullOutputClasses): a vocabulary of
+  /// `vocabulary` classes is read as `classes` groups (the most-predicted classes one each, the rest
+  /// pooled; labels and predicted are then group indices, group_classes[g] the class of group g, -1 for
+  /// the pool) and, instead of log_probs, the largest log-probabilities sorted descending with the log of
+  /// the remaining mass last, [n, sorted_width]. Empty / 0 in the full form.
+  std::size_t vocabulary = 0;
+  std::vector<std::int64_t> group_classes;
+  std::vector<double> sorted_log_probs;
+  std::size_t sorted_width = 0;
+  /// What "the outputs" are to the probes and the exact null, in words (the report and results.json).
+  std::string outputs;
+  /// Mixture-of-experts traces (routing_kind "unordered"): the expert view (audit/experts.hpp), made from
+  /// the whole trace by make_audit_run_input; only the run summary reads it.
+  std::shared_ptr<const ExpertView> experts;
+  /// The output row the integrity checks compare: log_probs (width classes) or sorted_log_probs.
+  std::size_t output_width() const { return log_probs.empty() ? sorted_width : classes; }
+  const double* output_row(std::size_t i) const {
+    return log_probs.empty() ? sorted_log_probs.data() + i * sorted_width : log_probs.data() + i * classes;
+  }
   /// Mean over examples of the token-mean routing weights, row-major [routing_points,
   /// routing_max_sources] (empty for traces without routing); only the run summaries read it.
   std::size_t routing_points = 0, routing_max_sources = 0;

@@ -132,11 +132,11 @@ std::vector<double> matching_space(const AuditRunInput& run, const ProbeDesign& 
   for (std::size_t c = 0; c < d.sources.size(); ++c)
     if (d.sources[c].profile >= 0 && d.sources[c].rows == 0) profile_cols.push_back(c);
   const std::size_t P = profile_cols.size();
-  // The regressions read the sorted log-probabilities (the last K of the full-logit probe's columns):
+  // The regressions read the sorted log-probabilities (the last sorted_width of the full-logit probe's columns):
   // compact and permutation-invariant, while the groups themselves are formed inside each predicted
   // class. Reading all 4K + 1 columns instead fitted the balancing score so much worse from ~1,000
   // examples that 12/12 misspecified-outputs null runs rejected (6/20 with the compact inputs).
-  const std::vector<std::size_t> output_cols(it->cols.end() - long(run.classes), it->cols.end());
+  const std::vector<std::size_t> output_cols(it->cols.end() - long(d.sorted_width), it->cols.end());
   const std::size_t K = output_cols.size();
   std::vector<std::vector<double>> target(P, std::vector<double>(n));
   for (std::size_t j = 0; j < P; ++j) {

@@ -29,7 +29,7 @@ struct RowView {
   std::uint64_t hash_without_cluster(std::size_t i) const {
     std::uint64_t h = fnv1a64(&r.labels[i], sizeof(std::int64_t));
     h = fnv1a64(&r.confidence[i], sizeof(double), h);
-    if (!r.log_probs.empty()) h = fnv1a64(&r.log_probs[i * K], K * sizeof(double), h);
+    if (K > 0) h = fnv1a64(r.output_row(i), K * sizeof(double), h);
     if (P > 0 && !r.profile.empty()) h = fnv1a64(&r.profile[i * P], P * sizeof(double), h);
     for (const auto& s : r.statistics) h = fnv1a64(&s[i], sizeof(double), h);
     return h;
@@ -40,8 +40,7 @@ struct RowView {
   }
   bool equal_without_cluster(std::size_t a, std::size_t b) const {
     if (r.labels[a] != r.labels[b] || r.confidence[a] != r.confidence[b]) return false;
-    if (!r.log_probs.empty() && !std::equal(&r.log_probs[a * K], &r.log_probs[a * K] + K, &r.log_probs[b * K]))
-      return false;
+    if (K > 0 && !std::equal(r.output_row(a), r.output_row(a) + K, r.output_row(b))) return false;
     if (P > 0 && !r.profile.empty() && !std::equal(&r.profile[a * P], &r.profile[a * P] + P, &r.profile[b * P]))
       return false;
     for (const auto& s : r.statistics)
@@ -55,6 +54,7 @@ std::uint64_t run_hash(const AuditRunInput& r) {
   std::uint64_t h = fnv1a64(r.labels.data(), r.labels.size() * sizeof(std::int64_t));
   h = fnv1a64(r.confidence.data(), r.confidence.size() * sizeof(double), h);
   h = fnv1a64(r.log_probs.data(), r.log_probs.size() * sizeof(double), h);
+  h = fnv1a64(r.sorted_log_probs.data(), r.sorted_log_probs.size() * sizeof(double), h);
   return fnv1a64(r.profile.data(), r.profile.size() * sizeof(double), h);
 }
 
@@ -62,7 +62,7 @@ std::uint64_t run_hash(const AuditRunInput& r) {
 /// `use_cluster` rows of different clusters never count as equal.
 std::vector<std::size_t> exact_representatives(const AuditRunInput& r, bool use_cluster) {
   const std::size_t n = r.confidence.size();
-  const RowView view{r, r.classes, r.profile_names.size()};
+  const RowView view{r, r.confidence.empty() ? 0 : r.output_width(), r.profile_names.size()};
   std::unordered_multimap<std::uint64_t, std::size_t> seen;
   seen.reserve(n);
   std::vector<std::size_t> rep(n);
@@ -90,14 +90,15 @@ struct RowColumns {
 RowColumns row_columns(const AuditRunInput& r) {
   RowColumns c;
   c.n = r.confidence.size();
-  const std::size_t K = r.log_probs.size() == c.n * r.classes ? r.classes : 0;
+  const std::size_t K = c.n > 0 && (r.log_probs.size() == c.n * r.classes || r.sorted_log_probs.size() == c.n * r.sorted_width)
+                            ? r.output_width() : 0;
   const std::size_t P = r.profile.size() == c.n * r.profile_names.size() ? r.profile_names.size() : 0;
   c.d = 1 + K + P + r.statistics.size();
   c.x.resize(c.n * c.d);
   for (std::size_t i = 0; i < c.n; ++i) {
     double* out = c.x.data() + i * c.d;
     *out++ = r.confidence[i];
-    out = std::copy_n(r.log_probs.data() + i * K, K, out);
+    if (K > 0) out = std::copy_n(r.output_row(i), K, out);
     out = std::copy_n(r.profile.data() + i * P, P, out);
     for (const auto& s : r.statistics) *out++ = s.size() == c.n ? s[i] : 0.0;
   }
@@ -207,7 +208,7 @@ std::size_t shared_rows(const AuditRunInput& a, const AuditRunInput& b) {
 }
 
 bool same_run(const AuditRunInput& a, const AuditRunInput& b) {
-  return a.labels == b.labels && a.confidence == b.confidence && a.log_probs == b.log_probs && a.profile == b.profile &&
+  return a.labels == b.labels && a.confidence == b.confidence && a.log_probs == b.log_probs && a.sorted_log_probs == b.sorted_log_probs && a.profile == b.profile &&
          a.statistics == b.statistics;
 }
 
@@ -242,6 +243,7 @@ void drop_rows(AuditRunInput& r, const std::vector<std::size_t>& keep) {
   keep_rows(r.labels, keep, 1);
   keep_rows(r.predicted, keep, 1);
   keep_rows(r.log_probs, keep, K);
+  keep_rows(r.sorted_log_probs, keep, r.sorted_width);
   if (P > 0) keep_rows(r.profile, keep, P);
   for (auto& s : r.statistics) keep_rows(s, keep, 1);
   keep_rows(r.cluster, keep, 1);

@@ -72,9 +72,22 @@ void validate_run(const AuditRunInput& run, std::size_t r, const ProbeAuditOptio
   if (run.profile.size() != n * p)
     throw_input(fn, where + "profile has " + std::to_string(run.profile.size()) + " values, but must have n x P = " +
                         std::to_string(n * p));
-  if (run.classes < 2 || run.log_probs.size() != n * run.classes)
+  if (run.classes < 2) throw_input(fn, where + "classes is " + std::to_string(run.classes) + ", but must be >= 2");
+  if (run.log_probs.empty()) {  // the reduced form: the sorted head of each row and the rest's mass
+    if (run.sorted_width < 2 || run.sorted_log_probs.size() != n * run.sorted_width)
+      throw_input(fn, where + "sorted_log_probs has " + std::to_string(run.sorted_log_probs.size()) +
+                          " values, but must have n x sorted_width = " + std::to_string(n * run.sorted_width) +
+                          " (sorted_width >= 2)");
+    for (std::size_t i = 0; i < run.sorted_log_probs.size(); ++i) {
+      check_finite(fn, "sorted_log_probs", i, run.sorted_log_probs[i]);
+      if (run.sorted_log_probs[i] > 1e-9)
+        throw_input(fn, where + "sorted_log_probs[" + std::to_string(i) + "] is " + std::to_string(run.sorted_log_probs[i]) +
+                            ", but a log-probability must be <= 0");
+    }
+  } else if (run.log_probs.size() != n * run.classes) {
     throw_input(fn, where + "log_probs has " + std::to_string(run.log_probs.size()) +
                         " values, but must have n x classes = " + std::to_string(n * run.classes));
+  }
   if (run.predicted.size() != n)
     throw_input(fn, where + "predicted has " + std::to_string(run.predicted.size()) + " values, but must have " +
                         std::to_string(n));
@@ -136,7 +149,14 @@ ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t r, const Pro
   // round to 1 (float32 softmax) keep their order; clipped to ±40.
   auto& cols = d.columns;
   std::vector<double> logit_c(n);
-  for (std::size_t i = 0; i < n; ++i) {
+  const bool reduced = run.log_probs.empty();
+  const std::size_t R = reduced ? run.sorted_width : K;  // width of the sorted copy
+  for (std::size_t i = 0; reduced && i < n; ++i) {
+    // log p_max - log(1 - p_max): the rest's mass is everything but the top class
+    const double l0 = run.sorted_log_probs[i * R];
+    logit_c[i] = std::clamp(l0 - std::log(std::max(-std::expm1(l0), 1e-300)), -40.0, 40.0);
+  }
+  for (std::size_t i = 0; !reduced && i < n; ++i) {
     const double* lp = &run.log_probs[i * K];
     const auto top = std::size_t(run.predicted[i]);
     double m = -std::numeric_limits<double>::infinity();
@@ -164,8 +184,12 @@ ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t r, const Pro
   for (std::size_t j = 0; j < P; ++j) cols.push_back(column(run.profile, n, P, j));   // 2 .. 2+P
   for (auto& c : onehot) cols.push_back(std::move(c));                                 // 2+P .. 2+P+K
   for (auto& c : slope) cols.push_back(std::move(c));                                  // .. 2+P+2K
-  for (std::size_t k = 0; k < K; ++k) cols.push_back(column(run.log_probs, n, K, k));  // .. 2+P+3K
-  {
+  if (reduced) {
+    // The reduced form (issue 53): no class-ordered copy (a vocabulary's classes one column each would
+    // be K columns); the sorted head with the rest's log-mass, R columns.  .. 2+P+2K+R
+    for (std::size_t k = 0; k < R; ++k) cols.push_back(column(run.sorted_log_probs, n, R, k));
+  } else {
+    for (std::size_t k = 0; k < K; ++k) cols.push_back(column(run.log_probs, n, K, k));  // .. 2+P+3K
     std::vector<double> sorted(n * K);
     for (std::size_t i = 0; i < n; ++i) {
       std::copy(&run.log_probs[i * K], &run.log_probs[i * K] + K, &sorted[i * K]);
@@ -173,6 +197,7 @@ ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t r, const Pro
     }
     for (std::size_t k = 0; k < K; ++k) cols.push_back(column(sorted, n, K, k));  // .. 2+P+4K
   }
+  d.sorted_width = R;
   // Shuffled profiles: rows permuted together, over the whole run (as AR-CondCal's shuffled control).
   std::vector<std::size_t> perm_global(n);
   std::iota(perm_global.begin(), perm_global.end(), std::size_t{0});
@@ -192,7 +217,7 @@ ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t r, const Pro
   }
   for (std::size_t j = 0; j < P; ++j) cols.push_back(pick(cols[2 + j], perm_global));  // 2+P+K ..
   for (std::size_t j = 0; j < P; ++j) cols.push_back(pick(cols[2 + j], perm_bins));    // 2+2P+K ..
-  const std::size_t Q = 4 * K;  // output columns
+  const std::size_t Q = reduced ? 2 * K + R : 4 * K;  // output columns
   d.sources.assign(cols.size(), {});
   for (std::size_t j = 0; j < P; ++j) {
     d.sources[2 + j] = {int(j), 0};

@@ -72,6 +72,9 @@ struct ProbeDesign {
   std::vector<double> confidence;              ///< [n] (the linear probe's input)
   std::vector<std::int64_t> predicted;         ///< [n] predicted class (the per-class Platt base)
   std::size_t classes = 0;
+  /// The sorted log-probabilities, the last sorted_width columns of the full-logit probe (K in the full
+  /// form; the head and the rest's log-mass in the reduced form, AuditRunInput::sorted_width).
+  std::size_t sorted_width = 0;
   std::vector<std::vector<double>> columns;    ///< feature columns, each [n]
   /// Where a column comes from: profile column `profile` (-1: not from the profile) read through the
   /// row map `rows` (0 identity, 1 perm_global, 2 perm_bins), so a replicate with a permuted profile

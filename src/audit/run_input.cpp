@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "audit/experts.hpp"
 #include "audit/routing_stats.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
@@ -27,8 +28,63 @@ std::string trace_cell(const Trace& t, const std::string& fallback) {
   return cell;
 }
 
+namespace {
+
+/// log(1 - sum of exp(lp)) over a row's kept log-probabilities, floored: the mass of every other class.
+double log_rest(const double* lp, std::size_t m) {
+  double mass = 0.0;
+  for (std::size_t j = 0; j < m; ++j) mass += std::exp(lp[j]);
+  return mass < 1.0 ? std::max(std::log1p(-mass), kLogProbFloor) : kLogProbFloor;
+}
+
+/// The reduced output form (run_input.hpp kAuditFullOutputClasses): groups by predicted-class frequency
+/// and the sorted head of each row's log-probabilities. `top(i, out)` writes row i's m largest
+/// log-probabilities, descending.
+template <class Top>
+void reduce_outputs(AuditRunInput& in, const std::vector<std::int64_t>& predicted_class, std::size_t K, std::size_t m,
+                    const Top& top, const std::string& held) {
+  const std::size_t n = predicted_class.size();
+  std::map<std::int64_t, std::size_t> count;
+  for (auto c : predicted_class) ++count[c];
+  std::vector<std::pair<std::size_t, std::int64_t>> order;  // (count, class): most predicted first, ties smallest class
+  for (const auto& [c, k] : count) order.emplace_back(k, c);
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  const std::size_t own = std::min(order.size(), kAuditClassGroups - 1);
+  std::map<std::int64_t, std::int64_t> group;
+  in.group_classes.clear();
+  for (std::size_t g = 0; g < own; ++g) {
+    group[order[g].second] = std::int64_t(g);
+    in.group_classes.push_back(order[g].second);
+  }
+  in.group_classes.push_back(-1);  // the pool of every other class
+  const auto pool = std::int64_t(own);
+  auto group_of = [&](std::int64_t c) {
+    const auto it = group.find(c);
+    return it == group.end() ? pool : it->second;
+  };
+  in.vocabulary = K;
+  in.classes = own + 1;
+  for (std::size_t i = 0; i < n; ++i) {
+    in.predicted[i] = group_of(predicted_class[i]);
+    in.labels[i] = group_of(in.labels[i]);
+  }
+  in.sorted_width = m + 1;
+  in.sorted_log_probs.assign(n * in.sorted_width, 0.0);
+  for (std::size_t i = 0; i < n; ++i) {
+    double* row = &in.sorted_log_probs[i * in.sorted_width];
+    top(i, row);
+    for (std::size_t j = 0; j < m; ++j) row[j] = std::max(row[j], kLogProbFloor);
+    row[m] = log_rest(row, m);
+  }
+  in.log_probs.clear();
+  in.outputs = "reduced (" + held + "): the predicted class as one of " + std::to_string(in.classes) + " groups (the " +
+               std::to_string(own) + " most-predicted classes, the rest pooled), the " + std::to_string(m) +
+               " largest log-probabilities and the log of the remaining mass";
+}
+
+}  // namespace
+
 AuditRunInput make_audit_run_input(const Trace& t, const std::string& run, const std::vector<std::string>& stats) {
-  const auto probs = trace_probabilities(t);
   const std::size_t n = t.n, K = t.classes;
   AuditRunInput in;
   in.run = run;
@@ -39,32 +95,61 @@ AuditRunInput make_audit_run_input(const Trace& t, const std::string& run, const
   in.confidence.resize(n);
   in.correct.resize(n);
   in.predictive_entropy.resize(n);
-  in.log_probs.resize(n * K);
   in.predicted.resize(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const double* p = &probs[i * K];
-    std::size_t arg = 0;
-    double h = 0.0;
-    for (std::size_t k = 0; k < K; ++k) {
-      if (p[k] > p[arg]) arg = k;  // ties: lowest index
-      if (p[k] > 0) h -= p[k] * std::log(p[k]);
+  if (t.topk > 0) {  // the top-k form: the head of each row and the whole vector's entropy, as stored
+    const TraceTopLabel top = trace_top_label(t);
+    in.confidence = top.confidence;
+    in.correct = top.correct;
+    for (std::size_t i = 0; i < n; ++i) in.predictive_entropy[i] = t.predictive_entropy[i];
+    const std::size_t m = std::min(t.topk, kAuditTopLogProbs);
+    reduce_outputs(in, top.predicted, K, m,
+                   [&](std::size_t i, double* row) {
+                     for (std::size_t j = 0; j < m; ++j) row[j] = t.topk_logprobs[i * t.topk + j];
+                   },
+                   trace_output_form(t));
+  } else {
+    const auto probs = trace_probabilities(t);
+    const bool reduced = K > kAuditFullOutputClasses;
+    if (!reduced) in.log_probs.resize(n * K);
+    std::vector<double> lp_all(reduced ? n * K : 0);
+    std::vector<std::int64_t> predicted_class(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const double* p = &probs[i * K];
+      std::size_t arg = 0;
+      double h = 0.0;
+      for (std::size_t k = 0; k < K; ++k) {
+        if (p[k] > p[arg]) arg = k;  // ties: lowest index
+        if (p[k] > 0) h -= p[k] * std::log(p[k]);
+      }
+      in.confidence[i] = p[arg];
+      in.correct[i] = static_cast<std::int64_t>(arg) == t.labels[i] ? 1.0 : 0.0;
+      in.predictive_entropy[i] = h;
+      in.predicted[i] = predicted_class[i] = static_cast<std::int64_t>(arg);
+      double* row = reduced ? &lp_all[i * K] : &in.log_probs[i * K];
+      if (!t.logits.empty()) {  // log-softmax of the logits: exact where the probabilities round to 0 or 1
+        const double* z = &t.logits[i * K];
+        const double m = *std::max_element(z, z + K);
+        double s = 0.0;
+        for (std::size_t k = 0; k < K; ++k) s += std::exp(z[k] - m);
+        const double lse = m + std::log(s);
+        for (std::size_t k = 0; k < K; ++k) row[k] = std::max(z[k] - lse, kLogProbFloor);
+      } else {
+        for (std::size_t k = 0; k < K; ++k) row[k] = p[k] > 0 ? std::max(std::log(p[k]), kLogProbFloor) : kLogProbFloor;
+      }
     }
-    in.confidence[i] = p[arg];
-    in.correct[i] = static_cast<std::int64_t>(arg) == t.labels[i] ? 1.0 : 0.0;
-    in.predictive_entropy[i] = h;
-    in.predicted[i] = static_cast<std::int64_t>(arg);
-    double* row = &in.log_probs[i * K];
-    if (!t.logits.empty()) {  // log-softmax of the logits: exact where the probabilities round to 0 or 1
-      const double* z = &t.logits[i * K];
-      const double m = *std::max_element(z, z + K);
-      double s = 0.0;
-      for (std::size_t k = 0; k < K; ++k) s += std::exp(z[k] - m);
-      const double lse = m + std::log(s);
-      for (std::size_t k = 0; k < K; ++k) row[k] = std::max(z[k] - lse, kLogProbFloor);
+    if (reduced) {
+      const std::size_t m = kAuditTopLogProbs;
+      reduce_outputs(in, predicted_class, K, m,
+                     [&](std::size_t i, double* row) {
+                       std::partial_sort_copy(&lp_all[i * K], &lp_all[i * K] + K, row, row + m, std::greater<double>());
+                     },
+                     trace_output_form(t));
     } else {
-      for (std::size_t k = 0; k < K; ++k) row[k] = p[k] > 0 ? std::max(std::log(p[k]), kLogProbFloor) : kLogProbFloor;
+      in.outputs = "the whole vector of " + std::to_string(K) + " classes";
     }
   }
+  if (!t.routing.empty() && t.routing_kind == "unordered")
+    in.experts = std::make_shared<const ExpertView>(expert_view(t, 15, kExpertViewDraws, 0));
   for (const auto& name : stats) {
     // One statistic listed twice would be one trace counted as two tests (and, across runs, as two seeds).
     if (std::find(in.statistic_names.begin(), in.statistic_names.end(), name) != in.statistic_names.end())
@@ -132,6 +217,12 @@ AuditRunInput subsample_run(const AuditRunInput& run, std::size_t max_examples, 
   out.run = run.run;
   out.cell = run.cell;
   out.classes = run.classes;
+  out.vocabulary = run.vocabulary;
+  out.group_classes = run.group_classes;
+  out.sorted_width = run.sorted_width;
+  out.outputs = run.outputs;
+  out.experts = run.experts;
+  out.sorted_log_probs = rows(run.sorted_log_probs, run.sorted_width);
   out.confidence = rows(run.confidence, 1);
   out.correct = rows(run.correct, 1);
   out.predictive_entropy = rows(run.predictive_entropy, 1);

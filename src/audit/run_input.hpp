@@ -17,6 +17,18 @@ namespace arcal {
 /// Lower bound of the audit's log-probabilities (a probability of exactly 0 in a trace of probabilities).
 inline constexpr double kLogProbFloor = -100.0;
 
+/// Above this many classes (or for a trace in the top-k form) the audit reads the outputs in the reduced
+/// form (issue 53): the predicted class as one of kAuditClassGroups groups (the kAuditClassGroups - 1
+/// most-predicted classes, the rest pooled) and the kAuditTopLogProbs largest log-probabilities with the
+/// log of the remaining mass, instead of 4K columns (K = 32,000 would be 128,000 probe inputs). At or
+/// below it the whole vector is read, as before.
+inline constexpr std::size_t kAuditFullOutputClasses = 256;
+inline constexpr std::size_t kAuditClassGroups = 32;
+inline constexpr std::size_t kAuditTopLogProbs = 32;
+/// Cluster-bootstrap resamples of the expert view (audit/experts.hpp) that make_audit_run_input makes for a
+/// mixture-of-experts trace (seed 0, 15 bins).
+inline constexpr int kExpertViewDraws = 200;
+
 /// Cell of a trace: model/residual/block_size/dataset/split from its meta JSON (runs of one cell
 /// differ only by seed), or `fallback` when the meta does not name a model or names it blank.
 std::string trace_cell(const Trace& trace, const std::string& fallback);

@@ -40,6 +40,8 @@ RunSummary summarise_run(const AuditRunInput& run, std::size_t bins) {
   RunSummary s;
   s.run = run.run;
   s.cell = run.cell;
+  s.outputs = run.outputs;
+  if (run.experts) s.experts = *run.experts;
   s.n = run.confidence.size();
   s.bins = bins;
   std::vector<std::size_t> all(s.n);

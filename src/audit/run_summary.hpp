@@ -7,7 +7,10 @@
 #include <array>
 #include <cstddef>
 #include <string>
+#include <optional>
 #include <vector>
+
+#include "audit/experts.hpp"
 
 namespace arcal {
 
@@ -24,6 +27,9 @@ struct ReliabilityRow {
 
 struct RunSummary {
   std::string run, cell;
+  /// What the probes and the exact null read as "the outputs" (AuditRunInput::outputs; "" in results
+  /// written before issue 53).
+  std::string outputs;
   std::size_t n = 0, bins = 0;
   double accuracy = 0, mean_confidence = 0, ece = 0;
   std::vector<ReliabilityRow> reliability;  ///< non-empty bins only
@@ -38,6 +44,8 @@ struct RunSummary {
   std::size_t points = 0, sources = 0;
   std::vector<int> routing_sources;
   std::vector<double> routing_mean;
+  /// Mixture-of-experts runs: the expert view (audit/experts.hpp); absent otherwise.
+  std::optional<ExpertView> experts;
 };
 
 /// Summary of one run with `bins` equal-width confidence bins. Throws InputError (from the

@@ -129,7 +129,8 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
       const bool one_class = e >= uniform;
       if (one_class) {
         eff.kind = "one class";
-        eff.classes.push_back(top_class);
+        // the class itself, not its group, in the reduced output form
+        eff.classes.push_back(run.group_classes.empty() ? top_class : run.group_classes[std::size_t(top_class)]);
       }
       const auto& te_all = one_class ? t_class : t;
       for (std::size_t f = 0; f < 2; ++f) {

@@ -1,6 +1,7 @@
 #include "calib/metrics.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <atomic>
 #include <cmath>
 #include <sstream>
@@ -736,9 +737,9 @@ double binary_brier(const std::vector<double>& q, const std::vector<double>& a) 
   return s / static_cast<double>(q.size());
 }
 
-CalibrationReport calibration_report(Span<double> probs, std::size_t n, std::size_t k, Span<std::int64_t> labels,
-                                     const ReportOptions& opt) {
-  const char* fn = "calibration_report";
+namespace {
+
+void check_report_options(const char* fn, const ReportOptions& opt) {
   check_bins(fn, opt.bins);
   if (opt.bins > 65535) throw_input(fn, "bins is " + std::to_string(opt.bins) + ", but must be <= 65535");
   if (opt.draws < 0) throw_input(fn, "draws is " + std::to_string(opt.draws) + ", but must be >= 0");
@@ -746,11 +747,14 @@ CalibrationReport calibration_report(Span<double> probs, std::size_t n, std::siz
     throw_input(fn, "level is " + std::to_string(opt.level) + ", but must be in (0, 1)");
   if (!(opt.row_sum_tolerance >= 0))
     throw_input(fn, "row_sum_tolerance is " + std::to_string(opt.row_sum_tolerance) + ", but must be >= 0");
-  // The one scan of the [N, K] matrix; everything after it is O(N) or O(N log N) (one sort).
-  RowScan scan;
-  ClasswiseCells cells(k < 2 ? 2 : k, opt.bins);
-  scan_rows(fn, probs, n, k, labels, scan, &cells, false, opt.row_sum_tolerance);
-  const double cw_point = cells.finish();
+}
+
+/// Everything after the row scan: the sort, the point values, the bootstrap and the intervals.
+/// `classwise` makes the classwise cells for the consistency test (null: classwise ECE is not known,
+/// value and interval NaN).
+CalibrationReport report_from_rows(const char* fn, RowScan scan, double cw_point,
+                                   const std::function<ErrorCells()>& classwise, std::size_t n, std::size_t k,
+                                   const ReportOptions& opt) {
   const Sorted p = sort_by_confidence(scan, opt.bins);
   scan = RowScan{};
 
@@ -900,11 +904,48 @@ CalibrationReport calibration_report(Span<double> probs, std::size_t n, std::siz
     inverted(r.rmsce, width, CellError::l2, 0xC1);
     inverted(r.ada_ece, mass, CellError::l1, 0xC2);
     inverted(r.debiased_ece, width, CellError::debiased_l2, 0xC3);
-    r.classwise_consistency_p =
-        inverted(r.classwise_ece, classwise_cells(probs, n, k, labels, opt.bins), CellError::l1, 0xC4);
+    if (classwise) r.classwise_consistency_p = inverted(r.classwise_ece, classwise(), CellError::l1, 0xC4);
   }
   none_at_one_example();
   return r;
+}
+
+}  // namespace
+
+CalibrationReport calibration_report(Span<double> probs, std::size_t n, std::size_t k, Span<std::int64_t> labels,
+                                     const ReportOptions& opt) {
+  const char* fn = "calibration_report";
+  check_report_options(fn, opt);
+  // The one scan of the [N, K] matrix; everything after it is O(N) or O(N log N) (one sort).
+  RowScan scan;
+  ClasswiseCells cells(k < 2 ? 2 : k, opt.bins);
+  scan_rows(fn, probs, n, k, labels, scan, &cells, false, opt.row_sum_tolerance);
+  const double cw_point = cells.finish();
+  return report_from_rows(fn, std::move(scan), cw_point,
+                          [&] { return classwise_cells(probs, n, k, labels, opt.bins); }, n, k, opt);
+}
+
+CalibrationReport calibration_report_top_label(const TopLabelRows& rows, std::size_t k, const ReportOptions& opt) {
+  const char* fn = "calibration_report_top_label";
+  check_report_options(fn, opt);
+  const std::size_t n = rows.confidence.size();
+  if (n == 0) throw_input(fn, "no examples");
+  for (auto [name, v] : {std::pair<const char*, const std::vector<double>*>{"correct", &rows.correct}, {"nll", &rows.nll},
+                         {"brier", &rows.brier}})
+    if (v->size() != n)
+      throw_input(fn, std::string(name) + " has " + std::to_string(v->size()) + " entries, but confidence has " + std::to_string(n));
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!(rows.confidence[i] >= 0.0 && rows.confidence[i] <= 1.0)) throw_index(fn, "confidence", i, std::to_string(rows.confidence[i]), "in [0, 1]");
+    if (rows.correct[i] != 0.0 && rows.correct[i] != 1.0) throw_index(fn, "correct", i, std::to_string(rows.correct[i]), "0 or 1");
+    if (!(rows.nll[i] >= 0.0) || !std::isfinite(rows.nll[i])) throw_index(fn, "nll", i, std::to_string(rows.nll[i]), "finite and >= 0");
+    if (!(rows.brier[i] >= -1e-9 && rows.brier[i] <= 2.0 + 1e-9)) throw_index(fn, "brier", i, std::to_string(rows.brier[i]), "in [0, 2]");
+  }
+  RowScan scan;
+  scan.conf = rows.confidence;
+  scan.correct = rows.correct;
+  scan.nll = rows.nll;
+  scan.brier = rows.brier;
+  return report_from_rows(fn, std::move(scan), kNaN, nullptr, n, k, opt);
 }
 
 }  // namespace arcal

@@ -156,4 +156,19 @@ struct CalibrationReport {
 CalibrationReport calibration_report(Span<double> probs, std::size_t n, std::size_t k, Span<std::int64_t> labels,
                                      const ReportOptions& options = {});
 
+/// Per-example top-label quantities: all that every metric of the report but classwise ECE reads.
+struct TopLabelRows {
+  std::vector<double> confidence;  ///< [N] the largest probability
+  std::vector<double> correct;     ///< [N] 1 where the top class is the label
+  std::vector<double> nll;         ///< [N] -log p(label)
+  std::vector<double> brier;       ///< [N] sum_k (p_k - 1[k = y])^2
+};
+
+/// calibration_report from the top-label rows (a trace in the top-k form, io/trace.hpp): every metric,
+/// interval and consistency test equal to calibration_report's on the full matrix these rows come
+/// from, except classwise ECE, which needs every class's probability (value and interval NaN,
+/// classwise_consistency_p NaN). `k` is the class count reported. Throws InputError on sizes or
+/// values out of range.
+CalibrationReport calibration_report_top_label(const TopLabelRows& rows, std::size_t k, const ReportOptions& options = {});
+
 }  // namespace arcal

@@ -45,6 +45,67 @@ struct Ctx {
   }
 };
 
+/// The top-k output form: every array [N] or [N, k], finite, and consistent with being the k largest
+/// log-probabilities of one distribution over K classes (float32 rounding: 1e-4 on the probability scale).
+void validate_topk(const Trace& t, const Ctx& c) {
+  const std::size_t N = t.n, K = t.classes, k = t.topk;
+  if (k < 2 || k > K)
+    c.fail("topk_logprobs has k = " + std::to_string(k) + " columns, but must have 2 <= k <= num_classes = " +
+           std::to_string(K));
+  if (t.topk_logprobs.size() != prod(N, k) || t.topk_indices.size() != prod(N, k))
+    c.fail("topk_logprobs and topk_indices must both be [N, k] = [" + std::to_string(N) + ", " + std::to_string(k) + "]");
+  for (auto [name, v] : {std::pair<const char*, const std::vector<float>*>{"label_logprob", &t.label_logprob},
+                         {"log_normalizer", &t.log_normalizer},
+                         {"predictive_entropy", &t.predictive_entropy},
+                         {"prob_sq_sum", &t.prob_sq_sum}}) {
+    if (v->size() != N)
+      c.fail(std::string("the top-k form needs '") + name + "' [N] = [" + std::to_string(N) + "] beside topk_logprobs (it has " +
+             std::to_string(v->size()) + " values)");
+    for (std::size_t i = 0; i < N; ++i)
+      if (!std::isfinite((*v)[i])) c.fail_index(name, std::to_string(i), fmt_double((*v)[i]), "finite");
+  }
+  const double tol = 1e-4;
+  std::vector<std::int32_t> seen;
+  for (std::size_t i = 0; i < N; ++i) {
+    const float* lp = &t.topk_logprobs[i * k];
+    const std::int32_t* ix = &t.topk_indices[i * k];
+    double mass = 0.0, sq = 0.0;
+    for (std::size_t j = 0; j < k; ++j) {
+      auto idx = [&] { return std::to_string(i) + ", " + std::to_string(j); };
+      if (!std::isfinite(lp[j]) || lp[j] > 1e-6f) c.fail_index("topk_logprobs", idx(), fmt_double(lp[j]), "finite and <= 0");
+      if (j > 0 && lp[j] > lp[j - 1] + 1e-6f)
+        c.fail_index("topk_logprobs", idx(), fmt_double(lp[j]),
+                     "<= the entry before it (" + fmt_double(lp[j - 1]) + "): each row holds the k largest, descending");
+      if (ix[j] < 0 || static_cast<std::size_t>(ix[j]) >= K)
+        c.fail_index("topk_indices", idx(), std::to_string(ix[j]), "in [0, " + std::to_string(K - 1) + "]");
+      const double p = std::exp(double(lp[j]));
+      mass += p;
+      sq += p * p;
+    }
+    seen.assign(ix, ix + k);
+    std::sort(seen.begin(), seen.end());
+    if (std::adjacent_find(seen.begin(), seen.end()) != seen.end())
+      c.fail("topk_indices row " + std::to_string(i) + " names class " +
+             std::to_string(*std::adjacent_find(seen.begin(), seen.end())) + " twice; each row's k classes must be distinct");
+    if (mass > 1.0 + tol)
+      c.fail("topk_logprobs row " + std::to_string(i) + " holds probability mass " + fmt_double(mass) +
+             ", but the k largest probabilities of one distribution sum to at most 1 (within 1e-4)");
+    const double ly = t.label_logprob[i];
+    const auto* at = std::find(ix, ix + k, static_cast<std::int32_t>(t.labels[i]));
+    if (at != ix + k ? std::fabs(std::exp(ly) - std::exp(double(lp[at - ix]))) > tol : std::exp(ly) > std::exp(double(lp[k - 1])) + tol)
+      c.fail_index("label_logprob", std::to_string(i), fmt_double(ly),
+                   at != ix + k ? "the label's entry of topk_logprobs (" + fmt_double(lp[at - ix]) + ")"
+                                : "<= the smallest of topk_logprobs (" + fmt_double(lp[k - 1]) + "): the label is not among the top k");
+    const double q = t.prob_sq_sum[i];
+    if (q < sq - tol || q > 1.0 + tol)
+      c.fail_index("prob_sq_sum", std::to_string(i), fmt_double(q),
+                   "in [the top-k's own sum of squares " + fmt_double(sq) + ", 1]");
+    const double h = t.predictive_entropy[i];
+    if (h < -tol || h > std::log(double(K)) + tol)
+      c.fail_index("predictive_entropy", std::to_string(i), fmt_double(h), "in [0, log K = " + fmt_double(std::log(double(K))) + "]");
+  }
+}
+
 void validate(const Trace& t, const Ctx& c) {
   const std::size_t N = t.n, K = t.classes;
   // meta is JSON that the audit and the report parse (recursively): the nesting limit of every other
@@ -54,12 +115,9 @@ void validate(const Trace& t, const Ctx& c) {
   check_json_nesting(t.meta_json, c.fn, c.path + ": meta");
   if (N == 0) c.fail("the trace has no examples (N = 0)");
   if (K < 2) c.fail("classes is " + std::to_string(K) + ", but must be >= 2");
-  if (t.logits.empty() == t.probs.empty()) c.fail("exactly one of 'logits' and 'probs' must be present");
-  const auto& scores = t.logits.empty() ? t.probs : t.logits;
-  const char* sname = t.logits.empty() ? "probs" : "logits";
-  if (scores.size() != prod(N, K))
-    c.fail(std::string(sname) + " has " + std::to_string(scores.size()) + " values, but N*K = " +
-           std::to_string(N) + "*" + std::to_string(K));
+  const int forms = int(!t.logits.empty()) + int(!t.probs.empty()) + int(t.topk > 0);
+  if (forms != 1) c.fail("exactly one of 'logits', 'probs' and 'topk_logprobs' must be present");
+  const char* sname = t.topk > 0 ? "topk_logprobs" : t.logits.empty() ? "probs" : "logits";
   if (t.labels.size() != N)
     c.fail("labels has " + std::to_string(t.labels.size()) + " entries, but " + sname + " has N = " +
            std::to_string(N) + " rows");
@@ -67,18 +125,26 @@ void validate(const Trace& t, const Ctx& c) {
     if (t.labels[i] < 0 || t.labels[i] >= static_cast<std::int64_t>(K))
       c.fail_index("labels", std::to_string(i), std::to_string(t.labels[i]),
                    "in [0, " + std::to_string(K - 1) + "]");
-  for (std::size_t i = 0; i < N; ++i) {
-    double sum = 0.0;
-    for (std::size_t k = 0; k < K; ++k) {
-      const double v = scores[i * K + k];
-      // The index text is built only on failure: this loop runs N*K times.
-      auto idx = [&] { return std::to_string(i) + ", " + std::to_string(k); };
-      if (!std::isfinite(v)) c.fail_index(sname, idx(), fmt_double(v), "finite");
-      if (!t.probs.empty() && !(v >= 0.0 && v <= 1.0)) c.fail_index(sname, idx(), fmt_double(v), "in [0, 1]");
-      sum += v;
+  if (t.topk > 0) {
+    validate_topk(t, c);
+  } else {
+    const auto& scores = t.logits.empty() ? t.probs : t.logits;
+    if (scores.size() != prod(N, K))
+      c.fail(std::string(sname) + " has " + std::to_string(scores.size()) + " values, but N*K = " +
+             std::to_string(N) + "*" + std::to_string(K));
+    for (std::size_t i = 0; i < N; ++i) {
+      double sum = 0.0;
+      for (std::size_t k = 0; k < K; ++k) {
+        const double v = scores[i * K + k];
+        // The index text is built only on failure: this loop runs N*K times.
+        auto idx = [&] { return std::to_string(i) + ", " + std::to_string(k); };
+        if (!std::isfinite(v)) c.fail_index(sname, idx(), fmt_double(v), "finite");
+        if (!t.probs.empty() && !(v >= 0.0 && v <= 1.0)) c.fail_index(sname, idx(), fmt_double(v), "in [0, 1]");
+        sum += v;
+      }
+      if (!t.probs.empty() && std::fabs(sum - 1.0) > 1e-4)
+        c.fail("probs row " + std::to_string(i) + " sums to " + fmt_double(sum) + ", but must sum to 1 (within 1e-4)");
     }
-    if (!t.probs.empty() && std::fabs(sum - 1.0) > 1e-4)
-      c.fail("probs row " + std::to_string(i) + " sums to " + fmt_double(sum) + ", but must sum to 1 (within 1e-4)");
   }
   const std::size_t P = t.points, S = t.sources;
   if (t.routing.empty()) {
@@ -121,6 +187,19 @@ void validate(const Trace& t, const Ctx& c) {
         c.fail("routing_cls has " + std::to_string(t.routing_cls.size()) + " values, but routing has " +
                std::to_string(t.routing.size()));
       check_routing(t.routing_cls, "routing_cls");
+    }
+    if (!t.routing_selected.empty()) {
+      if (t.routing_selected.size() != t.routing.size())
+        c.fail("routing_selected has " + std::to_string(t.routing_selected.size()) + " values, but routing has " +
+               std::to_string(t.routing.size()));
+      for (std::size_t j = 0; j < t.routing_selected.size(); ++j) {
+        const float v = t.routing_selected[j];
+        const std::size_t i = j / (P * S), p = (j / S) % P, src = j % S;
+        auto idx = [&] { return std::to_string(i) + ", " + std::to_string(p) + ", " + std::to_string(src); };
+        if (!std::isfinite(v) || v < 0.0f) c.fail_index("routing_selected", idx(), fmt_double(v), "finite and >= 0");
+        if (src >= static_cast<std::size_t>(t.routing_sources[p]) && v != 0.0f)
+          c.fail_index("routing_selected", idx(), fmt_double(v), "0 (past routing_sources[" + std::to_string(p) + "])");
+      }
     }
     auto check_stat = [&](const std::vector<float>& v, const char* name, double lo) {
       if (v.empty()) return;
@@ -176,6 +255,48 @@ void validate(const Trace& t, const Ctx& c) {
   }
 }
 
+/// Reads the top-k output form's arrays (docs/interface.md "The trace file") into t; shapes and dtypes
+/// are checked here, values by validate_topk.
+template <class Get>
+void read_topk(Trace& t, const Get& get, const Ctx& c, const std::string& ctx) {
+  const NpyArray& lp = *get("topk_logprobs");
+  t.topk = lp.shape[1];
+  const NpyArray* kc = get("num_classes");
+  if (!kc) c.fail("has 'topk_logprobs' but no 'num_classes' (the vocabulary size K, a 0-d integer)");
+  if (kc->ndim() != 0 || (kc->dtype != DType::i8 && kc->dtype != DType::i4))
+    c.fail("num_classes has shape " + shape_str(kc->shape) + " and dtype " + kc->shown_dtype() + ", but must be a 0-d int64 or int32");
+  const std::int64_t K = kc->as_int64(ctx).at(0);
+  if (K < 2) c.fail("num_classes is " + std::to_string(K) + ", but must be >= 2");
+  t.classes = static_cast<std::size_t>(K);
+  t.topk_logprobs = lp.as_float(ctx);
+  const NpyArray* ix = get("topk_indices");
+  if (!ix) c.fail("has 'topk_logprobs' but no 'topk_indices' (their classes, [N, k])");
+  if (ix->shape != lp.shape)
+    c.fail("topk_indices has shape " + shape_str(ix->shape) + ", but topk_logprobs has " + shape_str(lp.shape));
+  if (ix->dtype != DType::i8 && ix->dtype != DType::i4)
+    c.fail("topk_indices has dtype " + ix->shown_dtype() + ", but must be int64 or int32");
+  const auto wide = ix->as_int64(ctx);
+  t.topk_indices.resize(wide.size());
+  for (std::size_t j = 0; j < wide.size(); ++j) {
+    if (wide[j] < 0 || wide[j] >= K)
+      c.fail_index("topk_indices", std::to_string(j / t.topk) + ", " + std::to_string(j % t.topk), std::to_string(wide[j]),
+                   "in [0, " + std::to_string(K - 1) + "]");
+    t.topk_indices[j] = static_cast<std::int32_t>(wide[j]);
+  }
+  for (auto [name, dest] : {std::pair<const char*, std::vector<float>*>{"label_logprob", &t.label_logprob},
+                            {"log_normalizer", &t.log_normalizer},
+                            {"predictive_entropy", &t.predictive_entropy},
+                            {"prob_sq_sum", &t.prob_sq_sum}}) {
+    const NpyArray* a = get(name);
+    if (!a) c.fail(std::string("has 'topk_logprobs' but no '") + name + "' ([N]; docs/interface.md, the top-k form)");
+    if (a->ndim() != 1 || a->shape[0] != t.n)
+      c.fail(std::string(name) + " has shape " + shape_str(a->shape) + ", but must be [N] = [" + std::to_string(t.n) + "]");
+    if (a->dtype != DType::f4 && a->dtype != DType::f8)
+      c.fail(std::string(name) + " has dtype " + a->shown_dtype() + ", but must be float32 or float64");
+    *dest = a->as_float(ctx);
+  }
+}
+
 }  // namespace
 
 void validate_trace(const Trace& trace) { validate(trace, {"validate_trace", trace.path}); }
@@ -204,14 +325,21 @@ Trace trace_from_arrays(const std::vector<NpyArray>& list, const std::string& pa
   t.path = path;
   const NpyArray* logits = get("logits");
   const NpyArray* probs = get("probs");
+  const NpyArray* topk = get("topk_logprobs");
   if (logits && probs) c.fail("has both 'logits' and 'probs'; give exactly one");
-  if (!logits && !probs) c.fail("has neither 'logits' nor 'probs' (one is required)");
-  const NpyArray& scores = logits ? *logits : *probs;
-  need_ndim(scores, 2, "[N, K]");
+  if (topk && (logits || probs))
+    c.fail(std::string("has both '") + (logits ? "logits" : "probs") + "' and 'topk_logprobs'; give exactly one output form");
+  if (!logits && !probs && !topk) c.fail("has neither 'logits' nor 'probs' (one is required; or the top-k form, 'topk_logprobs')");
+  const NpyArray& scores = logits ? *logits : probs ? *probs : *topk;
+  need_ndim(scores, 2, topk ? "[N, k]" : "[N, K]");
   need_float(scores);
   t.n = scores.shape[0];
-  t.classes = scores.shape[1];
-  (logits ? t.logits : t.probs) = scores.as_double(ctx);
+  if (topk) {
+    read_topk(t, get, c, ctx);
+  } else {
+    t.classes = scores.shape[1];
+    (logits ? t.logits : t.probs) = scores.as_double(ctx);
+  }
   const NpyArray* labels = get("labels");
   if (!labels) c.fail("has no 'labels' array (required)");
   need_ndim(*labels, 1, "[N]");
@@ -222,6 +350,9 @@ Trace trace_from_arrays(const std::vector<NpyArray>& list, const std::string& pa
            std::to_string(t.n) + " rows");
   t.labels = labels->as_int64(ctx);
 
+  if (!topk)
+    for (const char* name : {"topk_indices", "label_logprob", "log_normalizer", "predictive_entropy", "prob_sq_sum", "num_classes"})
+      if (get(name)) c.fail(std::string("has '") + name + "' but no 'topk_logprobs' (it belongs to the top-k output form)");
   if (const NpyArray* r = get("routing")) {
     need_ndim(*r, 3, "[N, P, S]");
     if (r->shape[0] != t.n)
@@ -248,6 +379,12 @@ Trace trace_from_arrays(const std::vector<NpyArray>& list, const std::string& pa
       need_float(*rc);
       t.routing_cls = rc->as_float(ctx);
     }
+    if (const NpyArray* rs_sel = get("routing_selected")) {
+      if (rs_sel->shape != r->shape)
+        c.fail("routing_selected has shape " + shape_str(rs_sel->shape) + ", but routing has " + shape_str(r->shape));
+      need_float(*rs_sel);
+      t.routing_selected = rs_sel->as_float(ctx);
+    }
     for (auto [name, dest] : {std::pair<const char*, std::vector<float>*>{"routing_entropy", &t.routing_entropy},
                               {"routing_depth_mean", &t.routing_depth_mean},
                               {"routing_depth_var", &t.routing_depth_var}}) {
@@ -266,7 +403,7 @@ Trace trace_from_arrays(const std::vector<NpyArray>& list, const std::string& pa
     }
   } else {
     for (const char* name : {"routing_cls", "routing_sources", "routing_entropy", "routing_depth_mean",
-                             "routing_depth_var", "routing_kind"})
+                             "routing_depth_var", "routing_kind", "routing_selected"})
       if (get(name)) c.fail(std::string("has '") + name + "' but no 'routing'");
   }
   if (const NpyArray* f = get("features")) {
@@ -307,13 +444,26 @@ void save_trace(const Trace& t, const std::string& path, bool compress) {
   copy_for_check.path = path;
   validate(copy_for_check, {"save_trace", path});
   std::vector<NpyArray> arrays;
-  if (!t.logits.empty()) arrays.push_back(NpyArray::from_double("logits", t.logits, {t.n, t.classes}));
-  else arrays.push_back(NpyArray::from_double("probs", t.probs, {t.n, t.classes}));
+  if (!t.logits.empty()) {
+    arrays.push_back(NpyArray::from_double("logits", t.logits, {t.n, t.classes}));
+  } else if (!t.probs.empty()) {
+    arrays.push_back(NpyArray::from_double("probs", t.probs, {t.n, t.classes}));
+  } else {
+    arrays.push_back(NpyArray::from_float("topk_logprobs", t.topk_logprobs, {t.n, t.topk}));
+    arrays.push_back(NpyArray::from_int32("topk_indices", t.topk_indices, {t.n, t.topk}));
+    arrays.push_back(NpyArray::from_float("label_logprob", t.label_logprob, {t.n}));
+    arrays.push_back(NpyArray::from_float("log_normalizer", t.log_normalizer, {t.n}));
+    arrays.push_back(NpyArray::from_float("predictive_entropy", t.predictive_entropy, {t.n}));
+    arrays.push_back(NpyArray::from_float("prob_sq_sum", t.prob_sq_sum, {t.n}));
+    arrays.push_back(NpyArray::from_int64("num_classes", {static_cast<std::int64_t>(t.classes)}, {}));
+  }
   arrays.push_back(NpyArray::from_int64("labels", t.labels, {t.n}));
   if (!t.routing.empty()) {
     arrays.push_back(NpyArray::from_float("routing", t.routing, {t.n, t.points, t.sources}));
     if (!t.routing_cls.empty())
       arrays.push_back(NpyArray::from_float("routing_cls", t.routing_cls, {t.n, t.points, t.sources}));
+    if (!t.routing_selected.empty())
+      arrays.push_back(NpyArray::from_float("routing_selected", t.routing_selected, {t.n, t.points, t.sources}));
     arrays.push_back(NpyArray::from_int32("routing_sources", t.routing_sources, {t.points}));
     if (!t.routing_entropy.empty())
       arrays.push_back(NpyArray::from_float("routing_entropy", t.routing_entropy, {t.n, t.points}));
@@ -333,7 +483,15 @@ void save_trace(const Trace& t, const std::string& path, bool compress) {
   write_npz(path, arrays, compress);
 }
 
-std::vector<double> trace_probabilities(const Trace& t) {
+std::string trace_output_form(const Trace& t) {
+  if (t.topk == 0) return "the whole vector of " + std::to_string(t.classes) + " classes";
+  return "the top " + std::to_string(t.topk) + " of " + std::to_string(t.classes) + " classes (top-k form)";
+}
+
+std::vector<double> trace_probabilities(const Trace& t, const std::string& what) {
+  if (t.topk > 0)
+    throw InputError(what + " needs every class's probability, but " + t.path + " holds " + trace_output_form(t) +
+                     "; record the trace with the whole output (torch_hooks: topk=None) for it");
   if (!t.probs.empty()) return t.probs;
   const std::size_t N = t.n, K = t.classes;
   ARCAL_ASSERT(t.logits.size() == N * K, "trace logits size");
@@ -348,6 +506,43 @@ std::vector<double> trace_probabilities(const Trace& t) {
     for (std::size_t k = 0; k < K; ++k) out[k] *= inv;
   }
   return p;
+}
+
+TraceTopLabel trace_top_label(const Trace& t) {
+  const std::size_t N = t.n, K = t.classes;
+  constexpr double kFloor = 1e-300;  // calib/metrics.cpp's probability floor of the NLL
+  TraceTopLabel r;
+  r.confidence.resize(N);
+  r.correct.resize(N);
+  r.nll.resize(N);
+  r.brier.resize(N);
+  r.predicted.resize(N);
+  if (t.topk > 0) {
+    for (std::size_t i = 0; i < N; ++i) {
+      const double p0 = std::exp(double(t.topk_logprobs[i * t.topk]));
+      const double py = std::exp(double(t.label_logprob[i]));
+      r.predicted[i] = t.topk_indices[i * t.topk];
+      r.confidence[i] = p0;
+      r.correct[i] = r.predicted[i] == t.labels[i] ? 1.0 : 0.0;
+      r.nll[i] = -std::max(double(t.label_logprob[i]), std::log(kFloor));
+      r.brier[i] = double(t.prob_sq_sum[i]) - py * py + (py - 1.0) * (py - 1.0);
+    }
+    return r;
+  }
+  const auto p = trace_probabilities(t);
+  for (std::size_t i = 0; i < N; ++i) {
+    const double* row = &p[i * K];
+    const std::size_t arg = static_cast<std::size_t>(std::max_element(row, row + K) - row);  // first maximum
+    const double py = row[t.labels[i]];
+    double q = 0.0;
+    for (std::size_t k = 0; k < K; ++k) q += row[k] * row[k];
+    r.predicted[i] = static_cast<std::int64_t>(arg);
+    r.confidence[i] = row[arg];
+    r.correct[i] = static_cast<std::int64_t>(arg) == t.labels[i] ? 1.0 : 0.0;
+    r.nll[i] = -std::log(std::max(py, kFloor));
+    r.brier[i] = q - py * py + (py - 1.0) * (py - 1.0);
+  }
+  return r;
 }
 
 }  // namespace arcal

@@ -16,15 +16,28 @@ struct NpyArray;
 struct Trace {
   std::size_t n = 0;        ///< examples
   std::size_t classes = 0;  ///< K
-  /// Row-major [N, K]. Exactly one of logits / probs is non-empty.
+  /// Row-major [N, K]. Exactly one of logits / probs / topk_logprobs is non-empty.
   std::vector<double> logits;
   std::vector<double> probs;
+  /// The top-k output form (issue 53: a real vocabulary, K in the tens of thousands, where N x K floats
+  /// would not fit): what the metrics and the audit read, per token. topk > 0 marks the form; classes is
+  /// then the array `num_classes`.
+  std::size_t topk = 0;                      ///< k (0: logits or probs hold the whole vector)
+  std::vector<float> topk_logprobs;          ///< [N, k] the k largest log-probabilities, descending
+  std::vector<std::int32_t> topk_indices;    ///< [N, k] their classes, distinct, in [0, K)
+  std::vector<float> label_logprob;          ///< [N] log p at the label
+  std::vector<float> log_normalizer;         ///< [N] logsumexp of the logits (top-k logits = logprobs + it)
+  std::vector<float> predictive_entropy;     ///< [N] entropy of the whole softmax, nats
+  std::vector<float> prob_sq_sum;            ///< [N] sum over all K classes of p_k^2 (the Brier score)
   std::vector<std::int64_t> labels;  ///< [N], in [0, K)
   /// Token-mean routing weights, row-major [N, P, S], zero past routing_sources[p]. May be empty.
   std::size_t points = 0;   ///< P
   std::size_t sources = 0;  ///< S (max sources over points)
   std::vector<float> routing;
   std::vector<float> routing_cls;      ///< same layout at the CLS token; may be empty
+  /// Mixture of experts: the experts the model used, their top-k gate weights, 0 elsewhere ([N, P, S]
+  /// like routing; optional). Read by the expert view of the audit (audit/experts.hpp), by no statistic.
+  std::vector<float> routing_selected;
   std::vector<std::int32_t> routing_sources;  ///< [P]
   /// What the sources are: "depth" (ordered: the layers an AttnRes point reads, earliest first; the
   /// default) or "unordered" (a mixture-of-experts gate: expert indices carry no order, so no depth
@@ -62,7 +75,21 @@ void save_trace(const Trace& trace, const std::string& path, bool compress = tru
 /// over valid sources). Throws InputError naming trace.path, the array, the index and the constraint.
 void validate_trace(const Trace& trace);
 
-/// Softmax probabilities [N, K] (from probs directly or softmax of logits, computed stably).
-std::vector<double> trace_probabilities(const Trace& trace);
+/// Softmax probabilities [N, K] (from probs directly or softmax of logits, computed stably). A trace in
+/// the top-k form holds no such vector: throws InputError naming `what` (the statistic or command that
+/// needs it), the file, k and K.
+std::vector<double> trace_probabilities(const Trace& trace, const std::string& what = "this statistic");
+
+/// Per-example top-label quantities of either output form: the confidence (largest probability), whether
+/// the top class is the label, -log p(label) (floored at 1e-300 like the metrics) and the Brier term
+/// sum_k (p_k - 1[k = y])^2. Each vector [N].
+struct TraceTopLabel {
+  std::vector<double> confidence, correct, nll, brier;
+  std::vector<std::int64_t> predicted;  ///< argmax (full form: lowest index on ties; top-k form: topk_indices[:, 0])
+};
+TraceTopLabel trace_top_label(const Trace& trace);
+
+/// "the whole vector of K classes" or "the top-k of K classes (top-k form)": what a trace's outputs hold.
+std::string trace_output_form(const Trace& trace);
 
 }  // namespace arcal

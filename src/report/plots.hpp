@@ -66,6 +66,9 @@ struct HeatPanel {
   std::size_t points = 0, sources = 0;
   std::vector<int> valid_sources;  ///< [points]: cells past it are blank
   std::vector<double> mean;        ///< [points x sources]
+  /// Axis words: AttnRes depth routing reads layers (source 0 is the embedding); a mixture of experts
+  /// reads experts at its routers, whose indices carry no order.
+  std::string xlabel = "source i (0 = embedding)", ylabel = "routing point p";
 };
 /// Mean routing weights, log10 colour scale from 1e-3 to 1 with a colour bar.
 void heatmap_figure(Figures& f, const std::string& name, const std::string& title, const std::vector<HeatPanel>& panels);

@@ -292,10 +292,13 @@ Section routing_section(Context& c) {
     c.csv.push_back({"tertiles.csv", t});
   }
   std::vector<HeatPanel> heat;
+  bool depth = false;
   for (const auto& r : c.doc.audit.run_summaries)
-    if (!r.routing_mean.empty())
+    if (!r.routing_mean.empty() && !r.experts) {  // expert routing has its own section (experts_section)
       heat.push_back({fmt::format("{} (n = {})", run_label(c, r.run), r.n), r.points, r.sources, r.routing_sources, r.routing_mean});
-  if (!heat.empty()) {
+      depth = true;
+    }
+  if (!heat.empty() && depth) {
     heatmap_figure(c.figures, "routing_heatmap", "Mean routing weight (token mean, averaged over examples)", heat);
     s.fig("routing_heatmap", "Mean routing weight per routing point (rows) and source (columns) on a log colour scale "
                              "(weights below 0.001 share the darkest colour); blank cells are past the point's sources.");
@@ -368,6 +371,8 @@ Document build_document(Context& c) {
   if (c.doc.has_study) d.sections.push_back(training_section(c));
   if (c.doc.has_study && !c.doc.study.convergence.empty()) d.sections.push_back(convergence_section(c));
   if (!c.doc.has_study && !c.doc.audit.run_summaries.empty()) d.sections.push_back(runs_section(c));
+  if (std::any_of(c.doc.audit.run_summaries.begin(), c.doc.audit.run_summaries.end(), [](const RunSummary& r) { return bool(r.experts); }))
+    d.sections.push_back(experts_section(c));
   // The first screens end here: the verdict and the runs. Every test's tables and figures follow as
   // the appendix (issue 56: a report a researcher forwards reads as a few screens, then the detail).
   Section appendix{kAppendixTitle, {}};

@@ -29,6 +29,7 @@ Section summary_section(Context& c);
 Section training_section(Context& c);  ///< with a study section
 Section runs_section(Context& c);      ///< without one: the audited runs
 Section routing_section(Context& c);
+Section experts_section(Context& c);  ///< mixture-of-experts runs (sections_experts.cpp)
 Section diagnostic_section(Context& c);
 Section condcal_section(Context& c);
 Section probes_section(Context& c);

@@ -57,6 +57,57 @@ inline void from_json(const nlohmann::json& j, ReliabilityRow& r) {
   r.band_high = band.high;
 }
 
+inline void to_json(nlohmann::json& j, const ExpertRow& r) {
+  j = {{"tokens", r.tokens}, {"load", r.load}, {"router_mean", r.router_mean},
+       {"accuracy", results::number_or_null(r.accuracy)}, {"accuracy_ci", results::interval_json(r.accuracy_ci)},
+       {"mean_confidence", results::number_or_null(r.mean_confidence)}, {"ece", results::number_or_null(r.ece)},
+       {"ece_ci", results::interval_json(r.ece_ci)}, {"gap", results::number_or_null(r.gap)},
+       {"gap_ci", results::interval_json(r.gap_ci)}};
+}
+inline void from_json(const nlohmann::json& j, ExpertRow& r) {
+  results::get_to(j, "tokens", r.tokens);
+  results::get_number(j, "load", r.load);
+  results::get_number(j, "router_mean", r.router_mean);
+  results::get_number(j, "accuracy", r.accuracy);
+  results::get_interval(j, "accuracy_ci", r.accuracy_ci);
+  results::get_number(j, "mean_confidence", r.mean_confidence);
+  results::get_number(j, "ece", r.ece);
+  results::get_interval(j, "ece_ci", r.ece_ci);
+  results::get_number(j, "gap", r.gap);
+  results::get_interval(j, "gap_ci", r.gap_ci);
+}
+inline void to_json(nlohmann::json& j, const ExpertLayer& l) {
+  j = {{"name", l.name}, {"experts", l.experts}, {"experts_per_token", l.experts_per_token},
+       {"router_entropy", results::number_or_null(l.router_entropy)},
+       {"router_entropy_ci", results::interval_json(l.router_entropy_ci)}, {"rows", l.rows}};
+}
+inline void from_json(const nlohmann::json& j, ExpertLayer& l) {
+  results::get_to(j, "name", l.name);
+  results::get_to(j, "experts", l.experts);
+  results::get_number(j, "experts_per_token", l.experts_per_token);
+  results::get_number(j, "router_entropy", l.router_entropy);
+  results::get_interval(j, "router_entropy_ci", l.router_entropy_ci);
+  results::get_to(j, "rows", l.rows);
+  if (l.rows.size() != l.experts)
+    throw nlohmann::json::type_error::create(302, "experts: a layer needs one row per expert", &j);
+}
+inline void to_json(nlohmann::json& j, const ExpertView& v) {
+  j = {{"n", v.n}, {"clusters", v.clusters}, {"bins", v.bins}, {"draws", v.draws}, {"seed", v.seed},
+       {"level", v.level}, {"handled", v.handled}, {"layers", v.layers}};
+}
+inline void from_json(const nlohmann::json& j, ExpertView& v) {
+  results::get_to(j, "n", v.n);
+  results::get_to(j, "clusters", v.clusters);
+  results::get_to(j, "bins", v.bins);
+  results::get_to(j, "draws", v.draws);
+  results::get_to(j, "seed", v.seed);
+  results::get_number(j, "level", v.level);
+  results::get_to(j, "handled", v.handled);
+  if (v.handled != "selected" && v.handled != "argmax")
+    throw nlohmann::json::type_error::create(302, "experts.handled must be 'selected' or 'argmax'", &j);
+  results::get_to(j, "layers", v.layers);
+}
+
 inline void to_json(nlohmann::json& j, const RunSummary& s) {
   nlohmann::json tert = nlohmann::json::array();
   const char* names[3] = {"low", "middle", "high"};
@@ -75,10 +126,15 @@ inline void to_json(nlohmann::json& j, const RunSummary& s) {
   j = {{"run", s.run}, {"cell", s.cell}, {"n", s.n}, {"bins", s.bins}, {"accuracy", s.accuracy},
        {"mean_confidence", s.mean_confidence}, {"ece", s.ece}, {"reliability", s.reliability},
        {"tertile_statistic", s.tertile_statistic}, {"tertiles", tert}, {"routing_mean", routing}};
+  if (!s.outputs.empty()) j["outputs"] = s.outputs;
+  if (s.experts) j["experts"] = *s.experts;
 }
 inline void from_json(const nlohmann::json& j, RunSummary& s) {
   results::get_to(j, "run", s.run);
   results::get_to(j, "cell", s.cell);
+  if (j.contains("outputs")) results::get_to(j, "outputs", s.outputs);
+  s.experts.reset();
+  if (j.contains("experts")) s.experts = j.at("experts").get<ExpertView>();
   results::get_to(j, "n", s.n);
   results::get_to(j, "bins", s.bins);
   results::get_number(j, "accuracy", s.accuracy);
