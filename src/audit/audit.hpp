@@ -55,6 +55,7 @@ struct AuditRunInput {
   /// the remaining mass last, [n, sorted_width]. Empty / 0 in the full form.
   std::size_t vocabulary = 0;
   std::vector<std::int64_t> group_classes;
+  std::vector<std::int64_t> predicted_class;  ///< [n] the predicted class itself (reduced form only)
   std::vector<double> sorted_log_probs;
   std::size_t sorted_width = 0;
   /// What "the outputs" are to the probes and the exact null, in words (the report and results.json).

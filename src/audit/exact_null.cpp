@@ -261,8 +261,10 @@ NullState prepare_conditional(const AuditRunInput& run, const ProbeDesign& d, co
   std::size_t matched_rows = 0;
   for (std::size_t h = 0; h < 2; ++h) {
     const auto& rows = h == 0 ? d.folds[0].calibration : d.folds[0].evaluation;
-    std::vector<std::vector<std::size_t>> parts(by_class ? run.classes : 1);
-    for (auto i : rows) parts[by_class ? std::size_t(run.predicted[i]) : 0].push_back(i);
+    // d.platt_class: the class itself, also in the reduced output form of a large vocabulary (a group
+    // there would pool classes, and routing that tracks the class would move between them).
+    std::vector<std::vector<std::size_t>> parts(by_class ? d.platt_classes : 1);
+    for (auto i : rows) parts[by_class ? std::size_t(d.platt_class[i]) : 0].push_back(i);
     for (std::size_t c = 0; c < parts.size(); ++c) {
       if (parts[c].size() < 2) continue;  // a lone example of its class stays in place
       auto m = match_groups(x, dims, parts[c], o.group_size, derive_seed(vseed, 50 + h + 2 * c));

@@ -244,6 +244,7 @@ void drop_rows(AuditRunInput& r, const std::vector<std::size_t>& keep) {
   keep_rows(r.predicted, keep, 1);
   keep_rows(r.log_probs, keep, K);
   keep_rows(r.sorted_log_probs, keep, r.sorted_width);
+  keep_rows(r.predicted_class, keep, 1);
   if (P > 0) keep_rows(r.profile, keep, P);
   for (auto& s : r.statistics) keep_rows(s, keep, 1);
   keep_rows(r.cluster, keep, 1);

@@ -1,6 +1,7 @@
 #include "audit/probes.hpp"
 
 #include <algorithm>
+#include <map>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -144,6 +145,18 @@ ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t r, const Pro
   d.confidence = run.confidence;
   d.predicted = run.predicted;
   d.classes = K;
+  if (run.predicted_class.empty()) {
+    d.platt_class = run.predicted;
+    d.platt_classes = K;
+  } else {
+    std::map<std::int64_t, std::int64_t> dense;
+    for (auto c : run.predicted_class) dense.emplace(c, 0);
+    std::int64_t next = 0;
+    for (auto& kv : dense) kv.second = next++;
+    d.platt_class.resize(n);
+    for (std::size_t i = 0; i < n; ++i) d.platt_class[i] = dense[run.predicted_class[i]];
+    d.platt_classes = dense.size();
+  }
 
   // Columns. logit c = log p_max − log Σ_{k≠max} p_k from the log-probabilities, so confidences that
   // round to 1 (float32 softmax) keep their order; clipped to ±40.
@@ -308,20 +321,20 @@ std::vector<double> per_class_platt(const ProbeDesign& d, const std::vector<std:
                                     const std::vector<std::size_t>& pred) {
   const auto& x = d.columns[0];
   const PlattFit pooled = fit_platt_on_logits(pick(x, fit), y);
-  std::vector<PlattFit> coef(d.classes, pooled);
-  std::vector<std::vector<double>> xk(d.classes), yk(d.classes);
+  std::vector<PlattFit> coef(d.platt_classes, pooled);
+  std::vector<std::vector<double>> xk(d.platt_classes), yk(d.platt_classes);
   for (std::size_t r = 0; r < fit.size(); ++r) {
-    const auto k = std::size_t(d.predicted[fit[r]]);
+    const auto k = std::size_t(d.platt_class[fit[r]]);
     xk[k].push_back(x[fit[r]]);
     yk[k].push_back(y[r]);
   }
-  for (std::size_t k = 0; k < d.classes; ++k)
+  for (std::size_t k = 0; k < d.platt_classes; ++k)
     if (!xk[k].empty()) coef[k] = fit_platt_on_logits(xk[k], yk[k], 100, 4.0, pooled);
   std::vector<double> out;
   out.reserve(fit.size() + pred.size());
   for (const auto* rows : {&fit, &pred})
     for (auto i : *rows) {
-      const auto& c = coef[std::size_t(d.predicted[i])];
+      const auto& c = coef[std::size_t(d.platt_class[i])];
       const double p = 1.0 / (1.0 + std::exp(-(c.a * x[i] + c.b)));
       out.push_back(std::min(std::max(p, 1e-7), 1.0 - 1e-7));
     }

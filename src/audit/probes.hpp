@@ -70,8 +70,13 @@ struct ProbeDesign {
   std::vector<std::array<SplitIndices, 2>> repeats;  ///< the probe audit's repeated cross-fits
   std::vector<int> fold_of;                    ///< [n] fold whose evaluation half holds example i
   std::vector<double> confidence;              ///< [n] (the linear probe's input)
-  std::vector<std::int64_t> predicted;         ///< [n] predicted class (the per-class Platt base)
+  std::vector<std::int64_t> predicted;         ///< [n] predicted class (or its group in the reduced form)
   std::size_t classes = 0;
+  /// The predicted class itself, densified to 0..platt_classes-1 ([n]): the per-class Platt base and the
+  /// exact null's within-class permutations read it, so in the reduced output form they still condition
+  /// on every class, not on its group (= predicted, classes in the full form).
+  std::vector<std::int64_t> platt_class;
+  std::size_t platt_classes = 0;
   /// The sorted log-probabilities, the last sorted_width columns of the full-logit probe (K in the full
   /// form; the head and the rest's log-mass in the reduced form, AuditRunInput::sorted_width).
   std::size_t sorted_width = 0;

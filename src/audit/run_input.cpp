@@ -64,6 +64,7 @@ void reduce_outputs(AuditRunInput& in, const std::vector<std::int64_t>& predicte
   };
   in.vocabulary = K;
   in.classes = own + 1;
+  in.predicted_class = predicted_class;
   for (std::size_t i = 0; i < n; ++i) {
     in.predicted[i] = group_of(predicted_class[i]);
     in.labels[i] = group_of(in.labels[i]);
@@ -223,6 +224,7 @@ AuditRunInput subsample_run(const AuditRunInput& run, std::size_t max_examples, 
   out.outputs = run.outputs;
   out.experts = run.experts;
   out.sorted_log_probs = rows(run.sorted_log_probs, run.sorted_width);
+  out.predicted_class = rows(run.predicted_class, 1);
   out.confidence = rows(run.confidence, 1);
   out.correct = rows(run.correct, 1);
   out.predictive_entropy = rows(run.predictive_entropy, 1);

@@ -1,5 +1,8 @@
 #include "audit/run_summary.hpp"
 
+#include <limits>
+#include <map>
+
 #include <cmath>
 
 #include "audit/audit.hpp"
@@ -36,11 +39,43 @@ std::vector<ReliabilityRow> reliability(const std::vector<double>& conf, const s
 
 }  // namespace
 
+namespace {
+
+/// Adjusted eta^2 of the first statistic by the predicted class (RunSummary::class_explained).
+double class_explained_share(const AuditRunInput& run) {
+  const auto& cls = run.predicted_class.empty() ? run.predicted : run.predicted_class;
+  if (run.statistics.empty() || cls.size() != run.statistics[0].size()) return std::numeric_limits<double>::quiet_NaN();
+  const auto& s = run.statistics[0];
+  const std::size_t n = s.size();
+  std::map<std::int64_t, std::pair<double, std::size_t>> sums;
+  double mean = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    auto& e = sums[cls[i]];
+    e.first += s[i];
+    ++e.second;
+    mean += s[i] / double(n);
+  }
+  const std::size_t G = sums.size();
+  if (n <= G || n < 2) return std::numeric_limits<double>::quiet_NaN();
+  double total = 0, within = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& e = sums[cls[i]];
+    const double m = e.first / double(e.second);
+    total += (s[i] - mean) * (s[i] - mean);
+    within += (s[i] - m) * (s[i] - m);
+  }
+  if (total <= 0) return std::numeric_limits<double>::quiet_NaN();
+  return 1.0 - (within / double(n - G)) / (total / double(n - 1));
+}
+
+}  // namespace
+
 RunSummary summarise_run(const AuditRunInput& run, std::size_t bins) {
   RunSummary s;
   s.run = run.run;
   s.cell = run.cell;
   s.outputs = run.outputs;
+  s.class_explained = class_explained_share(run);
   if (run.experts) s.experts = *run.experts;
   s.n = run.confidence.size();
   s.bins = bins;

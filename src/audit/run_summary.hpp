@@ -7,6 +7,7 @@
 #include <array>
 #include <cstddef>
 #include <string>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -30,6 +31,10 @@ struct RunSummary {
   /// What the probes and the exact null read as "the outputs" (AuditRunInput::outputs; "" in results
   /// written before issue 53).
   std::string outputs;
+  /// Share of the first statistic's variance the predicted class explains (adjusted eta^2 = 1 -
+  /// (SS_within / (n - G)) / (SS_total / (n - 1)), G the classes predicted; NaN when undefined). Near 1:
+  /// the routing mostly encodes which class (token) was predicted, an output (routers route by token).
+  double class_explained = std::numeric_limits<double>::quiet_NaN();
   std::size_t n = 0, bins = 0;
   double accuracy = 0, mean_confidence = 0, ece = 0;
   std::vector<ReliabilityRow> reliability;  ///< non-empty bins only

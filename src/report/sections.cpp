@@ -249,15 +249,33 @@ Section training_section(Context& c) {
 
 Section runs_section(Context& c) {
   Section s{"Runs", {}};
-  Table t{{"run", "n", "accuracy", "mean confidence", "ECE"}, {}};
+  Table t{{"run", "n", "accuracy", "mean confidence", "ECE", "routing explained by the predicted class (adj. η²)"}, {}};
   std::vector<RelPanel> panels;
   int bins = 15;
+  double most_explained = -1;
   for (const auto& r : c.doc.audit.run_summaries) {
-    t.rows.push_back({run_label(c, r.run), std::to_string(r.n), f4(r.accuracy), f4(r.mean_confidence), f4(r.ece)});
+    t.rows.push_back({run_label(c, r.run), std::to_string(r.n), f4(r.accuracy), f4(r.mean_confidence), f4(r.ece),
+                      std::isfinite(r.class_explained) ? fmt::format("{:.2f} ({})", r.class_explained, r.tertile_statistic) : "n/a"});
+    if (std::isfinite(r.class_explained)) most_explained = std::max(most_explained, r.class_explained);
     panels.push_back({fmt::format("{} (n = {})", run_label(c, r.run), r.n), {{"accuracy per bin", rel_points(r.reliability)}}});
     bins = int(r.bins);
   }
   s.tab(t);
+  // A large vocabulary is read in the reduced output form (method.md §6.3): say what "the outputs" were.
+  std::set<std::string> reduced;
+  for (const auto& r : c.doc.audit.run_summaries)
+    if (r.outputs.rfind("reduced", 0) == 0) reduced.insert(r.outputs);
+  if (most_explained >= 0.5)
+    s.p(fmt::format("The predicted class explains up to {:.0f} % of the routing statistic's variance: the routing largely "
+                    "encodes which class (token) was predicted, which is an output. Where classes have few examples "
+                    "each, a probe cannot learn each class's calibration from the outputs, but routing that tracks "
+                    "the class gives it away, so the probes' \"beyond the outputs\" can then be the class's identity; "
+                    "the exact null (arcal audit --exact-null), which permutes routing only within each predicted "
+                    "class, is the test that separates the two (method.md §6.3).",
+                    100.0 * most_explained));
+  for (const auto& o : reduced)
+    s.p("The outputs the probes and the exact null condition on were read in the " + o +
+        " (method.md §6.3, the reduced output form): \"beyond the outputs\" means beyond these.");
   reliability_figure(c.figures, "reliability_runs", "Reliability per run", panels, bins);
   s.fig("reliability_runs", fmt::format("Reliability diagram of every audited run ({} equal-width bins; grey: a calibrated "
                                         "model's 95 % band; bars: examples per bin).",

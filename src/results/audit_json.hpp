@@ -127,12 +127,15 @@ inline void to_json(nlohmann::json& j, const RunSummary& s) {
        {"mean_confidence", s.mean_confidence}, {"ece", s.ece}, {"reliability", s.reliability},
        {"tertile_statistic", s.tertile_statistic}, {"tertiles", tert}, {"routing_mean", routing}};
   if (!s.outputs.empty()) j["outputs"] = s.outputs;
+  j["class_explained"] = results::number_or_null(s.class_explained);
   if (s.experts) j["experts"] = *s.experts;
 }
 inline void from_json(const nlohmann::json& j, RunSummary& s) {
   results::get_to(j, "run", s.run);
   results::get_to(j, "cell", s.cell);
   if (j.contains("outputs")) results::get_to(j, "outputs", s.outputs);
+  s.class_explained = std::numeric_limits<double>::quiet_NaN();
+  if (j.contains("class_explained")) results::get_number(j, "class_explained", s.class_explained);
   s.experts.reset();
   if (j.contains("experts")) s.experts = j.at("experts").get<ExpertView>();
   results::get_to(j, "n", s.n);

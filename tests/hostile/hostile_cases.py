@@ -166,6 +166,22 @@ def trace(n=40, k=3, routing=False, seed=0):
     return a
 
 
+def topk_trace(n=40, k_all=50, k=4, seed=0):
+    """The top-k output form (docs/interface.md) of a random trace over k_all classes."""
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal((n, k_all)) * 2
+    lp = z - np.log(np.exp(z).sum(1, keepdims=True))
+    idx = np.argsort(-lp, axis=1, kind="stable")[:, :k]
+    labels = idx[:, 0].copy()
+    labels[::3] = idx[::3, 1]
+    p = np.exp(lp)
+    return {"topk_logprobs": np.take_along_axis(lp, idx, 1).astype(np.float32), "topk_indices": idx.astype(np.int64),
+            "label_logprob": lp[np.arange(n), labels].astype(np.float32),
+            "log_normalizer": np.log(np.exp(z).sum(1)).astype(np.float32),
+            "predictive_entropy": (-(p * lp).sum(1)).astype(np.float32), "prob_sq_sum": (p * p).sum(1).astype(np.float32),
+            "num_classes": np.array(k_all), "labels": labels.astype(np.int64)}
+
+
 def save(path, arrays, compress=False):
     (np.savez_compressed if compress else np.savez)(path, **arrays)
     return path
@@ -291,9 +307,19 @@ def files_cases(r):
     a = trace(); a["cluster"] = np.arange(39); cases.append(("cluster of the wrong length", a, "cluster has 39 entries"))
     a = trace(); a["cluster"] = np.zeros(40, dtype=np.int64); a["cluster"][6] = -3; cases.append(("negative cluster id", a, "cluster[6] is -3"))
     a = trace(); a["cluster"] = np.zeros(40); cases.append(("float cluster ids", a, "cluster has dtype"))
+    # The top-k output form of a large vocabulary (issue 53).
+    a = topk_trace(); a["topk_logprobs"][2, :] = a["topk_logprobs"][2, ::-1]; cases.append(("top-k row not descending", a, "topk_logprobs[2, 1]"))
+    a = topk_trace(); a["topk_indices"][4, 1] = a["topk_indices"][4, 0]; cases.append(("top-k class named twice", a, "names class"))
+    a = topk_trace(); del a["num_classes"]; cases.append(("top-k without num_classes", a, "no 'num_classes'"))
+    a = topk_trace(); del a["prob_sq_sum"]; cases.append(("top-k without prob_sq_sum", a, "no 'prob_sq_sum'"))
+    a = topk_trace(); a["label_logprob"][6] = 0.0; cases.append(("label_logprob not the label's entry", a, "label_logprob[6]"))
+    a = topk_trace() | {"logits": trace()["logits"]}; cases.append(("logits beside the top-k form", a, "give exactly one output form"))
+    a = trace(); a["topk_indices"] = np.zeros((40, 2), dtype=np.int64); cases.append(("top-k array without topk_logprobs", a, "no 'topk_logprobs'"))
     for i, (what, arrays, text) in enumerate(cases):
         f = save(W("t%02d.npz" % i), arrays)
         r.run(what, ["metrics", f], 2, text)
+    f = save(W("topk_ok.npz"), topk_trace())
+    r.run("calibrator on a top-k trace", ["calibrate", f, "--method", "temperature", "--out", W("cal_topk.npz")], 2, "needs every class's probability")
     # An invalid code point (a UTF-16 surrogate) in a string array.
     write_zip(W("surrogate.npz"), [("logits.npy", npy_bytes(trace()["logits"])), ("labels.npy", npy_bytes(trace()["labels"])),
                                    ("meta.npy", raw_npy("{'descr': '<U1', 'fortran_order': False, 'shape': (), }", b"\x00\xd8\x00\x00"))])
