@@ -28,6 +28,16 @@ Language models (per_token=True): every token is an example. The model's output 
 sequence index (or what rec.add_clusters gives), so that the audit splits, permutes and resamples
 whole sequences (shared/method.md §6.8). This is the layout `arcal trace` writes for ar-lm-tiny.
 
+Large vocabularies (topk=): a trace of N tokens cannot hold N x K floats when K is a real vocabulary.
+Over more than TOPK_AUTO_CLASSES classes (or with topk=k) the outputs are recorded in the top-k form
+instead of `logits`: per token the k largest log-softmax values and their classes, the log-probability
+at the label, the log normaliser, the entropy and the sum of squared probabilities of the full softmax
+(docs/interface.md "The trace file"), computed per forward from that batch's logits on their device, so
+only one batch's logits exist at once. The label's log-probability needs the label: each batch's logits
+are held (the model's own tensor, no copy) until add_labels gives the labels that match it, so adding
+labels after (or before) every forward keeps one batch; labels for many batches at once are paired in
+arrays(), holding every batch's logits until then.
+
 Models: an eager torch.nn.Module. A torch.compile'd model (torch >= 2.0) is accepted: its submodules
 are found under their eager names (the `_orig_mod.` prefix is added where needed). A TorchScript model
 (torch.jit.trace / torch.jit.script) runs without Python forward hooks, so it is refused: record the
@@ -46,7 +56,8 @@ if not _torch_check.supported(torch.__version__):
     raise ImportError(f"arcal.torch_hooks supports torch {_torch_check.SUPPORTED}, but this environment has torch "
                       f"{torch.__version__}")
 
-__all__ = ["record_routing", "RoutingRecorder", "find_routers", "LAYOUTS", "ROW_SUM_TOLERANCE", "ROUTER_NAMES"]
+__all__ = ["record_routing", "RoutingRecorder", "find_routers", "LAYOUTS", "ROW_SUM_TOLERANCE", "ROUTER_NAMES",
+           "TOPK_AUTO_CLASSES", "TOPK_AUTO_K"]
 
 #: Layouts of a routing or feature tensor (E: experts / sources / feature columns).
 LAYOUTS = ("auto", "batch_first", "seq_first", "flat", "flat_seq_first")
@@ -57,6 +68,22 @@ LAYOUTS = ("auto", "batch_first", "seq_first", "flat", "flat_seq_first")
 #: their sum; a row further from 1 than this is refused (not a probability vector: pass softmax=True
 #: for gates that output logits).
 ROW_SUM_TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 5e-3, torch.float32: 1e-4, torch.float64: 1e-6}
+
+#: topk="auto": outputs over more classes than this are recorded in the top-k form (TOPK_AUTO_K classes
+#: per example and the summaries the metrics need) instead of the full [N, K] logits: a trace of 10^6
+#: tokens over a 32,000-token vocabulary would hold 128 GB of float32 logits.
+TOPK_AUTO_CLASSES = 1024
+TOPK_AUTO_K = 32
+
+#: Elements of one chunk of logits rows when the top-k summaries are computed, per device type: bounds
+#: the temporaries (probabilities, products) whatever the batch size. On the CPU a 4 MB chunk stays in
+#: cache across the passes over it (softmax, top-k, two sums): 1.3x faster than 32 MB chunks at K = 4096
+#: and 32,000 (2-core AMD EPYC); a GPU takes larger chunks to keep kernel launches few.
+_TOPK_CHUNK_ELEMENTS = {"cpu": 1 << 20}
+_TOPK_CHUNK_ELEMENTS_GPU = 1 << 24
+
+#: Bytes of logits held while waiting for their labels before the recorder warns (once).
+_AWAITING_WARN_BYTES = 1 << 30
 
 
 def _default_output(out):
@@ -73,6 +100,97 @@ def _default_output(out):
 
 def _to_numpy(t):
     return t.detach().to(device="cpu", dtype=torch.float32).numpy()
+
+
+class _RowStore:
+    """Per-example arrays appended batch by batch into blocks of BLOCK rows (a few MB each), joined once
+    by join(): thousands of small per-batch arrays kept alive between the batches' large freed
+    temporaries fragment the C heap, which then holds far more than the rows (a 10^6-token recording at
+    K = 32,000 peaked at 2.06 GB with per-batch arrays, 1.78 GB with blocks). Class indices are held as
+    int32 and joined as int64."""
+    BLOCK = 1 << 16
+
+    def __init__(self):
+        self.blocks, self.sizes, self.rows = {}, [], 0  # blocks[name][i] holds sizes[i] filled rows
+
+    def append(self, arrays):
+        n = next(iter(arrays.values())).shape[0]
+        done = 0
+        while done < n:
+            if not self.sizes or self.sizes[-1] == next(iter(self.blocks.values()))[-1].shape[0]:
+                for name, v in arrays.items():
+                    dtype = np.int32 if v.dtype == np.int64 else v.dtype
+                    self.blocks.setdefault(name, []).append(np.empty((self.BLOCK,) + v.shape[1:], dtype))
+                self.sizes.append(0)
+            fill = self.sizes[-1]
+            take = min(n - done, self.blocks[next(iter(self.blocks))][-1].shape[0] - fill)
+            for name, v in arrays.items():
+                self.blocks[name][-1][fill:fill + take] = v[done:done + take]
+            self.sizes[-1] += take
+            done += take
+        self.rows += n
+
+    def join(self):
+        """{name: [rows, ...] array}; the blocks are freed as they are copied, name by name, and the joined
+        arrays become the one (full) block, shared with the caller."""
+        out = {}
+        for name in list(self.blocks):
+            blocks = self.blocks.pop(name)
+            first = blocks[0]
+            joined = np.empty((self.rows,) + first.shape[1:], np.int64 if first.dtype == np.int32 else first.dtype)
+            at = 0
+            for i in range(len(blocks)):
+                block, blocks[i] = blocks[i], None
+                joined[at:at + self.sizes[i]] = block[:self.sizes[i]]
+                at += self.sizes[i]
+                del block
+            out[name] = joined
+        self.blocks, self.sizes = {name: [v] for name, v in out.items()}, [self.rows]
+        return dict(out)
+
+
+def _topk_summaries(flat, k, rows=None):
+    """flat [R, K] logits (any float dtype, any device), rows: the row indices to summarise (a LongTensor
+    on flat's device; None: every row; padding is skipped, not computed) -> per row, on the CPU: the k
+    largest log-softmax values sorted descending [R, k] float32 and their class indices [R, k] int64,
+    the log normaliser (logsumexp of the logits), the entropy of the full softmax (nats) and the sum of
+    its squared probabilities [R] float32. Computed in float32 (float64 logits: float64; bf16/fp16
+    logits are widened) on the logits' device, in chunks of rows, so that no more than a chunk's worth
+    of [rows, K] temporaries exists at once."""
+    dtype = torch.float64 if flat.dtype == torch.float64 else torch.float32
+    classes = flat.shape[-1]
+    step = max(1, _TOPK_CHUNK_ELEMENTS.get(flat.device.type, _TOPK_CHUNK_ELEMENTS_GPU) // classes)
+    count = flat.shape[0] if rows is None else rows.shape[0]
+    # The results are allocated once, before the loop: small tensors made per chunk and kept would sit
+    # between the chunks' freed temporaries and keep the C heap from reusing them (RSS grew by 350 MB
+    # per 1024 x 32,000 batch on glibc with two threads).
+    dev = flat.device
+    out = {"topk_logprobs": torch.empty(count, k, dtype=dtype, device=dev),
+           "topk_indices": torch.empty(count, k, dtype=torch.int64, device=dev)}
+    for name in ("log_normalizer", "predictive_entropy", "prob_sq_sum"):
+        out[name] = torch.empty(count, dtype=dtype, device=dev)
+    for start in range(0, count, step):
+        end = min(count, start + step)
+        z = (flat[start:end] if rows is None else flat.index_select(0, rows[start:end])).to(dtype)  # (R, K)
+        p = torch.softmax(z, dim=-1)                           # (R, K), one fused pass
+        top = torch.topk(z, k, dim=-1, largest=True, sorted=True)
+        # The largest class has p = exp(z_max - logZ) = 1 / sum exp(z - z_max) >= 1/K, so logZ = z_max -
+        # log p_max as exactly as logsumexp computes it, without another pass over the row.
+        log_normalizer = top.values[:, 0] - torch.log(p.gather(1, top.indices[:, :1])[:, 0])
+        # H = -sum p log p = logZ - sum p z; a -inf logit (a masked class) has p = 0 and would give
+        # 0 * -inf = nan there, so such rows take the explicit form.
+        entropy = log_normalizer - (p * z).sum(dim=-1)
+        bad = torch.isnan(entropy)
+        if bool(bad.any()):
+            logp = z[bad] - log_normalizer[bad].unsqueeze(-1)
+            pb = p[bad]
+            entropy[bad] = -torch.where(pb > 0, pb * logp, torch.zeros((), dtype=dtype, device=dev)).sum(dim=-1)
+        out["topk_logprobs"][start:end] = top.values - log_normalizer.unsqueeze(-1)
+        out["topk_indices"][start:end] = top.indices
+        out["log_normalizer"][start:end] = log_normalizer
+        out["predictive_entropy"][start:end] = entropy
+        out["prob_sq_sum"][start:end] = (p * p).sum(dim=-1)
+    return {name: v.cpu() if v.dtype == torch.int64 else v.to("cpu", torch.float32) for name, v in out.items()}
 
 
 def _as_tokens(name, t, batch, what, layout):
@@ -229,7 +347,7 @@ class RoutingRecorder:
     """
 
     def __init__(self, model, *, routing=(), features=None, output=None, softmax=False, meta=None,
-                 layout="auto", routing_kind="unordered", per_token=False):
+                 layout="auto", routing_kind="unordered", per_token=False, topk="auto"):
         if isinstance(model, torch.jit.ScriptModule):
             raise ValueError("record_routing: the model is a TorchScript module (torch.jit.trace or torch.jit.script), "
                              "which runs without Python forward hooks; record the eager torch.nn.Module instead "
@@ -239,6 +357,12 @@ class RoutingRecorder:
         if routing_kind not in ("depth", "unordered"):
             raise ValueError(f"record_routing: routing_kind is {routing_kind!r}, but must be 'depth' (ordered sources: "
                              "layers, earliest first) or 'unordered' (mixture-of-experts experts)")
+        if not (topk is None or (isinstance(topk, str) and topk == "auto") or
+                (isinstance(topk, int) and not isinstance(topk, bool) and topk >= 2)):
+            raise ValueError(f"record_routing: topk is {topk!r}, but must be 'auto' (the top-{TOPK_AUTO_K} form when "
+                             f"the outputs have more than {TOPK_AUTO_CLASSES} classes), an integer k >= 2 (the top-k "
+                             "form) or None (the full logits)")
+        self._topk = topk
         self.model = model
         self._per_token = bool(per_token)
         self._tokens = None  # per_token: the sequence length of the first batch (every batch must match)
@@ -308,6 +432,16 @@ class RoutingRecorder:
         self._modules = modules
         self._pending = {}
         self._logits, self._labels = [], []
+        # The outputs' form, fixed at the first batch: "full" (logits [N, K]) or "topk" (k per example and
+        # the summaries; see _topk_summaries), with K.
+        self._form, self._k, self._classes, self._rows = None, None, None, 0
+        self._topk_rows = _RowStore()  # topk form: the summaries of the kept rows, batch after batch
+        # topk form, label log-probabilities: a batch's logits (the model's own tensor, flattened [B*T, K],
+        # no copy) are held until the labels that match it are added, then only their gathered values
+        # are kept. _label_logprob[i] is batch i's ([kept] values, the labels used, its first row), None
+        # while waiting; the labels used are checked against the final labels in arrays(). _awaiting lists
+        # the waiting batches in order, _label_queue the added label chunks not yet matched to a batch.
+        self._label_logprob, self._awaiting, self._label_queue, self._warned_awaiting = [], [], [], False
         self._routing_rows = [[] for _ in self._routing]
         self._selected_rows = [[] for _ in self._routing]  # routing="auto": the top-k gate weights used
         self._entropy_rows = [[] for _ in self._routing]
@@ -426,6 +560,17 @@ class RoutingRecorder:
         def kept(t):
             return t if keep is None else t[keep.to(t.device)]
 
+        flat = logits.detach().reshape(-1, logits.shape[-1])  # (B*T, K), a view
+        form = self._output_form(flat.shape[-1])
+        summaries = None
+        if form == "topk":
+            kept_rows = None if keep is None else keep.nonzero()[:, 0].to(flat.device)
+            summaries = _topk_summaries(flat, self._k, kept_rows)
+            if not torch.isfinite(summaries["log_normalizer"]).all():
+                bad = int((~torch.isfinite(summaries["log_normalizer"])).nonzero()[0, 0])
+                raise ValueError(f"record_routing: the model's logits are not finite in row {bad} of this batch "
+                                 "(NaN or +inf): no softmax over them exists")
+
         for p, (mean, ent, mu, var) in enumerate(rows):
             if selected[p] is not None:
                 self._selected_rows[p].append(_to_numpy(kept(selected[p])))
@@ -442,8 +587,74 @@ class RoutingRecorder:
             self._keeps.append(None if keep is None else keep.numpy())
             self._context = max(self._context, int(self._tokens))
             self._sequences += batch
-            logits = kept(logits.reshape(-1, logits.shape[-1]))
-        self._logits.append(_to_numpy(logits))
+        if form == "full":
+            self._logits.append(_to_numpy(kept(flat)))
+            self._rows += self._logits[-1].shape[0]
+            return
+        cpu_keep = None if keep is None else keep.cpu()
+        summary_rows = {name: v.numpy() for name, v in summaries.items()}
+        self._topk_rows.append(summary_rows)
+        self._batches_topk = getattr(self, "_batches_topk", 0) + 1
+        n_kept = summary_rows["log_normalizer"].shape[0]
+        self._label_logprob.append(None)
+        self._awaiting.append({"batch": self._batches_topk - 1, "flat": flat, "keep": cpu_keep,
+                               "log_normalizer": summaries["log_normalizer"], "start": self._rows, "kept": n_kept})
+        self._rows += n_kept
+        self._match_labels()
+        held = sum(b["flat"].numel() * b["flat"].element_size() for b in self._awaiting)
+        if held > _AWAITING_WARN_BYTES and not self._warned_awaiting:
+            self._warned_awaiting = True
+            warnings.warn(f"record_routing: {len(self._awaiting)} batches' logits ({held / 2**30:.1f} GiB) are held "
+                          "until their labels are added; call rec.add_labels(y) after each forward so that only "
+                          "one batch's logits are kept (the top-k form needs the logit at the label)",
+                          RuntimeWarning, stacklevel=2)
+
+    def _output_form(self, classes):
+        """Fixes the outputs' form at the first batch ("full" or "topk") and checks K at every later one."""
+        if self._form is None:
+            if self._topk is None or (self._topk == "auto" and classes <= TOPK_AUTO_CLASSES):
+                self._form = "full"
+            else:
+                k = TOPK_AUTO_K if self._topk == "auto" else self._topk
+                if k >= classes:
+                    raise ValueError(f"record_routing: topk={k}, but the model's outputs have K = {classes} classes; "
+                                     f"the top-k form needs k < K (topk=None records the full logits)")
+                self._form, self._k = "topk", k
+            self._classes = classes
+        elif classes != self._classes:
+            raise ValueError(f"record_routing: this batch's outputs have K = {classes} classes, but the first "
+                             f"batch's had {self._classes}")
+        return self._form
+
+    def _gather_label_logprob(self, pending, y):
+        """The log-softmax value at label y of every kept row of a waiting batch: y is [B*T] (one per row,
+        padding included) or [kept]. Label -100 gives 0 (the row is dropped in arrays())."""
+        flat, keep = pending["flat"], pending["keep"]
+        rows = np.arange(flat.shape[0]) if keep is None else np.flatnonzero(keep.numpy())
+        if y.shape[0] == flat.shape[0] and keep is not None:
+            y = y[rows]
+        ignored = y == -100
+        bad = ~ignored & ((y < 0) | (y >= self._classes))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"record_routing: label {int(y[i])} (position {i} of the batch's kept tokens) is not in "
+                             f"[0, K) with K = {self._classes} (nor -100, transformers' 'no target')")
+        safe = torch.from_numpy(np.where(ignored, 0, y)).to(flat.device)
+        at = flat[torch.from_numpy(rows).to(flat.device), safe].to(pending["log_normalizer"].dtype).cpu()
+        lp = (at - pending["log_normalizer"]).numpy().astype(np.float32)  # log_normalizer: the kept rows
+        lp[ignored] = 0.0
+        return lp, y
+
+    def _match_labels(self):
+        """topk form: pairs the waiting batches with the label chunks added so far, in order, while the first
+        chunk holds exactly one batch's labels ([B*T] or its kept tokens); the rest is paired in arrays()."""
+        while self._awaiting and self._label_queue:
+            pending, y = self._awaiting[0], self._label_queue[0]
+            if y.shape[0] not in (pending["flat"].shape[0], pending["kept"]):
+                return
+            self._label_logprob[pending["batch"]] = self._gather_label_logprob(pending, y) + (pending["start"],)
+            self._awaiting.pop(0)
+            self._label_queue.pop(0)
 
     def _selection(self, name, raw, dense, batch):
         """routing="auto" only: the experts the model actually used for each row of `dense` ([rows, E]), as
@@ -497,6 +708,9 @@ class RoutingRecorder:
         """The batch's true classes [B] (per_token: the next tokens [B, T], flattened as the logits are)."""
         y = labels.detach().cpu().numpy() if torch.is_tensor(labels) else np.asarray(labels)
         self._labels.append(y.reshape(-1).astype(np.int64))
+        if self._form != "full" and (self._topk is not None):
+            self._label_queue.append(self._labels[-1])
+            self._match_labels()
 
     def add_clusters(self, ids):
         """per_token only: the batch's sequence ids [B] (e.g. document ids), replacing the running sequence
@@ -514,10 +728,14 @@ class RoutingRecorder:
 
     # ---- the trace
     def arrays(self):
-        if not self._logits:
+        if self._form is None:
             raise ValueError("record_routing: the model never ran inside the with-block (no batches recorded)")
-        out = {"logits": np.concatenate(self._logits)}
-        n = out["logits"].shape[0]
+        if self._form == "full":
+            out = {"logits": np.concatenate(self._logits)}
+        else:
+            out = self._topk_rows.join()  # shares memory with the recorder (joined once)
+            out["num_classes"] = np.array(self._classes, np.int64)
+        n = self._rows
         labels = np.concatenate(self._labels) if self._labels else np.zeros(0, np.int64)
         masked = self._per_token and any(k is not None for k in self._keeps)
         if masked and labels.shape[0] != n:
@@ -530,6 +748,8 @@ class RoutingRecorder:
             raise ValueError(f"record_routing: {labels.shape[0]} labels were added (add_labels), but the model saw "
                              f"N = {n} examples")
         out["labels"] = labels
+        if self._form == "topk":
+            out["label_logprob"] = self._label_logprobs(labels)
         if self._per_token:
             clusters = np.concatenate(self._clusters)
             if self._given_clusters:
@@ -573,7 +793,9 @@ class RoutingRecorder:
             out["feature_names"] = np.array(names)
         meta = {"source": "arcal.torch_hooks.record_routing", "model": type(self.model).__name__,
                 "routing_points": [name for name, _, _ in self._routing], "routing_kind": self._kind,
-                "version": _arcal.__version__}
+                "version": _arcal.__version__,
+                "outputs": {"form": "full", "classes": int(self._classes)} if self._form == "full" else
+                {"form": "topk", "k": int(self._k), "classes": int(self._classes)}}
         if self._renormalised > 0:
             meta["routing_rows_renormalised_max_deviation"] = self._renormalised
         if self._discovered:
@@ -601,6 +823,25 @@ class RoutingRecorder:
         out["meta"] = json.dumps(meta)
         return out
 
+    def _label_logprobs(self, labels):
+        """topk form: [N] log-softmax values at the final labels (kept rows, before -100 is dropped). Batches
+        paired with their labels as they came were computed then (and are checked against `labels` here);
+        the rest (labels added for several batches at once) are gathered now from their held logits."""
+        out = np.zeros(labels.shape[0], np.float32)
+        for b, done in enumerate(self._label_logprob):
+            if done is None:
+                continue
+            lp, used, start = done
+            if not np.array_equal(used, labels[start:start + lp.shape[0]]):
+                raise ValueError(f"record_routing: the labels added for batch {b} do not match its place among all "
+                                 "labels (labels added in pieces that do not follow the batches); add each batch's "
+                                 "labels [B, T] right after its forward")
+            out[start:start + lp.shape[0]] = lp
+        for pending in self._awaiting:
+            start, kept = pending["start"], pending["kept"]
+            out[start:start + kept] = self._gather_label_logprob(pending, labels[start:start + kept])[0]
+        return out
+
     def write(self, path):
         _arcal.write_trace(str(path), **self.arrays())
         return str(path)
@@ -608,7 +849,7 @@ class RoutingRecorder:
 
 @contextlib.contextmanager
 def record_routing(model, path=None, *, routing=(), features=None, output=None, softmax=False, meta=None,
-                   layout="auto", routing_kind="unordered", per_token=False):
+                   layout="auto", routing_kind="unordered", per_token=False, topk="auto"):
     """Records a trace from a PyTorch model's forward hooks while the with-block runs.
 
     model : the torch.nn.Module whose forward returns logits [B, K] (or a tuple / an object with
@@ -639,19 +880,25 @@ def record_routing(model, path=None, *, routing=(), features=None, output=None, 
     meta : extra keys for the trace's meta JSON.
     per_token : a language model: logits [B, T, K], every token one example with its own routing weights,
         labels [B, T], and each sequence a cluster (array `cluster`; rec.add_clusters(ids) sets the ids).
+    topk : the outputs' form. "auto" (the default): the full `logits` when K <= TOPK_AUTO_CLASSES (1024),
+        else the top-TOPK_AUTO_K (32) form; an integer k (2 <= k < K): the top-k form; None: the full
+        logits whatever K. The top-k form holds topk_logprobs [N, k], topk_indices [N, k], label_logprob,
+        log_normalizer, predictive_entropy, prob_sq_sum [N] and num_classes (K) instead of logits;
+        meta["outputs"] records the choice ({"form": "topk", "k": 32, "classes": K} or {"form": "full",
+        "classes": K}). Add each batch's labels right after its forward (see the module's docstring).
 
     Yields the RoutingRecorder: call rec.add_labels(y) for every batch; rec.add_feature(name, values)
     adds per-example signals computed outside the model. The hooks are removed on leaving the block.
     """
     rec = RoutingRecorder(model, routing=routing, features=features, output=output, softmax=softmax, meta=meta,
-                          layout=layout, routing_kind=routing_kind, per_token=per_token)
+                          layout=layout, routing_kind=routing_kind, per_token=per_token, topk=topk)
     with rec:
         yield rec
     if path is not None:
         try:
             rec.write(path)
         except Exception as e:
-            n = sum(len(x) for x in rec._logits)
+            n = rec._rows
             warnings.warn(f"record_routing: the trace was not written to {path} ({e}); the recording of {n} examples "
                           "is kept: rec.arrays() returns it and rec.write(path) writes it", RuntimeWarning, stacklevel=3)
             raise
