@@ -35,13 +35,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.abspath(os.path.join(HERE, ".."))
 
 
-def mixtral(vocab):
+# Model sizes of the overhead measurement: the recording's per-token cost is fixed by the vocabulary (a
+# softmax, a top-k and two sums over K), so its share of the forward falls as the model grows.
+SIZES = {"small": dict(hidden_size=128, intermediate_size=256, num_attention_heads=4),
+         "medium": dict(hidden_size=512, intermediate_size=1024, num_attention_heads=8)}
+
+
+def mixtral(vocab, size="small"):
     import torch
     import transformers
     torch.manual_seed(0)
-    config = transformers.MixtralConfig(vocab_size=vocab, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
-                                        num_attention_heads=4, num_key_value_heads=2, num_local_experts=8,
-                                        num_experts_per_tok=2, max_position_embeddings=256)
+    config = transformers.MixtralConfig(vocab_size=vocab, num_hidden_layers=4, num_key_value_heads=2,
+                                        num_local_experts=8, num_experts_per_tok=2, max_position_embeddings=256,
+                                        **SIZES[size])
     return transformers.MixtralForCausalLM(config).eval()
 
 
@@ -64,11 +70,11 @@ def fixed_batches(vocab, count, batch=8, seed=1):
     return out
 
 
-def overhead(a):
+def overhead(a, size):
     import torch
 
     import arcal.torch_hooks as th
-    model = mixtral(a.vocab)
+    model = mixtral(a.vocab, size)
     params = sum(p.numel() for p in model.parameters())
     batches = fixed_batches(a.vocab, a.batches)
     tokens = sum(int(m.sum()) for _, m, _ in batches)
@@ -107,14 +113,17 @@ def overhead(a):
     mb = statistics.median(base)
     rows = [("overhead: params", f"{params / 1e6:.2f} M"), ("overhead: tokens per pass", tokens),
             ("overhead: plain forward, median s", f"{mb:.3f}"), ("overhead: tokens/s plain", f"{tokens / mb:,.0f}")]
+    rows = [(f"{size} model, " + k, v) for k, v in rows]
     for topk in forms:
         o = meta[topk]
         name = f"top-{o['k']} of K={o['classes']}" if o["form"] == "topk" else f"full logits, K={o['classes']}"
         mr = statistics.median(rec_s[topk])
-        rows += [(f"overhead: recorded ({name}), median s", f"{mr:.3f}"),
-                 (f"overhead: ratio ({name}; goal <= 1.10)", f"{mr / mb:.3f}"),
-                 (f"overhead: tokens/s recorded ({name})", f"{tokens / mr:,.0f}"),
-                 (f"overhead: arrays() ({name}), median s", f"{statistics.median(asm_s[topk]):.3f}")]
+        rows += [(f"{size} model, overhead: recorded ({name}), median s", f"{mr:.3f}"),
+                 (f"{size} model, overhead: ratio ({name}; goal <= 1.10)", f"{mr / mb:.3f}"),
+                 (f"{size} model, overhead: tokens/s recorded ({name})", f"{tokens / mr:,.0f}"),
+                 (f"{size} model, overhead: per-token cost of recording ({name}), µs",
+                  f"{1e6 * (mr - mb) / tokens:.1f}"),
+                 (f"{size} model, overhead: arrays() ({name}), median s", f"{statistics.median(asm_s[topk]):.3f}")]
     return rows
 
 
@@ -243,6 +252,9 @@ def main():
     ap.add_argument("--csv")
     ap.add_argument("--skip-overhead", action="store_true")
     ap.add_argument("--skip-memory", action="store_true")
+    ap.add_argument("--sizes", default="small,medium",
+                    help="model sizes of the overhead rows: small (hidden 128, ~4 M parameters at --vocab 4096), "
+                         "medium (hidden 512, 57 M); comma-separated")
     a = ap.parse_args()
     cli = a.arcal if os.path.isfile(a.arcal) else None
     if cli is None:
@@ -251,7 +263,10 @@ def main():
     torch.set_num_threads(a.threads)
     rows = [("machine", f"{os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads")]
     if not a.skip_overhead:
-        rows += overhead(a)
+        for size in a.sizes.split(","):
+            if size not in SIZES:
+                sys.exit(f"bench_moe_recording: --sizes: unknown size '{size}' (choose from {', '.join(SIZES)})")
+            rows += overhead(a, size)
     if not a.skip_memory:
         rows += memory(a, cli)
     print("| quantity | value |\n|---|---|")

@@ -347,8 +347,13 @@ def main(argv=None):
                           "--permutations", str(a.permutations)])
             wall["audit"] = time.time() - t0
             with open(os.path.join(audit_dir, "results.json")) as f:
-                verdict = json.load(f)["verdict"]
-            row.update(verdict=verdict["answer"], verdict_summary=verdict["summary"])
+                results = json.load(f)
+            verdict = results["verdict"]
+            run0 = results["runs"][0]
+            row.update(verdict=verdict["answer"], verdict_summary=verdict["summary"],
+                       beyond_outputs={k: verdict["beyond_outputs"].get(k) for k in ("test", "status", "p", "effect")},
+                       outputs=run0.get("outputs"), class_explained=run0.get("class_explained"),
+                       router_entropy=[layer["router_entropy"] for layer in (run0.get("experts") or {}).get("layers", [])])
             t0 = time.time()
             run_cli(cli, ["report", audit_dir, "--quiet", "--force"])
             run_cli(cli, ["report", os.path.join(d, "m.json"), "--out", os.path.join(d, "metrics_report"), "--quiet",

@@ -34,7 +34,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 "$PY" scripts/check_torch.py
 
 if [ "${1:-}" != "--no-build" ]; then
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DARCAL_PYTHON="$PY" >/dev/null
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DARCAL_PYTHON="$PY" -DARCAL_WERROR="${ARCAL_WERROR:-OFF}" >/dev/null
   cmake --build build -j "$(nproc)"
   if [ -d build/python/arcal ]; then
     echo "Python module: export PYTHONPATH=$PWD/build/python   (then: $PY -c 'import arcal'; docs/python.md)"

@@ -2,6 +2,7 @@
 
     import arcal
     arcal.metrics(labels, logits=logits)                  # the dict of `arcal metrics --json`
+    arcal.trace_metrics("trace.npz")                      # the same of a trace file (either output form)
     cal = arcal.Calibrator("temperature").fit(val_y, logits=val_z)
     p = cal.predict_proba(logits=test_z)                  # cal.to_dict(): the `--save` JSON
     res = arcal.audit([trace_or_path, ...])               # what results.json holds
@@ -48,12 +49,13 @@ from ._arcal import (  # noqa: F401,E402
     cedar_attention,
     read_trace,
     report,
+    trace_metrics,
     write_trace,
 )
 from ._inputs import prediction_arrays as _prediction_arrays  # noqa: E402
 from .plots import reliability_diagram  # noqa: F401,E402
 
-__all__ = ["metrics", "Calibrator", "audit", "report", "read_trace", "write_trace", "cedar_attention", "reliability_diagram",
+__all__ = ["metrics", "trace_metrics", "Calibrator", "audit", "report", "read_trace", "write_trace", "cedar_attention", "reliability_diagram",
            "torch_hooks", "__version__"]
 
 

@@ -77,12 +77,12 @@ py::object json_to_py(const nlohmann::json& j) {
     case nlohmann::json::value_t::array: {
       py::list l(j.size());
       for (std::size_t i = 0; i < j.size(); ++i) l[i] = json_to_py(j[i]);
-      return std::move(l);
+      return l;
     }
     case nlohmann::json::value_t::object: {
       py::dict d;
       for (const auto& [key, value] : j.items()) d[py::str(key)] = json_to_py(value);
-      return std::move(d);
+      return d;
     }
     default: return py::none();
   }

@@ -11,6 +11,7 @@
 #include "bindings.hpp"
 #include "calib/metrics.hpp"
 #include "calib/report_json.hpp"
+#include "calib/trace_metrics.hpp"
 #include "convert.hpp"
 #include "core/error.hpp"
 #include "io/npz.hpp"
@@ -61,6 +62,41 @@ py::dict metrics(py::object labels, py::object logits, py::object probs, int bin
     softmax_rows(z, p.data(), fn);
     j = arcal::calibration_report_json(arcal::calibration_report(p, z.n, z.k, y.view, opt));
   }
+  return json_to_py(j);
+}
+
+py::dict trace_metrics(py::object trace, int bins, bool ci, std::uint64_t seed, int bootstrap, bool smooth) {
+  const std::string fn = "arcal.trace_metrics";
+  check_int_range(fn, "bins", bins, arcal::ranges::metrics_bins);
+  check_int_range(fn, "bootstrap", bootstrap, arcal::ranges::bootstrap);
+  arcal::Trace t;
+  if (py::isinstance<py::dict>(trace)) {  // arrays, as read_trace returns them or record_routing's arrays()
+    std::vector<arcal::NpyArray> list;
+    for (auto item : trace.cast<py::dict>()) {
+      const auto name = item.first.cast<std::string>();
+      list.push_back(to_npy_array(item.second, name, "trace"));
+    }
+    py::gil_scoped_release release;
+    t = arcal::trace_from_arrays(list, "trace", fn);
+  } else {
+    const std::string path = py::str(py::module_::import("os").attr("fspath")(trace)).cast<std::string>();
+    py::gil_scoped_release release;
+    t = arcal::load_trace(path);
+  }
+  arcal::ReportOptions opt;
+  opt.bins = bins;
+  opt.draws = ci ? bootstrap : 0;
+  if (!ci) opt.consistency_draws = 0;
+  opt.seed = seed;
+  opt.smooth_diagram = smooth;
+  opt.cluster = t.cluster;  // a token trace: whole documents resampled, as `arcal metrics` does
+  PythonInterruptPoll poll;
+  nlohmann::json j;
+  {
+    py::gil_scoped_release release;
+    j = arcal::calibration_report_json(arcal::trace_calibration_report(t, opt));
+  }
+  if (t.topk > 0) j["outputs"] = arcal::trace_output_form(t) + ": classwise_ece needs every class and is null";
   return json_to_py(j);
 }
 
@@ -173,6 +209,21 @@ Raises ValueError for bad input, with the CLI's message (e.g. "calibration_repor
 must be in [0, 3]"). The computation runs without the GIL.
 
 Example: ``arcal.metrics(y, logits=model_logits)["ece"]``)doc");
+
+  m.def("trace_metrics", &arcalpy::trace_metrics, "trace"_a, py::kw_only(), "bins"_a = 15, "ci"_a = true, "seed"_a = 0,
+        "bootstrap"_a = 1000, "smooth"_a = false,
+        R"doc(Calibration metrics of a trace, as `arcal metrics TRACE --json` prints them.
+
+trace : a trace file's path, or a dict of its arrays (what read_trace returns). Either output form:
+    the whole vector (logits or probs) or the top-k form of a large vocabulary (record_routing's
+    topk=; every metric but classwise_ece, which is then None, and an "outputs" key saying so). A
+    token trace's `cluster` makes the bootstrap resample whole documents.
+bins, ci, seed, bootstrap, smooth : as for arcal.metrics.
+
+Returns the dict of `arcal metrics --json` (without "file"). Raises ValueError naming the file, array,
+index and constraint for a bad trace.
+
+Example: ``arcal.trace_metrics("trace.npz")["ece"]``)doc");
 
   m.def("read_trace", &arcalpy::read_trace, "path"_a,
         R"doc(Reads a trace file (.npz) and returns {name: array} for every array it holds.

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <variant>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +39,13 @@ struct Option {
   bool negatable = false;              ///< booleans: also --no-FLAG
   bool identity = true;                ///< part of the run identity hash (threads and paths are not)
   std::string section;                 ///< the study file's table holding this key ("" = not in the study)
+
+  /// The tables list rows as {key, flag, help, field[, range, choices, negatable, identity, section]}; a
+  /// constructor (not aggregate initialisation) so rows that stop early are not -Wmissing-field-initializers.
+  Option(std::string key_, std::string flag_, std::string help_, Field field_, OptionRange range_ = {},
+         std::vector<std::string> choices_ = {}, bool negatable_ = false, bool identity_ = true, std::string section_ = "")
+      : key(std::move(key_)), flag(std::move(flag_)), help(std::move(help_)), field(field_), range(range_),
+        choices(std::move(choices_)), negatable(negatable_), identity(identity_), section(std::move(section_)) {}
 };
 
 template <class C>
@@ -57,7 +65,10 @@ std::string value_text(const T& v) {
 template <class T>
 std::string list_text(const std::vector<T>& v) {
   std::string s = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + value_text(v[i]);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ',';
+    s += value_text(v[i]);  // not "," + text: GCC 12 warns (-Wrestrict, a false positive) on that operator+
+  }
   return s + "]";
 }
 inline bool numeric_ok(const OptionRange& r, double v) {

@@ -269,9 +269,10 @@ Section runs_section(Context& c) {
     s.p(fmt::format("The predicted class explains up to {:.0f} % of the routing statistic's variance: the routing largely "
                     "encodes which class (token) was predicted, which is an output. Where classes have few examples "
                     "each, a probe cannot learn each class's calibration from the outputs, but routing that tracks "
-                    "the class gives it away, so the probes' \"beyond the outputs\" can then be the class's identity; "
-                    "the exact null (arcal audit --exact-null), which permutes routing only within each predicted "
-                    "class, is the test that separates the two (method.md §6.3).",
+                    "the class gives it away, so the probes' \"beyond the outputs\" can then be the class's identity. "
+                    "For independent examples the exact null (arcal audit --exact-null), which permutes routing only "
+                    "within each predicted class, separates the two; for a token trace (documents as clusters) no "
+                    "test here does (method.md §6.3).",
                     100.0 * most_explained));
   for (const auto& o : reduced)
     s.p("The outputs the probes and the exact null condition on were read in the " + o +

@@ -234,8 +234,10 @@ void write_model_identity(torch::serialize::OutputArchive& archive, const ModelC
 }
 
 std::string model_summary(const ModelConfig& m) {
-  return m.preset + " (" + to_string(m.residual) + (m.residual == ResidualMode::Block ? " " + std::to_string(m.block_size) : "") +
-         ", dim " + std::to_string(m.dim) + ", depth " + std::to_string(m.depth) + ", " + std::to_string(m.image_size) +
+  // Built by appending: GCC 12 warns (-Wrestrict, a false positive) on " " + std::to_string(...).
+  std::string residual = to_string(m.residual);
+  if (m.residual == ResidualMode::Block) residual += ' ' + std::to_string(m.block_size);
+  return m.preset + " (" + residual + ", dim " + std::to_string(m.dim) + ", depth " + std::to_string(m.depth) + ", " + std::to_string(m.image_size) +
          "x" + std::to_string(m.image_size) + "x" + std::to_string(m.channels) + ", " + std::to_string(m.classes) +
          " classes)";
 }

@@ -117,9 +117,9 @@ TEST(Diagnostic, FamilyAdjustmentAndStability) {
   std::vector<DiagnosticTestSpec> fam;
   for (int k = 0; k < 3; ++k) {
     auto e = sim(4000, 0.02, 50 + k);
-    fam.push_back({"effect" + std::to_string(k), "effect", "re", e.confidence, e.correct, e.routing_entropy});
+    fam.push_back({"effect" + std::to_string(k), "effect", "re", e.confidence, e.correct, e.routing_entropy, {}});
     auto z = sim(4000, 0.0, 60 + k);
-    fam.push_back({"null" + std::to_string(k), "null", "re", z.confidence, z.correct, z.routing_entropy});
+    fam.push_back({"null" + std::to_string(k), "null", "re", z.confidence, z.correct, z.routing_entropy, {}});
   }
   const auto r = run_diagnostic_family(fam, o);
   ASSERT_EQ(r.family_size, 6u);
@@ -273,7 +273,7 @@ TEST(Diagnostic, PaperColumnReproducesThePreviousRelease) {
     so.seed = 40 + k;
     if (k == 3) so.reference_slope = 0.7;
     auto s = simulate_trace(so);
-    fam.push_back({"r" + std::to_string(k), "c", "re", s.confidence, s.correct, s.routing_entropy});
+    fam.push_back({"r" + std::to_string(k), "c", "re", s.confidence, s.correct, s.routing_entropy, {}});
   }
   for (int scheme = 0; scheme < 2; ++scheme) {
     if (scheme == 1) {

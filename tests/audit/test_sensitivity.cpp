@@ -175,7 +175,9 @@ TEST(Sensitivity, SequentialPIsValidAndKeepsTheDecisionsAtAlpha) {
         break;
       }
     mean_drawn += double(drawn) / trials;
-    if (p < 1.0 && drawn < n) EXPECT_DOUBLE_EQ(p, double(h) / double(drawn));
+    if (p < 1.0 && drawn < n) {
+      EXPECT_DOUBLE_EQ(p, double(h) / double(drawn));
+    }
   }
   std::printf("  P(p<=.05) %.4f  P(p<=.2) %.4f  P(p<=.5) %.4f, decisions changed %d, mean replicates drawn %.1f of %zu\n",
               le05 / double(trials), le20 / double(trials), le50 / double(trials), disagree, mean_drawn, n);

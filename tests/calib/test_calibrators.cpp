@@ -231,7 +231,9 @@ TEST(Calibrators, SetTopProbabilityNeverChangesThePrediction) {
     }
     EXPECT_NEAR(s, 1.0, 1e-12);
     const double tie = (second / rest) / (1 + second / rest);
-    if (q[i] > tie) EXPECT_EQ(b[top], q[i]);  // untouched where it kept the argmax by itself
+    if (q[i] > tie) {
+      EXPECT_EQ(b[top], q[i]);  // untouched where it kept the argmax by itself
+    }
     else ++raised;
   }
   EXPECT_GT(raised, 100u);  // the case occurs often in this draw (q uniform): the test exercises it

@@ -389,7 +389,9 @@ TEST(Probes, PrimaryProbeFindsAnEffectConfinedToOneClass) {
     EXPECT_LT(c.ci.high, 0.0) << name;  // probe better than control: the gain's interval above 0
     // The primary probe's whole interval above the smallest effect of interest (0.005 nats): the probe
     // without the class gained +0.0016 [+0.0000, +0.0031] here, 8 % of the effect.
-    if (std::string(name).rfind("full_vector", 0) == 0) EXPECT_GT(-c.ci.high, 0.005) << name;
+    if (std::string(name).rfind("full_vector", 0) == 0) {
+      EXPECT_GT(-c.ci.high, 0.005) << name;
+    }
   }
 }
 

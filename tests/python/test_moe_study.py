@@ -42,6 +42,11 @@ def test_moe_study_runs_end_to_end(tmp_path):
         assert key in run, key
     assert run["steps"] == 4 and run["test_tokens"] >= 600 and 0 <= run["accuracy"] <= 1
     assert run["verdict"] in VERDICTS
+    # A vocabulary is read in the reduced output form; "beyond the outputs" is the full-logit probe comparison
+    # (the exact null does not run on token traces).
+    assert run["outputs"].startswith("reduced (the top 8 of 258 classes")
+    assert run["beyond_outputs"]["test"].startswith("probes.")
+    assert run["class_explained"] is None or -1 < run["class_explained"] <= 1
     assert set(run["wall_seconds"]) == {"train", "trace", "metrics", "audit", "report"}
     for f in ("mixtral/trace.npz", "mixtral/m.json", "mixtral/audit/results.json", "mixtral/audit/report/report.html",
               "tokenizer.json", "mixtral/train_log.jsonl"):

@@ -37,21 +37,27 @@ def padded_documents(batches=6, docs=4, vocab=300, seed=0):
     return out
 
 
-def test_the_readme_block_runs_as_written(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("vocab", [300, 2000])
+def test_the_readme_block_runs_as_written(tmp_path, monkeypatch, capsys, vocab):
+    """vocab 2000: above 1,024 classes the trace holds the top-k form, and the block runs unchanged."""
+    import arcal
+
     torch.manual_seed(0)
-    cfg = transformers.MixtralConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    cfg = transformers.MixtralConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                      num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
                                      num_experts_per_tok=2)
     model = transformers.MixtralForCausalLM(cfg).eval()
-    loader = padded_documents()
+    loader = padded_documents(vocab=vocab)
     monkeypatch.chdir(tmp_path)
     scope = {"model": model, "test_loader": loader}
     exec(compile(readme_block(), "README.md", "exec"), scope)
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].split(" - ")[0] in ("present", "negligible", "absent", "undetected", "not assessed")
-    assert 0 <= float(printed[1]) <= 1
-    t = scope["t"]
+    assert 0 <= float(printed[1].split()[0]) <= 1
+    t = arcal.read_trace(str(tmp_path / "trace.npz"))
+    assert ("topk_logprobs" in t) == (vocab > 1024) and ("logits" in t) == (vocab <= 1024)
     tokens = sum(int(b["attention_mask"].sum()) - b["attention_mask"].shape[0] for b in loader)  # minus the -100s
-    assert t["logits"].shape[0] == tokens
+    assert t["labels"].shape[0] == tokens
     assert len(set(t["cluster"].tolist())) == sum(b["input_ids"].shape[0] for b in loader)
     assert scope["res"]["integrity"]["runs"][0]["rows"] == tokens
+    assert scope["m"]["n"] == tokens and (scope["m"]["classwise_ece"] is None) == (vocab > 1024)

@@ -182,3 +182,46 @@ if __name__ == "__main__":
         print(html, json.dumps(found))
         status |= bool(found["broken"] or found["empty"] or found["overflow"])
     sys.exit(status)
+
+
+def moe_topk_trace(path, n=2000, K=600, k=32, experts=8, points=3, seed=0):
+    """A mixture-of-experts token trace in the top-k form (docs/interface.md): documents of 40 tokens,
+    a dense router distribution per layer and the top-2 experts the model used."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    z = rng.normal(0, 2, (n, K))
+    z[:, :50] += 2
+    lp = z - np.log(np.exp(z).sum(1, keepdims=True))
+    p = np.exp(lp)
+    labels = np.array([rng.choice(K, p=row) for row in p])
+    idx = np.argsort(-lp, axis=1, kind="stable")[:, :k]
+    r = rng.dirichlet(np.ones(experts) * 0.5, (n, points)).astype(np.float32)
+    sel = np.zeros_like(r)
+    top2 = np.argsort(-r, axis=2)[:, :, :2]
+    np.put_along_axis(sel, top2, np.take_along_axis(r, top2, axis=2), axis=2)
+    meta = {"routing_points": ["model.layers.%d.mlp.gate" % i for i in range(points)]}
+    np.savez(path, topk_logprobs=np.take_along_axis(lp, idx, 1).astype(np.float32), topk_indices=idx,
+             label_logprob=lp[np.arange(n), labels].astype(np.float32), log_normalizer=np.log(np.exp(z).sum(1)).astype(np.float32),
+             predictive_entropy=(-(p * lp).sum(1)).astype(np.float32), prob_sq_sum=(p * p).sum(1).astype(np.float32),
+             num_classes=np.array(K), labels=labels, routing=r, routing_sources=np.full(points, experts, np.int32),
+             routing_kind=np.array("unordered"), routing_selected=sel, cluster=np.arange(n) // 40, meta=np.array(json.dumps(meta)))
+
+
+@needs_browser
+def test_mixture_of_experts_report_reads_in_a_browser(tmp_path):
+    """Issue 53: an expert-routing audit's report has the expert view in expert words (no AttnRes
+    'embedding'/'source' axes), the reduced output form said, and reads in a browser."""
+    f = str(tmp_path / "moe.npz")
+    moe_topk_trace(f)
+    a = run_cli("audit", f, "--out", str(tmp_path / "audit"), "--permutations", "200", "--probe-restarts", "1", "--quiet")
+    assert a.code == 0, a.err
+    assert run_cli("report", str(tmp_path / "audit")).code == 0
+    html = open(str(tmp_path / "audit" / "report" / "report.html"), encoding="utf-8").read()
+    assert "Experts: load, router entropy and calibration per expert" in html
+    assert "model.layers.2.mlp.gate" in html and "reduced (the top 32 of 600 classes" in html
+    assert "embedding" not in html and "past the point" not in html
+    gp = open(str(tmp_path / "audit" / "report" / "figures" / "expert_load.gp"), encoding="utf-8").read()
+    assert "set xlabel 'expert'" in gp and "xtics 0,1" in gp
+    rows = open(str(tmp_path / "audit" / "report" / "tables" / "experts.csv"), encoding="utf-8").read().splitlines()
+    assert len(rows) == 1 + 3 * 8
+    expect_readable(browser_check(str(tmp_path / "audit" / "report" / "report.html"), str(tmp_path / "chk")), 16000, 4500)
