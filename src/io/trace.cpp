@@ -525,7 +525,9 @@ TraceTopLabel trace_top_label(const Trace& t) {
       r.confidence[i] = p0;
       r.correct[i] = r.predicted[i] == t.labels[i] ? 1.0 : 0.0;
       r.nll[i] = -std::max(double(t.label_logprob[i]), std::log(kFloor));
-      r.brier[i] = double(t.prob_sq_sum[i]) - py * py + (py - 1.0) * (py - 1.0);
+      // sum_k p_k^2 >= p_y^2 exactly; the two come from float32 arrays, so at p_y ~ 1 their difference can
+      // round below 0 (-1e-6 on a trained model's trace): clamped.
+      r.brier[i] = std::max(0.0, double(t.prob_sq_sum[i]) - py * py) + (py - 1.0) * (py - 1.0);
     }
     return r;
   }

@@ -279,3 +279,26 @@ TEST(LargeVocabulary, ExpertViewEqualsTheMetricsOfEachExpertsTokens) {
   depth.routing_kind = "depth";
   EXPECT_THROW(expert_view(depth), InputError);
 }
+
+TEST(LargeVocabulary, BrierTermOfACertainTokenStaysAtZeroAfterFloat32Rounding) {
+  // A trained model's trace (examples/moe_study.py, token 462): p_y ~ 1 and prob_sq_sum, both float32,
+  // gave sum p^2 - p_y^2 + (p_y - 1)^2 = -1e-6 and `arcal metrics` refused its own brier row.
+  auto p = make_pair(40, 300, 4);
+  Trace& t = p.topk;
+  t.topk_logprobs[0] = -1e-7f;
+  t.topk_logprobs[1] = -18.0f;
+  t.topk_logprobs[2] = -19.0f;
+  t.topk_logprobs[3] = -20.0f;
+  t.labels[0] = t.topk_indices[0];
+  t.label_logprob[0] = -1e-7f;
+  t.prob_sq_sum[0] = 0.9999996f;  // below p_y^2 = 0.9999998 after rounding
+  t.predictive_entropy[0] = 1e-5f;
+  validate_trace(t);
+  const TraceTopLabel r = trace_top_label(t);
+  EXPECT_GE(r.brier[0], 0.0);
+  EXPECT_LT(r.brier[0], 1e-12);
+  ReportOptions o;
+  o.draws = 0;
+  o.consistency_draws = 0;
+  EXPECT_NO_THROW(trace_calibration_report(t, o));
+}
