@@ -166,8 +166,9 @@ void heatmap_figure(Figures& f, const std::string& name, const std::string& titl
   b << "set multiplot layout " << rows << "," << cols << " title " << q(title) << "\n";
   // Perceptually uniform (viridis-like) on a log scale: small weights stay distinguishable.
   b << "set palette defined (0 '#440154', 0.25 '#3b528b', 0.5 '#21918c', 0.75 '#5ec962', 1 '#fde725')\n"
-       "set logscale cb\nset cbrange [0.001:1]\nset format cb '1e%L'\nset cblabel 'mean weight (log scale)' font ',8'\n"
+       "set logscale cb\nset cbrange [0.001:1]\nset format cb '1e%L'\n"
        "set colorbox\n";
+  b << "set cblabel " << q(panels.empty() ? std::string() : panels[0].cblabel) << " font ',8'\n";
   b << "set xrange [-0.5:" << double(max_s) - 0.5 << "]\nset yrange [" << double(max_p) - 0.5 << ":-0.5]\n";
   // Sources and points are integers: integer ticks only (the axes used to read -0.5, 0, 0.5, ...).
   b << "set xtics 0," << std::max<std::size_t>(1, (max_s + 11) / 12) << " format '%g'\nset ytics 0,"
@@ -175,7 +176,7 @@ void heatmap_figure(Figures& f, const std::string& name, const std::string& titl
   for (std::size_t i = 0; i < panels.size(); ++i)
     b << "set title " << q(panels[i].title) << " font ',10'\nset xlabel " << q(panels[i].xlabel) << "\nset ylabel "
       << q(panels[i].ylabel) << "\nplot '" << name << ".dat' index " << i
-      << " using 2:1:($3 < 0.001 ? 0.001 : $3) with image notitle\n";
+      << " using 2:1:($3 < 0.001 ? 0.001 : $3) with image pixels notitle\n";  // pixels: discrete cells in SVG too (a browser smooths an embedded raster)
   b << "unset multiplot\n";
   f.render(name, d.str(), b.str(), 440 * cols, 380 * rows + 40);
 }

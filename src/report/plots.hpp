@@ -69,6 +69,7 @@ struct HeatPanel {
   /// Axis words: AttnRes depth routing reads layers (source 0 is the embedding); a mixture of experts
   /// reads experts at its routers, whose indices carry no order.
   std::string xlabel = "source i (0 = embedding)", ylabel = "routing point p";
+  std::string cblabel = "mean weight (log scale)";  ///< the colour bar's (the first panel's is drawn)
 };
 /// Mean routing weights, log10 colour scale from 1e-3 to 1 with a colour bar.
 void heatmap_figure(Figures& f, const std::string& name, const std::string& title, const std::vector<HeatPanel>& panels);

@@ -51,9 +51,9 @@ Section experts_section(Context& c) {
     std::size_t E = 0;
     for (const auto& L : v.layers) E = std::max(E, L.experts);
     HeatPanel load{fmt::format("{}: share of tokens (n = {})", run, v.n), P, E, {}, std::vector<double>(P * E, 0.0),
-                   "expert", "router (layer index)"};
+                   "expert", "router (layer index)", "share of tokens (log scale)"};
     HeatPanel router{fmt::format("{}: mean router probability (n = {})", run, v.n), P, E, {}, std::vector<double>(P * E, 0.0),
-                     "expert", "router (layer index)"};
+                     "expert", "router (layer index)", "mean router probability (log scale)"};
     for (std::size_t p = 0; p < P; ++p) {
       const auto& L = v.layers[p];
       load.valid_sources.push_back(int(L.experts));

@@ -221,7 +221,7 @@ def test_mixture_of_experts_report_reads_in_a_browser(tmp_path):
     assert "model.layers.2.mlp.gate" in html and "reduced (the top 32 of 600 classes" in html
     assert "embedding" not in html and "past the point" not in html
     gp = open(str(tmp_path / "audit" / "report" / "figures" / "expert_load.gp"), encoding="utf-8").read()
-    assert "set xlabel 'expert'" in gp and "xtics 0,1" in gp
+    assert "set xlabel 'expert'" in gp and "xtics 0,1" in gp and "with image pixels" in gp
     rows = open(str(tmp_path / "audit" / "report" / "tables" / "experts.csv"), encoding="utf-8").read().splitlines()
     assert len(rows) == 1 + 3 * 8
     expect_readable(browser_check(str(tmp_path / "audit" / "report" / "report.html"), str(tmp_path / "chk")), 16000, 4500)
