@@ -9,7 +9,6 @@
 
 #include "calib/metrics.hpp"
 #include "calib/trace_metrics.hpp"
-#include "calib/report_json.hpp"
 #include "command.hpp"
 #include "flag_checks.hpp"
 #include "core/check.hpp"
@@ -63,9 +62,8 @@ int run_metrics(const MetricsConfig& cfg) {
       {"debiased_ece", &r.debiased_ece}, {"smece", &r.smece}, {"smece_sigma", &r.smece_sigma},
       {"nll", &r.nll},           {"brier", &r.brier}, {"auroc", &r.auroc}};
   if (cfg.json) {
-    nlohmann::json j = arcal::calibration_report_json(r);
+    nlohmann::json j = arcal::trace_calibration_report_json(trace, r);
     j["file"] = cfg.input;
-    if (trace.topk > 0) j["outputs"] = arcal::trace_output_form(trace) + ": classwise_ece needs every class and is null";
     std::cout << j.dump(2) << "\n";
     for (const auto& f : drawn) std::cerr << "wrote " << f << "\n";
     return 0;

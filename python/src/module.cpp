@@ -94,9 +94,8 @@ py::dict trace_metrics(py::object trace, int bins, bool ci, std::uint64_t seed, 
   nlohmann::json j;
   {
     py::gil_scoped_release release;
-    j = arcal::calibration_report_json(arcal::trace_calibration_report(t, opt));
+    j = arcal::trace_calibration_report_json(t, arcal::trace_calibration_report(t, opt));
   }
-  if (t.topk > 0) j["outputs"] = arcal::trace_output_form(t) + ": classwise_ece needs every class and is null";
   return json_to_py(j);
 }
 

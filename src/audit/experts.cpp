@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
+#include <numeric>
 
 #include <nlohmann/json.hpp>
 
@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "io/trace.hpp"
+#include "stats/splits.hpp"
 
 namespace arcal {
 
@@ -18,20 +19,21 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-/// Weighted accuracy, mean confidence and equal-width ECE of the tokens `members` with multiplicities
-/// w[unit of token] (w empty: every token once).
+/// Weighted accuracy, mean confidence and equal-width ECE of the tokens `members` (bin[i]: token i's
+/// equal-width confidence bin) with multiplicities w[unit of token] (w empty: every token once).
 struct Cal {
   double accuracy = kNaN, confidence = kNaN, ece = kNaN;
 };
 
 Cal calibration_of(const std::vector<std::size_t>& members, const std::vector<double>& conf, const std::vector<double>& correct,
-                   const std::vector<std::uint32_t>& unit, const std::vector<std::uint32_t>& w, int bins) {
+                   const std::vector<int>& bin, const std::vector<std::uint32_t>& unit, const std::vector<std::uint32_t>& w,
+                   int bins) {
   std::vector<double> bn(std::size_t(bins), 0.0), bc(std::size_t(bins), 0.0), ba(std::size_t(bins), 0.0);
   double total = 0, acc = 0, cf = 0;
   for (auto i : members) {
     const double wi = w.empty() ? 1.0 : double(w[unit[i]]);
     if (wi == 0) continue;
-    const auto b = std::size_t(std::min(bins - 1, int(conf[i] * bins)));
+    const auto b = std::size_t(bin[i]);
     bn[b] += wi;
     bc[b] += wi * conf[i];
     ba[b] += wi * correct[i];
@@ -49,12 +51,10 @@ Cal calibration_of(const std::vector<std::size_t>& members, const std::vector<do
   return c;
 }
 
-Interval percentile(std::vector<double> v, double level) {
-  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return std::isnan(x); }), v.end());
-  if (v.size() < 2) return {kNaN, kNaN};
-  std::sort(v.begin(), v.end());
-  const double a = (1.0 - level) / 2.0;
-  return {quantile_sorted(v, a), quantile_sorted(v, 1.0 - a)};
+/// percentile_interval, none from fewer than two defined resamples.
+Interval percentile(const std::vector<double>& v, double level) {
+  const auto defined = std::count_if(v.begin(), v.end(), [](double x) { return !std::isnan(x); });
+  return defined < 2 ? Interval{kNaN, kNaN} : percentile_interval(v, level);
 }
 
 }  // namespace
@@ -75,15 +75,15 @@ ExpertView expert_view(const Trace& t, int bins, int draws, std::uint64_t seed, 
   v.level = level;
   v.handled = t.routing_selected.empty() ? "argmax" : "selected";
   const TraceTopLabel top = trace_top_label(t);
+  const std::vector<int> bin = equal_width_bin_index(top.confidence, std::size_t(bins));
   // Units of the bootstrap: documents (clusters), else tokens.
-  std::vector<std::uint32_t> unit(n);
-  {
-    std::map<std::int64_t, std::uint32_t> dense;
-    for (std::size_t i = 0; i < n; ++i) dense.emplace(t.cluster.empty() ? std::int64_t(i) : t.cluster[i], 0);
-    std::uint32_t next = 0;
-    for (auto& kv : dense) kv.second = next++;
-    for (std::size_t i = 0; i < n; ++i) unit[i] = dense[t.cluster.empty() ? std::int64_t(i) : t.cluster[i]];
-    v.clusters = dense.size();
+  std::vector<std::uint32_t> unit;
+  if (t.cluster.empty()) {
+    unit.resize(n);
+    std::iota(unit.begin(), unit.end(), 0u);
+    v.clusters = n;
+  } else {
+    unit = dense_ids(t.cluster, v.clusters);
   }
   std::vector<std::string> names;
   {
@@ -149,14 +149,14 @@ ExpertView expert_view(const Trace& t, int bins, int draws, std::uint64_t seed, 
       auto& row = L.rows[e];
       row.tokens = members[e].size();
       row.load = double(row.tokens) / double(n);
-      const Cal c = calibration_of(members[e], top.confidence, top.correct, unit, {}, bins);
+      const Cal c = calibration_of(members[e], top.confidence, top.correct, bin, unit, {}, bins);
       row.accuracy = c.accuracy;
       row.mean_confidence = c.confidence;
       row.ece = c.ece;
       row.gap = c.accuracy - c.confidence;
       std::vector<double> acc_draws, ece_draws, gap_draws;
       for (const auto& w : weights) {
-        const Cal d = calibration_of(members[e], top.confidence, top.correct, unit, w, bins);
+        const Cal d = calibration_of(members[e], top.confidence, top.correct, bin, unit, w, bins);
         acc_draws.push_back(d.accuracy);
         ece_draws.push_back(d.ece);
         gap_draws.push_back(d.accuracy - d.confidence);

@@ -1,7 +1,6 @@
 #include "audit/probes.hpp"
 
 #include <algorithm>
-#include <map>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -149,13 +148,8 @@ ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t r, const Pro
     d.platt_class = run.predicted;
     d.platt_classes = K;
   } else {
-    std::map<std::int64_t, std::int64_t> dense;
-    for (auto c : run.predicted_class) dense.emplace(c, 0);
-    std::int64_t next = 0;
-    for (auto& kv : dense) kv.second = next++;
-    d.platt_class.resize(n);
-    for (std::size_t i = 0; i < n; ++i) d.platt_class[i] = dense[run.predicted_class[i]];
-    d.platt_classes = dense.size();
+    const auto dense = dense_ids(run.predicted_class, d.platt_classes);
+    d.platt_class.assign(dense.begin(), dense.end());
   }
 
   // Columns. logit c = log p_max − log Σ_{k≠max} p_k from the log-probabilities, so confidences that

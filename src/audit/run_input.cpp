@@ -78,7 +78,7 @@ void reduce_outputs(AuditRunInput& in, const std::vector<std::int64_t>& predicte
     row[m] = log_rest(row, m);
   }
   in.log_probs.clear();
-  in.outputs = "reduced (" + held + "): the predicted class as one of " + std::to_string(in.classes) + " groups (the " +
+  in.outputs = std::string(kReducedOutputs) + " (" + held + "): the predicted class as one of " + std::to_string(in.classes) + " groups (the " +
                std::to_string(own) + " most-predicted classes, the rest pooled), the " + std::to_string(m) +
                " largest log-probabilities and the log of the remaining mass";
 }

@@ -53,6 +53,11 @@ struct RunSummary {
   std::optional<ExpertView> experts;
 };
 
+/// The first word of RunSummary::outputs for a run whose outputs were read in the reduced form of a large
+/// vocabulary (audit/run_input.hpp kAuditFullOutputClasses).
+inline constexpr const char* kReducedOutputs = "reduced";
+inline bool read_in_reduced_form(const RunSummary& s) { return s.outputs.rfind(kReducedOutputs, 0) == 0; }
+
 /// Summary of one run with `bins` equal-width confidence bins. Throws InputError (from the
 /// binning) on inconsistent arrays.
 RunSummary summarise_run(const AuditRunInput& run, std::size_t bins);

@@ -281,8 +281,7 @@ Verdict make_verdict(const AuditResults& r) {
   // A large vocabulary read in the reduced output form (method.md §6.3): the probes see the predicted
   // class only as one of 32 groups, so routing that tracks a rare class can pass for a gain; the exact
   // null permutes within each predicted class and is the test that holds there (docs/audit_validation.md).
-  const bool reduced = std::any_of(r.run_summaries.begin(), r.run_summaries.end(),
-                                   [](const RunSummary& s) { return s.outputs.rfind("reduced", 0) == 0; });
+  const bool reduced = std::any_of(r.run_summaries.begin(), r.run_summaries.end(), read_in_reduced_form);
   if (reduced && !r.has_exact_null && v.answer != "not assessed")
     v.summary += " The outputs were read in the reduced form of a large vocabulary (the predicted class as one of 32 "
                  "groups), where routing that tracks the predicted class can pass for a gain beyond the outputs when "

@@ -18,6 +18,7 @@
 #include "core/check.hpp"
 #include "core/rng.hpp"
 #include "stats/distributions.hpp"
+#include "stats/splits.hpp"
 
 namespace arcal {
 
@@ -586,14 +587,6 @@ void evaluate(const Sorted& p, const std::uint32_t* w, double* out, Tables* tabl
   }
 }
 
-Interval percentile_interval(std::vector<double> v, double level) {
-  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return std::isnan(x); }), v.end());
-  if (v.empty()) return {kNaN, kNaN};
-  std::sort(v.begin(), v.end());
-  const double alpha = (1.0 - level) / 2.0;
-  return {quantile_sorted(v, alpha), quantile_sorted(v, 1.0 - alpha)};
-}
-
 }  // namespace
 
 TopLabel top_label(const std::vector<double>& probs, std::size_t n, std::size_t k,
@@ -780,17 +773,12 @@ CalibrationReport report_from_rows(const char* fn, RowScan scan, double cw_point
     if (opt.cluster.size() != n)
       throw_input(fn, "cluster has " + std::to_string(opt.cluster.size()) + " entries, but there are " + std::to_string(n) +
                           " examples");
-    std::map<std::int64_t, std::uint32_t> dense;
-    for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t i = 0; i < n; ++i)
       if (opt.cluster[i] < 0) throw_index(fn, "cluster", i, std::to_string(opt.cluster[i]), ">= 0");
-      dense.emplace(opt.cluster[i], 0);
-    }
-    if (dense.size() < 2) throw_input(fn, "cluster holds 1 distinct id; a cluster bootstrap needs at least 2 clusters");
-    std::uint32_t next = 0;
-    for (auto& kv : dense) kv.second = next++;
-    clusters = dense.size();
+    const auto dense = dense_ids(opt.cluster, clusters);
+    if (clusters < 2) throw_input(fn, "cluster holds 1 distinct id; a cluster bootstrap needs at least 2 clusters");
     cluster_of.resize(n);
-    for (std::size_t j = 0; j < n; ++j) cluster_of[j] = dense[opt.cluster[p.order[j]]];
+    for (std::size_t j = 0; j < n; ++j) cluster_of[j] = dense[p.order[j]];
   }
   r.clusters = clusters;
   if (opt.smooth_diagram && n >= 2) {

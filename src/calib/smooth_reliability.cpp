@@ -8,6 +8,7 @@
 #include "core/check.hpp"
 #include "core/rng.hpp"
 #include "stats/bootstrap.hpp"
+#include "stats/splits.hpp"
 
 namespace arcal {
 
@@ -162,11 +163,7 @@ SmoothReliability smooth_reliability_diagram(const std::vector<double>& f, const
   std::vector<std::uint32_t> group;
   std::size_t groups = 0;
   if (!cluster.empty()) {
-    std::map<std::int64_t, std::uint32_t> dense;
-    for (auto c : cluster) dense.emplace(c, 0);
-    for (auto& kv : dense) kv.second = static_cast<std::uint32_t>(groups++);
-    group.resize(cluster.size());
-    for (std::size_t i = 0; i < cluster.size(); ++i) group[i] = dense[cluster[i]];
+    group = dense_ids(cluster, groups);
   }
   std::vector<std::vector<double>> at(mesh, std::vector<double>(static_cast<std::size_t>(draws)));
   std::vector<std::uint32_t> counts, per_group;

@@ -264,7 +264,7 @@ Section runs_section(Context& c) {
   // A large vocabulary is read in the reduced output form (method.md §6.3): say what "the outputs" were.
   std::set<std::string> reduced;
   for (const auto& r : c.doc.audit.run_summaries)
-    if (r.outputs.rfind("reduced", 0) == 0) reduced.insert(r.outputs);
+    if (read_in_reduced_form(r)) reduced.insert(r.outputs);
   if (most_explained >= 0.5)
     s.p(fmt::format("The predicted class explains up to {:.0f} % of the routing statistic's variance: the routing largely "
                     "encodes which class (token) was predicted, which is an output. Where classes have few examples "

@@ -60,4 +60,12 @@ BootstrapResult percentile_bootstrap(std::size_t n,
   return result;
 }
 
+Interval percentile_interval(std::vector<double> v, double level) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return std::isnan(x); }), v.end());
+  if (v.empty()) return {std::nan(""), std::nan("")};
+  std::sort(v.begin(), v.end());
+  const double alpha = (1.0 - level) / 2.0;
+  return {quantile_sorted(v, alpha), quantile_sorted(v, 1.0 - alpha)};
+}
+
 }  // namespace arcal

@@ -36,4 +36,8 @@ void bootstrap_counts(std::size_t n, std::uint64_t seed, std::uint64_t b, std::v
 /// Percentile of sorted data by linear interpolation between order statistics (numpy's default).
 double quantile_sorted(const std::vector<double>& sorted, double q);
 
+/// The central `level` percentile interval of resampled values (NaN draws, undefined in a resample,
+/// dropped); both ends NaN when no value is left.
+Interval percentile_interval(std::vector<double> values, double level);
+
 }  // namespace arcal

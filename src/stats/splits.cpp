@@ -104,6 +104,17 @@ std::vector<int> kfold_assignment(std::size_t n, int k, const std::vector<std::i
   return cluster_kfold_assignment(cluster, k, seed);
 }
 
+std::vector<std::uint32_t> dense_ids(const std::vector<std::int64_t>& ids, std::size_t& distinct) {
+  std::map<std::int64_t, std::uint32_t> rank;
+  for (auto id : ids) rank.emplace(id, 0);
+  std::uint32_t next = 0;
+  for (auto& kv : rank) kv.second = next++;
+  distinct = rank.size();
+  std::vector<std::uint32_t> out(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) out[i] = rank[ids[i]];
+  return out;
+}
+
 std::vector<int> equal_width_bin_index(const std::vector<double>& values, std::size_t bins) {
   if (bins == 0) throw_input("equal_width_bin_index", "bins is 0, but must be >= 1");
   std::vector<int> bin(values.size());

@@ -45,6 +45,10 @@ std::array<SplitIndices, 2> cross_fit_halves(const std::vector<std::int64_t>& la
 /// kfold_assignment(n, k, seed), or cluster_kfold_assignment(cluster, k, seed) when cluster is non-empty.
 std::vector<int> kfold_assignment(std::size_t n, int k, const std::vector<std::int64_t>& cluster, std::uint64_t seed);
 
+/// Each id's rank among the distinct ids, in increasing id order (0 .. distinct-1): cluster or class ids
+/// of any range as dense indices. `distinct` receives the number of distinct ids.
+std::vector<std::uint32_t> dense_ids(const std::vector<std::int64_t>& ids, std::size_t& distinct);
+
 /// Equal-width bin of each value in [0, 1]: bin k holds k/B <= v < (k+1)/B, v = 1 goes to the last
 /// bin. Throws InputError when B == 0 or a value is outside [0, 1] (naming the index).
 std::vector<int> equal_width_bin_index(const std::vector<double>& values, std::size_t bins);
