@@ -80,6 +80,8 @@ TOPK_AUTO_K = 32
 #: cache across the passes over it (softmax, top-k, two sums): 1.3x faster than 32 MB chunks at K = 4096
 #: and 32,000 (2-core AMD EPYC); a GPU takes larger chunks to keep kernel launches few.
 _TOPK_CHUNK_ELEMENTS = {"cpu": 1 << 20}
+#: Tests and benchmarks set it to take the torch path of _topk_summaries for float32 CPU logits too.
+_FORCE_TORCH_TOPK = False
 _TOPK_CHUNK_ELEMENTS_GPU = 1 << 24
 
 #: Bytes of logits held while waiting for their labels before the recorder warns (once).
@@ -156,7 +158,17 @@ def _topk_summaries(flat, k, rows=None):
     the log normaliser (logsumexp of the logits), the entropy of the full softmax (nats) and the sum of
     its squared probabilities [R] float32. Computed in float32 (float64 logits: float64; bf16/fp16
     logits are widened) on the logits' device, in chunks of rows, so that no more than a chunk's worth
-    of [rows, K] temporaries exists at once."""
+    of [rows, K] temporaries exists at once. float32 logits on the CPU whose rows are contiguous are read
+    in place by arcal's kernel (src/ops/topk_summary.hpp: two passes per row, no [rows, K] temporary, on
+    torch's intra-op threads); everything else takes the torch path below, which is the kernel's
+    reference in the tests."""
+    if flat.device.type == "cpu" and flat.dtype == torch.float32 and flat.dim() == 2 and flat.stride(-1) == 1 \
+            and not _FORCE_TORCH_TOPK:
+        picked = None if rows is None else rows.numpy()
+        top, idx, lz, ent, sq = _arcal._softmax_topk_summaries(flat.numpy(), int(k), picked, torch.get_num_threads())
+        return {"topk_logprobs": torch.from_numpy(top), "topk_indices": torch.from_numpy(idx),
+                "log_normalizer": torch.from_numpy(lz), "predictive_entropy": torch.from_numpy(ent),
+                "prob_sq_sum": torch.from_numpy(sq)}
     dtype = torch.float64 if flat.dtype == torch.float64 else torch.float32
     classes = flat.shape[-1]
     step = max(1, _TOPK_CHUNK_ELEMENTS.get(flat.device.type, _TOPK_CHUNK_ELEMENTS_GPU) // classes)

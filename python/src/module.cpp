@@ -256,4 +256,5 @@ Needs gnuplot (Debian's gnuplot-nox) for the figures. ValueError names the file 
   arcalpy::bind_calibrator(m);
   arcalpy::bind_audit(m);
   arcalpy::bind_cedar(m);
+  arcalpy::bind_recording(m);
 }
