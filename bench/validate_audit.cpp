@@ -172,15 +172,16 @@ struct ProbeCell {
   std::string comparison, label;
 };
 
-void probe_rows(std::vector<Row>& rows, const std::string& fam, double effect, std::size_t runs, std::size_t n,
-                int repeats, std::size_t group, const std::vector<ProbeCell>& cells, std::uint64_t seed) {
+/// The probe rows of one family whose r-th run `make_run(seed of run r, r)` builds.
+void probe_rows_of(std::vector<Row>& rows, const std::string& fam, double effect, std::size_t runs, std::size_t n,
+                   int repeats, std::size_t group, const std::vector<ProbeCell>& cells, std::uint64_t seed,
+                   const std::function<AuditRunInput(std::uint64_t, std::size_t)>& make_run, const std::string& note = "") {
   ProbeAuditOptions o;
   o.repeats = repeats;
   std::vector<RunProbeResult> results;
   const auto t0 = std::chrono::steady_clock::now();
   for (std::size_t r = 0; r < runs; ++r) {
-    const auto s = simulate(fam, n, effect, derive_seed(seed, r));
-    const auto run = make_audit_run_input(s.trace, "sim" + std::to_string(r), {"re"});
+    const auto run = make_run(derive_seed(seed, r), r);
     o.seed = derive_seed(seed + 1, r);
     results.push_back(run_probes(run, 0, o));
     std::fprintf(stderr, "\r    probes %s effect %s: run %zu / %zu", fam.c_str(), fmt_effect(effect).c_str(), r + 1, runs);
@@ -191,7 +192,7 @@ void probe_rows(std::vector<Row>& rows, const std::string& fam, double effect, s
     // A false positive of the audit is a *gain* (the probe better, Δ < 0) at p <= α: the two-sided test
     // makes that at most α/2 on a null where the comparison is symmetric. (A probe with extra null inputs
     // is legitimately worse than a correctly specified small control, which is not a routing claim.)
-    Row per_run{"probes, per run: " + cell.label + " (log-loss gains)", fam, effect, runs, n, 0, secs, "", kAlpha / 2};
+    Row per_run{"probes, per run: " + cell.label + " (log-loss gains)", fam, effect, runs, n, 0, secs, note, kAlpha / 2};
     for (const auto& res : results)
       for (const auto& c : res.comparisons)
         if (c.name == cell.comparison) per_run.rejections += c.log_loss.p <= kAlpha && c.log_loss.delta < 0;
@@ -201,7 +202,7 @@ void probe_rows(std::vector<Row>& rows, const std::string& fam, double effect, s
     const std::size_t sets = runs / group;
     if (sets == 0) continue;
     Row across{"probes, across " + std::to_string(group) + " runs (HK): " + cell.label + " (gains)", fam, effect, sets, n, 0,
-               secs, "", kAlpha / 2};
+               secs, note, kAlpha / 2};
     for (std::size_t g = 0; g < sets; ++g) {
       std::vector<RunProbeResult> set(results.begin() + long(g * group), results.begin() + long((g + 1) * group));
       for (const auto& t : across_run_probe_tests(set, kAlpha))
@@ -210,6 +211,34 @@ void probe_rows(std::vector<Row>& rows, const std::string& fam, double effect, s
     say(across);
     rows.push_back(across);
   }
+}
+
+void probe_rows(std::vector<Row>& rows, const std::string& fam, double effect, std::size_t runs, std::size_t n,
+                int repeats, std::size_t group, const std::vector<ProbeCell>& cells, std::uint64_t seed) {
+  probe_rows_of(rows, fam, effect, runs, n, repeats, group, cells, seed, [&](std::uint64_t s, std::size_t r) {
+    return make_audit_run_input(simulate(fam, n, effect, s).trace, "sim" + std::to_string(r), {"re"});
+  });
+}
+
+/// Token traces of a vocabulary (issue 53; method.md §6.3, §6.9): 150 documents of log-normal length
+/// (median 64, log-sd 0.5) with the dependence of "Dependent tokens", predicted classes Zipf(1) over the
+/// --classes classes, calibration that differs by class (logit a += 1.5 b_k) and routing that tracks the
+/// class (s += 1.5 b_k standardised) — a null for every test that conditions on the predicted class —
+/// plus, for power, `effect` logits of a per unit of the token-level part of s.
+AuditRunInput vocabulary_tokens(double effect, std::uint64_t seed, std::size_t r, std::size_t* n_out = nullptr) {
+  TokenSimulationOptions t;
+  t.sequences = 150;
+  t.length = 64;
+  t.length_log_sd = 0.5;
+  t.classes = g_classes;
+  t.zipf = 1.0;
+  t.class_effect = 1.5;
+  t.class_routing = 1.5;
+  t.effect = effect;
+  t.seed = seed;
+  const auto sim = simulate_tokens(t);
+  if (n_out) *n_out = sim.trace.n;
+  return make_audit_run_input(sim.trace, "tokens" + std::to_string(r), {"routing_s"});
 }
 
 // ---- the exact null (§6.6): the conditional permutation (decision) and the model-based null.
@@ -266,8 +295,10 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "master seed");
   app.add_option("--classes", g_classes, "classes K of the simulated traces (above 256 the audit reads its reduced output form)")
       ->check(CLI::Range(2, 100000));
-  app.add_option("--only", only, "run one part: diagnostic, probes or exact-null (default: all)")
-      ->check(CLI::IsMember({"", "diagnostic", "probes", "exact-null"}));
+  app.add_option("--only", only,
+                 "run one part: diagnostic, probes, exact-null or tokens (the probes on clustered token traces of a "
+                 "vocabulary with class-dependent calibration; default: all)")
+      ->check(CLI::IsMember({"", "diagnostic", "probes", "exact-null", "tokens"}));
   app.add_option("--out", out, "Markdown table to write (default: stdout)");
   app.add_option("--csv", csv, "CSV rows to write");
   CLI11_PARSE(app, argc, argv);
@@ -318,6 +349,22 @@ int main(int argc, char** argv) {
       exact_null_rows(rows, "class-dependent", "full_logit", 0.0, null_runs, null_n, replicates, derive_seed(seed, 340));
     exact_null_rows(rows, "misspecified-c", "confidence", 0.03, power_runs / 2, null_n, replicates, derive_seed(seed, 350));
     exact_null_rows(rows, "misspecified-outputs", "full_logit", 0.03, power_runs / 2, null_n, replicates, derive_seed(seed, 351));
+  }
+  if (only.empty() || only == "tokens") {
+    std::size_t n_tokens = 0;
+    vocabulary_tokens(0.0, derive_seed(seed, 400), 0, &n_tokens);
+    std::fprintf(stderr, "token traces of a vocabulary (%zu runs x ~%zu tokens in 150 documents, K = %zu)\n", probe_runs,
+                 n_tokens, g_classes);
+    const std::vector<ProbeCell> cells{{"full_vector_vs_capacity_matched", "full vector vs capacity-matched"},
+                                       {"full_vector_vs_shuffled_within_bins", "full vector vs shuffled within bins"},
+                                       {"full_logit_routing_vs_full_logit", "full logit + routing vs full logit"}};
+    auto make = [](double effect) {
+      return [effect](std::uint64_t s, std::size_t r) { return vocabulary_tokens(effect, s, r); };
+    };
+    probe_rows_of(rows, "tokens-class-dependent", 0.0, probe_runs, n_tokens, repeats, group, cells,
+                  derive_seed(seed, 400), make(0.0));
+    probe_rows_of(rows, "tokens-class-dependent", 0.5, power_runs, n_tokens, repeats, group, cells,
+                  derive_seed(seed, 450), make(0.5), "planted effect in logits per unit of token-level routing");
   }
   const double total = seconds_since(t_all);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <numeric>
 #include <nlohmann/json.hpp>
 
 #include "audit/injection.hpp"
@@ -203,13 +204,15 @@ SimulatedTokens simulate_tokens(const TokenSimulationOptions& o) {
   if (o.length < 1) throw_input(fn, "length is 0, but must be >= 1");
   if (o.classes < 2) throw_input(fn, "classes is " + std::to_string(o.classes) + ", but must be >= 2");
   for (double v : {o.confidence_mean, o.confidence_cluster_sd, o.confidence_token_sd, o.routing_cluster_sd,
-                   o.correct_cluster_sd, o.slope, o.confound, o.effect, o.first_share, o.length_log_sd})
+                   o.correct_cluster_sd, o.slope, o.confound, o.effect, o.first_share, o.length_log_sd, o.zipf,
+                   o.class_effect, o.class_routing})
     if (!std::isfinite(v)) throw_input(fn, "every setting must be finite");
   if (o.confidence_cluster_sd < 0 || o.confidence_token_sd < 0 || o.routing_cluster_sd < 0 || o.correct_cluster_sd < 0)
     throw_input(fn, "standard deviations must be >= 0");
   if (!(std::abs(o.token_autocorrelation) < 1)) throw_input(fn, "token_autocorrelation must be in (-1, 1)");
   if (!(o.first_share >= 0 && o.first_share <= 0.95)) throw_input(fn, "first_share must be in [0, 0.95]");
   if (!(o.length_log_sd >= 0 && o.length_log_sd <= 3)) throw_input(fn, "length_log_sd must be in [0, 3]");
+  if (o.zipf < 0) throw_input(fn, "zipf is " + std::to_string(o.zipf) + ", but must be >= 0");
   const std::size_t G = o.sequences, m = o.length, K = o.classes;
   Rng rng(o.seed);
   std::vector<std::size_t> len(G, m);
@@ -239,6 +242,32 @@ SimulatedTokens simulate_tokens(const TokenSimulationOptions& o) {
       out.statistic.push_back(o.routing_cluster_sd * w + e[i]);  // the confound is added below
     }
   }
+  // A vocabulary: the predicted classes first, from their own stream, so the draws above and below are
+  // those of the uniform default.
+  const bool vocabulary = o.zipf > 0 || o.class_effect != 0 || o.class_routing != 0;
+  std::vector<std::int64_t> preds;
+  std::vector<double> class_b;  // b_k of each token's class, and its standardised copy for s
+  if (vocabulary) {
+    Rng crng(derive_seed(o.seed, 0xC1A55));
+    std::vector<std::size_t> order(K);
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    crng.shuffle(order);  // rank r of the Zipf law is class order[r]
+    std::vector<double> cdf(K);
+    double acc = 0.0;
+    for (std::size_t r = 0; r < K; ++r) cdf[r] = acc += std::pow(double(r + 1), -o.zipf);
+    preds.resize(N);
+    class_b.resize(N);
+    for (std::size_t i = 0; i < N; ++i) {
+      const double u = crng.uniform() * acc;
+      const auto r = std::min<std::size_t>(K - 1, std::size_t(std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin()));
+      preds[i] = std::int64_t(order[r]);
+      class_b[i] = class_offset(order[r], K);
+    }
+  }
+  double bmean = 0, bvar = 0;
+  for (double b : class_b) bmean += b / double(N);
+  for (double b : class_b) bvar += (b - bmean) * (b - bmean) / double(N);
+  const double bsd = std::sqrt(std::max(bvar, 1e-300));
   double mean = 0, var = 0;
   for (double x : lc) mean += x / double(N);
   for (double x : lc) var += (x - mean) * (x - mean) / double(N);
@@ -250,13 +279,15 @@ SimulatedTokens simulate_tokens(const TokenSimulationOptions& o) {
   tr.labels.resize(N);
   for (std::size_t i = 0; i < N; ++i) {
     out.statistic[i] += o.confound * (lc[i] - mean) / sd;
+    if (vocabulary) out.statistic[i] += o.class_routing * (class_b[i] - bmean) / bsd;
     const double c = 1.0 / (1.0 + std::exp(-lc[i]));
-    const double eta = o.slope * lc[i] + o.correct_cluster_sd * v[static_cast<std::size_t>(out.cluster[i])] + o.effect * e[i];
+    double eta = o.slope * lc[i] + o.correct_cluster_sd * v[static_cast<std::size_t>(out.cluster[i])] + o.effect * e[i];
+    if (vocabulary) eta += o.class_effect * class_b[i];
     const double a = rng.uniform() < 1.0 / (1.0 + std::exp(-eta)) ? 1.0 : 0.0;
     out.confidence.push_back(c);
     out.correct.push_back(a);
     // Logits: the predicted class leads by L with softmax top probability c: e^L / (e^L + K - 1) = c.
-    const auto pred = static_cast<std::int64_t>(rng.below(K));
+    const auto pred = vocabulary ? preds[i] : static_cast<std::int64_t>(rng.below(K));
     tr.logits[i * K + static_cast<std::size_t>(pred)] = std::log(c * double(K - 1) / (1.0 - c));
     auto other = static_cast<std::int64_t>(rng.below(K - 1));
     if (other >= pred) ++other;

@@ -85,6 +85,12 @@ struct TokenSimulationOptions {
   double slope = 1.0;    ///< < 1: over-confident (the confounded family uses 0.6)
   double confound = 0.0; ///< s tracks c inside a sequence too
   double effect = 0.0;   ///< logit of a per unit of e (the planted effect)
+  /// A vocabulary (issue 53). With any of the three set, the predicted classes are drawn up front from their
+  /// own stream (derive_seed(seed, 0xC1A55)), Zipf(zipf) over the classes in a seeded random order (zipf 0:
+  /// uniform); class_effect adds class_effect b_k to the logit of a (b_k = 2k/(K − 1) − 1 of the predicted
+  /// class k: calibration differs by class) and class_routing adds class_routing times the standardised
+  /// b_k to s (routing tracks the class). All three 0: the draws of before, token for token.
+  double zipf = 0.0, class_effect = 0.0, class_routing = 0.0;
   std::uint64_t seed = 0;
 };
 
@@ -97,7 +103,7 @@ struct SimulatedTokens {
 };
 
 /// Builds it from Rng(seed). Throws InputError for sequences < 2, length < 1, classes < 2, or a
-/// non-finite or out-of-range (|phi| >= 1, sds < 0) setting.
+/// non-finite or out-of-range (|phi| >= 1, sds < 0, zipf < 0) setting.
 SimulatedTokens simulate_tokens(const TokenSimulationOptions& options);
 
 /// Builds a synthetic trace. Every random draw comes from Rng(seed). Throws InputError when n < 2,

@@ -279,15 +279,15 @@ Verdict make_verdict(const AuditResults& r) {
   if (r.has_sensitivity) sensitivity_at_delta(r.sensitivity, v);
   conclude(v, replicates);
   // A large vocabulary read in the reduced output form (method.md §6.3): the probes see the predicted
-  // class only as one of 32 groups, so routing that tracks a rare class can pass for a gain; the exact
-  // null permutes within each predicted class and is the test that holds there (docs/audit_validation.md).
+  // class as one of 32 groups and read routing centred within each predicted class, so what routing
+  // shares with the class is not counted; the sentence says what the gain is then about.
   const bool reduced = std::any_of(r.run_summaries.begin(), r.run_summaries.end(), read_in_reduced_form);
-  if (reduced && !r.has_exact_null && v.answer != "not assessed")
+  if (reduced && v.answer != "not assessed")
     v.summary += " The outputs were read in the reduced form of a large vocabulary (the predicted class as one of 32 "
-                 "groups), where routing that tracks the predicted class can pass for a gain beyond the outputs when "
-                 "classes have few examples each; the runs' class_explained says how much of the routing the "
-                 "predicted class explains, and for independent examples --exact-null, whose permutations stay "
-                 "within each predicted class, is the test that holds there (it does not run on token traces).";
+                 "groups, the 32 largest log-probabilities), and the probes read routing centred within each "
+                 "predicted class: what routing shares with the predicted class (class_explained of the runs) is an "
+                 "output and is not counted, so the gain is that of routing's variation among examples of one "
+                 "predicted class.";
   return v;
 }
 

@@ -267,13 +267,17 @@ Section runs_section(Context& c) {
     if (read_in_reduced_form(r)) reduced.insert(r.outputs);
   if (most_explained >= 0.5)
     s.p(fmt::format("The predicted class explains up to {:.0f} % of the routing statistic's variance: the routing largely "
-                    "encodes which class (token) was predicted, which is an output. Where classes have few examples "
-                    "each, a probe cannot learn each class's calibration from the outputs, but routing that tracks "
-                    "the class gives it away, so the probes' \"beyond the outputs\" can then be the class's identity. "
-                    "For independent examples the exact null (arcal audit --exact-null), which permutes routing only "
-                    "within each predicted class, separates the two; for a token trace (documents as clusters) no "
-                    "test here does (method.md §6.3).",
-                    100.0 * most_explained));
+                    "encodes which class (token) was predicted, which is an output. {}",
+                    100.0 * most_explained,
+                    reduced.empty()
+                        ? "The probes read the predicted class beside routing, so that part is not a gain where each "
+                          "class has enough examples for its calibration to be learnt from the outputs; where classes "
+                          "have few examples each, the exact null (arcal audit --exact-null), which permutes routing "
+                          "only within each predicted class, separates the two for independent examples (method.md "
+                          "§6.3, §6.6)."
+                        : "In the reduced output form the probes read routing centred within each predicted class, so "
+                          "that part is not counted as a gain: the gain is about how routing varies among examples of "
+                          "one predicted class (method.md §6.3)."));
   for (const auto& o : reduced)
     s.p("The outputs the probes and the exact null condition on were read in the " + o +
         " (method.md §6.3, the reduced output form): \"beyond the outputs\" means beyond these.");

@@ -7,10 +7,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <string>
 
+#include "audit/audit_pipeline.hpp"
 #include "audit/experts.hpp"
+#include "audit/probes.hpp"
+#include "audit/verdict.hpp"
 #include "audit/run_input.hpp"
 #include "calib/metrics.hpp"
 #include "calib/trace_metrics.hpp"
@@ -301,4 +305,51 @@ TEST(LargeVocabulary, BrierTermOfACertainTokenStaysAtZeroAfterFloat32Rounding) {
   o.draws = 0;
   o.consistency_draws = 0;
   EXPECT_NO_THROW(trace_calibration_report(t, o));
+}
+
+TEST(LargeVocabulary, ReducedFormProbesReadRoutingCentredWithinThePredictedClass) {
+  // method.md §6.3: in the reduced form each profile column is the raw profile minus its mean over the
+  // examples of the same predicted (vocabulary) class, computed here on its own; a class met once reads 0.
+  // At or below kAuditFullOutputClasses the probes read the raw profile.
+  const auto p = make_pair(600, 300, 40, 9);
+  const auto run = make_audit_run_input(p.topk, "topk", {"re"});
+  ASSERT_TRUE(run.log_probs.empty());
+  const auto d = make_probe_design(run, 0, ProbeAuditOptions{});
+  const std::size_t n = run.confidence.size(), P = run.profile_names.size();
+  ASSERT_GE(P, 1u);
+  std::map<std::int64_t, std::vector<std::size_t>> by_class;
+  for (std::size_t i = 0; i < n; ++i) by_class[run.predicted_class[i]].push_back(i);
+  ASSERT_GT(by_class.size(), kAuditClassGroups);  // rare classes share the pooled group
+  std::size_t singletons = 0;
+  for (std::size_t j = 0; j < P; ++j)
+    for (const auto& [cls, rows] : by_class) {
+      double mean = 0;
+      for (auto i : rows) mean += run.profile[i * P + j] / double(rows.size());
+      for (auto i : rows) EXPECT_NEAR(d.columns[2 + j][i], run.profile[i * P + j] - mean, 1e-12) << "class " << cls;
+      if (rows.size() == 1) {
+        EXPECT_EQ(d.columns[2 + j][rows[0]], 0.0);
+        ++singletons;
+      }
+    }
+  EXPECT_GT(singletons, 0u);
+  const auto small = make_pair(300, 40, 8, 9);
+  const auto full = make_audit_run_input(small.full, "small", {"re"});
+  const auto dfull = make_probe_design(full, 0, ProbeAuditOptions{});
+  for (std::size_t j = 0; j < full.profile_names.size(); ++j)
+    for (std::size_t i = 0; i < full.confidence.size(); ++i)
+      EXPECT_EQ(dfull.columns[2 + j][i], full.profile[i * full.profile_names.size() + j]);
+}
+
+TEST(LargeVocabulary, VerdictOfAReducedFormAuditSaysRoutingWasCentred) {
+  const auto p = make_pair(800, 300, 40, 4);
+  FullAuditOptions o;
+  o.permutations = 199;
+  o.probe_repeats = 1;
+  o.condcal = false;
+  const auto r = run_full_audit({make_audit_run_input(p.topk, "topk", {"re"})}, o);
+  const auto v = make_verdict(r);
+  EXPECT_NE(v.summary.find("centred within each predicted class"), std::string::npos) << v.summary;
+  const auto small = make_pair(400, 40, 8, 4);
+  const auto v10 = make_verdict(run_full_audit({make_audit_run_input(small.full, "small", {"re"})}, o));
+  EXPECT_EQ(v10.summary.find("centred within each predicted class"), std::string::npos) << v10.summary;
 }
