@@ -1,8 +1,8 @@
 // bench_cedar: kernel time of dense attention (arcal's tiled online softmax and LibTorch's
 // matmul-softmax-matmul on the same threads) and of CEDAR / hard top-k at B in {8, 16, 32} (CEDAR
 // also with its chunk summaries built once and reused, as a KV cache would), with the relative output
-// error of each beside it and its ratio against both dense baselines, on clustered keys/values (src/cedar/study.hpp), all in one
-// run so the ratios share the machine's load. See bench/README.md.
+// error of each beside it and its ratio against both dense baselines, on clustered keys/values
+// (src/cedar/clustered_study.hpp), all in one run so the ratios share the machine's load. See bench/README.md.
 //
 // usage: bench_cedar [--keys 32768,65536,131072] [--dims 64,128] [--queries 1024] [--chunk 64]
 //                    [--budgets 8,16,32] [--threads N] [--repeats R] [--dispersion S]
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "cedar/cedar.hpp"
-#include "cedar/study.hpp"
+#include "cedar/clustered_study.hpp"
 #include "ops/blas.hpp"
 #include "train/threads.hpp"
 
@@ -144,9 +144,11 @@ int main(int argc, char** argv) {
           double mean_exp = 0;
           for (auto e : expanded) mean_exp += e;
           mean_exp /= double(expanded.size());
-          std::printf("%7lld %4lld | %10s %10s %6s | %-6s %4lld %10.4f %8.1f %10.2e %10.2f   (summaries %.4f s; %.1fx LibTorch)\n",
-                      n, d, "", "", "", to_string(m).c_str(), b, t, t_dense / t,
-                      relative_error(out.data(), dense.data(), dense.size()), mean_exp, summary_s, t_torch / t);
+          std::printf(
+              "%7lld %4lld | %10s %10s %6s | %-6s %4lld %10.4f %8.1f %10.2e %10.2f   (summaries %.4f s; %.1fx "
+              "LibTorch)\n",
+              n, d, "", "", "", to_string(m).c_str(), b, t, t_dense / t,
+              relative_error(out.data(), dense.data(), dense.size()), mean_exp, summary_s, t_torch / t);
           if (m != Method::cedar) continue;
           // The summaries built once and reused, as a KV cache keeps them for a fixed key/value set
           // (prefill chunks, decoding steps): only the attention pass is timed.
@@ -154,9 +156,11 @@ int main(int argc, char** argv) {
           const double tc = best_of(repeats, [&] {
             attention(x.q.data(), x.k.data(), x.v.data(), x.shape, ch, o, out.data(), expanded.data(), &cached);
           });
-          std::printf("%7lld %4lld | %10s %10s %6s | %-6s %4lld %10.4f %8.1f %10.2e %10s   (cached summaries; %.1fx LibTorch)\n",
-                      n, d, "", "", "", "cedar*", b, tc, t_dense / tc,
-                      relative_error(out.data(), dense.data(), dense.size()), "", t_torch / tc);
+          std::printf(
+              "%7lld %4lld | %10s %10s %6s | %-6s %4lld %10.4f %8.1f %10.2e %10s   (cached summaries; %.1fx "
+              "LibTorch)\n",
+              n, d, "", "", "", "cedar*", b, tc, t_dense / tc, relative_error(out.data(), dense.data(), dense.size()),
+              "", t_torch / tc);
         }
       std::fflush(stdout);
     }

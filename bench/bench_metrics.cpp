@@ -21,14 +21,16 @@ int main(int argc, char** argv) {
   const int repeats = argc > 4 ? std::max(1, std::atoi(argv[4])) : 1;
   const std::string dir = "/tmp/arcal_bench_" + std::to_string(n) + "_" + std::to_string(k);
   const std::string data = dir + ".npz", out = dir + ".json";
-  const std::string py = std::string(ARCAL_BENCH_PYTHON) + " " + ARCAL_SOURCE_DIR + "/bench/reference/metrics_numpy.py ";
-  if (std::system((py + "make " + data + " " + std::to_string(n) + " " + std::to_string(k) + " 7").c_str()) != 0) return 1;
+  const std::string py =
+      std::string(ARCAL_BENCH_PYTHON) + " " + ARCAL_SOURCE_DIR + "/bench/reference/metrics_numpy.py ";
+  if (std::system((py + "make " + data + " " + std::to_string(n) + " " + std::to_string(k) + " 7").c_str()) != 0)
+    return 1;
   if (std::system((py + "run " + data + " " + std::to_string(bins) + " " + out).c_str()) != 0) return 1;
   const auto ref = nlohmann::json::parse(arcal::read_file(out));
   const arcal::Trace t = arcal::load_trace(data);
   arcal::ReportOptions opt;
   opt.bins = bins;
-  opt.draws = 0;  // point values: the same work the NumPy side does (no bootstrap,
+  opt.draws = 0;              // point values: the same work the NumPy side does (no bootstrap,
   opt.consistency_draws = 0;  // no consistency-test intervals)
   arcal::CalibrationReport r;
   double ours = 1e300;
@@ -37,14 +39,21 @@ int main(int argc, char** argv) {
     r = arcal::calibration_report(t.probs, t.n, t.classes, t.labels, opt);
     ours = std::min(ours, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  const std::map<std::string, double> got = {
-      {"accuracy", r.accuracy.value}, {"ece", r.ece.value}, {"mce", r.mce.value}, {"rmsce", r.rmsce.value},
-      {"ada_ece", r.ada_ece.value}, {"classwise_ece", r.classwise_ece.value}, {"debiased_ece", r.debiased_ece.value},
-      {"smece", r.smece.value}, {"smece_sigma", r.smece_sigma.value}, {"nll", r.nll.value}, {"brier", r.brier.value},
-      {"auroc", r.auroc.value}};
+  const std::map<std::string, double> got = {{"accuracy", r.accuracy.value},
+                                             {"ece", r.ece.value},
+                                             {"mce", r.mce.value},
+                                             {"rmsce", r.rmsce.value},
+                                             {"ada_ece", r.ada_ece.value},
+                                             {"classwise_ece", r.classwise_ece.value},
+                                             {"debiased_ece", r.debiased_ece.value},
+                                             {"smece", r.smece.value},
+                                             {"smece_sigma", r.smece_sigma.value},
+                                             {"nll", r.nll.value},
+                                             {"brier", r.brier.value},
+                                             {"auroc", r.auroc.value}};
   bool ok = true;
-  std::printf("bench_metrics: N = %ld, K = %ld, bins = %d\n  %-14s %22s %22s %10s\n", n, k, bins, "metric", "arcal", "numpy",
-              "rel.diff");
+  std::printf("bench_metrics: N = %ld, K = %ld, bins = %d\n  %-14s %22s %22s %10s\n", n, k, bins, "metric", "arcal",
+              "numpy", "rel.diff");
   for (const auto& [name, v] : got) {
     const double want = ref["values"][name].get<double>();
     const double rel = std::fabs(v - want) / std::max(std::fabs(want), 1e-300);

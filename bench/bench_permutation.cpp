@@ -51,7 +51,8 @@ int main(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::clock_t c0 = std::clock();
   std::vector<PermutationTestResult> ours;
-  for (std::size_t t = 0; t < tests; ++t) ours.push_back(within_stratum_permutation_test(family[t], R, derive_seed(1, t)));
+  for (std::size_t t = 0; t < tests; ++t)
+    ours.push_back(within_stratum_permutation_test(family[t], R, derive_seed(1, t)));
   const double cpp_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double cpp_cpu = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
   std::printf("arcal  : %zu tests x R = %d x N = %zu in %.3f s wall, %.3f s CPU (one thread)\n", tests, R, n, cpp_s,
@@ -60,7 +61,8 @@ int main(int argc, char** argv) {
   // test keeps its seed, so the results must be identical.
   const auto t1 = std::chrono::steady_clock::now();
   std::vector<PermutationTestResult> par(tests);
-  parallel_for_index(tests, 0, [&](std::size_t t) { par[t] = within_stratum_permutation_test(family[t], R, derive_seed(1, t)); });
+  parallel_for_index(tests, 0,
+                     [&](std::size_t t) { par[t] = within_stratum_permutation_test(family[t], R, derive_seed(1, t)); });
   const double par_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   for (std::size_t t = 0; t < tests; ++t)
     if (par[t].p != ours[t].p || par[t].statistic != ours[t].statistic) {
@@ -70,8 +72,8 @@ int main(int argc, char** argv) {
   std::printf("arcal  : the same on %zu threads in %.3f s wall (identical results)\n", worker_count(0, tests), par_s);
 
   const std::string out_path = (dir / "numpy.json").string();
-  const std::string cmd = std::string("env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ") + ARCAL_BENCH_PYTHON +
-                          " " + ARCAL_BENCH_REFERENCE + " " + strata_path + " " + std::to_string(R) + " 7 > " + out_path;
+  const std::string cmd = std::string("env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ") + ARCAL_BENCH_PYTHON + " " +
+                          ARCAL_BENCH_REFERENCE + " " + strata_path + " " + std::to_string(R) + " 7 > " + out_path;
   if (std::system(cmd.c_str()) != 0) {
     std::fprintf(stderr, "bench_permutation: the NumPy reference failed: %s\n", cmd.c_str());
     return 1;
@@ -90,9 +92,10 @@ int main(int argc, char** argv) {
   }
   std::printf("numpy  : %.3f s wall, %.3f s CPU (numpy %s, one thread)\n", np_s, np_cpu,
               ref["numpy"].get<std::string>().c_str());
-  std::printf("ratio  : %.1fx wall, %.1fx CPU (one thread each); %.1fx wall with arcal on all cores   max |G diff| = %.2e   "
-              "max |p diff| / MC se = %.2f\n",
-              np_s / cpp_s, np_cpu / cpp_cpu, np_s / par_s, worst_gap, worst_z);
+  std::printf(
+      "ratio  : %.1fx wall, %.1fx CPU (one thread each); %.1fx wall with arcal on all cores   max |G diff| = %.2e   "
+      "max |p diff| / MC se = %.2f\n",
+      np_s / cpp_s, np_cpu / cpp_cpu, np_s / par_s, worst_gap, worst_z);
 
   // The decision test of §6.1 (cross-fitted q̂(c), residuals, conditional permutation within c-strata)
   // against the paper protocol, whole tests from the raw arrays, same family, one thread each.
@@ -114,8 +117,9 @@ int main(int argc, char** argv) {
     paper_s += std::chrono::duration<double>(t2 - t1).count();
     decision_s += std::chrono::duration<double>(t3 - t2).count();
   }
-  std::printf("decision vs paper: paper protocol %.3f s, decision test %.3f s for the %zu tests (one thread): "
-              "%.2fx the paper protocol's time\n",
-              paper_s, decision_s, tests, decision_s / paper_s);
+  std::printf(
+      "decision vs paper: paper protocol %.3f s, decision test %.3f s for the %zu tests (one thread): "
+      "%.2fx the paper protocol's time\n",
+      paper_s, decision_s, tests, decision_s / paper_s);
   return 0;
 }

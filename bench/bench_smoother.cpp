@@ -31,7 +31,8 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 
 /// Audit-like columns: logit c of a confident model (skewed) and a routing statistic correlated with it.
-void make_data(std::size_t n, std::uint64_t seed, std::vector<double>& x2, std::vector<double>& x1, std::vector<double>& y) {
+void make_data(std::size_t n, std::uint64_t seed, std::vector<double>& x2, std::vector<double>& x1,
+               std::vector<double>& y) {
   Rng rng(seed);
   x2.resize(2 * n);
   x1.resize(n);
@@ -77,8 +78,10 @@ int main(int argc, char** argv) {
   std::size_t exact_max = 30000;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--exact-max" && i + 1 < argc) exact_max = std::strtoul(argv[++i], nullptr, 10);
-    else sizes.push_back(std::strtoul(argv[i], nullptr, 10));
+    if (a == "--exact-max" && i + 1 < argc)
+      exact_max = std::strtoul(argv[++i], nullptr, 10);
+    else
+      sizes.push_back(std::strtoul(argv[i], nullptr, 10));
   }
   if (sizes.empty()) sizes = {10000, 30000, 100000, 1000000};
   const auto dir = std::filesystem::temp_directory_path() / "arcal_bench_smoother";
@@ -102,14 +105,16 @@ int main(int argc, char** argv) {
         return 1;
       }
       if (n > exact_max) {
-        std::printf("%9zu %4zu %10.3f %10s %10s %10.3f %9s %9s %10s %10s\n", n, d, fast.wall, "-", "-", par.wall, "-", "-",
-                    "-", "-");
+        std::printf("%9zu %4zu %10.3f %10s %10s %10.3f %9s %9s %10s %10s\n", n, d, fast.wall, "-", "-", par.wall, "-",
+                    "-", "-", "-");
         continue;
       }
       const Timed exact = run(x, y, d, h, false, 1);
-      const std::string in = (dir / "in.npz").string(), out = (dir / "out.npy").string(), js = (dir / "t.json").string();
-      write_npz(in, {NpyArray::from_double("x", x, {n, d}), NpyArray::from_double("y", y, {n}),
-                     NpyArray::from_double("h", h, {d}), NpyArray::from_double("q", x, {n, d})},
+      const std::string in = (dir / "in.npz").string(), out = (dir / "out.npy").string(),
+                        js = (dir / "t.json").string();
+      write_npz(in,
+                {NpyArray::from_double("x", x, {n, d}), NpyArray::from_double("y", y, {n}),
+                 NpyArray::from_double("h", h, {d}), NpyArray::from_double("q", x, {n, d})},
                 true);
       SpawnOptions so;
       so.stdout_path = js;
@@ -120,8 +125,8 @@ int main(int argc, char** argv) {
       const auto ref = nlohmann::json::parse(read_file(js));
       const auto arrays = parse_npy(read_file(out), out, "estimate").as_double();
       std::printf("%9zu %4zu %10.3f %10.3f %10.3f %10.3f %8.1fx %8.1fx %10.1e %10.1e\n", n, d, fast.wall, exact.wall,
-                  ref["seconds"].get<double>(), par.wall, exact.wall / fast.wall, ref["seconds"].get<double>() / fast.wall,
-                  max_diff(fast.est, exact.est), max_diff(arrays, exact.est));
+                  ref["seconds"].get<double>(), par.wall, exact.wall / fast.wall,
+                  ref["seconds"].get<double>() / fast.wall, max_diff(fast.est, exact.est), max_diff(arrays, exact.est));
     }
   }
   std::printf("(%zu cores for the 2T column; identical estimates on one core and on all)\n", worker_count(0, 1 << 20));

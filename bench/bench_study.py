@@ -38,21 +38,14 @@ import sys
 import tempfile
 import time
 
+from slots import slot_makespan  # arcal run's slot schedule
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGET = 0.35
 # bench_train.py pins OPENBLAS_NUM_THREADS and OPENBLAS_CORETYPE when it is imported (for its two sides);
 # the study runs in the environment this script was started with, as a user's `arcal run` would.
 STUDY_ENV = dict(os.environ)
 ORDER = [("full", 0), ("full", 1), ("full", 2), ("standard", 0), ("standard", 1), ("standard", 2)]
-
-
-def slot_makespan(durations, slots=2):
-    """Makespan of jobs taken in order by the first free of `slots` slots (arcal run's scheduler)."""
-    free = [0.0] * slots
-    for d in durations:
-        i = free.index(min(free))
-        free[i] += d
-    return max(free)
 
 
 def study_runs(study_dir):

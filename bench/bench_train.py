@@ -63,7 +63,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "reference"))
 import attnres_ref  # noqa: E402
 
 sys.path.insert(0, HERE)
-from bench_study import slot_makespan  # noqa: E402  (arcal run's slot schedule; no torch there)
+from slots import slot_makespan  # noqa: E402  (arcal run's slot schedule)
 
 FMNIST = "/usr/share/datasets/fashion-mnist"
 

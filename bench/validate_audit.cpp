@@ -43,8 +43,7 @@ struct Family {
 const std::vector<Family>& families() {
   static const std::vector<Family> f{
       {"clean", "calibrated, routing independent of the outputs (margin |N(4, 2)|)", [](SimulationOptions&) {}},
-      {"confounded",
-       "routing tracks confidence (ρ = 0.9), temperature miscalibration T = 1.3, margin |N(8, 3)|",
+      {"confounded", "routing tracks confidence (ρ = 0.9), temperature miscalibration T = 1.3, margin |N(8, 3)|",
        [](SimulationOptions& o) {
          o.confound = 0.9;
          o.reference_slope = 1.0 / 1.3;
@@ -122,7 +121,8 @@ struct Row {
 };
 
 std::string verdict(const Row& r) {
-  if (r.effect > 0) return "power " + std::to_string(int(100.0 * double(r.rejections) / double(r.datasets) + 0.5)) + " %";
+  if (r.effect > 0)
+    return "power " + std::to_string(int(100.0 * double(r.rejections) / double(r.datasets) + 0.5)) + " %";
   const auto b = binomial_band_99(r.datasets, r.level);
   if (r.rejections > b.second) return "**above the band**";
   if (r.rejections < b.first) return "below the band";
@@ -148,8 +148,8 @@ void say(const Row& r) {
 }
 
 // ---- the diagnostic (§6.1): the paper protocol and the decision test on the same data sets.
-void diagnostic_rows(std::vector<Row>& rows, const std::string& fam, double effect, std::size_t datasets,
-                     std::size_t n, int permutations, std::uint64_t seed) {
+void diagnostic_rows(std::vector<Row>& rows, const std::string& fam, double effect, std::size_t datasets, std::size_t n,
+                     int permutations, std::uint64_t seed) {
   DiagnosticOptions o;
   o.permutations = permutations;
   Row paper{"diagnostic: paper protocol (reported, not decided on)", fam, effect, datasets, n, 0, 0, "", kAlpha};
@@ -157,8 +157,11 @@ void diagnostic_rows(std::vector<Row>& rows, const std::string& fam, double effe
   const auto t0 = std::chrono::steady_clock::now();
   for (std::size_t d = 0; d < datasets; ++d) {
     const auto s = simulate(fam, n, effect, derive_seed(seed, d));
-    paper.rejections += matched_confidence_gap_test(s.confidence, s.correct, s.routing_entropy, o, derive_seed(seed + 1, d)).p <= kAlpha;
-    decision.rejections += residual_gap_test(s.confidence, s.correct, s.routing_entropy, o, derive_seed(seed + 2, d)).p <= kAlpha;
+    paper.rejections +=
+        matched_confidence_gap_test(s.confidence, s.correct, s.routing_entropy, o, derive_seed(seed + 1, d)).p <=
+        kAlpha;
+    decision.rejections +=
+        residual_gap_test(s.confidence, s.correct, s.routing_entropy, o, derive_seed(seed + 2, d)).p <= kAlpha;
   }
   paper.seconds = decision.seconds = seconds_since(t0);
   for (auto* r : {&paper, &decision}) {
@@ -175,7 +178,8 @@ struct ProbeCell {
 /// The probe rows of one family whose r-th run `make_run(seed of run r, r)` builds.
 void probe_rows_of(std::vector<Row>& rows, const std::string& fam, double effect, std::size_t runs, std::size_t n,
                    int repeats, std::size_t group, const std::vector<ProbeCell>& cells, std::uint64_t seed,
-                   const std::function<AuditRunInput(std::uint64_t, std::size_t)>& make_run, const std::string& note = "") {
+                   const std::function<AuditRunInput(std::uint64_t, std::size_t)>& make_run,
+                   const std::string& note = "") {
   ProbeAuditOptions o;
   o.repeats = repeats;
   std::vector<RunProbeResult> results;
@@ -184,7 +188,8 @@ void probe_rows_of(std::vector<Row>& rows, const std::string& fam, double effect
     const auto run = make_run(derive_seed(seed, r), r);
     o.seed = derive_seed(seed + 1, r);
     results.push_back(run_probes(run, 0, o));
-    std::fprintf(stderr, "\r    probes %s effect %s: run %zu / %zu", fam.c_str(), fmt_effect(effect).c_str(), r + 1, runs);
+    std::fprintf(stderr, "\r    probes %s effect %s: run %zu / %zu", fam.c_str(), fmt_effect(effect).c_str(), r + 1,
+                 runs);
   }
   std::fprintf(stderr, "\n");
   const double secs = seconds_since(t0);
@@ -192,7 +197,8 @@ void probe_rows_of(std::vector<Row>& rows, const std::string& fam, double effect
     // A false positive of the audit is a *gain* (the probe better, Δ < 0) at p <= α: the two-sided test
     // makes that at most α/2 on a null where the comparison is symmetric. (A probe with extra null inputs
     // is legitimately worse than a correctly specified small control, which is not a routing claim.)
-    Row per_run{"probes, per run: " + cell.label + " (log-loss gains)", fam, effect, runs, n, 0, secs, note, kAlpha / 2};
+    Row per_run{
+        "probes, per run: " + cell.label + " (log-loss gains)", fam, effect, runs, n, 0, secs, note, kAlpha / 2};
     for (const auto& res : results)
       for (const auto& c : res.comparisons)
         if (c.name == cell.comparison) per_run.rejections += c.log_loss.p <= kAlpha && c.log_loss.delta < 0;
@@ -201,12 +207,20 @@ void probe_rows_of(std::vector<Row>& rows, const std::string& fam, double effect
     // Across runs: disjoint sets of `group` runs, the Hartung-Knapp test of the comparison's log-loss.
     const std::size_t sets = runs / group;
     if (sets == 0) continue;
-    Row across{"probes, across " + std::to_string(group) + " runs (HK): " + cell.label + " (gains)", fam, effect, sets, n, 0,
-               secs, note, kAlpha / 2};
+    Row across{"probes, across " + std::to_string(group) + " runs (HK): " + cell.label + " (gains)",
+               fam,
+               effect,
+               sets,
+               n,
+               0,
+               secs,
+               note,
+               kAlpha / 2};
     for (std::size_t g = 0; g < sets; ++g) {
       std::vector<RunProbeResult> set(results.begin() + long(g * group), results.begin() + long((g + 1) * group));
       for (const auto& t : across_run_probe_tests(set, kAlpha))
-        if (t.comparison == cell.comparison && t.metric == "log_loss") across.rejections += t.p <= kAlpha && t.mean_delta < 0;
+        if (t.comparison == cell.comparison && t.metric == "log_loss")
+          across.rejections += t.p <= kAlpha && t.mean_delta < 0;
     }
     say(across);
     rows.push_back(across);
@@ -264,7 +278,8 @@ void exact_null_rows(std::vector<Row>& rows, const std::string& fam, const std::
   }
   std::fprintf(stderr, "\n");
   cond.seconds = model.seconds = seconds_since(t0);
-  const std::string note = std::to_string(replicates) + " replicates (p floor " + std::to_string(floor).substr(0, 5) + ")";
+  const std::string note =
+      std::to_string(replicates) + " replicates (p floor " + std::to_string(floor).substr(0, 5) + ")";
   cond.note = model.note = note;
   for (auto* r : {&cond, &model}) {
     say(*r);
@@ -287,13 +302,15 @@ int main(int argc, char** argv) {
   app.add_option("--probe-runs", probe_runs, "simulated runs per probe null cell")->check(CLI::Range(1, 10000));
   app.add_option("--probe-n", probe_n, "examples per probe run")->check(CLI::Range(200, 1000000));
   app.add_option("--probe-repeats", repeats, "repeated 2-fold cross-fits per run")->check(CLI::Range(1, 50));
-  app.add_option("--power-runs", power_runs, "runs per power cell (probes and exact null)")->check(CLI::Range(1, 10000));
+  app.add_option("--power-runs", power_runs, "runs per power cell (probes and exact null)")
+      ->check(CLI::Range(1, 10000));
   app.add_option("--across-group", group, "runs per across-run test")->check(CLI::Range(2, 100));
   app.add_option("--null-runs", null_runs, "runs per exact-null cell")->check(CLI::Range(1, 10000));
   app.add_option("--null-n", null_n, "examples per exact-null run")->check(CLI::Range(200, 1000000));
   app.add_option("--replicates", replicates, "exact-null permutation replicates")->check(CLI::Range(1, 100000));
   app.add_option("--seed", seed, "master seed");
-  app.add_option("--classes", g_classes, "classes K of the simulated traces (above 256 the audit reads its reduced output form)")
+  app.add_option("--classes", g_classes,
+                 "classes K of the simulated traces (above 256 the audit reads its reduced output form)")
       ->check(CLI::Range(2, 100000));
   app.add_option("--only", only,
                  "run one part: diagnostic, probes, exact-null or tokens (the probes on clustered token traces of a "
@@ -307,14 +324,16 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   if (only.empty() || only == "diagnostic") {
     std::fprintf(stderr, "diagnostic (%zu data sets x N = %zu, %d permutations)\n", diag_sets, diag_n, permutations);
-    for (const char* f : {"clean", "confounded", "misspecified-c"}) diagnostic_rows(rows, f, 0.0, diag_sets, diag_n, permutations, derive_seed(seed, 100 + rows.size()));
+    for (const char* f : {"clean", "confounded", "misspecified-c"})
+      diagnostic_rows(rows, f, 0.0, diag_sets, diag_n, permutations, derive_seed(seed, 100 + rows.size()));
     diagnostic_rows(rows, "clean", 0.002, power_runs * 5, diag_n, permutations, derive_seed(seed, 150));
     diagnostic_rows(rows, "confounded", 0.002, power_runs * 5, diag_n, permutations, derive_seed(seed, 151));
   }
   if (only.empty() || only == "probes") {
     std::fprintf(stderr, "probes (%zu runs x N = %zu, %d repeats)\n", probe_runs, probe_n, repeats);
-    const std::vector<ProbeCell> routing{{"full_vector_vs_capacity_matched", "full vector vs capacity-matched"},
-                                         {"full_vector_vs_shuffled_within_bins", "full vector vs shuffled within bins"}};
+    const std::vector<ProbeCell> routing{
+        {"full_vector_vs_capacity_matched", "full vector vs capacity-matched"},
+        {"full_vector_vs_shuffled_within_bins", "full vector vs shuffled within bins"}};
     const std::vector<ProbeCell> linear{{"full_vector_vs_linear", "full vector vs linear"}};
     const std::vector<ProbeCell> logit{{"full_logit_routing_vs_full_logit", "full logit + routing vs full logit"}};
     auto cat = [](std::vector<ProbeCell> a, const std::vector<ProbeCell>& b) {
@@ -322,19 +341,26 @@ int main(int argc, char** argv) {
       return a;
     };
     // Linear (Platt on logit c) is correctly specified on clean and temperature-miscalibrated data only.
-    probe_rows(rows, "clean", 0.0, probe_runs, probe_n, repeats, group, cat(cat(routing, linear), logit), derive_seed(seed, 200));
-    probe_rows(rows, "confounded", 0.0, probe_runs, probe_n, repeats, group, cat(cat(routing, linear), logit), derive_seed(seed, 201));
-    probe_rows(rows, "misspecified-c", 0.0, probe_runs, probe_n, repeats, group, cat(routing, logit), derive_seed(seed, 202));
+    probe_rows(rows, "clean", 0.0, probe_runs, probe_n, repeats, group, cat(cat(routing, linear), logit),
+               derive_seed(seed, 200));
+    probe_rows(rows, "confounded", 0.0, probe_runs, probe_n, repeats, group, cat(cat(routing, linear), logit),
+               derive_seed(seed, 201));
+    probe_rows(rows, "misspecified-c", 0.0, probe_runs, probe_n, repeats, group, cat(routing, logit),
+               derive_seed(seed, 202));
     probe_rows(rows, "misspecified-outputs", 0.0, probe_runs, probe_n, repeats, group, logit, derive_seed(seed, 203));
     // Routing tracks the predicted class, whose calibration differs by class: a null for the primary
     // probes since they read the class (issue 54), and for the full-logit comparison.
-    probe_rows(rows, "class-dependent", 0.0, probe_runs, probe_n, repeats, group, cat(routing, logit), derive_seed(seed, 204));
+    probe_rows(rows, "class-dependent", 0.0, probe_runs, probe_n, repeats, group, cat(routing, logit),
+               derive_seed(seed, 204));
     probe_rows(rows, "clean", 0.02, power_runs, probe_n, repeats, group, cat(routing, logit), derive_seed(seed, 250));
-    probe_rows(rows, "confounded", 0.02, power_runs, probe_n, repeats, group, cat(routing, logit), derive_seed(seed, 251));
+    probe_rows(rows, "confounded", 0.02, power_runs, probe_n, repeats, group, cat(routing, logit),
+               derive_seed(seed, 251));
     // One class of a large vocabulary holds a few examples, too few to carry the planted gain.
     if (g_classes <= kAuditFullOutputClasses) {
-      probe_rows(rows, "one-class", 0.02, power_runs, probe_n, repeats, group, cat(routing, logit), derive_seed(seed, 252));
-      probe_rows(rows, "one-class", 0.02, power_runs, probe_n * 5, repeats, group, cat(routing, logit), derive_seed(seed, 253));
+      probe_rows(rows, "one-class", 0.02, power_runs, probe_n, repeats, group, cat(routing, logit),
+                 derive_seed(seed, 252));
+      probe_rows(rows, "one-class", 0.02, power_runs, probe_n * 5, repeats, group, cat(routing, logit),
+                 derive_seed(seed, 253));
     }
   }
   if (only.empty() || only == "exact-null") {
@@ -346,15 +372,18 @@ int main(int argc, char** argv) {
     // Routing that tracks the predicted class (with class-dependent calibration): the within-class
     // permutation keeps it a null at any K, the reduced output form of a large vocabulary included.
     if (g_classes > kAuditFullOutputClasses)
-      exact_null_rows(rows, "class-dependent", "full_logit", 0.0, null_runs, null_n, replicates, derive_seed(seed, 340));
-    exact_null_rows(rows, "misspecified-c", "confidence", 0.03, power_runs / 2, null_n, replicates, derive_seed(seed, 350));
-    exact_null_rows(rows, "misspecified-outputs", "full_logit", 0.03, power_runs / 2, null_n, replicates, derive_seed(seed, 351));
+      exact_null_rows(rows, "class-dependent", "full_logit", 0.0, null_runs, null_n, replicates,
+                      derive_seed(seed, 340));
+    exact_null_rows(rows, "misspecified-c", "confidence", 0.03, power_runs / 2, null_n, replicates,
+                    derive_seed(seed, 350));
+    exact_null_rows(rows, "misspecified-outputs", "full_logit", 0.03, power_runs / 2, null_n, replicates,
+                    derive_seed(seed, 351));
   }
   if (only.empty() || only == "tokens") {
     std::size_t n_tokens = 0;
     vocabulary_tokens(0.0, derive_seed(seed, 400), 0, &n_tokens);
-    std::fprintf(stderr, "token traces of a vocabulary (%zu runs x ~%zu tokens in 150 documents, K = %zu)\n", probe_runs,
-                 n_tokens, g_classes);
+    std::fprintf(stderr, "token traces of a vocabulary (%zu runs x ~%zu tokens in 150 documents, K = %zu)\n",
+                 probe_runs, n_tokens, g_classes);
     const std::vector<ProbeCell> cells{{"full_vector_vs_capacity_matched", "full vector vs capacity-matched"},
                                        {"full_vector_vs_shuffled_within_bins", "full vector vs shuffled within bins"},
                                        {"full_logit_routing_vs_full_logit", "full logit + routing vs full logit"}};
@@ -369,7 +398,8 @@ int main(int argc, char** argv) {
   const double total = seconds_since(t_all);
 
   std::ostringstream md;
-  md << "| test | family | planted effect (nats) | data sets | N | rejections | 99 % band of the nominal rate | result |\n"
+  md << "| test | family | planted effect (nats) | data sets | N | rejections | 99 % band of the nominal rate | result "
+        "|\n"
      << "|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows) {
     const auto b = binomial_band_99(r.datasets, r.level);
@@ -403,8 +433,8 @@ int main(int argc, char** argv) {
     f << "test,family,effect,datasets,n,rejections,band_low,band_high,result,seconds\n";
     for (const auto& r : rows) {
       const auto b = binomial_band_99(r.datasets, r.level);
-      f << '"' << r.test << "\"," << r.family << ',' << r.effect << ',' << r.datasets << ',' << r.n << ',' << r.rejections
-        << ',' << b.first << ',' << b.second << ",\"" << verdict(r) << "\"," << r.seconds << '\n';
+      f << '"' << r.test << "\"," << r.family << ',' << r.effect << ',' << r.datasets << ',' << r.n << ','
+        << r.rejections << ',' << b.first << ',' << b.second << ",\"" << verdict(r) << "\"," << r.seconds << '\n';
     }
   }
   return 0;

@@ -13,7 +13,7 @@ if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
-  build-essential cmake ninja-build pkg-config \
+  build-essential cmake ninja-build pkg-config clang-format \
   libopenblas-dev libopenblas0-pthread libdnnl-dev libgloo-dev libtcmalloc-minimal4 \
   libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libfmt-dev libtoml11-dev \
   libzip-dev zlib1g-dev \

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "audit/audit.hpp"
+#include "results/audit_files.hpp"
 #include "audit/routing_stats.hpp"
 #include "audit/run_input.hpp"
 #include "audit/audit_pipeline.hpp"
@@ -59,12 +60,14 @@ void check_audit_out(const AuditConfig& cfg) {
   arcal::check_utf8_path("--out", cfg.out);
   for (const auto& t : cfg.traces) arcal::check_utf8_path("traces", t);
   if (fs::exists(cfg.out, ec) && !fs::is_directory(cfg.out, ec))
-    arcal::throw_input("--out", cfg.out + " exists and is not a directory (the audit writes DIR/results.json and CSV tables)");
+    arcal::throw_input("--out",
+                       cfg.out + " exists and is not a directory (the audit writes DIR/results.json and CSV tables)");
   for (const auto& f : kAuditFiles) arcal::check_output_not_input("--out", cfg.out + "/" + f, cfg.traces);
   arcal::check_output_dir("--out", cfg.out, "arcal audit", cfg.force, "--force");
   if (fs::exists(cfg.out + "/results.json", ec) && !cfg.force)
-    arcal::throw_input("--out", cfg.out + "/results.json already exists (an earlier audit); pass --force to replace its "
-                                "results (as a whole, once the new set is complete) or choose another --out");
+    arcal::throw_input("--out", cfg.out +
+                                    "/results.json already exists (an earlier audit); pass --force to replace its "
+                                    "results (as a whole, once the new set is complete) or choose another --out");
 }
 
 /// The output directory of one audit, held for the whole audit: DIR/.lock (a second audit into DIR is
@@ -134,9 +137,12 @@ class AuditOutput {
 std::vector<std::string> statistics_for(const arcal::Trace& first, const std::string& path) {
   auto stats = arcal::default_statistics(first);
   if (stats.empty())
-    arcal::throw_input("arcal audit", path + " has logits and labels only (no routing, no features), so there is no "
-                       "signal to audit beyond the outputs; its calibration and reliability diagram: arcal metrics " +
-                       path + " --figures DIR (and arcal calibrate); give per-example signals as features (--stat NAME)");
+    arcal::throw_input(
+        "arcal audit",
+        path +
+            " has logits and labels only (no routing, no features), so there is no "
+            "signal to audit beyond the outputs; its calibration and reliability diagram: arcal metrics " +
+            path + " --figures DIR (and arcal calibrate); give per-example signals as features (--stat NAME)");
   return stats;
 }
 
@@ -149,7 +155,8 @@ std::string probe_summary(const arcal::ProbeFamily& f) {
   char buf[512];
   for (const auto& t : f.tests) {
     if (t.metric != "log_loss") continue;
-    std::snprintf(buf, sizeof buf, "  %-40s %+.5f [%+.5f, %+.5f]  p_holm %.3g  own interval above 0 in %zu/%zu runs, below in %zu: %s\n",
+    std::snprintf(buf, sizeof buf,
+                  "  %-40s %+.5f [%+.5f, %+.5f]  p_holm %.3g  own interval above 0 in %zu/%zu runs, below in %zu: %s\n",
                   t.comparison.c_str(), -t.mean_delta, -t.ci.high, -t.ci.low, t.p_holm, t.runs_better, t.deltas.size(),
                   t.runs_worse, t.verdict.c_str());
     out += buf;
@@ -159,17 +166,18 @@ std::string probe_summary(const arcal::ProbeFamily& f) {
 
 /// Recovery per probe at every effect, then the verdicts at the threshold effect.
 std::string sensitivity_summary(const arcal::SensitivityResult& s) {
-  std::string out = "sensitivity (" + std::to_string(s.runs.size()) + " runs x " + std::to_string(s.draws) + " draws, " +
-                    std::to_string(s.seconds).substr(0, 6) + " s): recovery R [95 % CI] (gain in nats where the effect is 0)\n";
+  std::string out = "sensitivity (" + std::to_string(s.runs.size()) + " runs x " + std::to_string(s.draws) +
+                    " draws, " + std::to_string(s.seconds).substr(0, 6) +
+                    " s): recovery R [95 % CI] (gain in nats where the effect is 0)\n";
   char buf[512];
   for (const auto& e : s.by_effect)
     for (const auto& p : e.probes) {
       if (p.has_recovery)
-        std::snprintf(buf, sizeof buf, "  %.3f nats %-22s R %+.3f [%+.3f, %+.3f]\n", e.effect_nats, p.probe.c_str(), p.recovery,
-                      p.recovery_ci.low, p.recovery_ci.high);
+        std::snprintf(buf, sizeof buf, "  %.3f nats %-22s R %+.3f [%+.3f, %+.3f]\n", e.effect_nats, p.probe.c_str(),
+                      p.recovery, p.recovery_ci.low, p.recovery_ci.high);
       else
-        std::snprintf(buf, sizeof buf, "  %.3f nats %-22s gain %+.5f [%+.5f, %+.5f]\n", e.effect_nats, p.probe.c_str(), p.gain,
-                      p.gain_ci.low, p.gain_ci.high);
+        std::snprintf(buf, sizeof buf, "  %.3f nats %-22s gain %+.5f [%+.5f, %+.5f]\n", e.effect_nats, p.probe.c_str(),
+                      p.gain, p.gain_ci.low, p.gain_ci.high);
       out += buf;
     }
   for (const auto& v : s.verdicts) out += "  verdict " + v.probe + ": " + v.verdict + "\n";
@@ -179,21 +187,23 @@ std::string sensitivity_summary(const arcal::SensitivityResult& s) {
 
 /// Pooled exact-null p per variant and comparison.
 std::string exact_null_summary(const arcal::ExactNullResult& x) {
-  std::string out = "exact null (at most " + std::to_string(x.replicates) + " replicates" +
-                    (x.stop_after > 0 ? ", sequential: stops at " + std::to_string(x.stop_after) + " null gains >= real" : "") +
-                    ", " + std::to_string(x.seconds).substr(0, 6) +
-                    " s): mean real gain over runs vs the conditional permutation null (the decision), Monte-Carlo p\n";
+  std::string out =
+      "exact null (at most " + std::to_string(x.replicates) + " replicates" +
+      (x.stop_after > 0 ? ", sequential: stops at " + std::to_string(x.stop_after) + " null gains >= real" : "") +
+      ", " + std::to_string(x.seconds).substr(0, 6) +
+      " s): mean real gain over runs vs the conditional permutation null (the decision), Monte-Carlo p\n";
   char buf[512];
   for (const auto& p : x.pooled) {
     std::snprintf(buf, sizeof buf, "  %-11s %-40s real %+.5f  null mean %+.5f q95 %+.5f  p %.3f (%zu replicates)\n",
-                  p.variant.c_str(), p.comparison.c_str(), p.real_mean_gain, p.null_mean, p.null_q95, p.p, p.replicates);
+                  p.variant.c_str(), p.comparison.c_str(), p.real_mean_gain, p.null_mean, p.null_q95, p.p,
+                  p.replicates);
     out += buf;
   }
   if (const auto scope = arcal::refit_scope_text(x.refit); !scope.empty()) out += "  " + scope + "\n";
   for (const auto& r : x.runs) {
-    std::snprintf(buf, sizeof buf, "  matching %s (%s): %zu groups, mean within-group distance %.3g (random pairs %.3g)\n",
-                  r.run.c_str(), r.variant.c_str(), r.matching.groups, r.matching.mean_distance,
-                  r.matching.random_pair_distance);
+    std::snprintf(
+        buf, sizeof buf, "  matching %s (%s): %zu groups, mean within-group distance %.3g (random pairs %.3g)\n",
+        r.run.c_str(), r.variant.c_str(), r.matching.groups, r.matching.mean_distance, r.matching.random_pair_distance);
     out += buf;
   }
   if (x.has_model_based) {
@@ -204,8 +214,8 @@ std::string exact_null_summary(const arcal::ExactNullResult& x) {
       out += buf;
     }
     for (const auto& r : x.model_runs) {
-      std::snprintf(buf, sizeof buf, "    reference fit %s (%s): Hosmer-Lemeshow %.1f on %.0f df, p %.3g\n", r.run.c_str(),
-                    r.variant.c_str(), r.reference_fit.statistic, r.reference_fit.df, r.reference_fit.p);
+      std::snprintf(buf, sizeof buf, "    reference fit %s (%s): Hosmer-Lemeshow %.1f on %.0f df, p %.3g\n",
+                    r.run.c_str(), r.variant.c_str(), r.reference_fit.statistic, r.reference_fit.df, r.reference_fit.p);
       out += buf;
     }
   }

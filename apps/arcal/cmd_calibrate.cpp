@@ -35,7 +35,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-
 struct CalibrateConfig {
   std::string input, fit, apply, params, save, method, out;
   std::string figures;  ///< --figures DIR: reliability diagrams before and after ("" = none)
@@ -64,7 +63,8 @@ Mode check_mode(const CalibrateConfig& c) {
     if (c.apply.empty()) fail("--fit", "needs --apply TEST.npz, the file to calibrate");
     mode = Mode::fit_apply;
   } else {
-    if (c.input.empty()) fail("arcal calibrate", "give FILE, or --fit VAL.npz --apply TEST.npz, or --params P.json --apply TEST.npz");
+    if (c.input.empty())
+      fail("arcal calibrate", "give FILE, or --fit VAL.npz --apply TEST.npz, or --params P.json --apply TEST.npz");
     mode = Mode::split;
   }
   if (mode != Mode::params_apply && c.method.empty()) fail("--method", "is required to fit a calibrator");
@@ -131,8 +131,8 @@ std::vector<arcal::NpyArray> carry_arrays(const std::string& path, const std::ve
   return out;
 }
 
-nlohmann::json report(const std::vector<double>& probs, std::size_t n, std::size_t k, const std::vector<std::int64_t>& y,
-                      const CalibrateConfig& cfg) {
+nlohmann::json report(const std::vector<double>& probs, std::size_t n, std::size_t k,
+                      const std::vector<std::int64_t>& y, const CalibrateConfig& cfg) {
   arcal::ReportOptions opt;
   opt.bins = cfg.bins;
   opt.draws = cfg.bootstrap;
@@ -192,8 +192,9 @@ int run_calibrate(const CalibrateConfig& cfg) {
     }
     const arcal::Trace t = arcal::load_trace(cfg.apply);
     if (t.classes != cal.classes)
-      arcal::throw_input("--apply", cfg.apply + " has K = " + std::to_string(t.classes) +
-                                        " classes, but the calibrator was fitted on K = " + std::to_string(cal.classes));
+      arcal::throw_input("--apply",
+                         cfg.apply + " has K = " + std::to_string(t.classes) +
+                             " classes, but the calibrator was fitted on K = " + std::to_string(cal.classes));
     target = trace_predictions(t);
     target_labels = t.labels;
     target_file = cfg.apply;
@@ -225,12 +226,14 @@ int run_calibrate(const CalibrateConfig& cfg) {
   }
   const std::string cal_text = cal_json.dump();
   if (mode == Mode::split) {
-    arcal::write_npz(cfg.out,
-                     {arcal::NpyArray::from_double("probs", out, {n, K}), arcal::NpyArray::from_int64("labels", target_labels, {n}),
-                      arcal::NpyArray::from_strings("calibrator", {cal_text}, {1}),
-                      arcal::NpyArray::scalar_string(
-                          "meta", nlohmann::json({{"source", cfg.input}, {"calibrator", cal.method}, {"split", "evaluation"}}).dump())},
-                     true);
+    arcal::write_npz(
+        cfg.out,
+        {arcal::NpyArray::from_double("probs", out, {n, K}), arcal::NpyArray::from_int64("labels", target_labels, {n}),
+         arcal::NpyArray::from_strings("calibrator", {cal_text}, {1}),
+         arcal::NpyArray::scalar_string(
+             "meta",
+             nlohmann::json({{"source", cfg.input}, {"calibrator", cal.method}, {"split", "evaluation"}}).dump())},
+        true);
   } else {
     arcal::write_npz(cfg.out, carry_arrays(cfg.apply, out, n, K, cal_text), true);
   }
@@ -281,54 +284,56 @@ int run_calibrate(const CalibrateConfig& cfg) {
   const double nll0 = arcal::negative_log_likelihood(target.probs, n, K, target_labels);
   const double nll1 = arcal::negative_log_likelihood(out, n, K, target_labels);
   if (mode == Mode::split)
-    std::cout << fmt::format("arcal calibrate: {} --method {} (seed {})\n  calibration n = {}, evaluation n = {}\n", cfg.input,
-                             cal.method, cfg.seed, n_fit, n);
+    std::cout << fmt::format("arcal calibrate: {} --method {} (seed {})\n  calibration n = {}, evaluation n = {}\n",
+                             cfg.input, cal.method, cfg.seed, n_fit, n);
   else
     std::cout << fmt::format("arcal calibrate: {} {} --apply {} --method {}\n  fitted on n = {}, applied to n = {}\n",
                              mode == Mode::fit_apply ? "--fit" : "--params",
                              mode == Mode::fit_apply ? cfg.fit : cfg.params, cfg.apply, cal.method, n_fit, n);
-  std::cout << fmt::format("  ECE ({} bins)  before {:.4f}  after {:.4f}\n  NLL            before {:.4f}  after {:.4f}\n",
-                           cfg.bins, ece0, ece1, nll0, nll1);
+  std::cout << fmt::format(
+      "  ECE ({} bins)  before {:.4f}  after {:.4f}\n  NLL            before {:.4f}  after {:.4f}\n", cfg.bins, ece0,
+      ece1, nll0, nll1);
   if (!cal.warning.empty()) std::cout << "  warning: " << cal.warning << "\n";
   std::cout << "  wrote " << cfg.out << (cfg.save.empty() ? "" : " and " + cfg.save) << "\n";
   for (const auto& f : drawn) std::cout << "  wrote " << f << "\n";
   return 0;
 }
 
-ARCAL_COMMAND("calibrate",
-              "Fit a post-hoc calibrator and apply it: to one file's other half, or fitted on one file and applied "
-              "to another",
-              [](CLI::App& app) -> arcal::cli::RunFn {
-                auto cfg = std::make_shared<CalibrateConfig>();
-                app.add_option("file", cfg->input, "Trace file (.npz) to split in halves: fit on one, apply to the other")
-                    ->check(CLI::ExistingFile);
-                app.add_option("--fit", cfg->fit, "Trace file (.npz) to fit the calibrator on (with --apply)")
-                    ->check(CLI::ExistingFile);
-                app.add_option("--apply", cfg->apply, "Trace file (.npz) to calibrate (with --fit or --params)")
-                    ->check(CLI::ExistingFile);
-                app.add_option("--params", cfg->params, "A calibrator saved with --save (JSON), applied to --apply")
-                    ->check(CLI::ExistingFile);
-                app.add_option("--method", cfg->method, "Calibrator (not with --params)")
-                    ->check(CLI::IsMember({"temperature", "platt", "isotonic", "histogram", "nw", "qats", "vector", "matrix"}));
-                app.add_option("--out", cfg->out,
-                               "Output .npz: the calibrated probs (split: the evaluation half; apply: every array of the file)")
-                    ->required();
-                app.add_option("--save", cfg->save, "Also write the fitted calibrator (JSON, schema arcal.calibrator/1)");
-                app.add_option("--seed", cfg->seed, "Split seed (and bootstrap seed of --json)")
-                    ->capture_default_str()
-                    ->check(arcal::cli::seed_check());
-                app.add_option("--bins", cfg->bins, "Confidence bins of the reported ECE")
-                    ->capture_default_str()
-                    ->check(arcal::cli::in_range(arcal::ranges::metrics_bins));
-                app.add_option("--bootstrap", cfg->bootstrap, "Bootstrap resamples of the --json metrics (0: none)")
-                    ->capture_default_str()
-                    ->check(arcal::cli::in_range(arcal::ranges::bootstrap));
-                app.add_flag("--json", cfg->json, "Print one JSON object: the calibrator and metrics before/after");
-                app.add_flag("--force", cfg->force, "Replace an existing --out or --save file (never an input)");
-                app.add_option("--figures", cfg->figures,
-                               "Also draw the reliability diagrams before and after calibration (bins' counts, "
-                               "consistency band) into DIR/reliability.{svg,png}; needs gnuplot");
-                return [cfg] { return run_calibrate(*cfg); };
-              });
+ARCAL_COMMAND(
+    "calibrate",
+    "Fit a post-hoc calibrator and apply it: to one file's other half, or fitted on one file and applied "
+    "to another",
+    [](CLI::App& app) -> arcal::cli::RunFn {
+      auto cfg = std::make_shared<CalibrateConfig>();
+      app.add_option("file", cfg->input, "Trace file (.npz) to split in halves: fit on one, apply to the other")
+          ->check(CLI::ExistingFile);
+      app.add_option("--fit", cfg->fit, "Trace file (.npz) to fit the calibrator on (with --apply)")
+          ->check(CLI::ExistingFile);
+      app.add_option("--apply", cfg->apply, "Trace file (.npz) to calibrate (with --fit or --params)")
+          ->check(CLI::ExistingFile);
+      app.add_option("--params", cfg->params, "A calibrator saved with --save (JSON), applied to --apply")
+          ->check(CLI::ExistingFile);
+      app.add_option("--method", cfg->method, "Calibrator (not with --params)")
+          ->check(CLI::IsMember({"temperature", "platt", "isotonic", "histogram", "nw", "qats", "vector", "matrix"}));
+      app.add_option("--out", cfg->out,
+                     "Output .npz: the calibrated probs (split: the evaluation half; apply: every array of the file)")
+          ->required();
+      app.add_option("--save", cfg->save, "Also write the fitted calibrator (JSON, schema arcal.calibrator/1)");
+      app.add_option("--seed", cfg->seed, "Split seed (and bootstrap seed of --json)")
+          ->capture_default_str()
+          ->check(arcal::cli::seed_check());
+      app.add_option("--bins", cfg->bins, "Confidence bins of the reported ECE")
+          ->capture_default_str()
+          ->check(arcal::cli::in_range(arcal::ranges::metrics_bins));
+      app.add_option("--bootstrap", cfg->bootstrap, "Bootstrap resamples of the --json metrics (0: none)")
+          ->capture_default_str()
+          ->check(arcal::cli::in_range(arcal::ranges::bootstrap));
+      app.add_flag("--json", cfg->json, "Print one JSON object: the calibrator and metrics before/after");
+      app.add_flag("--force", cfg->force, "Replace an existing --out or --save file (never an input)");
+      app.add_option("--figures", cfg->figures,
+                     "Also draw the reliability diagrams before and after calibration (bins' counts, "
+                     "consistency band) into DIR/reliability.{svg,png}; needs gnuplot");
+      return [cfg] { return run_calibrate(*cfg); };
+    });
 
 }  // namespace

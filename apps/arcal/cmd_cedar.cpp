@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cedar/cedar.hpp"
-#include "cedar/study.hpp"
+#include "cedar/clustered_study.hpp"
 #include "command.hpp"
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"

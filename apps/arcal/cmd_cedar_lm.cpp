@@ -1,12 +1,12 @@
 // arcal cedar-lm: CEDAR, hard top-k, summaries only and dense in a trained language model's causal
-// prefill (cedar/torch/lm_study.hpp; issue 28): results.json (arcal.cedar_lm/1), CSV, markdown and
+// prefill (cedar/torch/lm_prefill_study.hpp; issue 28): results.json (arcal.cedar_lm/1), CSV, markdown and
 // the Δ-bits-per-byte figure under --out.
 #include <fmt/format.h>
 
 #include <filesystem>
 #include <iostream>
 
-#include "cedar/torch/lm_study.hpp"
+#include "cedar/torch/lm_prefill_study.hpp"
 #include "command.hpp"
 #include "torch_commands.hpp"
 #include "core/atomic_file.hpp"
@@ -29,14 +29,16 @@ struct Cli {
 int run(Cli& cfg) {
   std::error_code ec;
   if (fs::exists(cfg.out, ec) && !fs::is_directory(cfg.out, ec))
-    arcal::throw_input("--out", cfg.out + " exists and is not a directory (cedar-lm writes DIR/results.json, CSV, markdown "
-                                "and figures/)");
+    arcal::throw_input("--out", cfg.out +
+                                    " exists and is not a directory (cedar-lm writes DIR/results.json, CSV, markdown "
+                                    "and figures/)");
   const std::vector<std::string> inputs = arcal::run_directory_files(cfg.study.run);
   for (const char* f : {"results.json", "cedar_lm.csv", "cedar_lm.md"})
     arcal::check_output_not_input("--out", cfg.out + "/" + f, inputs);
   if (fs::exists(cfg.out + "/results.json", ec) && !cfg.force)
-    arcal::throw_input("--out", cfg.out + "/results.json already exists (an earlier study); pass --force to replace it "
-                                "(atomically, file by file) or choose another --out");
+    arcal::throw_input("--out", cfg.out +
+                                    "/results.json already exists (an earlier study); pass --force to replace it "
+                                    "(atomically, file by file) or choose another --out");
   arcal::cedar::LmStudyResult res;
   {
     auto bar = arcal::cli::stderr_progress_bar("cedar-lm", 1);
@@ -65,18 +67,20 @@ int run(Cli& cfg) {
                            res.timings.size(), res.seconds);
   for (const auto& c : res.contexts)
     for (const auto& a : c.arms)
-      std::cout << fmt::format("  L {:>6} {:<8}{} B {:>3}: {:.4f} bits/byte (Δ {:+.4f} [{:+.4f}, {:+.4f}]), ECE {:.4f}, "
-                               "over-confidence {:+.4f}\n",
-                               c.context, a.method, a.second_order ? "" : " (1st order)", a.budget, a.bits_per_byte.value, a.d_bits_per_byte.value,
-                               a.d_bits_per_byte.ci.low, a.d_bits_per_byte.ci.high, a.ece.value, a.overconfidence.value);
+      std::cout << fmt::format(
+          "  L {:>6} {:<8}{} B {:>3}: {:.4f} bits/byte (Δ {:+.4f} [{:+.4f}, {:+.4f}]), ECE {:.4f}, "
+          "over-confidence {:+.4f}\n",
+          c.context, a.method, a.second_order ? "" : " (1st order)", a.budget, a.bits_per_byte.value,
+          a.d_bits_per_byte.value, a.d_bits_per_byte.ci.low, a.d_bits_per_byte.ci.high, a.ece.value,
+          a.overconfidence.value);
   for (const auto& t : res.timings)
     std::cout << fmt::format("  kernel L {:>6}: CEDAR {:.2f}x our dense, {:.2f}x LibTorch (error {:.2e})\n", t.context,
                              t.dense_seconds / t.cedar_seconds, t.libtorch_seconds / t.cedar_seconds, t.cedar_error);
   if (!res.skipped_contexts.empty())
-    std::cout << "  not run (beyond the learned positions, context " << res.training_context << "): "
-              << fmt::format("{}", fmt::join(res.skipped_contexts, ", ")) << "\n";
-  std::cout << "wrote " << cfg.out << "/results.json, cedar_lm.csv, cedar_lm.md" << (figures.empty() ? "" : ", figures/")
-            << "\n";
+    std::cout << "  not run (beyond the learned positions, context " << res.training_context
+              << "): " << fmt::format("{}", fmt::join(res.skipped_contexts, ", ")) << "\n";
+  std::cout << "wrote " << cfg.out << "/results.json, cedar_lm.csv, cedar_lm.md"
+            << (figures.empty() ? "" : ", figures/") << "\n";
   return 0;
 }
 

@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cedar/cedar.hpp"
-#include "cedar/study.hpp"
-#include "cedar/torch/model_study.hpp"
+#include "cedar/clustered_study.hpp"
+#include "cedar/torch/vit_study.hpp"
 #include "command.hpp"
 #include "torch_commands.hpp"
 #include "core/atomic_file.hpp"
@@ -39,9 +39,14 @@ bool stderr_progress() { return arcal::cli::progress_enabled_on(STDERR_FILENO); 
 
 /// What cedar-study writes under DIR (figures/ holds the figure's .dat, .gp, .svg and .png).
 const std::vector<std::string>& study_outputs() {
-  static const std::vector<std::string> files = {
-      "results.json",       "cedar_study.csv", "cedar_study.md", "cedar_model.csv", "figures/cedar_error_vs_budget.dat",
-      "figures/cedar_error_vs_budget.gp", "figures/cedar_error_vs_budget.svg", "figures/cedar_error_vs_budget.png"};
+  static const std::vector<std::string> files = {"results.json",
+                                                 "cedar_study.csv",
+                                                 "cedar_study.md",
+                                                 "cedar_model.csv",
+                                                 "figures/cedar_error_vs_budget.dat",
+                                                 "figures/cedar_error_vs_budget.gp",
+                                                 "figures/cedar_error_vs_budget.svg",
+                                                 "figures/cedar_error_vs_budget.png"};
   return files;
 }
 
@@ -50,15 +55,17 @@ const std::vector<std::string>& study_outputs() {
 void check_study_out(const StudyCli& cfg) {
   std::error_code ec;
   if (fs::exists(cfg.out, ec) && !fs::is_directory(cfg.out, ec))
-    arcal::throw_input("--out", cfg.out + " exists and is not a directory (cedar-study writes DIR/results.json, CSV, "
-                                "markdown and figures/)");
+    arcal::throw_input("--out", cfg.out +
+                                    " exists and is not a directory (cedar-study writes DIR/results.json, CSV, "
+                                    "markdown and figures/)");
   if (!cfg.run.empty()) {
     const std::vector<std::string> inputs = arcal::run_directory_files(cfg.run);
     for (const auto& f : study_outputs()) arcal::check_output_not_input("--out", cfg.out + "/" + f, inputs);
   }
   if (fs::exists(cfg.out + "/results.json", ec) && !cfg.force)
-    arcal::throw_input("--out", cfg.out + "/results.json already exists (an earlier study); pass --force to replace its "
-                                "results (atomically, file by file) or choose another --out");
+    arcal::throw_input("--out", cfg.out +
+                                    "/results.json already exists (an earlier study); pass --force to replace its "
+                                    "results (atomically, file by file) or choose another --out");
 }
 
 int run_study(StudyCli& cfg) {
@@ -128,7 +135,9 @@ arcal::cli::RunFn setup_study(CLI::App& app) {
   app.add_option("--chunk-size", s.chunk_size, "Keys per chunk (one cluster per chunk)")
       ->capture_default_str()
       ->check(in_range(R::study_chunk_size));
-  app.add_option("--queries", s.n_queries, "Queries per head")->capture_default_str()->check(in_range(R::study_queries));
+  app.add_option("--queries", s.n_queries, "Queries per head")
+      ->capture_default_str()
+      ->check(in_range(R::study_queries));
   app.add_option("--dim", s.dim, "Head width d")->capture_default_str()->check(in_range(R::study_dim));
   app.add_option("--heads", s.heads, "Heads")->capture_default_str()->check(in_range(R::study_heads));
   app.add_option("--dispersions", s.dispersions, "Within-chunk dispersions (comma-separated)")

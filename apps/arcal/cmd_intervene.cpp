@@ -40,10 +40,10 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
-
 int run(const Options& o) {
   std::vector<std::string> inputs;
-  for (const char* f : {"config.json", "checkpoint.pt", "model.pt", "log.jsonl", "summary.json"}) inputs.push_back(o.run + "/" + f);
+  for (const char* f : {"config.json", "checkpoint.pt", "model.pt", "log.jsonl", "summary.json"})
+    inputs.push_back(o.run + "/" + f);
   arcal::check_output_not_input("--out", o.out, inputs);
   arcal::check_output_file("--out", o.out, o.force);
   arcal::check_distinct_outputs({{"--out", o.out}, {"--figures", o.figures}});
@@ -99,32 +99,37 @@ int run(const Options& o) {
     return 0;
   }
   if (rep.unit == "token")
-    std::cout << fmt::format("base next-byte accuracy {:.4f}, NLL {:.4f} nats = {:.4f} bits per byte (n = {} tokens in {} "
-                             "sequences; intervals resample whole sequences)\n",
-                             rep.base_accuracy, rep.base_nll, rep.base_nll / arcal::kLn2, rep.n, rep.clusters);
+    std::cout << fmt::format(
+        "base next-byte accuracy {:.4f}, NLL {:.4f} nats = {:.4f} bits per byte (n = {} tokens in {} "
+        "sequences; intervals resample whole sequences)\n",
+        rep.base_accuracy, rep.base_nll, rep.base_nll / arcal::kLn2, rep.n, rep.clusters);
   else
     std::cout << fmt::format("base accuracy {:.4f}, NLL {:.4f} (n = {})\n", rep.base_accuracy, rep.base_nll, rep.n);
   if (res.has_wrapper_check)
-    std::cout << fmt::format("wrapped standard model (norm eps {:g}): max relative logit difference {:.2e}, max |alpha - "
-                             "1/S_p| {:.2e} over {} examples\n",
-                             res.wrapper_check.norm_eps, res.wrapper_check.max_rel_logit_diff,
-                             res.wrapper_check.max_routing_deviation, res.wrapper_check.examples);
+    std::cout << fmt::format(
+        "wrapped standard model (norm eps {:g}): max relative logit difference {:.2e}, max |alpha - "
+        "1/S_p| {:.2e} over {} examples\n",
+        res.wrapper_check.norm_eps, res.wrapper_check.max_rel_logit_diff, res.wrapper_check.max_routing_deviation,
+        res.wrapper_check.examples);
   std::cout << fmt::format("{:>5} {:<9} {:<10} {:>7} {:>22} {:>22} {:>22}\n", "point", "sublayer", "family", "mass",
                            "Δacc [95% CI]", "ΔNLL [95% CI]", "KL [95% CI]");
   for (const auto& e : rep.effects)
-    std::cout << fmt::format("{:>5} {:<9} {:<10} {:>7.4f} {:>+8.4f} [{:+.4f},{:+.4f}] {:>+8.4f} [{:+.4f},{:+.4f}] {:>8.4f} [{:.4f},{:.4f}]\n",
-                             e.point < 0 ? std::string("all") : std::to_string(e.point), e.sublayer, e.family, e.mass,
-                             e.delta_accuracy, e.delta_accuracy_ci.low, e.delta_accuracy_ci.high, e.delta_nll,
-                             e.delta_nll_ci.low, e.delta_nll_ci.high, e.mean_kl, e.mean_kl_ci.low, e.mean_kl_ci.high);
+    std::cout << fmt::format(
+        "{:>5} {:<9} {:<10} {:>7.4f} {:>+8.4f} [{:+.4f},{:+.4f}] {:>+8.4f} [{:+.4f},{:+.4f}] {:>8.4f} "
+        "[{:.4f},{:.4f}]\n",
+        e.point < 0 ? std::string("all") : std::to_string(e.point), e.sublayer, e.family, e.mass, e.delta_accuracy,
+        e.delta_accuracy_ci.low, e.delta_accuracy_ci.high, e.delta_nll, e.delta_nll_ci.low, e.delta_nll_ci.high,
+        e.mean_kl, e.mean_kl_ci.low, e.mean_kl_ci.high);
   std::cout << fmt::format("Spearman(mass, KL) = {:.3f}, Spearman(mass, ΔNLL) = {:.3f} over {} (point, family) pairs\n",
                            rep.spearman_mass_kl, rep.spearman_mass_nll, rep.pairs);
   for (const auto& m : rep.mass_importance) {
     std::string none;
     for (const auto& f : m.mass_without_effect) none += (none.empty() ? "" : ", ") + f;
-    std::cout << fmt::format("{}: largest mass {} ({:.3f}), largest effect {} (KL {:.4f}){}; {} of {} points dissociated{}\n",
-                             m.sublayer, m.largest_mass_family, m.largest_mass, m.largest_effect_family, m.largest_effect_kl,
-                             m.dissociated ? " -- mass is not importance" : "", m.dissociated_points, m.points,
-                             none.empty() ? "" : "; mass >= 0.1 with no detectable ΔNLL: " + none);
+    std::cout << fmt::format(
+        "{}: largest mass {} ({:.3f}), largest effect {} (KL {:.4f}){}; {} of {} points dissociated{}\n", m.sublayer,
+        m.largest_mass_family, m.largest_mass, m.largest_effect_family, m.largest_effect_kl,
+        m.dissociated ? " -- mass is not importance" : "", m.dissociated_points, m.points,
+        none.empty() ? "" : "; mass >= 0.1 with no detectable ΔNLL: " + none);
   }
   std::cout << "wrote " << o.out << "\n";
   for (const auto& f : figure_paths) std::cout << "wrote " << f << "\n";
@@ -140,7 +145,8 @@ arcal::cli::RunFn setup(CLI::App& app) {
   app.add_option("--points", o->points, "Comma-separated routing points (default: all)");
   app.add_option("--families", o->families, "Source families: embedding,current,history")->capture_default_str();
   app.add_option("--split", o->split, "test | val")->capture_default_str();
-  app.add_option("--subset", o->subset, "Use only the first N examples (images, or a language model's sequences) of the split (0 = all)")
+  app.add_option("--subset", o->subset,
+                 "Use only the first N examples (images, or a language model's sequences) of the split (0 = all)")
       ->capture_default_str()
       ->check(arcal::cli::in_range(arcal::ranges::subset));
   o->load.add_to(app);
@@ -148,7 +154,9 @@ arcal::cli::RunFn setup(CLI::App& app) {
       ->capture_default_str()
       ->check(arcal::cli::in_range(arcal::ranges::bootstrap_draws));
   app.add_option("--seed", o->seed, "Bootstrap seed")->capture_default_str()->check(arcal::cli::seed_check());
-  app.add_option("--threads", o->threads, "Intra-op threads")->capture_default_str()->check(arcal::cli::in_range(arcal::ranges::threads));
+  app.add_option("--threads", o->threads, "Intra-op threads")
+      ->capture_default_str()
+      ->check(arcal::cli::in_range(arcal::ranges::threads));
   app.add_flag("--force", o->force, "Replace an existing --out file (atomically)");
   app.add_flag("--json", o->json, "Print the JSON instead of the table");
   return [o]() { return run(*o); };

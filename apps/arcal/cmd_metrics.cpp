@@ -39,8 +39,8 @@ std::vector<std::string> draw_reliability(const arcal::CalibrationReport& r, con
   arcal::mark_output_dir(cfg.figures, "arcal metrics");
   arcal::report::Figures figs(cfg.figures);
   const arcal::report::RelSeries s = arcal::report::reliability_series("accuracy", r.reliability);
-  const std::string title = fmt::format("{}: ECE {:.4f}, n = {}", std::filesystem::path(cfg.input).filename().string(),
-                                        r.ece.value, r.n);
+  const std::string title =
+      fmt::format("{}: ECE {:.4f}, n = {}", std::filesystem::path(cfg.input).filename().string(), r.ece.value, r.n);
   arcal::report::reliability_figure(figs, "reliability", title, {arcal::report::RelPanel{"top label", {s}}}, r.bins);
   return figs.paths;
 }
@@ -56,11 +56,18 @@ int run_metrics(const MetricsConfig& cfg) {
   if (!cfg.figures.empty()) arcal::check_output_dir("--figures", cfg.figures, "arcal metrics", cfg.force, "--force");
   const auto r = arcal::trace_calibration_report(trace, opt);
   const std::vector<std::string> drawn = cfg.figures.empty() ? std::vector<std::string>{} : draw_reliability(r, cfg);
-  const std::vector<std::pair<const char*, const arcal::Estimate*>> rows = {
-      {"accuracy", &r.accuracy}, {"ece", &r.ece},     {"mce", &r.mce},
-      {"rmsce", &r.rmsce},       {"ada_ece", &r.ada_ece}, {"classwise_ece", &r.classwise_ece},
-      {"debiased_ece", &r.debiased_ece}, {"smece", &r.smece}, {"smece_sigma", &r.smece_sigma},
-      {"nll", &r.nll},           {"brier", &r.brier}, {"auroc", &r.auroc}};
+  const std::vector<std::pair<const char*, const arcal::Estimate*>> rows = {{"accuracy", &r.accuracy},
+                                                                            {"ece", &r.ece},
+                                                                            {"mce", &r.mce},
+                                                                            {"rmsce", &r.rmsce},
+                                                                            {"ada_ece", &r.ada_ece},
+                                                                            {"classwise_ece", &r.classwise_ece},
+                                                                            {"debiased_ece", &r.debiased_ece},
+                                                                            {"smece", &r.smece},
+                                                                            {"smece_sigma", &r.smece_sigma},
+                                                                            {"nll", &r.nll},
+                                                                            {"brier", &r.brier},
+                                                                            {"auroc", &r.auroc}};
   if (cfg.json) {
     nlohmann::json j = arcal::trace_calibration_report_json(trace, r);
     j["file"] = cfg.input;
@@ -69,15 +76,16 @@ int run_metrics(const MetricsConfig& cfg) {
     return 0;
   }
   std::cout << fmt::format(
-      "arcal metrics: {}\n  n = {}, classes = {}, bins = {}, bootstrap = {}{}, label redraws = {}, seed = {}\n\n", cfg.input,
-      r.n, r.classes, r.bins, r.draws, r.clusters > 0 ? fmt::format(" (whole clusters: {})", r.clusters) : "",
-      r.consistency_draws, r.seed);
+      "arcal metrics: {}\n  n = {}, classes = {}, bins = {}, bootstrap = {}{}, label redraws = {}, seed = {}\n\n",
+      cfg.input, r.n, r.classes, r.bins, r.draws,
+      r.clusters > 0 ? fmt::format(" (whole clusters: {})", r.clusters) : "", r.consistency_draws, r.seed);
   if (trace.topk > 0)
     std::cout << "  outputs: " << arcal::trace_output_form(trace)
               << "; classwise_ece needs every class's probability and is not computed (nan)\n\n";
   // The value first is the plug-in one, the number netcal, torchmetrics and relplot report; for the
   // calibration errors the bias-corrected (median-unbiased) estimate and the interval follow, labelled.
-  std::cout << fmt::format("  {:<14} {:>10}   {:>14}   {:>21}\n", "metric", "plug-in", "bias-corrected", "95% interval");
+  std::cout << fmt::format("  {:<14} {:>10}   {:>14}   {:>21}\n", "metric", "plug-in", "bias-corrected",
+                           "95% interval");
   for (const auto& [name, e] : rows) {
     const std::string ci = std::isnan(e->ci.low) ? "-" : fmt::format("[{:.4f}, {:.4f}]", e->ci.low, e->ci.high);
     const bool corrected = !std::isnan(e->bias_corrected);
@@ -86,8 +94,10 @@ int run_metrics(const MetricsConfig& cfg) {
   }
   if (!std::isnan(r.consistency_p))
     std::cout << fmt::format(
-        "  consistency test (labels redrawn from the model's own probabilities): p = {:.3g} top-label, {:.3g} classwise\n"
-        "  (calibration errors: the plug-in value is biased upward; the bias-corrected estimate is median-unbiased and the "
+        "  consistency test (labels redrawn from the model's own probabilities): p = {:.3g} top-label, {:.3g} "
+        "classwise\n"
+        "  (calibration errors: the plug-in value is biased upward; the bias-corrected estimate is median-unbiased and "
+        "the "
         "interval is for the population value, so the plug-in value may lie above it; the lower end is 0 when "
         "calibration is not rejected)\n",
         r.consistency_p, r.classwise_consistency_p);
@@ -101,21 +111,24 @@ int run_metrics(const MetricsConfig& cfg) {
   return 0;
 }
 
-ARCAL_COMMAND("metrics", "Calibration metrics of a trace file's predictions, with bootstrap intervals",
-              [](CLI::App& app) -> arcal::cli::RunFn {
-                auto cfg = std::make_shared<MetricsConfig>();
-                app.add_option("file", cfg->input, "Trace file (.npz)")->required()->check(CLI::ExistingFile);
-                app.add_option("--bins", cfg->bins, "Confidence bins")->capture_default_str()->check(arcal::cli::in_range(arcal::ranges::metrics_bins));
-                app.add_option("--bootstrap", cfg->bootstrap, "Bootstrap resamples (0: none)")
-                    ->capture_default_str()
-                    ->check(arcal::cli::in_range(arcal::ranges::bootstrap));
-                app.add_option("--seed", cfg->seed, "Bootstrap seed")->capture_default_str()->check(arcal::cli::seed_check());
-                app.add_flag("--json", cfg->json, "Print one JSON object");
-                app.add_option("--figures", cfg->figures,
-                               "Also draw the reliability diagram (bins' counts, a calibrated model's consistency band) "
-                               "into DIR/reliability.{svg,png} (with its .dat and .gp); needs gnuplot");
-                app.add_flag("--force", cfg->force, "Write --figures into a directory arcal did not make");
-                return [cfg] { return run_metrics(*cfg); };
-              });
+ARCAL_COMMAND(
+    "metrics", "Calibration metrics of a trace file's predictions, with bootstrap intervals",
+    [](CLI::App& app) -> arcal::cli::RunFn {
+      auto cfg = std::make_shared<MetricsConfig>();
+      app.add_option("file", cfg->input, "Trace file (.npz)")->required()->check(CLI::ExistingFile);
+      app.add_option("--bins", cfg->bins, "Confidence bins")
+          ->capture_default_str()
+          ->check(arcal::cli::in_range(arcal::ranges::metrics_bins));
+      app.add_option("--bootstrap", cfg->bootstrap, "Bootstrap resamples (0: none)")
+          ->capture_default_str()
+          ->check(arcal::cli::in_range(arcal::ranges::bootstrap));
+      app.add_option("--seed", cfg->seed, "Bootstrap seed")->capture_default_str()->check(arcal::cli::seed_check());
+      app.add_flag("--json", cfg->json, "Print one JSON object");
+      app.add_option("--figures", cfg->figures,
+                     "Also draw the reliability diagram (bins' counts, a calibrated model's consistency band) "
+                     "into DIR/reliability.{svg,png} (with its .dat and .gp); needs gnuplot");
+      app.add_flag("--force", cfg->force, "Write --figures into a directory arcal did not make");
+      return [cfg] { return run_metrics(*cfg); };
+    });
 
 }  // namespace

@@ -19,8 +19,8 @@ struct ReportOptions {
 int run_report(const ReportOptions& o) {
   const std::string out = o.out.empty() ? arcal::default_report_dir(o.dir) : o.out;
   const auto rep = arcal::write_report(o.dir, out, o.force);
-  std::cout << fmt::format("wrote {} ({} figures, {} tables) and {}\n", rep.html, rep.figures.size() / 2, rep.tables.size(),
-                           rep.markdown);
+  std::cout << fmt::format("wrote {} ({} figures, {} tables) and {}\n", rep.html, rep.figures.size() / 2,
+                           rep.tables.size(), rep.markdown);
   std::cout << "  " << rep.verdict << "\n";
   return 0;
 }
@@ -34,8 +34,9 @@ arcal::cli::RunFn setup(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingPath);
   app.add_option("--out", o->out, "Report directory (default: DIR/report, or STEM_report beside a FILE.json)");
-  app.add_flag("--force", o->force,
-               "Replace --out even when it holds files that are not part of an arcal report (it is replaced as a whole)");
+  app.add_flag(
+      "--force", o->force,
+      "Replace --out even when it holds files that are not part of an arcal report (it is replaced as a whole)");
   return [o]() { return run_report(*o); };
 }
 

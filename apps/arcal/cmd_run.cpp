@@ -1,4 +1,4 @@
-// arcal run: a whole study as one resumable job. Expands the study (run/study.hpp) into training
+// arcal run: a whole study as one resumable job. Expands the study (run/study_file.hpp) into training
 // runs; trains them `parallel` at a time as child `arcal train` processes (one progress bar over all,
 // fed by each child's --progress-file; each child also writes its run's trace), computes every run's
 // calibration metrics, runs `arcal audit` over the AttnRes traces, writes DIR/results.json (the
@@ -37,16 +37,18 @@
 #include "calib/trace_metrics.hpp"
 #include "calib/report_json.hpp"
 #include "audit/audit.hpp"
+#include "results/audit_files.hpp"
 #include "audit/run_input.hpp"
 #include "audit/audit_pipeline.hpp"
 #include "results/audit_json.hpp"
 #include "results/read.hpp"
-#include "results/study.hpp"
+#include "results/study_section.hpp"
 #include "results/train_json.hpp"
 #include "command.hpp"
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
 #include "core/interrupt.hpp"
+#include "core/job_pool.hpp"
 #include "core/ownership.hpp"
 #include "core/paths.hpp"
 #include "core/progress.hpp"
@@ -55,7 +57,7 @@
 #include "flag_checks.hpp"
 #include "io/trace.hpp"
 #include "report/report.hpp"
-#include "run/study.hpp"
+#include "run/study_file.hpp"
 
 extern char** environ;
 
@@ -74,162 +76,9 @@ std::string g_resume_command = "arcal run";
 /// The running executable, as a path the children can exec even when build/arcal is rebuilt (the
 /// link resolves to the running binary's own inode, deleted or not).
 std::string self_exe() {
-  if (!fs::exists("/proc/self/exe")) arcal::throw_input("arcal run", "cannot locate the arcal executable (/proc/self/exe)");
+  if (!fs::exists("/proc/self/exe"))
+    arcal::throw_input("arcal run", "cannot locate the arcal executable (/proc/self/exe)");
   return "/proc/self/exe";
-}
-
-/// The last `lines` lines of a log, for error messages.
-std::string tail(const std::string& path, int lines) {
-  const std::string s = arcal::read_file(path);
-  std::size_t pos = s.size();
-  for (int i = 0; i <= lines && pos > 0; ++i) {
-    pos = s.rfind('\n', pos - 1);
-    if (pos == std::string::npos) {
-      pos = 0;
-      break;
-    }
-  }
-  return s.substr(pos == 0 ? 0 : pos + 1);
-}
-
-struct Job {
-  std::string label;
-  std::vector<std::string> args;  ///< after argv[0]
-  std::string log;                ///< stdout and stderr of the child ("" = inherit)
-  std::string progress;           ///< --progress-file of a training ("" = none)
-  std::vector<std::size_t> after;  ///< jobs (indices into the same list) that must finish before it starts
-  pid_t pid = -1;
-  bool done = false;
-  bool signalled = false;  ///< the interrupt was forwarded to it
-};
-
-/// Forwards the interrupt to a running child, once: a second signal would make it stop without
-/// its checkpoint (core/interrupt.hpp).
-void forward_interrupt(Job& j) {
-  if (j.pid > 0 && !j.done && !j.signalled) {
-    kill(j.pid, arcal::interrupt_signal());
-    j.signalled = true;
-  }
-}
-
-pid_t spawn(const std::string& exe, const Job& job) {
-  std::vector<std::string> argv_s{exe};
-  argv_s.insert(argv_s.end(), job.args.begin(), job.args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  if (!job.log.empty()) {
-    // The same open as the child's below, here first so that a link at the log's name is refused
-    // with a message (core/ownership.hpp) instead of a failed spawn.
-    ::close(arcal::open_own_file("arcal run", job.log, O_WRONLY | O_CREAT | O_APPEND));
-    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, job.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0644);
-    posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
-  }
-  // Each child in its own process group: a terminal's Ctrl-C reaches only this process, which
-  // forwards it once to every child (a child that saw it twice would stop without its checkpoint).
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
-  pid_t pid = -1;
-  auto env = arcal::child_environment();  // the child dies with us (core/subprocess.hpp die_with_parent)
-  const int rc = posix_spawn(&pid, exe.c_str(), &fa, &attr, argv.data(), env.envp());
-  posix_spawnattr_destroy(&attr);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) throw std::runtime_error("cannot start " + exe + " " + job.label + ": " + std::strerror(rc));
-  return pid;
-}
-
-/// Progress of a training child from its --progress-file: {step, total} ({0, 0} before the first).
-std::pair<long long, long long> read_progress(const std::string& path) {
-  std::ifstream in(path);
-  long long s = 0, t = 0;
-  if (in >> s >> t) return {s, t};
-  return {0, 0};
-}
-
-/// Runs jobs `parallel` at a time with one progress bar. A failed job stops new launches; running
-/// ones finish (their work is kept and resumable); then InputError names the job and its log tail.
-/// On SIGINT/SIGTERM (or a child that was interrupted itself, exit 3) no job starts, the signal is
-/// forwarded to the running ones, which write their checkpoints, and Interrupted is thrown.
-/// A job starts when a slot is free and every job in its `after` list has finished, the earliest such
-/// job in list order first; on_finished(i), if given, is called after job i exited successfully, and
-/// extra_status(), if given, adds to the bar's text.
-void run_jobs(const std::string& exe, std::vector<Job>& jobs, int parallel, const std::string& label, bool bar_on,
-              const std::function<void(std::size_t)>& on_finished = {},
-              const std::function<std::string()>& extra_status = {}) {
-  if (jobs.empty()) return;
-  arcal::ProgressBar bar(label, 1000, bar_on);
-  std::size_t running = 0, finished = 0;
-  std::string failure;
-  int failure_code = 0;  // the failed child's exit code: 2 (its input) stays 2, anything else is 1
-  bool child_interrupted = false;
-  auto ready = [&](const Job& j) {
-    return j.pid < 0 && std::all_of(j.after.begin(), j.after.end(), [&](std::size_t a) { return jobs[a].done; });
-  };
-  while (finished < jobs.size()) {
-    while (failure.empty() && !child_interrupted && !arcal::interrupt_requested() && running < std::size_t(parallel)) {
-      const auto next = std::find_if(jobs.begin(), jobs.end(), ready);
-      if (next == jobs.end()) break;
-      next->pid = spawn(exe, *next);
-      ++running;
-    }
-    if (running == 0) break;
-    int status = 0;
-    const pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid > 0) {
-      for (auto& j : jobs)
-        if (j.pid == pid && !j.done) {
-          j.done = true;
-          --running;
-          ++finished;
-          const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-          const bool stopped = (WIFEXITED(status) && WEXITSTATUS(status) == 3) ||
-                               (j.signalled && WIFSIGNALED(status));
-          if (stopped) {
-            child_interrupted = true;
-            continue;
-          }
-          if (!ok && failure.empty()) failure_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-          if (!ok && failure.empty())
-            failure = j.label + " failed (" +
-                      (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
-                                         : "signal " + std::to_string(WTERMSIG(status))) +
-                      "); last lines of " + j.log + ":\n" + tail(j.log, 5);
-          if (ok && on_finished) on_finished(std::size_t(&j - jobs.data()));
-        }
-      continue;
-    }
-    if (arcal::interrupt_requested())
-      for (auto& j : jobs) forward_interrupt(j);
-    // Progress: finished jobs count 1, running trainings their step fraction.
-    double frac = double(finished);
-    long long steps = 0, total = 0;
-    for (const auto& j : jobs)
-      if (j.pid > 0 && !j.done && !j.progress.empty()) {
-        auto [s, t] = read_progress(j.progress);
-        if (t > 0) frac += double(s) / double(t);
-        steps += s;
-        total += t;
-      }
-    bar.update(static_cast<long long>(1000.0 * frac / double(jobs.size())),
-               fmt::format("{}/{} done, {} running{}{}", finished, jobs.size(), running,
-                           total > 0 ? fmt::format(", steps {}/{}", steps, total) : std::string(),
-                           extra_status ? extra_status() : std::string()));
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  bar.update(1000, fmt::format("{}/{} done", finished, jobs.size()));
-  bar.finish();
-  if (arcal::interrupt_requested()) interrupted("during " + label);
-  if (!failure.empty()) {
-    if (failure_code == 2) arcal::throw_input("arcal run", failure);
-    throw std::runtime_error("arcal run: " + failure);
-  }
-  if (child_interrupted)
-    throw arcal::Interrupted("run stopped: a " + label + " child was interrupted (exit 3) by a signal sent to it; finished "
-                             "runs and checkpoints are kept. Resume with: " + g_resume_command);
 }
 
 struct RunOptions {
@@ -264,7 +113,8 @@ arcal::AuditResults audit_traces_into(const arcal::StudyConfig& st, const std::v
     std::cout << "  " << what << " " << audit_dir << " was written by an earlier arcal: re-running it\n";
   }
   std::cout << fmt::format("{}: {} traces; sensitivity {}, exact null {} ({} replicates)\n", what, traces.size(),
-                           st.audit.sensitivity ? "on" : "off", st.audit.exact_null ? "on" : "off", st.audit.null_replicates);
+                           st.audit.sensitivity ? "on" : "off", st.audit.exact_null ? "on" : "off",
+                           st.audit.null_replicates);
   std::cout.flush();
   if (arcal::interrupt_requested()) interrupted("before the " + what);
   arcal::FullAuditOptions ao = st.audit;
@@ -279,7 +129,8 @@ arcal::AuditResults audit_traces_into(const arcal::StudyConfig& st, const std::v
 
 /// One point of the convergence audit from its audit: accuracy mean and sample sd over the audited runs
 /// (the audit's run summaries), the verdict.
-arcal::ConvergencePoint convergence_point(std::uint64_t epoch, const arcal::AuditResults& res, const std::string& audit_dir) {
+arcal::ConvergencePoint convergence_point(std::uint64_t epoch, const arcal::AuditResults& res,
+                                          const std::string& audit_dir) {
   arcal::ConvergencePoint p;
   p.epoch = epoch;
   p.runs = res.run_summaries.size();
@@ -296,8 +147,9 @@ arcal::ConvergencePoint convergence_point(std::uint64_t epoch, const arcal::Audi
 /// The convergence audit ([train] snapshot_epochs): each audited run's snapshot RUN/epoch-E is traced
 /// and the snapshots of one epoch audited together (DIR/audit-epoch-E-HASH8), with the same options as
 /// the final audit. Returns one point per snapshot epoch below the study's last, in epoch order.
-std::vector<arcal::ConvergencePoint> audit_snapshots(const arcal::StudyConfig& st, const std::vector<arcal::StudyRun>& runs,
-                                                     const std::string& dir, const std::string& exe, bool bars) {
+std::vector<arcal::ConvergencePoint> audit_snapshots(const arcal::StudyConfig& st,
+                                                     const std::vector<arcal::StudyRun>& runs, const std::string& dir,
+                                                     const std::string& exe, bool bars) {
   std::vector<std::uint64_t> epochs = st.train.snapshot_epochs;
   std::sort(epochs.begin(), epochs.end());
   epochs.erase(std::unique(epochs.begin(), epochs.end()), epochs.end());
@@ -305,27 +157,38 @@ std::vector<arcal::ConvergencePoint> audit_snapshots(const arcal::StudyConfig& s
   for (const auto e : epochs) {
     if (e >= std::uint64_t(st.train.epochs)) continue;  // the final models are the last point
     const std::string sub = "epoch-" + std::to_string(e);
-    std::vector<Job> jobs;
+    std::vector<arcal::Job> jobs;
     std::vector<std::string> traces;
     for (const auto& r : runs) {
       if (!r.audited) continue;
       const std::string snap = dir + "/runs/" + r.dir_name() + "/" + sub;
       if (!fs::exists(snap + "/model.pt"))
-        arcal::throw_input("arcal run", snap + "/model.pt does not exist: run " + r.id + " kept no snapshot after epoch " +
-                                            std::to_string(e));
+        arcal::throw_input("arcal run", snap + "/model.pt does not exist: run " + r.id +
+                                            " kept no snapshot after epoch " + std::to_string(e));
       const std::string tf = snap + "/" + st.split + ".npz";
       traces.push_back(tf);
       if (fs::exists(tf)) continue;
-      Job j;
+      arcal::Job j;
       j.label = "trace " + r.id + " " + sub;
-      j.args = {"trace", "--run", snap, "--split", st.split, "--out", tf, "--threads", std::to_string(st.threads_per_job),
-                "--sequences", std::to_string(st.trace_sequences), "--quiet"};
+      j.args = {"trace",
+                "--run",
+                snap,
+                "--split",
+                st.split,
+                "--out",
+                tf,
+                "--threads",
+                std::to_string(st.threads_per_job),
+                "--sequences",
+                std::to_string(st.trace_sequences),
+                "--quiet"};
       j.log = snap + "/trace.log";
       jobs.push_back(j);
     }
-    run_jobs(exe, jobs, st.parallel, "trace " + sub, bars);
+    arcal::run_jobs(exe, jobs, st.parallel, "trace " + sub, bars, "arcal run", g_resume_command);
     const std::string audit_dir = audit_dir_for(dir, "audit-" + sub, st, traces);
-    const auto res = audit_traces_into(st, traces, audit_dir, bars, "convergence audit after epoch " + std::to_string(e));
+    const auto res =
+        audit_traces_into(st, traces, audit_dir, bars, "convergence audit after epoch " + std::to_string(e));
     auto p = convergence_point(e, res, audit_dir);
     points.push_back(std::move(p));
   }
@@ -336,9 +199,10 @@ std::vector<arcal::ConvergencePoint> audit_snapshots(const arcal::StudyConfig& s
 /// twins. Each training writes its run's trace (arcal train --trace); a run trained before without
 /// its trace gets a trace job. Completed trainings and traces are left out (a re-run resumes).
 /// audit_traces gets the audited runs' trace paths and audit_jobs the jobs the audit waits for.
-std::vector<Job> study_jobs(const arcal::StudyConfig& st, const std::vector<arcal::StudyRun>& runs, const std::string& dir,
-                            std::vector<std::string>& audit_traces, std::vector<std::size_t>& audit_jobs) {
-  std::vector<Job> jobs;
+std::vector<arcal::Job> study_jobs(const arcal::StudyConfig& st, const std::vector<arcal::StudyRun>& runs,
+                                   const std::string& dir, std::vector<std::string>& audit_traces,
+                                   std::vector<std::size_t>& audit_jobs) {
+  std::vector<arcal::Job> jobs;
   for (int pass = 0; pass < 2; ++pass)
     for (const auto& r : runs) {
       if (r.audited != (pass == 0)) continue;
@@ -347,16 +211,20 @@ std::vector<Job> study_jobs(const arcal::StudyConfig& st, const std::vector<arca
       if (r.audited) audit_traces.push_back(tf);
       const bool done = fs::exists(rd + "/summary.json");
       const bool resume = !done && fs::exists(rd + "/config.json");
-      std::cout << fmt::format("  {:<44} {}\n", r.dir_name(), done ? "trained (skipped)" : resume ? "resuming" : "to train");
+      std::cout << fmt::format("  {:<44} {}\n", r.dir_name(),
+                               done     ? "trained (skipped)"
+                               : resume ? "resuming"
+                                        : "to train");
       if (!done) {
         fs::create_directories(rd);
         arcal::mark_output_dir(rd, "arcal run");  // the child's `arcal train --out RD` finds its marker
         // The child reads the run's typed training configuration (the table's JSON), not flag strings.
         arcal::write_file_atomic(rd + "/train_request.json", nlohmann::json(r.config).dump(1) + "\n");
-        Job j;
+        arcal::Job j;
         j.label = "train " + r.id;
         // Not --quiet: train.log keeps the configuration and evaluation lines (bars are off on a file).
-        j.args = {"train", "--config", rd + "/train_request.json", "--out", rd, "--progress-file", rd + "/progress.txt"};
+        j.args = {"train", "--config",        rd + "/train_request.json", "--out",
+                  rd,      "--progress-file", rd + "/progress.txt"};
         if (resume) j.args.push_back("--resume");
         // The training writes the run's trace itself (arcal train --trace): no process, data load or
         // model load of its own, and on the test split one forward pass serves the summary and the trace.
@@ -369,10 +237,20 @@ std::vector<Job> study_jobs(const arcal::StudyConfig& st, const std::vector<arca
         jobs.push_back(j);
       }
       if (!done || fs::exists(tf)) continue;  // traced by its training, or already traced
-      Job j;  // a run trained before (an earlier arcal run, or one stopped between training and trace)
+      arcal::Job j;  // a run trained before (an earlier arcal run, or one stopped between training and trace)
       j.label = "trace " + r.id;
-      j.args = {"trace", "--run", rd, "--split", st.split, "--out", tf, "--threads", std::to_string(st.threads_per_job),
-                "--sequences", std::to_string(st.trace_sequences), "--quiet"};
+      j.args = {"trace",
+                "--run",
+                rd,
+                "--split",
+                st.split,
+                "--out",
+                tf,
+                "--threads",
+                std::to_string(st.threads_per_job),
+                "--sequences",
+                std::to_string(st.trace_sequences),
+                "--quiet"};
       j.log = rd + "/trace.log";
       if (r.audited) audit_jobs.push_back(jobs.size());
       jobs.push_back(j);
@@ -393,16 +271,18 @@ int run_study(const RunOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string dir = o.out.empty() ? "runs/" + st.name : o.out;
   g_resume_command = "arcal run" + (o.config.empty() ? std::string() : " --config " + arcal::shell_quote(o.config)) +
-                     " --out " + arcal::shell_quote(dir) + (o.parallel > 0 ? " --parallel " + std::to_string(o.parallel) : "") +
+                     " --out " + arcal::shell_quote(dir) +
+                     (o.parallel > 0 ? " --parallel " + std::to_string(o.parallel) : "") +
                      (o.no_report ? " --no-report" : "");
   std::error_code ec;
-  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) arcal::throw_input("--out", dir + " exists and is not a directory");
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    arcal::throw_input("--out", dir + " exists and is not a directory");
   // The study file may be DIR/study.toml itself only when it is already the resolved study (then
   // rewriting it changes nothing); any other file arcal run writes is never an input.
   if (!o.config.empty() && (arcal::same_file(o.config, dir + "/results.json") ||
                             (arcal::same_file(o.config, dir + "/study.toml") && arcal::read_file(o.config) != toml)))
-    arcal::throw_input("--config", o.config + " is a file arcal run rewrites in " + dir +
-                                       "; copy it elsewhere and pass the copy");
+    arcal::throw_input("--config",
+                       o.config + " is a file arcal run rewrites in " + dir + "; copy it elsewhere and pass the copy");
   // DIR is arcal's only if arcal made it (the marker; a study directory of an arcal made before the
   // marker has runs/ and study.toml): a user's directory, with a study.toml of its own, is refused.
   if (!(fs::is_directory(dir + "/runs", ec) && fs::exists(dir + "/study.toml", ec)))
@@ -421,9 +301,11 @@ int run_study(const RunOptions& o) {
   const auto runs = arcal::expand_study(st);
   std::size_t audited = 0;
   for (const auto& r : runs) audited += r.audited;
-  std::cout << fmt::format("arcal run: study '{}' ({}), {} runs ({} AttnRes audited, {} standard twins) -> {}\n", st.name,
-                           o.config.empty() ? "embedded default" : o.config, runs.size(), audited, runs.size() - audited, dir);
-  std::cout << fmt::format("  study hash {}; {} at a time, {} thread(s) each\n", study_hash, st.parallel, st.threads_per_job);
+  std::cout << fmt::format("arcal run: study '{}' ({}), {} runs ({} AttnRes audited, {} standard twins) -> {}\n",
+                           st.name, o.config.empty() ? "embedded default" : o.config, runs.size(), audited,
+                           runs.size() - audited, dir);
+  std::cout << fmt::format("  study hash {}; {} at a time, {} thread(s) each\n", study_hash, st.parallel,
+                           st.threads_per_job);
 
   // 1-2. Trainings (each writing its trace) as one queue of child processes, `parallel` at a time: the
   // audited runs first, then the standard twins. Once every audited run is traced, the audit (step 4)
@@ -432,7 +314,7 @@ int run_study(const RunOptions& o) {
   // runs beside it.
   std::vector<std::string> audit_traces;
   std::vector<std::size_t> audit_jobs;  // the jobs the audit waits for
-  std::vector<Job> jobs = study_jobs(st, runs, dir, audit_traces, audit_jobs);
+  std::vector<arcal::Job> jobs = study_jobs(st, runs, dir, audit_traces, audit_jobs);
   // 4. (started here) The audit over the AttnRes traces, in this process (the library call `arcal audit`
   // makes). Its thread stops at the next poll on SIGINT/SIGTERM, or when a training fails.
   const std::string audit_dir = audit_dir_for(dir, "audit", st, audit_traces);
@@ -471,15 +353,16 @@ int run_study(const RunOptions& o) {
   };
   if (audit_ready()) start_audit(jobs.size() > 0);
   try {
-    run_jobs(exe, jobs, st.parallel, "train and trace", bars,
-             [&](std::size_t) {
-               if (!audit.valid() && audit_ready()) start_audit(true);
-             },
-             [&] {  // the audit's state from its future: running, or ended (done or failed)
-               if (!audit.valid()) return std::string();
-               return std::string(audit.wait_for(std::chrono::seconds(0)) == std::future_status::ready ? ", audit ended"
-                                                                                                     : ", audit running");
-             });
+    arcal::run_jobs(
+        exe, jobs, st.parallel, "train and trace", bars, "arcal run", g_resume_command,
+        [&](std::size_t) {
+          if (!audit.valid() && audit_ready()) start_audit(true);
+        },
+        [&] {  // the audit's state from its future: running, or ended (done or failed)
+          if (!audit.valid()) return std::string();
+          return std::string(audit.wait_for(std::chrono::seconds(0)) == std::future_status::ready ? ", audit ended"
+                                                                                                  : ", audit running");
+        });
   } catch (...) {
     stop_audit();
     throw;
@@ -515,8 +398,7 @@ int run_study(const RunOptions& o) {
       ro.cluster = trace.cluster;  // token traces: the bootstrap resamples whole sequences
       row.metrics = arcal::trace_calibration_report(trace, ro);
       try {  // a damaged summary.json only loses these two numbers
-        const auto summary =
-            nlohmann::json::parse(arcal::read_file(rd + "/summary.json")).get<arcal::TrainSummary>();
+        const auto summary = nlohmann::json::parse(arcal::read_file(rd + "/summary.json")).get<arcal::TrainSummary>();
         row.train_seconds = summary.wall_seconds;
         row.images_per_second = summary.images_per_second;
       } catch (const std::exception&) {

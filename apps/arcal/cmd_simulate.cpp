@@ -41,8 +41,8 @@ arcal::cli::RunFn setup_simulate(CLI::App& app) {
                  "mean gain over all examples is still --effect-nats); -1 = every class")
       ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 40));
   // Real-valued options through core/limits.hpp's ranges: CLI11's Range lets NaN through.
-  using arcal::cli::in_range;
   using arcal::RealRange;
+  using arcal::cli::in_range;
   app.add_option("--seed", cfg->seed, "Seed of every random draw")->check(arcal::cli::seed_check());
   app.add_flag("--force", cfg->force, "Replace an existing --out file (atomically)");
   app.add_option("--points", cfg->points, "Routing points (point p has p + 2 sources)")
@@ -87,9 +87,9 @@ arcal::cli::RunFn setup_simulate(CLI::App& app) {
         !arcal::checked_mul(cfg->n, cfg->points * (cfg->points + 1) * 8, routing) ||
         !arcal::checked_add(logits, routing, logits))
       logits = UINT64_MAX;
-    arcal::check_array_bytes(logits, "arcal simulate", "--n " + std::to_string(cfg->n) + " x --classes " +
-                                                           std::to_string(cfg->classes) + " x --points " +
-                                                           std::to_string(cfg->points));
+    arcal::check_array_bytes(logits, "arcal simulate",
+                             "--n " + std::to_string(cfg->n) + " x --classes " + std::to_string(cfg->classes) +
+                                 " x --points " + std::to_string(cfg->points));
     arcal::SimulationOptions o;
     o.n = cfg->n;
     o.classes = cfg->classes;
@@ -116,15 +116,26 @@ arcal::cli::RunFn setup_simulate(CLI::App& app) {
     acc /= static_cast<double>(o.n);
     conf /= static_cast<double>(o.n);
     if (cfg->json) {
-      nlohmann::json j = {{"schema", "arcal.simulate/1"}, {"out", cfg->out}, {"n", o.n}, {"classes", o.classes},
-                          {"effect_nats", o.effect_nats}, {"effect_class", o.effect_class},
-                          {"delta", sim.delta}, {"seed", o.seed},
-                          {"confound", o.confound}, {"confound_source", o.confound_source},
-                          {"miscalibration", cfg->miscalibration}, {"wiggle", o.wiggle},
-                          {"wiggle_frequency", o.wiggle_frequency}, {"output_effect", o.output_effect},
+      nlohmann::json j = {{"schema", "arcal.simulate/1"},
+                          {"out", cfg->out},
+                          {"n", o.n},
+                          {"classes", o.classes},
+                          {"effect_nats", o.effect_nats},
+                          {"effect_class", o.effect_class},
+                          {"delta", sim.delta},
+                          {"seed", o.seed},
+                          {"confound", o.confound},
+                          {"confound_source", o.confound_source},
+                          {"miscalibration", cfg->miscalibration},
+                          {"wiggle", o.wiggle},
+                          {"wiggle_frequency", o.wiggle_frequency},
+                          {"output_effect", o.output_effect},
                           {"class_effect", o.class_effect},
-                          {"margin_mean", o.margin_mean}, {"margin_sd", o.margin_sd}, {"points", o.points},
-                          {"accuracy", acc}, {"mean_confidence", conf}};
+                          {"margin_mean", o.margin_mean},
+                          {"margin_sd", o.margin_sd},
+                          {"points", o.points},
+                          {"accuracy", acc},
+                          {"mean_confidence", conf}};
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       std::printf("wrote %s: n %zu, classes %zu, effect %.6g nats (delta %.6g), accuracy %.4f, mean confidence %.4f\n",

@@ -1,4 +1,4 @@
-// arcal sweep: the training grid of a study (run/study.hpp) at scale, without the trace/audit stages
+// arcal sweep: the training grid of a study (run/study_file.hpp) at scale, without the trace/audit stages
 // of `arcal run`. Lists the runs with their `arcal train` command lines (--list), sizes them
 // (--dry-run: parameters and MACs per image of each), and trains all of them or one (--index I, e.g.
 // a Slurm array task) as child `arcal train` processes that inherit the environment, so each run is
@@ -28,7 +28,7 @@
 #include "core/paths.hpp"
 #include "core/subprocess.hpp"
 #include "flag_checks.hpp"
-#include "run/study.hpp"
+#include "run/study_file.hpp"
 #include "train/distributed.hpp"
 #include "train/trainer.hpp"
 
@@ -106,13 +106,16 @@ int train_child(const std::vector<std::string>& args) {
 
 int run_sweep(const SweepOptions& o) {
   if (o.config.empty()) arcal::throw_input("--config", "is required: the study TOML whose runs to sweep");
-  if (!o.device.empty() && o.device != "cpu" && o.device != "cuda") arcal::throw_input("--device", "'" + o.device + "': expected cpu or cuda");
-  if (!o.precision.empty() && o.precision != "fp32" && o.precision != "bf16" && o.precision != "fp16" && o.precision != "auto")
+  if (!o.device.empty() && o.device != "cpu" && o.device != "cuda")
+    arcal::throw_input("--device", "'" + o.device + "': expected cpu or cuda");
+  if (!o.precision.empty() && o.precision != "fp32" && o.precision != "bf16" && o.precision != "fp16" &&
+      o.precision != "auto")
     arcal::throw_input("--precision", "'" + o.precision + "': expected fp32, bf16, fp16 or auto");
   const arcal::StudyConfig study = arcal::parse_study_toml(o.config);
   for (const auto& m : study.models)
     if (std::find(arcal::model_presets().begin(), arcal::model_presets().end(), m) == arcal::model_presets().end())
-      arcal::throw_input(o.config + ": [model] presets", "'" + m + "' is not a known preset (ar-vit-tiny, ar-deit-small, ar-swin-tiny)");
+      arcal::throw_input(o.config + ": [model] presets",
+                         "'" + m + "' is not a known preset (ar-vit-tiny, ar-deit-small, ar-swin-tiny)");
   const std::string dir = o.out.empty() ? "runs/" + study.name : o.out;
   std::vector<arcal::StudyRun> runs;
   for (const auto& r : arcal::expand_study(study)) runs.push_back(with_execution(r, o, study.threads_per_job));
@@ -145,9 +148,9 @@ int run_sweep(const SweepOptions& o) {
     }
     if (o.json) {
       // An object, not the bare array of earlier versions, so that the output carries its schema.
-      const nlohmann::json doc = {{"schema", "arcal.sweep/1"}, {"study", study.name}, {"config", o.config},
-                                  {"dir", dir},       {"dry_run", o.dry_run},     {"total_runs", runs.size()},
-                                  {"runs", rows}};
+      const nlohmann::json doc = {
+          {"schema", "arcal.sweep/1"}, {"study", study.name},       {"config", o.config}, {"dir", dir},
+          {"dry_run", o.dry_run},      {"total_runs", runs.size()}, {"runs", rows}};
       std::cout << doc.dump(2) << "\n";
       return 0;
     }
@@ -208,8 +211,10 @@ int run_sweep(const SweepOptions& o) {
       throw arcal::Interrupted(std::string("sweep stopped: run ") + std::to_string(i) + " (" + r.id +
                                ") was interrupted and keeps its checkpoint. Resume with: " + resume);
     if (rc != 0) {
-      const std::string what = fmt::format("run {} ({}) failed with exit code {}; fix it and rerun the sweep (finished "
-                                           "runs are skipped, interrupted ones resume)", i, r.id, rc);
+      const std::string what = fmt::format(
+          "run {} ({}) failed with exit code {}; fix it and rerun the sweep (finished "
+          "runs are skipped, interrupted ones resume)",
+          i, r.id, rc);
       if (rc == 2) arcal::throw_input("arcal sweep", what);  // its input: exit 2 here too
       throw std::runtime_error("arcal sweep: " + what);
     }
@@ -221,15 +226,17 @@ int run_sweep(const SweepOptions& o) {
 
 arcal::cli::RunFn setup(CLI::App& app) {
   auto o = std::make_shared<SweepOptions>();
-  app.add_option("--config", o->config, "Study TOML (arcal run's format); its datasets x presets x modes x seeds")->required();
+  app.add_option("--config", o->config, "Study TOML (arcal run's format); its datasets x presets x modes x seeds")
+      ->required();
   app.add_option("--out", o->out, "Study directory (default: runs/NAME, as arcal run)");
   app.add_flag("--list", o->list, "List the runs, their status and their arcal train command lines; train nothing");
   app.add_flag("--dry-run", o->dry_run, "List the runs with parameters and MACs per image; train nothing");
   app.add_option("--index", o->index, "Train only run I (0-based, as --list numbers them; e.g. $SLURM_ARRAY_TASK_ID)")
       ->check(arcal::cli::in_range(arcal::IntRange{0, 1000000}));
   app.add_option("--device", o->device, "cpu | cuda, replacing the study's [train] device for every training");
-  app.add_option("--precision", o->precision,
-                 "fp32 | bf16 | fp16 | auto, replacing the study's [train] precision for every training (enters the run hash)")
+  app.add_option(
+         "--precision", o->precision,
+         "fp32 | bf16 | fp16 | auto, replacing the study's [train] precision for every training (enters the run hash)")
       ->capture_default_str();
   app.add_option("--threads", o->threads, "Intra-op threads per training (0 = the study's threads_per_job)")
       ->capture_default_str()

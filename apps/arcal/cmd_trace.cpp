@@ -54,9 +54,10 @@ int run_trace(const TraceOptions& o) {
       if (row[k] > row[best]) best = k;
     correct += static_cast<std::int64_t>(best) == trace.labels[i];
   }
-  std::cout << fmt::format("wrote {}: {} examples{}, {} classes, {} routing points; accuracy {:.4f}\n", o.out, trace.n,
-                           split.text ? fmt::format(" (tokens of {} of the split's {} sequences)", split.size(), full.size()) : "",
-                           trace.classes, trace.points, double(correct) / double(trace.n));
+  std::cout << fmt::format(
+      "wrote {}: {} examples{}, {} classes, {} routing points; accuracy {:.4f}\n", o.out, trace.n,
+      split.text ? fmt::format(" (tokens of {} of the split's {} sequences)", split.size(), full.size()) : "",
+      trace.classes, trace.points, double(correct) / double(trace.n));
   return 0;
 }
 
@@ -65,8 +66,12 @@ arcal::cli::RunFn setup(CLI::App& app) {
   app.add_option("--run", o->run, "Run directory written by arcal train")->required();
   app.add_option("--split", o->split, "test | val")->capture_default_str();
   app.add_option("--out", o->out, "Trace file to write (.npz)")->required();
-  app.add_option("--batch-size", o->batch, "Evaluation batch size")->capture_default_str()->check(arcal::cli::in_range(arcal::ranges::batch_size));
-  app.add_option("--threads", o->threads, "Intra-op threads")->capture_default_str()->check(arcal::cli::in_range(arcal::ranges::threads));
+  app.add_option("--batch-size", o->batch, "Evaluation batch size")
+      ->capture_default_str()
+      ->check(arcal::cli::in_range(arcal::ranges::batch_size));
+  app.add_option("--threads", o->threads, "Intra-op threads")
+      ->capture_default_str()
+      ->check(arcal::cli::in_range(arcal::ranges::threads));
   app.add_option("--sequences", o->sequences,
                  "Language-model runs: trace this many evenly spaced sequences of the split (0 = all; each is one "
                  "cluster of --context tokens)")

@@ -57,7 +57,8 @@ int run_dry(const TrainConfig& cfg, bool json) {
   std::cout << fmt::format("FLOPs per image   {:>14.0f}  ({:.3f} G = 2 x MACs)\n", d["flops_per_image"].get<double>(),
                            d["flops_per_image"].get<double>() / 1e9);
   std::cout << fmt::format("  of which routing {:.4f} G MACs, attention products {:.4f} G MACs\n",
-                           d["routing_macs_per_image"].get<double>() / 1e9, d["attention_macs_per_image"].get<double>() / 1e9);
+                           d["routing_macs_per_image"].get<double>() / 1e9,
+                           d["attention_macs_per_image"].get<double>() / 1e9);
   return 0;
 }
 

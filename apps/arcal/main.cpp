@@ -89,8 +89,7 @@ static int run_main(int argc, char** argv) {
   using namespace arcal::cli;
   arcal::die_with_parent();  // a child of `arcal run`/`sweep` ends with its parent, even on kill -9
   arcal::reexec_with_native_openblas_kernels(argv);  // before anything else runs
-  CLI::App app{"arcal: train Attention-Residual transformers and audit routing-conditional calibration",
-               "arcal"};
+  CLI::App app{"arcal: train Attention-Residual transformers and audit routing-conditional calibration", "arcal"};
   app.set_version_flag("--version", std::string("arcal ") + ARCAL_VERSION);
   app.require_subcommand(1);
   bool quiet = false;
@@ -118,7 +117,8 @@ static int run_main(int argc, char** argv) {
   // subcommand is required).
   if (argc > 1 && argv[1][0] != '-' &&
       std::none_of(registry.begin(), registry.end(), [&](const CommandSpec& c) { return c.name == argv[1]; }) &&
-      std::none_of(kTorchCommands.begin(), kTorchCommands.end(), [&](const ForwardedCommand& c) { return c.name == argv[1]; })) {
+      std::none_of(kTorchCommands.begin(), kTorchCommands.end(),
+                   [&](const ForwardedCommand& c) { return c.name == argv[1]; })) {
     std::cerr << "arcal: error: unknown subcommand '" << argv[1] << "' (arcal --help lists them)\n";
     return 2;
   }
@@ -225,8 +225,8 @@ void install_startup_oom_handler(int, char**, char**) {
   if (void* w = ::dlsym(RTLD_DEFAULT, "_ZN8tcmalloc18log_message_writerE")) *static_cast<Writer*>(w) = tcmalloc_log;
 }
 }  // namespace
-__attribute__((section(".preinit_array"), used)) static void (*const arcal_preinit)(int, char**, char**) =
-    install_startup_oom_handler;
+__attribute__((section(".preinit_array"),
+               used)) static void (*const arcal_preinit)(int, char**, char**) = install_startup_oom_handler;
 
 int main(int argc, char** argv) {
   std::set_new_handler(nullptr);  // from here on std::bad_alloc is thrown and caught in run_main

@@ -24,7 +24,8 @@ std::vector<std::pair<std::string, CLI::Option*>> bind_options(CLI::App& app, co
           using T = std::decay_t<decltype(v)>;
           if constexpr (std::is_same_v<T, bool>) {
             const std::string name = o.negatable ? o.flag + ",!--no-" + o.flag.substr(2) : o.flag;
-            added.push_back({o.key, app.add_flag(name, v, o.help + (o.negatable ? (v ? " (default on)" : " (default off)") : ""))});
+            added.push_back(
+                {o.key, app.add_flag(name, v, o.help + (o.negatable ? (v ? " (default on)" : " (default off)") : ""))});
           } else {
             CLI::Option* opt = app.add_option(o.flag, v, o.help);
             added.push_back({o.key, opt});

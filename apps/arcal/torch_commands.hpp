@@ -14,10 +14,12 @@ struct ForwardedCommand {
 };
 
 inline constexpr std::array<ForwardedCommand, 6> kTorchCommands{{
-    {"cedar-lm", "CEDAR, hard top-k and summaries in a trained language model's causal prefill: bits per byte, ECE "
-                 "and over-confidence against dense, and kernel time per layer"},
-    {"cedar-study", "The clustered-attention study of CEDAR (and, with --run, CEDAR inside a trained model): "
-                    "results.json, CSV, figure, markdown"},
+    {"cedar-lm",
+     "CEDAR, hard top-k and summaries in a trained language model's causal prefill: bits per byte, ECE "
+     "and over-confidence against dense, and kernel time per layer"},
+    {"cedar-study",
+     "The clustered-attention study of CEDAR (and, with --run, CEDAR inside a trained model): "
+     "results.json, CSV, figure, markdown"},
     {"intervene", "Routing ablations by source family: is routing mass causal?"},
     {"sweep", "Train a study's grid of runs (all, or one by --index) without trace/audit; torchrun/Slurm-ready"},
     {"trace", "Write a run's per-example predictions and routing trace (.npz)"},

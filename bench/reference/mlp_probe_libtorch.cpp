@@ -102,8 +102,8 @@ Params seeded_init(int f, int h1, int h2, std::uint64_t seed) {
 }
 
 Params warm_params(const MlpWeights& w) {
-  const std::vector<std::vector<std::int64_t>> shapes{{1, w.hidden1, w.inputs}, {1, w.hidden1}, {1, w.hidden2, w.hidden1},
-                                                      {1, w.hidden2},           {1, 1, w.hidden2}, {1, 1}};
+  const std::vector<std::vector<std::int64_t>> shapes{
+      {1, w.hidden1, w.inputs}, {1, w.hidden1}, {1, w.hidden2, w.hidden1}, {1, w.hidden2}, {1, 1, w.hidden2}, {1, 1}};
   Params p;
   for (std::size_t i = 0; i < 6; ++i)
     p.push_back(torch::from_blob(const_cast<float*>(w.tensors[i].data()), shapes[i], torch::kFloat).clone());
@@ -112,7 +112,8 @@ Params warm_params(const MlpWeights& w) {
 
 }  // namespace
 
-std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double>& x_train, std::size_t n, std::size_t f,
+std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double>& x_train, std::size_t n,
+                                                        std::size_t f,
                                                         const std::vector<const std::vector<double>*>& ys,
                                                         const std::vector<double>& x_eval, std::size_t m,
                                                         const MlpProbeOptions& o, std::vector<MlpProbeInfo>* infos,
@@ -173,13 +174,14 @@ void check_probe_inputs(std::size_t train_sets, std::size_t n, std::size_t f,
                         std::to_string(f) + ", " + std::to_string(o.hidden1) + ", " + std::to_string(o.hidden2) +
                         ") with 6");
   if (o.warm_start) {
-    const std::vector<std::size_t> sizes{f * std::size_t(o.hidden1), std::size_t(o.hidden1),
-                                         std::size_t(o.hidden1) * std::size_t(o.hidden2), std::size_t(o.hidden2),
-                                         std::size_t(o.hidden2), 1};
+    const std::vector<std::size_t> sizes{
+        f * std::size_t(o.hidden1), std::size_t(o.hidden1), std::size_t(o.hidden1) * std::size_t(o.hidden2),
+        std::size_t(o.hidden2),     std::size_t(o.hidden2), 1};
     for (std::size_t i = 0; i < 6; ++i)
       if (o.warm_start->tensors[i].size() != sizes[i])
-        throw_input(fn, "warm_start tensor " + std::to_string(i) + " has " + std::to_string(o.warm_start->tensors[i].size()) +
-                            " values, but the network's has " + std::to_string(sizes[i]));
+        throw_input(fn, "warm_start tensor " + std::to_string(i) + " has " +
+                            std::to_string(o.warm_start->tensors[i].size()) + " values, but the network's has " +
+                            std::to_string(sizes[i]));
   }
   if (offsets) {
     for (const auto* part : {&offsets->train, &offsets->eval}) {
@@ -209,7 +211,8 @@ torch::Tensor stacked_forward_blocked(const Params& p, const torch::Tensor& x, i
   const auto rows = x.size(1), block = row_block(p[0].size(0), h);
   if (rows <= block) return stacked_forward(p, x);
   std::vector<torch::Tensor> parts;
-  for (std::int64_t i0 = 0; i0 < rows; i0 += block) parts.push_back(stacked_forward(p, x.narrow(1, i0, std::min(block, rows - i0))));
+  for (std::int64_t i0 = 0; i0 < rows; i0 += block)
+    parts.push_back(stacked_forward(p, x.narrow(1, i0, std::min(block, rows - i0))));
   return torch::cat(parts, 1);
 }
 
@@ -261,7 +264,7 @@ struct StackedData {
   torch::Tensor Xtr;       ///< [Rx, n, f] float32 (Rx = 1: rows shared by every replicate)
   torch::Tensor Y;         ///< [R, n] float32
   torch::Tensor Otr, Oev;  ///< [R, n], [R, m] float32 offsets (zeros without offsets: adding them changes nothing)
-  bool per_replicate_rows = false;  ///< Rx = R
+  bool per_replicate_rows = false;     ///< Rx = R
   std::vector<Standardisation> scale;  ///< one per training set
   const MlpRowSource* rows = nullptr;
   std::size_t m = 0, f = 0;
@@ -341,9 +344,7 @@ void adamw_epoch(ActiveSet& a, std::vector<std::int64_t>& order, Rng& rng, const
       torch::AutoGradMode enable(true);
       auto x = a.X.index_select(1, a.fit_rows.index_select(0, idx));
       if (a.active.defined()) x = x.index_select(0, a.active);
-      loss = replicate_bce(stacked_forward(a.p, x) + a.Of.index_select(1, idx),
-                           a.Yf.index_select(1, idx))
-                 .sum();
+      loss = replicate_bce(stacked_forward(a.p, x) + a.Of.index_select(1, idx), a.Yf.index_select(1, idx)).sum();
       loss.backward();
     }
     // AdamW as torch::optim::AdamW (decoupled decay, then the bias-corrected Adam step), in the
@@ -444,11 +445,13 @@ BestState fit_restart(const StackedData& d, std::size_t n, std::size_t f, const 
     a.p[4].zero_();
     a.p[5].zero_();
   }
-  for (auto& t : a.p) t = t.expand([&] {
-                         auto s = t.sizes().vec();
-                         s[0] = R;
-                         return s;
-                       }()).contiguous();
+  for (auto& t : a.p)
+    t = t.expand([&] {
+           auto s = t.sizes().vec();
+           s[0] = R;
+           return s;
+         }())
+            .contiguous();
   BestState best;
   for (auto& t : a.p) {
     best.p.push_back(t.clone());
@@ -494,14 +497,16 @@ void add_predictions(std::vector<std::vector<double>>& avg, const Params& best_p
   auto run = [&](std::int64_t r0, std::int64_t len, const torch::Tensor& xe) {
     Params pc;
     for (const auto& t : best_p) pc.push_back(t.narrow(0, r0, len));
-    auto pred = torch::sigmoid(stacked_forward_blocked(pc, xe, h) + d.Oev.narrow(0, r0, len)).to(torch::kDouble).contiguous();
+    auto pred =
+        torch::sigmoid(stacked_forward_blocked(pc, xe, h) + d.Oev.narrow(0, r0, len)).to(torch::kDouble).contiguous();
     const double* pp = pred.data_ptr<double>();
     for (std::int64_t r = 0; r < len; ++r)
       for (std::size_t i = 0; i < m; ++i) avg[std::size_t(r0 + r)][i] += pp[std::size_t(r) * m + i] / o.restarts;
   };
   if (d.rows->train_sets == 1 && d.rows->eval_sets == 1) {
     const auto xe = d.eval_rows(0);
-    const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t(1) << 22) / std::max<std::int64_t>(1, std::int64_t(m) * h));
+    const std::int64_t chunk =
+        std::max<std::int64_t>(1, (std::int64_t(1) << 22) / std::max<std::int64_t>(1, std::int64_t(m) * h));
     for (std::int64_t r0 = 0; r0 < R; r0 += chunk) run(r0, std::min(chunk, R - r0), xe);
   } else {
     for (std::int64_t r = 0; r < R; ++r) run(r, 1, d.eval_rows(std::size_t(r)));
@@ -549,13 +554,10 @@ std::vector<std::vector<double>> fit_predict_mlp_probes_source(const MlpRowSourc
   return avg;
 }
 
-std::vector<std::vector<double>> fit_predict_mlp_probes_rows(const std::vector<const std::vector<double>*>& x_trains,
-                                                             std::size_t n, std::size_t f,
-                                                             const std::vector<const std::vector<double>*>& ys,
-                                                             const std::vector<const std::vector<double>*>& x_evals,
-                                                             std::size_t m, const MlpProbeOptions& o,
-                                                             std::vector<MlpProbeInfo>* infos,
-                                                             const MlpOffsets* offsets) {
+std::vector<std::vector<double>> fit_predict_mlp_probes_rows(
+    const std::vector<const std::vector<double>*>& x_trains, std::size_t n, std::size_t f,
+    const std::vector<const std::vector<double>*>& ys, const std::vector<const std::vector<double>*>& x_evals,
+    std::size_t m, const MlpProbeOptions& o, std::vector<MlpProbeInfo>* infos, const MlpOffsets* offsets) {
   // Every row set is checked before the fit, so bad evaluation rows cost no training.
   check_probe_inputs(x_trains.size(), n, f, ys, x_evals.size(), m, o, offsets);
   for (const auto* part : {&x_trains, &x_evals}) {

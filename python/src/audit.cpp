@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "audit/routing_stats.hpp"
+#include "results/audit_files.hpp"
 #include "audit/run_input.hpp"
 #include "audit/audit_pipeline.hpp"
 #include "bindings.hpp"
@@ -30,15 +31,23 @@ std::vector<std::string> split_names(const std::string& s) {
 
 py::dict audit(py::object traces, py::object stats, int permutations, std::uint64_t seed, bool sensitivity,
                bool exact_null, std::size_t bins, bool equal_mass, double alpha, bool condcal, bool probes,
-               int probe_restarts, int probe_repeats, int threads, py::object names, py::object out, bool force, bool quiet,
-               py::kwargs kwargs) {
+               int probe_restarts, int probe_repeats, int threads, py::object names, py::object out, bool force,
+               bool quiet, py::kwargs kwargs) {
   const std::string fn = "arcal.audit";
   // Every option goes through the audit family's option table (audit/audit_options.hpp): the same
   // names, types and ranges as `arcal audit`'s flags and the study file's [audit] keys.
-  nlohmann::json opts = {{"permutations", permutations}, {"seed", seed}, {"sensitivity", sensitivity},
-                      {"exact_null", exact_null}, {"bins", bins}, {"equal_mass", equal_mass}, {"alpha", alpha},
-                      {"condcal", condcal}, {"probes", probes}, {"probe_restarts", probe_restarts},
-                      {"probe_repeats", probe_repeats}, {"threads", threads}};
+  nlohmann::json opts = {{"permutations", permutations},
+                         {"seed", seed},
+                         {"sensitivity", sensitivity},
+                         {"exact_null", exact_null},
+                         {"bins", bins},
+                         {"equal_mass", equal_mass},
+                         {"alpha", alpha},
+                         {"condcal", condcal},
+                         {"probes", probes},
+                         {"probe_restarts", probe_restarts},
+                         {"probe_repeats", probe_repeats},
+                         {"threads", threads}};
   for (auto item : kwargs) {
     const std::string key = item.first.cast<std::string>();
     if (key == "stats" || opts.contains(key)) value_error(fn, "option '" + key + "' given twice");
@@ -83,17 +92,21 @@ py::dict audit(py::object traces, py::object stats, int permutations, std::uint6
     if (!run_names.empty()) run_ids[i] = run_names[i];
   }
   std::vector<std::string> stat_names;
-  if (py::isinstance<py::str>(stats)) stat_names = split_names(stats.cast<std::string>());
-  else if (!stats.is_none()) stat_names = stats.cast<std::vector<std::string>>();
-  if (!stats.is_none() && stat_names.empty()) value_error(fn, "stats names no statistic, so the test family would be empty");
+  if (py::isinstance<py::str>(stats))
+    stat_names = split_names(stats.cast<std::string>());
+  else if (!stats.is_none())
+    stat_names = stats.cast<std::vector<std::string>>();
+  if (!stats.is_none() && stat_names.empty())
+    value_error(fn, "stats names no statistic, so the test family would be empty");
   const std::string out_dir = out.is_none() ? "" : py::str(fspath(out)).cast<std::string>();
   // The CLI's rule (`arcal audit --out D` without --force): an earlier audit's results are replaced only
   // when asked, checked before any work and again before writing.
   auto check_out = [&] {
     std::error_code ec;
     if (!out_dir.empty() && !force && std::filesystem::exists(out_dir + "/results.json", ec))
-      value_error(fn, "out: " + out_dir + "/results.json already exists (an earlier audit); pass force=True to replace "
-                      "its results, or choose another out");
+      value_error(fn, "out: " + out_dir +
+                          "/results.json already exists (an earlier audit); pass force=True to replace "
+                          "its results, or choose another out");
   };
   check_out();
   // Progress bars and stage lines on stderr, as `arcal audit` prints them; quiet=True silences them.
@@ -137,8 +150,8 @@ void bind_audit(py::module_& m) {
   using namespace pybind11::literals;
   m.def("audit", &audit, "traces"_a, py::kw_only(), "stats"_a = py::none(), "permutations"_a = 10000, "seed"_a = 0,
         "sensitivity"_a = false, "exact_null"_a = false, "bins"_a = 15, "equal_mass"_a = false, "alpha"_a = 0.05,
-        "condcal"_a = true, "probes"_a = true, "probe_restarts"_a = 1, "probe_repeats"_a = 5, "threads"_a = 0, "names"_a = py::none(),
-        "out"_a = py::none(), "force"_a = false, "quiet"_a = false,
+        "condcal"_a = true, "probes"_a = true, "probe_restarts"_a = 1, "probe_repeats"_a = 5, "threads"_a = 0,
+        "names"_a = py::none(), "out"_a = py::none(), "force"_a = false, "quiet"_a = false,
         R"doc(The routing-conditional calibration audit of `arcal audit` (docs/method.md §6); returns results.json.
 
 Parameters

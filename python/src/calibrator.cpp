@@ -79,10 +79,12 @@ void set_options(Calibrator& c, const py::dict& kwargs) {
         const long long v = item.second.cast<long long>();
         check_int_range("Calibrator", "option 'knots'", v, arcal::ranges::calibrator_knots);
         c.options.knots = static_cast<int>(v);
-      }
-      else if (key == "l2") c.options.l2 = item.second.cast<double>();
-      else if (key == "pseudo_count") c.options.pseudo_count = item.second.cast<double>();
-      else value_error("Calibrator", "unknown option '" + key + "' (bins, knots, l2, pseudo_count)");
+      } else if (key == "l2")
+        c.options.l2 = item.second.cast<double>();
+      else if (key == "pseudo_count")
+        c.options.pseudo_count = item.second.cast<double>();
+      else
+        value_error("Calibrator", "unknown option '" + key + "' (bins, knots, l2, pseudo_count)");
     } catch (const py::cast_error&) {
       value_error("Calibrator", "option '" + key + "' must be a number");
     }
@@ -92,8 +94,8 @@ void set_options(Calibrator& c, const py::dict& kwargs) {
 Calibrator make(const std::string& method, const py::dict& kwargs) {
   const auto& methods = arcal::calibrator_methods();
   if (std::find(methods.begin(), methods.end(), method) == methods.end())
-    value_error("Calibrator", "unknown method '" + method +
-                                  "' (temperature, platt, isotonic, histogram, nw, qats, vector, matrix)");
+    value_error("Calibrator",
+                "unknown method '" + method + "' (temperature, platt, isotonic, histogram, nw, qats, vector, matrix)");
   Calibrator c;
   c.method = method;
   set_options(c, kwargs);
@@ -101,7 +103,8 @@ Calibrator make(const std::string& method, const py::dict& kwargs) {
 }
 
 const arcal::FittedCalibrator& fitted(const Calibrator& c, const std::string& fn) {
-  if (!c.fitted) value_error(fn, "this Calibrator('" + c.method + "') is not fitted; call fit(labels, logits=...) first");
+  if (!c.fitted)
+    value_error(fn, "this Calibrator('" + c.method + "') is not fitted; call fit(labels, logits=...) first");
   return c.fit;
 }
 
@@ -120,7 +123,8 @@ Calibrator from_dict(py::object d) {
 
 void bind_calibrator(py::module_& m) {
   using namespace pybind11::literals;
-  py::class_<Calibrator>(m, "Calibrator", R"doc(Calibrator(method, **options): a post-hoc calibrator (docs/method.md §5).
+  py::class_<Calibrator>(m, "Calibrator",
+                         R"doc(Calibrator(method, **options): a post-hoc calibrator (docs/method.md §5).
 
 method: "temperature", "platt", "isotonic", "histogram", "nw", "qats", "vector" or "matrix".
 options: bins (histogram, 15), knots (qats, 8), l2 (vector/matrix ridge, 1e-4), pseudo_count (nw, 1.0).
@@ -142,8 +146,8 @@ identically in the other.)doc")
             const Labels y = labels_array(labels, fn);
             const arcal::Predictions p = predictions(logits, probs, fn);
             if (y.view.size() != p.n)
-              value_error(fn, "labels has " + std::to_string(y.view.size()) + " entries, but the predictions have N = " +
-                                  std::to_string(p.n) + " rows");
+              value_error(fn, "labels has " + std::to_string(y.view.size()) +
+                                  " entries, but the predictions have N = " + std::to_string(p.n) + " rows");
             const std::vector<std::int64_t> yv(y.view.begin(), y.view.end());
             arcal::FittedCalibrator result;
             {
@@ -181,7 +185,8 @@ identically in the other.)doc")
               std::shared_lock<std::shared_mutex> read(c.lock.m);  // a refit waits until this is done
               *out = arcal::apply_calibrator(f, p);
             }
-            return py::array_t<double>({static_cast<py::ssize_t>(p.n), static_cast<py::ssize_t>(p.k)}, out->data(), owner);
+            return py::array_t<double>({static_cast<py::ssize_t>(p.n), static_cast<py::ssize_t>(p.k)}, out->data(),
+                                       owner);
           },
           py::kw_only(), "logits"_a = py::none(), "probs"_a = py::none(),
           "Calibrated probabilities [N, K] (float64) of logits= or probs= [N, K] (K as fitted).")
@@ -191,14 +196,16 @@ identically in the other.)doc")
       .def_property_readonly("method", [](const Calibrator& c) { return c.method; })
       .def_property_readonly("options", &options_dict)
       .def_property_readonly("fitted", [](const Calibrator& c) { return c.fitted; })
-      .def_property_readonly("classes", [](const Calibrator& c) -> py::object {
-        return c.fitted ? py::object(py::int_(c.fit.classes)) : py::object(py::none());
-      })
+      .def_property_readonly("classes",
+                             [](const Calibrator& c) -> py::object {
+                               return c.fitted ? py::object(py::int_(c.fit.classes)) : py::object(py::none());
+                             })
       .def("__repr__",
            [](const Calibrator& c) {
              return "Calibrator('" + c.method + "'" +
-                    (c.fitted ? ", fitted on n = " + std::to_string(c.fit.n_fit) + ", K = " + std::to_string(c.fit.classes)
-                              : std::string(", not fitted")) +
+                    (c.fitted
+                         ? ", fitted on n = " + std::to_string(c.fit.n_fit) + ", K = " + std::to_string(c.fit.classes)
+                         : std::string(", not fitted")) +
                     ")";
            })
       .def(py::pickle(

@@ -40,8 +40,8 @@ py::tuple cedar_attention(py::object q_in, py::object k_in, py::object v_in, con
     if (a[i].ptr() == raw.ptr()) a[i] = py::array_t<float>(a[i].attr("copy")());
   }
   if (a[0].ndim() != a[1].ndim() || a[1].ndim() != a[2].ndim())
-    value_error(ctx, "q, k and v must all be 3-D [H, tokens, d] or all 2-D [tokens, d]; got " + shape_string(a[0]) + ", " +
-                         shape_string(a[1]) + ", " + shape_string(a[2]));
+    value_error(ctx, "q, k and v must all be 3-D [H, tokens, d] or all 2-D [tokens, d]; got " + shape_string(a[0]) +
+                         ", " + shape_string(a[1]) + ", " + shape_string(a[2]));
   const bool two_d = a[0].ndim() == 2;
   auto dim = [&](int i, int axis) -> std::int64_t {
     return two_d ? (axis == 0 ? 1 : a[i].shape(axis - 1)) : a[i].shape(axis);
@@ -52,7 +52,8 @@ py::tuple cedar_attention(py::object q_in, py::object k_in, py::object v_in, con
   if (dim(0, 0) != dim(1, 0))
     value_error(ctx, "q has " + std::to_string(dim(0, 0)) + " heads but k has " + std::to_string(dim(1, 0)));
   if (dim(0, 2) != dim(1, 2))
-    value_error(ctx, "q has head width d = " + std::to_string(dim(0, 2)) + " but k has d = " + std::to_string(dim(1, 2)));
+    value_error(ctx,
+                "q has head width d = " + std::to_string(dim(0, 2)) + " but k has d = " + std::to_string(dim(1, 2)));
   const Shape shape{dim(0, 0), dim(0, 1), dim(1, 1), dim(0, 2)};
   Options opt;
   opt.method = parse_method(method);
@@ -91,8 +92,8 @@ py::tuple cedar_attention(py::object q_in, py::object k_in, py::object v_in, con
   {
     py::gil_scoped_release release;
     check_inputs(q, k, v, shape, ctx);
-    const ChunkLayout chunks =
-        has_starts ? chunks_from_starts(starts, shape.n_keys, ctx + ": chunk_starts") : fixed_chunks(shape.n_keys, chunk_size);
+    const ChunkLayout chunks = has_starts ? chunks_from_starts(starts, shape.n_keys, ctx + ": chunk_starts")
+                                          : fixed_chunks(shape.n_keys, chunk_size);
     check_options(opt, shape, chunks);
     attention(q, k, v, shape, chunks, opt, o, e);
   }

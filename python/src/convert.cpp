@@ -27,9 +27,7 @@ py::array ensure_c(const py::array& a) {
   return py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(a);
 }
 
-bool aligned(const py::array& a) {
-  return (a.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_) != 0;
-}
+bool aligned(const py::array& a) { return (a.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_) != 0; }
 
 template <class T>
 void softmax_typed(const T* z, std::size_t n, std::size_t k, double* p, const std::string& fn) {
@@ -43,8 +41,8 @@ void softmax_typed(const T* z, std::size_t n, std::size_t k, double* p, const st
         std::ostringstream s;
         s.precision(9);
         s << v;
-        arcal::throw_input(fn, "logits[" + std::to_string(i) + ", " + std::to_string(c) + "] is " + s.str() +
-                                   ", but must be finite");
+        arcal::throw_input(
+            fn, "logits[" + std::to_string(i) + ", " + std::to_string(c) + "] is " + s.str() + ", but must be finite");
       }
       m = v > m ? v : m;
     }
@@ -118,8 +116,8 @@ nlohmann::json py_to_json(py::handle h, const std::string& where) {
   const auto np = numpy();
   if (py::isinstance(h, np.attr("ndarray"))) return py_to_json(h.attr("tolist")(), where);
   if (py::isinstance(h, np.attr("generic"))) return py_to_json(h.attr("item")(), where);
-  throw py::value_error(where + ": cannot convert " + py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>() +
-                        " to JSON");
+  throw py::value_error(where + ": cannot convert " +
+                        py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>() + " to JSON");
 }
 
 py::array as_array(py::handle obj, const std::string& fn, const std::string& name) {
@@ -173,7 +171,8 @@ Labels labels_array(py::handle obj, const std::string& fn, const std::string& na
   Labels l;
   l.keep = ensure_c<std::int64_t>(a);
   if (!aligned(l.keep) || l.keep.ptr() == a.ptr()) l.keep = l.keep.attr("copy")();  // private: read without the GIL
-  l.view = arcal::Span<std::int64_t>(static_cast<const std::int64_t*>(l.keep.data()), static_cast<std::size_t>(a.shape(0)));
+  l.view =
+      arcal::Span<std::int64_t>(static_cast<const std::int64_t*>(l.keep.data()), static_cast<std::size_t>(a.shape(0)));
   return l;
 }
 
@@ -186,13 +185,16 @@ void softmax_rows(const LogitMatrix& z, double* out, const std::string& fn) {
 
 arcal::NpyArray to_npy_array(py::handle obj, const std::string& name, const std::string& source) {
   const auto np = numpy();
-  py::array a = py::isinstance<py::str>(obj) ? py::array(np.attr("array")(obj)) : as_array(obj, source, "'" + name + "'");
+  py::array a =
+      py::isinstance<py::str>(obj) ? py::array(np.attr("array")(obj)) : as_array(obj, source, "'" + name + "'");
   if (!(a.flags() & py::array::c_style)) a = a.attr("copy")("C");
   const std::string descr = a.dtype().attr("str").cast<std::string>();
   std::string shape = "(";
   for (py::ssize_t i = 0; i < a.ndim(); ++i) shape += std::to_string(a.shape(i)) + ", ";
-  if (a.ndim() > 1) shape.resize(shape.size() - 2);
-  else if (a.ndim() == 1) shape.resize(shape.size() - 1);
+  if (a.ndim() > 1)
+    shape.resize(shape.size() - 2);
+  else if (a.ndim() == 1)
+    shape.resize(shape.size() - 1);
   shape += ")";
   const std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }\n";
   std::string image("\x93NUMPY\x02\x00", 8);

@@ -1,8 +1,8 @@
 // Conversions between Python and the arcal core, shared by every part of the module: JSON values
 // (the library's JSON writers are the one source of every dict the module returns, so the module and
 // the CLI cannot drift), numpy arrays as private copies (the library reads them without the GIL while
-// other Python threads may write the caller's arrays), and numpy arrays to and from the npz layer's NpyArray (through parse_npy, so arrays from
-// Python meet exactly the dtype rules and messages of arrays from files).
+// other Python threads may write the caller's arrays), and numpy arrays to and from the npz layer's NpyArray (through
+// parse_npy, so arrays from Python meet exactly the dtype rules and messages of arrays from files).
 #pragma once
 
 #include <pybind11/numpy.h>

@@ -46,8 +46,8 @@ py::dict metrics(py::object labels, py::object logits, py::object probs, int bin
   if (!probs.is_none()) {
     const DoubleMatrix p = double_matrix(probs, fn, "probs");
     if (p.n != y.view.size())
-      value_error(fn, "labels has " + std::to_string(y.view.size()) + " entries, but probs has N = " + std::to_string(p.n) +
-                          " rows");
+      value_error(fn, "labels has " + std::to_string(y.view.size()) +
+                          " entries, but probs has N = " + std::to_string(p.n) + " rows");
     py::gil_scoped_release release;
     const arcal::CalibrationReport r =
         arcal::calibration_report(arcal::Span<double>(p.data, p.n * p.k), p.n, p.k, y.view, opt);
@@ -55,8 +55,8 @@ py::dict metrics(py::object labels, py::object logits, py::object probs, int bin
   } else {
     const LogitMatrix z = logit_matrix(logits, fn, "logits");
     if (z.n != y.view.size())
-      value_error(fn, "labels has " + std::to_string(y.view.size()) + " entries, but logits has N = " +
-                          std::to_string(z.n) + " rows");
+      value_error(fn, "labels has " + std::to_string(y.view.size()) +
+                          " entries, but logits has N = " + std::to_string(z.n) + " rows");
     py::gil_scoped_release release;
     std::vector<double> p(z.n * z.k);
     softmax_rows(z, p.data(), fn);
@@ -127,18 +127,23 @@ void write_trace(const std::string& path, py::kwargs arrays) {
 
 py::dict report(py::object source, py::object out, bool force) {
   const std::string fn = "arcal.report";
-  std::string out_dir = out.is_none() ? std::string() : py::str(py::module_::import("os").attr("fspath")(out)).cast<std::string>();
+  std::string out_dir =
+      out.is_none() ? std::string() : py::str(py::module_::import("os").attr("fspath")(out)).cast<std::string>();
   arcal::ReportOutput r;
   if (py::isinstance<py::dict>(source)) {
     if (out_dir.empty())
-      value_error(fn, "a dict (what arcal.metrics or arcal.audit returned, or a parsed arcal metrics --json / calibrate --json document) needs out= (the report directory)");
+      value_error(fn,
+                  "a dict (what arcal.metrics or arcal.audit returned, or a parsed arcal metrics --json / calibrate "
+                  "--json document) needs out= (the report directory)");
     const std::string text = py_to_json(source, "source").dump();
     py::gil_scoped_release release;
     r = arcal::write_report_text(text, "(dict given to arcal.report)", out_dir, force);
   } else {
     if (!py::isinstance<py::str>(source) && !py::hasattr(source, "__fspath__"))
-      throw py::type_error("arcal.report: source must be a directory holding results.json, a JSON file (str or "
-                           "os.PathLike) or a dict, not " + py::str(py::type::of(source).attr("__name__")).cast<std::string>());
+      throw py::type_error(
+          "arcal.report: source must be a directory holding results.json, a JSON file (str or "
+          "os.PathLike) or a dict, not " +
+          py::str(py::type::of(source).attr("__name__")).cast<std::string>());
     const std::string path = py::str(py::module_::import("os").attr("fspath")(source)).cast<std::string>();
     if (out_dir.empty()) out_dir = arcal::default_report_dir(path);
     py::gil_scoped_release release;

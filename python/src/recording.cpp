@@ -27,7 +27,8 @@ py::tuple softmax_topk_summaries(const py::array& logits, std::size_t k, const p
   if (logits.strides(1) != py::ssize_t(sizeof(float)) || logits.strides(0) < 0 ||
       std::size_t(logits.strides(0)) % sizeof(float) != 0)
     throw py::value_error(fn + ": logits' rows must be contiguous float32 (stride 4 along a row)");
-  if (k < 1 || k > K) throw py::value_error(fn + ": k is " + std::to_string(k) + ", but must be in [1, " + std::to_string(K) + "]");
+  if (k < 1 || k > K)
+    throw py::value_error(fn + ": k is " + std::to_string(k) + ", but must be in [1, " + std::to_string(K) + "]");
   const std::size_t stride = std::size_t(logits.strides(0)) / sizeof(float);
   const auto* z = static_cast<const float*>(logits.data());
   py::array_t<std::int64_t, py::array::c_style> index;

@@ -1,6 +1,6 @@
 // The audit over many runs' traces: validates the inputs as a whole, runs the declared diagnostic
-// family (every run x statistic) and AR-CondCal per run and statistic, and writes DIR/results.json
-// (schema "arcal.audit/2", docs/interface.md) plus CSV tables, atomically. Input arrays are plain
+// family (every run x statistic) and AR-CondCal per run and statistic; results/audit_files.hpp writes
+// them as DIR/results.json (schema "arcal.audit/2", docs/interface.md) plus CSV tables. Input arrays are plain
 // vectors so the engine is independent of how traces were loaded.
 #pragma once
 
@@ -25,8 +25,8 @@
 namespace arcal {
 
 /// Version 2 added `verdict` and the reliability rows' `band`; version 3 made the verdict the decision chain of
-/// method.md §6.7 (`dependence`, `primary` = the gain interval, `smallest_effect`, `secondary`), every probe
-/// comparison a gain (positive: routing helps) and the full-logit inputs class-ordered log-probabilities
+/// method.md §6.8 "The verdict" (`dependence`, `primary` = the gain interval, `smallest_effect`, `secondary`), every
+/// probe comparison a gain (positive: routing helps) and the full-logit inputs class-ordered log-probabilities
 /// (docs/interface.md); readers refuse earlier versions.
 inline constexpr const char* kAuditSchema = "arcal.audit/3";
 
@@ -74,7 +74,7 @@ struct AuditRunInput {
   std::vector<int> routing_sources;
   std::vector<double> routing_mean;
   /// Cluster id per example ([n], from the trace's `cluster`; empty = independent examples): every
-  /// split, permutation and bootstrap keeps a cluster whole (method.md §6.8).
+  /// split, permutation and bootstrap keeps a cluster whole (method.md §6.9 "Dependent examples").
   std::vector<std::int64_t> cluster;
 };
 
@@ -82,7 +82,7 @@ struct AuditOptions {
   DiagnosticOptions diagnostic;
   CondCalOptions condcal;
   bool run_condcal = true;
-  double smallest_effect = kDefaultSmallestEffect;  ///< the verdict's delta [nats] (method.md §6.7)
+  double smallest_effect = kDefaultSmallestEffect;  ///< the verdict's delta [nats] (method.md §6.8 "The verdict")
 };
 
 struct AuditCondCalEntry {
@@ -105,12 +105,12 @@ struct AuditResults {
   ProbeFamily probes;
   bool has_sensitivity = false;  ///< set by the sensitivity audit (audit/sensitivity_audit.hpp)
   SensitivityResult sensitivity;
-  bool has_exact_null = false;   ///< set by the exact-null audit
+  bool has_exact_null = false;  ///< set by the exact-null audit
   ExactNullResult exact_null;
   /// make_verdict over the sections above; set by run_audit and again by whoever adds a section
   /// (run_full_audit), written and read with results.json.
   Verdict verdict;
-  IntegrityResult integrity;  ///< set by run_full_audit (method.md §6.8)
+  IntegrityResult integrity;  ///< set by run_full_audit (method.md §6.9 "Data integrity")
   /// Wall seconds of the diagnostic family and of AR-CondCal (NaN when not run); the probes,
   /// sensitivity and exact-null sections carry their own. results.json "seconds".
   double diagnostic_seconds = std::numeric_limits<double>::quiet_NaN();
@@ -124,13 +124,5 @@ void validate_audit_inputs(const std::vector<AuditRunInput>& runs, const AuditOp
 
 /// validate_audit_inputs, then the diagnostic family and (if enabled) AR-CondCal and seed bands.
 AuditResults run_audit(const std::vector<AuditRunInput>& runs, const AuditOptions& options);
-
-/// The results.json object (to_json of results/audit_json.hpp).
-nlohmann::json audit_results_json(const AuditResults& results);
-
-/// Writes DIR/diagnostic.csv, DIR/condcal.csv, DIR/probes.csv (when has_probes), DIR/sensitivity.csv
-/// (when has_sensitivity), DIR/exact_null.csv (when has_exact_null) and finally DIR/results.json, each atomically
-/// (creating DIR). Throws InputError when DIR cannot be created or written.
-void write_audit_results(const AuditResults& results, const std::string& dir);
 
 }  // namespace arcal

@@ -22,15 +22,18 @@ const OptionTable<FullAuditOptions>& audit_option_table() {
        "lies below delta negligible (0.005: half the seed papers' 0.010-nat reference effect)",
        &O::smallest_effect, RealRange{1e-6, 1.0, false}},
       {"drop_duplicates", "--drop-duplicates",
-       "Remove rows that copy an earlier row of the same trace, exactly or within float noise (they are always counted and reported)",
+       "Remove rows that copy an earlier row of the same trace, exactly or within float noise (they are always counted "
+       "and reported)",
        &O::drop_duplicates},
       {"condcal", "--condcal", "AR-CondCal (--no-condcal: diagnostic only)", &O::condcal, {}, {}, true},
       {"probes", "--probes", "MLP correctness probes and their controls", &O::probes, {}, {}, true},
       {"probe_restarts", "--probe-restarts", "Seeded restarts averaged per MLP probe and split", &O::probe_restarts,
        R::probe_restarts},
-      {"probe_repeats", "--probe-repeats", "Repeated 2-fold cross-fits per run (the per-run test's variance includes the refits')",
-       &O::probe_repeats, R::probe_repeats},
-      {"sensitivity", "--sensitivity", "Sensitivity (injection) audit, method.md §6.5 (refits every probe)", &O::sensitivity},
+      {"probe_repeats", "--probe-repeats",
+       "Repeated 2-fold cross-fits per run (the per-run test's variance includes the refits')", &O::probe_repeats,
+       R::probe_repeats},
+      {"sensitivity", "--sensitivity", "Sensitivity (injection) audit, method.md §6.5 (refits every probe)",
+       &O::sensitivity},
       {"sensitivity_effects", "--sensitivity-effects", "Injected oracle gains in nats, comma-separated",
        &O::sensitivity_effects, RealRange{0.0, 10.0, false}},
       {"sensitivity_draws", "--sensitivity-draws", "Synthetic label draws per run and effect", &O::sensitivity_draws,
@@ -46,29 +49,49 @@ const OptionTable<FullAuditOptions>& audit_option_table() {
       {"exact_null", "--exact-null", "Exact-null audit, method.md §6.6 (refits every probe)", &O::exact_null},
       {"null_replicates", "--null-replicates", "Null replicates per run and variant", &O::null_replicates,
        R::null_replicates},
-      {"null_variants", "--null-variants", "Exact-null references: confidence, full_logit (comma-separated)",
-       &O::null_variants, {}, {"confidence", "full_logit"}},
+      {"null_variants",
+       "--null-variants",
+       "Exact-null references: confidence, full_logit (comma-separated)",
+       &O::null_variants,
+       {},
+       {"confidence", "full_logit"}},
       {"null_group_size", "--null-group-size",
        "Matched-group size of the conditional permutation null (examples with nearly identical outputs)",
        &O::null_group_size, R::null_group_size},
-      {"null_model_based", "--null-model-based", "Also run the model-based null (labels from a fitted reference; not the decision)",
-       &O::null_model_based, {}, {}, true},
-      {"null_sequential", "--null-sequential",
+      {"null_model_based",
+       "--null-model-based",
+       "Also run the model-based null (labels from a fitted reference; not the decision)",
+       &O::null_model_based,
+       {},
+       {},
+       true},
+      {"null_sequential",
+       "--null-sequential",
        "Sequential Monte Carlo (Besag-Clifford) for both exact nulls: each pooled comparison stops drawing replicates "
        "once its decision at --alpha is settled, and the probes only settled comparisons read are not refitted any "
        "more (the same decisions as the full count; --no-null-sequential: all replicates)",
-       &O::null_sequential, {}, {}, true},
+       &O::null_sequential,
+       {},
+       {},
+       true},
       {"refit_restarts", "--refit-restarts", "Restarts per MLP refit (sensitivity, exact null)", &O::refit_restarts,
        R::probe_restarts},
-      {"refit_patience", "--refit-patience", "Early-stopping patience of the refits", &O::refit_patience, R::refit_patience},
-      {"refit_cold", "--refit-cold", "Refits start from a seeded random initialisation instead of the soft-reference fit",
-       &O::refit_cold},
+      {"refit_patience", "--refit-patience", "Early-stopping patience of the refits", &O::refit_patience,
+       R::refit_patience},
+      {"refit_cold", "--refit-cold",
+       "Refits start from a seeded random initialisation instead of the soft-reference fit", &O::refit_cold},
       {"refit_subsample", "--refit-subsample",
        "Most examples per run the sensitivity audit and the exact null refit on: larger runs are cut to a seeded "
        "uniform subsample (valid, less power; 0 = every example)",
        &O::refit_subsample, R::refit_subsample},
-      {"threads", "--threads", "Worker threads for the MLP fits, one fit per thread (0 = all cores); results do not depend on it",
-       &O::threads, R::audit_threads, {}, false, false},
+      {"threads",
+       "--threads",
+       "Worker threads for the MLP fits, one fit per thread (0 = all cores); results do not depend on it",
+       &O::threads,
+       R::audit_threads,
+       {},
+       false,
+       false},
   };
   return table;
 }
@@ -81,15 +104,16 @@ void validate_audit_options(const FullAuditOptions& o, const std::string& where,
   for (const auto& st : o.stats)
     if (st.empty() || st.size() > 200 || st.find_first_of(", \t\n\r") != std::string::npos)
       throw_input(where, name("--stat", "stats") + " entries must be non-empty names without commas or blanks");
-  if (o.null_variants.empty() && o.exact_null) throw_input(where, name("--null-variants", "null_variants") + " is empty");
+  if (o.null_variants.empty() && o.exact_null)
+    throw_input(where, name("--null-variants", "null_variants") + " is empty");
   if (o.sensitivity && o.sensitivity_effects.empty())
     throw_input(where, name("--sensitivity-effects", "sensitivity_effects") + " is empty");
-  if (o.sensitivity && std::none_of(o.sensitivity_effects.begin(), o.sensitivity_effects.end(), [&](double e) {
-        return std::abs(e - o.sensitivity_threshold_effect) <= 1e-12;
-      }))
+  if (o.sensitivity && std::none_of(o.sensitivity_effects.begin(), o.sensitivity_effects.end(),
+                                    [&](double e) { return std::abs(e - o.sensitivity_threshold_effect) <= 1e-12; }))
     throw_input(where, name("--sensitivity-threshold-effect", "sensitivity_threshold_effect") + " " +
                            nlohmann::json(o.sensitivity_threshold_effect).dump() + " is not one of " +
-                           name("--sensitivity-effects", "sensitivity_effects") + " " + nlohmann::json(o.sensitivity_effects).dump());
+                           name("--sensitivity-effects", "sensitivity_effects") + " " +
+                           nlohmann::json(o.sensitivity_effects).dump());
 }
 
 }  // namespace arcal

@@ -15,17 +15,18 @@ namespace arcal {
 /// Every option of `arcal audit` (docs/interface.md), with the CLI's defaults.
 struct FullAuditOptions {
   std::vector<std::string> stats{"re", "rdv"};  ///< routing statistics (re, rdv) or feature names
-  int permutations = 10000;   ///< within-bin permutations R
-  std::uint64_t seed = 0;     ///< permutations, splits, shuffles, probe seeds
+  int permutations = 10000;                     ///< within-bin permutations R
+  std::uint64_t seed = 0;                       ///< permutations, splits, shuffles, probe seeds
   std::uint64_t bins = 15;
   bool equal_mass = false;
   double alpha = 0.05;
-  double smallest_effect = kDefaultSmallestEffect;  ///< the verdict's delta [nats] (method.md §6.7; audit/verdict.hpp)
-  bool drop_duplicates = false;    ///< remove duplicated rows before the audit (method.md §6.8)
+  double smallest_effect =
+      kDefaultSmallestEffect;    ///< the verdict's delta [nats] (method.md §6.8 "The verdict"; audit/verdict.hpp)
+  bool drop_duplicates = false;  ///< remove duplicated rows before the audit (method.md §6.9 "Data integrity")
   bool condcal = true;
   bool probes = true;
-  int probe_restarts = 1;     ///< seeded restarts averaged per MLP probe and split
-  int probe_repeats = 5;      ///< repeated 2-fold cross-fits per run
+  int probe_restarts = 1;  ///< seeded restarts averaged per MLP probe and split
+  int probe_repeats = 5;   ///< repeated 2-fold cross-fits per run
   bool sensitivity = false;
   std::vector<double> sensitivity_effects{0.002, 0.005, 0.010, 0.020};
   int sensitivity_draws = 20;

@@ -1,6 +1,5 @@
 #include "audit/audit_pipeline.hpp"
 
-
 #include <algorithm>
 #include <cstdio>
 #include <thread>
@@ -60,7 +59,8 @@ void validate_checked(const std::vector<AuditRunInput>& runs, const FullAuditOpt
 std::vector<AuditRunInput> runs_for_refits(const std::vector<AuditRunInput>& runs, const FullAuditOptions& o) {
   const std::size_t cap = std::size_t(o.refit_subsample);
   std::vector<AuditRunInput> cut;
-  if (cap == 0 || std::none_of(runs.begin(), runs.end(), [&](const AuditRunInput& r) { return r.confidence.size() > cap; }))
+  if (cap == 0 ||
+      std::none_of(runs.begin(), runs.end(), [&](const AuditRunInput& r) { return r.confidence.size() > cap; }))
     return cut;
   for (std::size_t r = 0; r < runs.size(); ++r) {
     cut.push_back(subsample_run(runs[r], cap, derive_seed(o.seed, 0x5AB5 + r)));
@@ -104,7 +104,8 @@ AuditResults run_full_audit(std::vector<AuditRunInput> runs, const FullAuditOpti
     res.probes = run_probe_family(runs, popt);
     res.has_probes = true;
   }
-  const std::vector<AuditRunInput> cut = (o.sensitivity || o.exact_null) ? runs_for_refits(runs, o) : std::vector<AuditRunInput>{};
+  const std::vector<AuditRunInput> cut =
+      (o.sensitivity || o.exact_null) ? runs_for_refits(runs, o) : std::vector<AuditRunInput>{};
   const std::vector<AuditRunInput>& refit_runs = cut.empty() ? runs : cut;
   std::vector<std::size_t> examples;
   for (const auto& r : refit_runs) examples.push_back(r.confidence.size());
@@ -140,10 +141,12 @@ AuditResults run_full_audit(std::vector<AuditRunInput> runs, const FullAuditOpti
   // (dependent) examples that null is too narrow, as the diagnostic's token-level permutation is
   // (docs/audit_validation.md), and there is no cluster-level version of it; it does not run, and
   // the verdict's dependence step is the clustered diagnostic.
-  const bool clustered = std::any_of(runs.begin(), runs.end(), [](const AuditRunInput& r) { return !r.cluster.empty(); });
+  const bool clustered =
+      std::any_of(runs.begin(), runs.end(), [](const AuditRunInput& r) { return !r.cluster.empty(); });
   if (o.exact_null && clustered)
-    integrity.notes.push_back("exact null not run: the runs carry cluster ids (dependent examples, method.md §6.8) and its "
-                              "permutation moves single examples; dependence is decided by the clustered diagnostic");
+    integrity.notes.push_back(
+        "exact null not run: the runs carry cluster ids (dependent examples, method.md §6.9) and its "
+        "permutation moves single examples; dependence is decided by the clustered diagnostic");
   if (o.exact_null && !clustered) {
     ExactNullAuditOptions xo;
     xo.probes = popt;

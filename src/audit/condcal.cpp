@@ -175,9 +175,10 @@ CondCalResult ar_condcal(const std::vector<double>& confidence, const std::vecto
       const auto cal_clusters = pick(cluster, cal);
       const std::set<std::int64_t> distinct(cal_clusters.begin(), cal_clusters.end());
       if (distinct.size() < static_cast<std::size_t>(o.cv_folds))
-        throw_input(fn, "a cross-fit half holds " + std::to_string(distinct.size()) + " clusters, but the " +
-                            std::to_string(o.cv_folds) + "-fold bandwidth CV splits whole clusters and needs at least " +
-                            std::to_string(o.cv_folds) + " (trace more sequences, or run without AR-CondCal: --no-condcal)");
+        throw_input(
+            fn, "a cross-fit half holds " + std::to_string(distinct.size()) + " clusters, but the " +
+                    std::to_string(o.cv_folds) + "-fold bandwidth CV splits whole clusters and needs at least " +
+                    std::to_string(o.cv_folds) + " (trace more sequences, or run without AR-CondCal: --no-condcal)");
     }
     const auto inner = kfold_assignment(cal.size(), o.cv_folds, cluster.empty() ? cluster : pick(cluster, cal),
                                         derive_seed(o.seed, 10 + f));
@@ -236,8 +237,10 @@ CondCalBand seed_variance_band(const std::vector<CondCalResult>& runs, bool orac
   if (runs.empty()) throw_input(fn, "runs is empty");
   std::vector<CalibrationScores> s;
   for (std::size_t r = 0; r < runs.size(); ++r) {
-    auto it = std::find_if(runs[r].arms.begin(), runs[r].arms.end(), [&](const CondCalArm& a) { return a.name == arm; });
-    if (it == runs[r].arms.end()) throw_index(fn, "runs", r, "a result without arm '" + arm + "'", "a result with that arm");
+    auto it =
+        std::find_if(runs[r].arms.begin(), runs[r].arms.end(), [&](const CondCalArm& a) { return a.name == arm; });
+    if (it == runs[r].arms.end())
+      throw_index(fn, "runs", r, "a result without arm '" + arm + "'", "a result with that arm");
     s.push_back(oracle ? it->oracle_ece : it->cv_nll);
   }
   auto band = [&](double CalibrationScores::*field) {

@@ -16,12 +16,12 @@ namespace arcal {
 struct CondCalOptions {
   std::vector<double> multiples{0.25, 0.5, 1.0, 2.0, 4.0};  ///< Scott multiples m
   int cv_folds = 5;
-  std::size_t ece_bins = 15;     ///< equal-width bins of the estimate (top-label binary ECE)
-  std::size_t shuffle_bins = 15; ///< equal-width confidence bins for the shuffled control
-  double pseudo_count = 1.0;     ///< towards the calibration half's accuracy
-  double clip = 1e-4;            ///< estimates clipped to [clip, 1 - clip]
+  std::size_t ece_bins = 15;      ///< equal-width bins of the estimate (top-label binary ECE)
+  std::size_t shuffle_bins = 15;  ///< equal-width confidence bins for the shuffled control
+  double pseudo_count = 1.0;      ///< towards the calibration half's accuracy
+  double clip = 1e-4;             ///< estimates clipped to [clip, 1 - clip]
   std::uint64_t seed = 0;
-  int threads = 1;               ///< the smoother's query workers (0 = all cores); results do not depend on it
+  int threads = 1;  ///< the smoother's query workers (0 = all cores); results do not depend on it
 };
 
 /// Scores of a correctness estimate on an evaluation half.
@@ -35,9 +35,9 @@ struct CalibrationScores {
 struct CondCalArm {
   std::string name;  ///< "probe", "confidence_only", "predictive_entropy", "shuffled_within_bins"
   std::size_t dims = 0;
-  CalibrationScores cv_nll;      ///< bandwidth by 5-fold CV-NLL on the calibration half (fold mean)
-  CalibrationScores oracle_ece;  ///< bandwidth minimising evaluation ECE (optimistic bound; fold mean)
-  std::array<double, 2> multiple_cv{};      ///< selected multiple per cross-fit fold
+  CalibrationScores cv_nll;             ///< bandwidth by 5-fold CV-NLL on the calibration half (fold mean)
+  CalibrationScores oracle_ece;         ///< bandwidth minimising evaluation ECE (optimistic bound; fold mean)
+  std::array<double, 2> multiple_cv{};  ///< selected multiple per cross-fit fold
   std::array<double, 2> multiple_oracle{};
   /// The fixed-multiple rule: scores at every Scott multiple of options.multiples (fold mean), in
   /// that order; the bandwidth-sensitivity curve.

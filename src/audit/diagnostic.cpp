@@ -47,7 +47,9 @@ BinnedTertiles bin_tertiles(const std::vector<double>& confidence, const std::ve
     check_finite(fn, "statistic", i, statistic[i]);
     if (statistic[i] != statistic[0]) constant = false;
   }
-  if (constant) throw_input(fn, "statistic is constant (every value is " + std::to_string(statistic[0]) + "); it cannot split tertiles");
+  if (constant)
+    throw_input(
+        fn, "statistic is constant (every value is " + std::to_string(statistic[0]) + "); it cannot split tertiles");
 
   const std::vector<int> bin = options.scheme == BinScheme::equal_width
                                    ? equal_width_bin_index(confidence, options.bins)
@@ -268,8 +270,9 @@ GapTestResult residual_gap_test(const std::vector<double>& confidence, const std
 }
 
 GapTestResult clustered_residual_gap_test(const std::vector<double>& confidence, const std::vector<double>& correct,
-                                          const std::vector<double>& statistic, const std::vector<std::int64_t>& cluster,
-                                          const DiagnosticOptions& options, std::uint64_t seed) {
+                                          const std::vector<double>& statistic,
+                                          const std::vector<std::int64_t>& cluster, const DiagnosticOptions& options,
+                                          std::uint64_t seed) {
   const char* fn = "clustered_residual_gap_test";
   if (options.strata_size == 0) throw_input(fn, "strata_size is 0, but must be >= 1");
   check_same_size(fn, "confidence", confidence.size(), "cluster", cluster.size());
@@ -319,7 +322,8 @@ GapTestResult clustered_residual_gap_test(const std::vector<double>& confidence,
   t.reserve(contribution.size());
   for (const auto& kv : contribution) t.push_back(kv.second);
   if (t.size() < 2)
-    throw_input(fn, "the kept bins hold " + std::to_string(t.size()) + " cluster(s); a sign-flip null needs at least 2");
+    throw_input(fn,
+                "the kept bins hold " + std::to_string(t.size()) + " cluster(s); a sign-flip null needs at least 2");
   r.clusters = t.size();
   r.gap = 0;
   for (double v : t) r.gap += v;
@@ -358,10 +362,12 @@ GapTestResult matched_confidence_gap_test(const std::vector<double>& confidence,
   return r;
 }
 
-DiagnosticFamily run_diagnostic_family(const std::vector<DiagnosticTestSpec>& family, const DiagnosticOptions& options) {
+DiagnosticFamily run_diagnostic_family(const std::vector<DiagnosticTestSpec>& family,
+                                       const DiagnosticOptions& options) {
   const char* fn = "run_diagnostic_family";
   if (family.empty()) throw_input(fn, "the declared test family is empty; declare at least one (run, statistic) test");
-  if (!(options.alpha > 0.0 && options.alpha < 1.0)) throw_input(fn, "alpha is " + std::to_string(options.alpha) + ", but must be in (0, 1)");
+  if (!(options.alpha > 0.0 && options.alpha < 1.0))
+    throw_input(fn, "alpha is " + std::to_string(options.alpha) + ", but must be in (0, 1)");
   DiagnosticFamily out;
   out.options = options;
   out.family_size = family.size();
@@ -376,10 +382,11 @@ DiagnosticFamily run_diagnostic_family(const std::vector<DiagnosticTestSpec>& fa
     test.seed = derive_seed(options.seed, t);
     try {
       test.paper = matched_confidence_gap_test(spec.confidence, spec.correct, spec.values, options, test.seed);
-      test.result = spec.cluster.empty()
-                        ? residual_gap_test(spec.confidence, spec.correct, spec.values, options, derive_seed(test.seed, 0xD1A6))
-                        : clustered_residual_gap_test(spec.confidence, spec.correct, spec.values, spec.cluster, options,
-                                                      derive_seed(test.seed, 0xD1A6));
+      test.result =
+          spec.cluster.empty()
+              ? residual_gap_test(spec.confidence, spec.correct, spec.values, options, derive_seed(test.seed, 0xD1A6))
+              : clustered_residual_gap_test(spec.confidence, spec.correct, spec.values, spec.cluster, options,
+                                            derive_seed(test.seed, 0xD1A6));
     } catch (const InputError& e) {
       throw InputError(std::string(fn) + ": test[" + std::to_string(t) + "] (run '" + spec.run + "', statistic '" +
                        spec.statistic + "'): " + e.what());

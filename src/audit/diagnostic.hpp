@@ -5,8 +5,8 @@
 // within fine strata of c nested in the bins (a conditional permutation test that keeps the s-c
 // dependence, so s cannot reject through c alone). A declared family of (run x statistic) tests gets
 // raw, Holm and BH p-values for both protocols and a cross-seed stability verdict per cell. Examples
-// that carry a cluster id (tokens of one sequence, method.md §6.8) get the clustered decision test:
-// q̂ cross-fitted over whole clusters and a cluster sign-flip null of the stratum-centred gap.
+// that carry a cluster id (tokens of one sequence, method.md §6.9 "Dependent examples") get the clustered decision
+// test: q̂ cross-fitted over whole clusters and a cluster sign-flip null of the stratum-centred gap.
 #pragma once
 
 #include <cstddef>
@@ -46,8 +46,8 @@ struct GapTestResult {
   double p = 1.0;    ///< (1 + #{|G*| >= |G|}) / (R + 1)
   int permutations = 0;
   int exceed = 0;
-  std::size_t n = 0;       ///< examples given
-  std::size_t n_used = 0;  ///< examples in kept bins
+  std::size_t n = 0;         ///< examples given
+  std::size_t n_used = 0;    ///< examples in kept bins
   std::vector<BinGap> bins;  ///< kept bins only
   std::size_t bins_dropped = 0;
   /// Histogram of the permutation null of G (for the report's figure): kNullHistogramBins equal-width
@@ -108,21 +108,20 @@ GapTestResult residual_gap_test(const std::vector<double>& confidence, const std
 std::vector<double> cross_fitted_accuracy(const std::vector<double>& confidence, const std::vector<double>& correct,
                                           const std::vector<std::int64_t>& cluster, std::uint64_t seed);
 
-/// The decision test for dependent examples (method.md §6.8): cluster [n] >= 0 groups examples that
-/// are not independent (tokens of a sequence). Bins, tertiles and strata as residual_gap_test; q̂
-/// cross-fitted over whole clusters. With phi_i the tertile weight of example i (w_b / n_top for the
-/// top tertile, -w_b / n_bottom for the bottom, 0 between) centred within its stratum of c
-/// (phi~_i = phi_i - the stratum's mean, which removes what a smooth error of q̂ shares with c), the gap
-/// is G_c = Σ_i phi~_i r_i = Σ_g T_g over clusters; null: G* = Σ_g e_g T_g with independent signs e_g
-/// = ±1 (a wild cluster bootstrap / sign-flip test: valid whenever the clusters are independent and
-/// E[r | c, s] = 0, whatever the dependence inside a cluster). p = (1 + #{|G*| >= |G_c|}) / (R + 1).
-/// The within-stratum permutation of residual_gap_test moves single examples: under within-cluster
-/// dependence of both s and the residuals its null is too narrow (docs/audit_validation.md measures
-/// it). Throws as residual_gap_test, and InputError for a cluster of the wrong size, a negative id, or
-/// fewer than 2 clusters.
+/// The decision test for dependent examples (method.md §6.9 "Dependent examples"): cluster [n] >= 0 groups examples
+/// that are not independent (tokens of a sequence). Bins, tertiles and strata as residual_gap_test; q̂ cross-fitted over
+/// whole clusters. With phi_i the tertile weight of example i (w_b / n_top for the top tertile, -w_b / n_bottom for the
+/// bottom, 0 between) centred within its stratum of c (phi~_i = phi_i - the stratum's mean, which removes what a smooth
+/// error of q̂ shares with c), the gap is G_c = Σ_i phi~_i r_i = Σ_g T_g over clusters; null: G* = Σ_g e_g T_g with
+/// independent signs e_g = ±1 (a wild cluster bootstrap / sign-flip test: valid whenever the clusters are independent
+/// and E[r | c, s] = 0, whatever the dependence inside a cluster). p = (1 + #{|G*| >= |G_c|}) / (R + 1). The
+/// within-stratum permutation of residual_gap_test moves single examples: under within-cluster dependence of both s and
+/// the residuals its null is too narrow (docs/audit_validation.md measures it). Throws as residual_gap_test, and
+/// InputError for a cluster of the wrong size, a negative id, or fewer than 2 clusters.
 GapTestResult clustered_residual_gap_test(const std::vector<double>& confidence, const std::vector<double>& correct,
-                                          const std::vector<double>& statistic, const std::vector<std::int64_t>& cluster,
-                                          const DiagnosticOptions& options, std::uint64_t seed);
+                                          const std::vector<double>& statistic,
+                                          const std::vector<std::int64_t>& cluster, const DiagnosticOptions& options,
+                                          std::uint64_t seed);
 
 /// One declared test: a run, the cell it belongs to (runs of one cell differ only by seed) and a
 /// statistic name, with its arrays ([n] each).
@@ -142,7 +141,7 @@ struct DiagnosticTest {
   std::string run, cell, statistic;
   GapTestResult result;  ///< the decision test (residual_gap_test)
   double p_holm = 1.0, p_bh = 1.0;
-  GapTestResult paper;   ///< the paper protocol (matched_confidence_gap_test), reported, never the decision
+  GapTestResult paper;  ///< the paper protocol (matched_confidence_gap_test), reported, never the decision
   double paper_p_holm = 1.0, paper_p_bh = 1.0;
   /// Permutation seed: the paper test uses derive_seed(options.seed, index) (as before the decision
   /// test existed, so its numbers are unchanged); the decision test derive_seed(that, 0xD1A6).
@@ -167,8 +166,8 @@ struct DiagnosticFamily {
   DiagnosticOptions options;
 };
 
-/// Runs the whole declared family (both protocols for every test). Throws InputError when the family is empty or any test's inputs
-/// are invalid (the message names the test index, run and statistic).
+/// Runs the whole declared family (both protocols for every test). Throws InputError when the family is empty or any
+/// test's inputs are invalid (the message names the test index, run and statistic).
 DiagnosticFamily run_diagnostic_family(const std::vector<DiagnosticTestSpec>& family, const DiagnosticOptions& options);
 
 }  // namespace arcal

@@ -125,9 +125,11 @@ std::vector<double> matching_space(const AuditRunInput& run, const ProbeDesign& 
     dims = 1;
     return d.columns[0];  // logit c
   }
-  const auto it = std::find_if(d.mlps.begin(), d.mlps.end(), [](const ProbeDesign::Spec& sp) { return sp.name == "full_logit"; });
+  const auto it =
+      std::find_if(d.mlps.begin(), d.mlps.end(), [](const ProbeDesign::Spec& sp) { return sp.name == "full_logit"; });
   if (it == d.mlps.end())
-    throw_input("run_exact_null_audit", "variant \"full_logit\" needs the full_logit probe, which options.probes.only leaves out");
+    throw_input("run_exact_null_audit",
+                "variant \"full_logit\" needs the full_logit probe, which options.probes.only leaves out");
   std::vector<std::size_t> profile_cols;
   for (std::size_t c = 0; c < d.sources.size(); ++c)
     if (d.sources[c].profile >= 0 && d.sources[c].rows == 0) profile_cols.push_back(c);
@@ -235,15 +237,15 @@ struct NullState {
   std::uint64_t vseed = 0;
   std::vector<ProbeComparisonSpec> comps;
   Gains real;
-  std::vector<std::vector<double>> null;  ///< [comparison][replicate]
+  std::vector<std::vector<double>> null;         ///< [comparison][replicate]
   std::vector<std::vector<std::size_t>> groups;  ///< conditional
   Fold2 g;                                       ///< model-based: the reference on every example, per fold
   std::vector<std::array<MlpWeights, 2>> warm;   ///< model-based: the soft-reference warm start (or empty)
 };
 
 /// Matching space and groups of a run's conditional null (method.md §6.6 a); no fit yet.
-NullState prepare_conditional(const AuditRunInput& run, const ProbeDesign& d, const std::string& variant,
-                              std::size_t v, const ExactNullAuditOptions& o) {
+NullState prepare_conditional(const AuditRunInput& run, const ProbeDesign& d, const std::string& variant, std::size_t v,
+                              const ExactNullAuditOptions& o) {
   NullState st;
   st.vseed = derive_seed(derive_seed(d.run_seed, 0xC0D1), v);
   const std::uint64_t vseed = st.vseed;
@@ -278,10 +280,11 @@ NullState prepare_conditional(const AuditRunInput& run, const ProbeDesign& d, co
     dist /= double(matched_rows);
     scale /= double(matched_rows);
   }
-  out.matching = {variant == "confidence" ? "logit c"
-                                          : "inside each predicted class: principal components (" + std::to_string(dims - 1) +
-                                                ") of the routing profile predicted from the whole output (class-ordered "
-                                                "log-probabilities), and logit P(correct) predicted from it",
+  out.matching = {variant == "confidence"
+                      ? "logit c"
+                      : "inside each predicted class: principal components (" + std::to_string(dims - 1) +
+                            ") of the routing profile predicted from the whole output (class-ordered "
+                            "log-probabilities), and logit P(correct) predicted from it",
                   o.group_size, groups.size(), dist, scale};
   return st;
 }
@@ -410,16 +413,19 @@ ReferenceFit reference_fit(const ProbeDesign& d, const Fold2& g, const std::vect
 
 /// The reference ĝ of a run's model-based null (method.md §6.6 b), its held-out fit and the warm start;
 /// no refit yet.
-NullState prepare_model_based(const AuditRunInput& run, const ProbeDesign& d, const std::string& variant,
-                              std::size_t v, const ExactNullAuditOptions& o) {
+NullState prepare_model_based(const AuditRunInput& run, const ProbeDesign& d, const std::string& variant, std::size_t v,
+                              const ExactNullAuditOptions& o) {
   const char* fn = "run_exact_null_audit";
   NullState st;
   Fold2& g = st.g;
   if (variant == "confidence") {
-    for (std::size_t f = 0; f < 2; ++f) g[f] = nw_confidence_reference(run.confidence, run.correct, d.folds[f].calibration);
+    for (std::size_t f = 0; f < 2; ++f)
+      g[f] = nw_confidence_reference(run.confidence, run.correct, d.folds[f].calibration);
   } else {
-    const auto it = std::find_if(d.mlps.begin(), d.mlps.end(), [](const ProbeDesign::Spec& s) { return s.name == "full_logit"; });
-    if (it == d.mlps.end()) throw_input(fn, "variant \"full_logit\" needs the full_logit probe, which options.probes.only leaves out");
+    const auto it =
+        std::find_if(d.mlps.begin(), d.mlps.end(), [](const ProbeDesign::Spec& s) { return s.name == "full_logit"; });
+    if (it == d.mlps.end())
+      throw_input(fn, "variant \"full_logit\" needs the full_logit probe, which options.probes.only leaves out");
     parallel_for_index(2, o.refit.threads, [&](std::size_t f) {  // each fold seeded on its own
       const auto& cal = d.folds[f].calibration;
       std::vector<double> xc(cal.size() * it->cols.size()), xa(d.n * it->cols.size());
@@ -487,7 +493,8 @@ ExactNullResult run_exact_null_audit(const std::vector<AuditRunInput>& runs, con
     std::vector<bool> open;  // per comparison; empty until the first batch sets the comparisons
     for (std::size_t first = 0; first < n_max;) {
       const std::size_t count = std::min(batch, n_max - first);
-      for (std::size_t r = 0; r < runs.size(); ++r) extend_null(states[r], runs[r], designs[r], model_based, first, count, open, o);
+      for (std::size_t r = 0; r < runs.size(); ++r)
+        extend_null(states[r], runs[r], designs[r], model_based, first, count, open, o);
       first += count;
       if (open.empty()) open.assign(states.front().comps.size(), true);
       if (h == 0) continue;

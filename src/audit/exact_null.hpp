@@ -41,8 +41,8 @@ struct ExactNullAuditOptions {
 /// For every run and variant. Decision (§6.6 a): matched groups of 2-10 examples with nearly identical
 /// outputs ("confidence": logit c; "full_logit": the leading principal components of the routing profile
 /// as predicted from the sorted log-probabilities, a balancing score, and logit P(correct | outputs),
-/// inside each predicted class) inside each cross-fit half; `replicates` permutations of the routing profile within the groups (every
-/// profile-derived column, shuffled controls included, rebuilt from it), every probe that reads the
+/// inside each predicted class) inside each cross-fit half; `replicates` permutations of the routing profile within the
+/// groups (every profile-derived column, shuffled controls included, rebuilt from it), every probe that reads the
 /// profile refitted on the real labels from the same seeded cold start as the real fit (a warm start
 /// learnt from the real profile would break exchangeability), Monte-Carlo p of each comparison whose
 /// probe or control reads the profile; pooled over runs by replicate index. Model-based (§6.6 b):

@@ -25,9 +25,9 @@ struct Cal {
   double accuracy = kNaN, confidence = kNaN, ece = kNaN;
 };
 
-Cal calibration_of(const std::vector<std::size_t>& members, const std::vector<double>& conf, const std::vector<double>& correct,
-                   const std::vector<int>& bin, const std::vector<std::uint32_t>& unit, const std::vector<std::uint32_t>& w,
-                   int bins) {
+Cal calibration_of(const std::vector<std::size_t>& members, const std::vector<double>& conf,
+                   const std::vector<double>& correct, const std::vector<int>& bin,
+                   const std::vector<std::uint32_t>& unit, const std::vector<std::uint32_t>& w, int bins) {
   std::vector<double> bn(std::size_t(bins), 0.0), bc(std::size_t(bins), 0.0), ba(std::size_t(bins), 0.0);
   double total = 0, acc = 0, cf = 0;
   for (auto i : members) {
@@ -63,7 +63,8 @@ ExpertView expert_view(const Trace& t, int bins, int draws, std::uint64_t seed, 
   const char* fn = "expert_view";
   if (t.routing.empty()) throw_input(fn, t.path + ": the trace has no routing");
   if (t.routing_kind != "unordered")
-    throw_input(fn, t.path + ": routing_kind is '" + t.routing_kind + "'; the expert view is for mixture-of-experts (unordered) routing");
+    throw_input(fn, t.path + ": routing_kind is '" + t.routing_kind +
+                        "'; the expert view is for mixture-of-experts (unordered) routing");
   if (bins < 1) throw_input(fn, "bins is " + std::to_string(bins) + ", but must be >= 1");
   if (draws < 0) throw_input(fn, "draws is " + std::to_string(draws) + ", but must be >= 0");
   const std::size_t n = t.n, P = t.points, S = t.sources;
@@ -88,8 +89,8 @@ ExpertView expert_view(const Trace& t, int bins, int draws, std::uint64_t seed, 
   std::vector<std::string> names;
   {
     const auto meta = nlohmann::json::parse(t.meta_json.empty() ? "{}" : t.meta_json, nullptr, false);
-    if (!meta.is_discarded() && meta.is_object() && meta.contains("routing_points") && meta["routing_points"].is_array() &&
-        meta["routing_points"].size() == P)
+    if (!meta.is_discarded() && meta.is_object() && meta.contains("routing_points") &&
+        meta["routing_points"].is_array() && meta["routing_points"].size() == P)
       for (const auto& x : meta["routing_points"]) names.push_back(x.is_string() ? x.get<std::string>() : x.dump());
   }
   // Resample multiplicities, shared by every layer and expert (one resample of documents for all).

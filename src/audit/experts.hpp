@@ -17,28 +17,28 @@ namespace arcal {
 struct Trace;
 
 struct ExpertRow {
-  std::size_t tokens = 0;       ///< tokens this expert handled
-  double load = 0;              ///< tokens handled / all tokens (sums to the experts per token over a layer)
-  double router_mean = 0;       ///< mean router probability (sums to 1 over a layer)
+  std::size_t tokens = 0;  ///< tokens this expert handled
+  double load = 0;         ///< tokens handled / all tokens (sums to the experts per token over a layer)
+  double router_mean = 0;  ///< mean router probability (sums to 1 over a layer)
   double accuracy = 0, mean_confidence = 0, ece = 0;  ///< of the tokens it handled (NaN when none)
   /// accuracy - mean confidence: < 0 where the expert's tokens are over-confident. Unlike the ECE (biased
   /// upward, more so in an expert's smaller share), its bootstrap interval is centred on the truth.
   double gap = 0;
-  Interval accuracy_ci{}, ece_ci{}, gap_ci{};         ///< cluster-bootstrap percentile intervals (NaN: none)
+  Interval accuracy_ci{}, ece_ci{}, gap_ci{};  ///< cluster-bootstrap percentile intervals (NaN: none)
 };
 
 struct ExpertLayer {
-  std::string name;                ///< the routing point (module path from the trace's meta, else "point p")
-  std::size_t experts = 0;         ///< routing_sources[p]
-  double experts_per_token = 0;    ///< mean number of experts a token was sent to
-  double router_entropy = 0;       ///< mean over tokens of H(router distribution) / log(experts)
-  Interval router_entropy_ci{};    ///< its cluster-bootstrap interval
-  std::vector<ExpertRow> rows;     ///< [experts]
+  std::string name;              ///< the routing point (module path from the trace's meta, else "point p")
+  std::size_t experts = 0;       ///< routing_sources[p]
+  double experts_per_token = 0;  ///< mean number of experts a token was sent to
+  double router_entropy = 0;     ///< mean over tokens of H(router distribution) / log(experts)
+  Interval router_entropy_ci{};  ///< its cluster-bootstrap interval
+  std::vector<ExpertRow> rows;   ///< [experts]
 };
 
 struct ExpertView {
-  std::size_t n = 0;          ///< tokens
-  std::size_t clusters = 0;   ///< units the bootstrap resampled (documents; n when the trace has none)
+  std::size_t n = 0;         ///< tokens
+  std::size_t clusters = 0;  ///< units the bootstrap resampled (documents; n when the trace has none)
   int bins = 15, draws = 0;
   std::uint64_t seed = 0;
   double level = 0.95;

@@ -46,20 +46,25 @@ double injection_gain(const std::vector<double>& q, const std::vector<double>& t
 double solve_injection_delta(const std::vector<double>& q, const std::vector<double>& t, double nats) {
   const char* fn = "solve_injection_delta";
   check_inputs(fn, q, t);
-  if (!(nats >= 0.0) || !std::isfinite(nats)) throw_input(fn, "nats is " + std::to_string(nats) + ", but must be finite and >= 0");
+  if (!(nats >= 0.0) || !std::isfinite(nats))
+    throw_input(fn, "nats is " + std::to_string(nats) + ", but must be finite and >= 0");
   if (nats == 0.0) return 0.0;
   // The gain is 0 at δ = 0 and increasing in δ > 0 (each term is convex in δ with its minimum at 0).
   double lo = 0.0, hi = 1.0;
   while (injection_gain(q, t, hi) < nats) {
     lo = hi;
     hi *= 2.0;
-    if (hi > 1e3) throw_input(fn, "the injected gain cannot reach " + std::to_string(nats) + " nats (t carries no signal?)");
+    if (hi > 1e3)
+      throw_input(fn, "the injected gain cannot reach " + std::to_string(nats) + " nats (t carries no signal?)");
   }
   for (int it = 0; it < 200; ++it) {
     const double mid = 0.5 * (lo + hi);
     const double g = injection_gain(q, t, mid);
     if (std::abs(g - nats) <= 1e-10 * nats) return mid;
-    if (g < nats) lo = mid; else hi = mid;
+    if (g < nats)
+      lo = mid;
+    else
+      hi = mid;
     if (hi - lo < 1e-12) break;
   }
   return 0.5 * (lo + hi);

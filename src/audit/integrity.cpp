@@ -90,8 +90,10 @@ struct RowColumns {
 RowColumns row_columns(const AuditRunInput& r) {
   RowColumns c;
   c.n = r.confidence.size();
-  const std::size_t K = c.n > 0 && (r.log_probs.size() == c.n * r.classes || r.sorted_log_probs.size() == c.n * r.sorted_width)
-                            ? r.output_width() : 0;
+  const std::size_t K =
+      c.n > 0 && (r.log_probs.size() == c.n * r.classes || r.sorted_log_probs.size() == c.n * r.sorted_width)
+          ? r.output_width()
+          : 0;
   const std::size_t P = r.profile.size() == c.n * r.profile_names.size() ? r.profile_names.size() : 0;
   c.d = 1 + K + P + r.statistics.size();
   c.x.resize(c.n * c.d);
@@ -208,8 +210,8 @@ std::size_t shared_rows(const AuditRunInput& a, const AuditRunInput& b) {
 }
 
 bool same_run(const AuditRunInput& a, const AuditRunInput& b) {
-  return a.labels == b.labels && a.confidence == b.confidence && a.log_probs == b.log_probs && a.sorted_log_probs == b.sorted_log_probs && a.profile == b.profile &&
-         a.statistics == b.statistics;
+  return a.labels == b.labels && a.confidence == b.confidence && a.log_probs == b.log_probs &&
+         a.sorted_log_probs == b.sorted_log_probs && a.profile == b.profile && a.statistics == b.statistics;
 }
 
 /// Examples that differ from the column's most common value.
@@ -278,8 +280,8 @@ IntegrityResult check_integrity(std::vector<AuditRunInput>& runs, bool drop_dupl
   for (std::size_t b = 0; b < runs.size(); ++b)
     for (std::size_t a = 0; a < b; ++a)
       if (hashes[a] == hashes[b] && same_run(runs[a], runs[b]))
-        throw_input(fn, "run[" + std::to_string(b) + "] '" + runs[b].run + "' is identical to run[" + std::to_string(a) +
-                            "] '" + runs[a].run +
+        throw_input(fn, "run[" + std::to_string(b) + "] '" + runs[b].run + "' is identical to run[" +
+                            std::to_string(a) + "] '" + runs[a].run +
                             "' (same labels, outputs and routing): the same trace passed twice would count as two "
                             "independent runs; pass each trace once");
   // Runs that share rows are not independent seeds: a row-permuted copy of a trace, two traces of
@@ -299,8 +301,8 @@ IntegrityResult check_integrity(std::vector<AuditRunInput>& runs, bool drop_dupl
                             " rows (the same label, outputs and routing, equal or within float noise, in any order)" +
                             (all ? ": it is the same trace with its rows reordered (or re-run)" : "") +
                             "; runs must be independent (seeds of separately trained models), so pass each "
-                            "example set once (the rule: " + std::to_string(kOverlapRefusePercent) +
-                            " % shared rows or more)");
+                            "example set once (the rule: " +
+                            std::to_string(kOverlapRefusePercent) + " % shared rows or more)");
       }
       res.overlaps.push_back({runs[a].run, runs[b].run, shared, smaller});
       res.notes.push_back(runs[b].run + " and " + runs[a].run + " share " + std::to_string(shared) + " of " +
@@ -378,8 +380,9 @@ IntegrityResult check_integrity(std::vector<AuditRunInput>& runs, bool drop_dupl
       if (std::all_of(drop.begin(), drop.end(), [](bool d) { return d; })) {
         const auto best = std::size_t(std::max_element(minor.begin(), minor.end()) - minor.begin());
         if (minor[best] == 0)
-          throw_input(fn, "run '" + r.run + "': every routing point / feature column of the profile is constant, so "
-                          "there is no routing information to audit");
+          throw_input(fn, "run '" + r.run +
+                              "': every routing point / feature column of the profile is constant, so "
+                              "there is no routing information to audit");
         drop[best] = false;
       }
       for (std::size_t j = 0; j < P; ++j)

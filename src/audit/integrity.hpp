@@ -1,4 +1,4 @@
-// Data integrity before the audit (method.md §6.8): the tests assume independent examples and
+// Data integrity before the audit (method.md §6.9 "Data integrity"): the tests assume independent examples and
 // informative columns. Refuses two runs that are the same trace; counts duplicated rows inside a run
 // (and removes them when asked); drops (near-)constant routing points, feature columns and statistics
 // with a note naming them instead of aborting. Standard library only.
@@ -29,8 +29,8 @@ inline constexpr std::size_t kOverlapRefusePercent = 1;
 
 struct RunIntegrity {
   std::string run;
-  std::size_t rows = 0;            ///< rows as given
-  std::size_t duplicate_rows = 0;  ///< rows identical to an earlier row (label, outputs, routing, statistics)
+  std::size_t rows = 0;                 ///< rows as given
+  std::size_t duplicate_rows = 0;       ///< rows identical to an earlier row (label, outputs, routing, statistics)
   std::size_t near_duplicate_rows = 0;  ///< rows not identical to, but near-copies of, an earlier row
   bool duplicates_dropped = false;
   std::vector<std::string> dropped_profile;     ///< profile columns dropped (routing points or features)
@@ -39,16 +39,16 @@ struct RunIntegrity {
 
 /// Rows of a later run that equal (or nearly copy) a row of an earlier one, in any order.
 struct RunOverlap {
-  std::string run_a, run_b;   ///< run_a earlier in the input
-  std::size_t shared = 0;     ///< rows of the smaller run with a copy or near-copy in the other
-  std::size_t smaller = 0;    ///< rows of the smaller run: share = shared / smaller
+  std::string run_a, run_b;  ///< run_a earlier in the input
+  std::size_t shared = 0;    ///< rows of the smaller run with a copy or near-copy in the other
+  std::size_t smaller = 0;   ///< rows of the smaller run: share = shared / smaller
 };
 
 struct IntegrityResult {
   bool drop_duplicates = false;
-  std::vector<RunIntegrity> runs;  ///< input order
+  std::vector<RunIntegrity> runs;    ///< input order
   std::vector<RunOverlap> overlaps;  ///< every pair of runs sharing at least one row (below the refusal rule)
-  std::vector<std::string> notes;  ///< one sentence per finding (empty: nothing found)
+  std::vector<std::string> notes;    ///< one sentence per finding (empty: nothing found)
 };
 
 /// Checks (and, where the rules say so, edits) the runs in place. Throws InputError when two runs hold

@@ -54,8 +54,10 @@ MatchedGroups match_groups(const std::vector<double>& x, std::size_t dims, const
     }
     long head = 0;
     auto remove = [&](long k) {
-      if (prev[k] >= 0) next[prev[k]] = next[k];
-      else head = next[k];
+      if (prev[k] >= 0)
+        next[prev[k]] = next[k];
+      else
+        head = next[k];
       if (next[k] >= 0) prev[next[k]] = prev[k];
     };
     while (head >= 0) {
@@ -159,7 +161,8 @@ std::vector<double> principal_scores(const std::vector<double>& x, std::size_t d
   }
   std::vector<std::size_t> order(dims);
   std::iota(order.begin(), order.end(), std::size_t{0});
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return cov[a * dims + a] > cov[b * dims + b]; });
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return cov[a * dims + a] > cov[b * dims + b]; });
   double total = 0;
   for (std::size_t a = 0; a < dims; ++a) total += std::max(cov[a * dims + a], 0.0);
   components = 0;
@@ -172,7 +175,8 @@ std::vector<double> principal_scores(const std::vector<double>& x, std::size_t d
   std::vector<double> out(n * components, 0.0);
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t c = 0; c < components; ++c)
-      for (std::size_t a = 0; a < dims; ++a) out[i * components + c] += (x[i * dims + a] - mean[a]) * vec[a * dims + order[c]];
+      for (std::size_t a = 0; a < dims; ++a)
+        out[i * components + c] += (x[i * dims + a] - mean[a]) * vec[a * dims + order[c]];
   return out;
 }
 

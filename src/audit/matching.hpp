@@ -15,8 +15,8 @@ namespace arcal {
 
 struct MatchedGroups {
   std::vector<std::vector<std::size_t>> groups;  ///< indices into the rows given
-  double mean_distance = 0.0;      ///< mean over groups of the mean pairwise distance within the group
-  double random_pair_distance = 0.0;  ///< mean distance of random pairs of the same rows (the scale)
+  double mean_distance = 0.0;                    ///< mean over groups of the mean pairwise distance within the group
+  double random_pair_distance = 0.0;             ///< mean distance of random pairs of the same rows (the scale)
 };
 
 /// Groups the rows `rows` of points x [n, dims] (row-major) into groups of `size` (>= 2) nearest

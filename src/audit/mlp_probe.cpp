@@ -42,7 +42,8 @@ std::pair<int, int> capacity_matched_widths(int inputs, std::int64_t target) {
   return best;
 }
 
-std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double>& x_train, std::size_t n, std::size_t f,
+std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double>& x_train, std::size_t n,
+                                                        std::size_t f,
                                                         const std::vector<const std::vector<double>*>& ys,
                                                         const std::vector<double>& x_eval, std::size_t m,
                                                         const MlpProbeOptions& o, std::vector<MlpProbeInfo>* infos,
@@ -103,13 +104,14 @@ void check_probe_inputs(std::size_t train_sets, std::size_t n, std::size_t f,
                         std::to_string(f) + ", " + std::to_string(o.hidden1) + ", " + std::to_string(o.hidden2) +
                         ") with 6");
   if (o.warm_start) {
-    const std::vector<std::size_t> sizes{f * std::size_t(o.hidden1), std::size_t(o.hidden1),
-                                         std::size_t(o.hidden1) * std::size_t(o.hidden2), std::size_t(o.hidden2),
-                                         std::size_t(o.hidden2), 1};
+    const std::vector<std::size_t> sizes{
+        f * std::size_t(o.hidden1), std::size_t(o.hidden1), std::size_t(o.hidden1) * std::size_t(o.hidden2),
+        std::size_t(o.hidden2),     std::size_t(o.hidden2), 1};
     for (std::size_t i = 0; i < 6; ++i)
       if (o.warm_start->tensors[i].size() != sizes[i])
-        throw_input(fn, "warm_start tensor " + std::to_string(i) + " has " + std::to_string(o.warm_start->tensors[i].size()) +
-                            " values, but the network's has " + std::to_string(sizes[i]));
+        throw_input(fn, "warm_start tensor " + std::to_string(i) + " has " +
+                            std::to_string(o.warm_start->tensors[i].size()) + " values, but the network's has " +
+                            std::to_string(sizes[i]));
   }
   if (offsets) {
     for (const auto* part : {&offsets->train, &offsets->eval}) {
@@ -274,7 +276,8 @@ MlpWeights to_weights(const Mlp& net) {
   ws.hidden1 = net.h1;
   ws.hidden2 = net.h2;
   const auto b = net.bounds();
-  for (std::size_t k = 0; k < 6; ++k) ws.tensors.emplace_back(net.w.begin() + long(b[k]), net.w.begin() + long(b[k + 1]));
+  for (std::size_t k = 0; k < 6; ++k)
+    ws.tensors.emplace_back(net.w.begin() + long(b[k]), net.w.begin() + long(b[k + 1]));
   return ws;
 }
 
@@ -538,8 +541,10 @@ double mlp_batch_loss_gradient(const MlpWeights& weights, const std::vector<floa
   const char* fn = "mlp_batch_loss_gradient";
   const Mlp shape(weights.inputs, weights.hidden1, weights.hidden2);
   const auto b = shape.bounds();
-  if (weights.tensors.size() != 6) throw_input(fn, "weights has " + std::to_string(weights.tensors.size()) + " tensors, but must have 6");
-  for (std::size_t k = 0; k < 6; ++k) check_same_size(fn, "weights tensor", weights.tensors[k].size(), "its shape", b[k + 1] - b[k]);
+  if (weights.tensors.size() != 6)
+    throw_input(fn, "weights has " + std::to_string(weights.tensors.size()) + " tensors, but must have 6");
+  for (std::size_t k = 0; k < 6; ++k)
+    check_same_size(fn, "weights tensor", weights.tensors[k].size(), "its shape", b[k + 1] - b[k]);
   check_same_size(fn, "x", x.size(), "rows x f", rows * std::size_t(weights.inputs));
   check_same_size(fn, "y", y.size(), "rows", rows);
   check_same_size(fn, "offsets", offsets.size(), "rows", rows);
@@ -559,13 +564,10 @@ double mlp_batch_loss_gradient(const MlpWeights& weights, const std::vector<floa
   return loss / double(rows);
 }
 
-std::vector<std::vector<double>> fit_predict_mlp_probes_rows(const std::vector<const std::vector<double>*>& x_trains,
-                                                             std::size_t n, std::size_t f,
-                                                             const std::vector<const std::vector<double>*>& ys,
-                                                             const std::vector<const std::vector<double>*>& x_evals,
-                                                             std::size_t m, const MlpProbeOptions& o,
-                                                             std::vector<MlpProbeInfo>* infos,
-                                                             const MlpOffsets* offsets) {
+std::vector<std::vector<double>> fit_predict_mlp_probes_rows(
+    const std::vector<const std::vector<double>*>& x_trains, std::size_t n, std::size_t f,
+    const std::vector<const std::vector<double>*>& ys, const std::vector<const std::vector<double>*>& x_evals,
+    std::size_t m, const MlpProbeOptions& o, std::vector<MlpProbeInfo>* infos, const MlpOffsets* offsets) {
   // Every row set is checked before the fit, so bad evaluation rows cost no training.
   check_probe_inputs(x_trains.size(), n, f, ys, x_evals.size(), m, o, offsets);
   for (const auto* part : {&x_trains, &x_evals}) {

@@ -27,8 +27,8 @@ struct MlpProbeOptions {
   double lr = 1e-3;
   double weight_decay = 1e-4;
   int max_epochs = 200;
-  int patience = 10;        ///< epochs without inner-validation improvement before stopping
-  double inner_val = 0.2;   ///< fraction of the training rows held out for early stopping
+  int patience = 10;       ///< epochs without inner-validation improvement before stopping
+  double inner_val = 0.2;  ///< fraction of the training rows held out for early stopping
   int batch_size = 256;
   std::uint64_t seed = 0;
   /// Targets may lie anywhere in [0, 1] (binary cross-entropy with soft targets) instead of {0, 1}.
@@ -74,12 +74,10 @@ std::pair<int, int> capacity_matched_widths(int inputs, std::int64_t target);
 /// offsets, if given, turns every fit into a correction of fixed logits (MlpOffsets).
 /// Throws InputError as fit_predict_mlp_probe, naming ys[r] for a bad label, or on offsets of the
 /// wrong shape or non-finite.
-std::vector<std::vector<double>> fit_predict_mlp_probes(const std::vector<double>& x_train, std::size_t n, std::size_t f,
-                                                        const std::vector<const std::vector<double>*>& ys,
-                                                        const std::vector<double>& x_eval, std::size_t m,
-                                                        const MlpProbeOptions& options,
-                                                        std::vector<MlpProbeInfo>* infos = nullptr,
-                                                        const MlpOffsets* offsets = nullptr);
+std::vector<std::vector<double>> fit_predict_mlp_probes(
+    const std::vector<double>& x_train, std::size_t n, std::size_t f, const std::vector<const std::vector<double>*>& ys,
+    const std::vector<double>& x_eval, std::size_t m, const MlpProbeOptions& options,
+    std::vector<MlpProbeInfo>* infos = nullptr, const MlpOffsets* offsets = nullptr);
 
 /// fit_predict_mlp_probes where the replicates may also differ in their rows: x_trains and x_evals hold
 /// one row set shared by every replicate or one per replicate ([n, f] and [m, f] each; e.g. other
@@ -102,7 +100,7 @@ std::vector<std::vector<double>> fit_predict_mlp_probes_rows(const std::vector<c
 /// evaluation rows are checked (finite, of size m x f) only then.
 struct MlpRowSource {
   std::size_t train_sets = 1, eval_sets = 1;
-  std::function<const std::vector<double>&(std::size_t set, std::vector<double>& buffer)> train, eval;
+  std::function<const std::vector<double>&(std::size_t set, std::vector<double>&buffer)> train, eval;
 };
 
 /// fit_predict_mlp_probes_rows with the rows from a source. Memory: the training rows of every

@@ -217,8 +217,7 @@ std::vector<AcrossRunTest> across_run_probe_tests(const std::vector<RunProbeResu
         se = only->se;
         df = double(only->split_deltas.size()) - 1.0;
       }
-      if (se > 0 && df > 0)
-        t.detectable = (student_t_quantile(1 - alpha / 2, df) + student_t_quantile(0.8, df)) * se;
+      if (se > 0 && df > 0) t.detectable = (student_t_quantile(1 - alpha / 2, df) + student_t_quantile(0.8, df)) * se;
       char buf[320];
       if (k == 1) {
         std::snprintf(buf, sizeof buf,

@@ -27,21 +27,21 @@ struct ProbeScores {
 };
 
 struct ProbeFit {
-  std::string name;          ///< "linear", "full_vector", "capacity_matched", ... (kProbeNames)
-  std::size_t inputs = 0;    ///< input features
+  std::string name;        ///< "linear", "full_vector", "capacity_matched", ... (kProbeNames)
+  std::size_t inputs = 0;  ///< input features
   std::int64_t parameters = 0;
-  int hidden1 = 0, hidden2 = 0;  ///< 0 for the linear baseline
-  double mean_epochs = 0.0;      ///< epochs to the best inner-validation loss (mean over splits)
-  ProbeScores scores;            ///< mean over the 2J splits of the evaluation-half scores
+  int hidden1 = 0, hidden2 = 0;           ///< 0 for the linear baseline
+  double mean_epochs = 0.0;               ///< epochs to the best inner-validation loss (mean over splits)
+  ProbeScores scores;                     ///< mean over the 2J splits of the evaluation-half scores
   std::vector<ProbeScores> split_scores;  ///< [2J] split (repeat r, fold f) at index 2r + f
-  std::vector<double> prediction;  ///< [n] out-of-fold P(correct) averaged over repeats (not serialised)
+  std::vector<double> prediction;         ///< [n] out-of-fold P(correct) averaged over repeats (not serialised)
 };
 
 struct MetricDelta {
-  double delta = 0.0;  ///< mean over splits of probe − control (negative: the probe is better)
-  Interval ci;         ///< Nadeau-Bengio corrected t-interval (t_{2J−1}) at the family's level
-  double se = 0.0;     ///< sqrt((1/(2J) + n_eval/n_fit) · S²), S² the variance of the split-level Δ
-  double p = 1.0;      ///< two-sided t_{2J−1} test of Δ = 0
+  double delta = 0.0;                ///< mean over splits of probe − control (negative: the probe is better)
+  Interval ci;                       ///< Nadeau-Bengio corrected t-interval (t_{2J−1}) at the family's level
+  double se = 0.0;                   ///< sqrt((1/(2J) + n_eval/n_fit) · S²), S² the variance of the split-level Δ
+  double p = 1.0;                    ///< two-sided t_{2J−1} test of Δ = 0
   std::vector<double> split_deltas;  ///< [2J]
 };
 
@@ -87,17 +87,17 @@ struct RunProbeResult {
 
 struct AcrossRunTest {
   std::string comparison, metric;
-  std::vector<double> deltas;     ///< [runs] per-run Δ
-  std::vector<double> variances;  ///< [runs] per-run se² (the random-effects weights)
-  double mean_delta = 0.0;  ///< random-effects pooled Δ (the plain mean with one run)
-  double plain_mean = 0.0;  ///< unweighted mean of deltas
-  Interval ci;              ///< Hartung-Knapp t_{runs−1} interval (one run: that run's interval)
-  double p = 1.0;           ///< the test that counts: Hartung-Knapp (one run: that run's split test)
-  double tau2 = 0.0;        ///< between-run variance (Paule-Mandel)
+  std::vector<double> deltas;             ///< [runs] per-run Δ
+  std::vector<double> variances;          ///< [runs] per-run se² (the random-effects weights)
+  double mean_delta = 0.0;                ///< random-effects pooled Δ (the plain mean with one run)
+  double plain_mean = 0.0;                ///< unweighted mean of deltas
+  Interval ci;                            ///< Hartung-Knapp t_{runs−1} interval (one run: that run's interval)
+  double p = 1.0;                         ///< the test that counts: Hartung-Knapp (one run: that run's split test)
+  double tau2 = 0.0;                      ///< between-run variance (Paule-Mandel)
   double p_wilcoxon = 1.0, p_sign = 1.0;  ///< shown, not the decision
-  double p_rank_min = 1.0;  ///< smallest p the rank tests can reach with these runs (3 runs: 0.25)
-  double p_holm = 1.0;      ///< Holm over the comparison × metric family, on p
-  double detectable = 0.0;  ///< |Δ| this test detects with 80 % power at alpha ((t_{1−α/2} + t_{0.8}) · se)
+  double p_rank_min = 1.0;                ///< smallest p the rank tests can reach with these runs (3 runs: 0.25)
+  double p_holm = 1.0;                    ///< Holm over the comparison × metric family, on p
+  double detectable = 0.0;      ///< |Δ| this test detects with 80 % power at alpha ((t_{1−α/2} + t_{0.8}) · se)
   std::size_t runs_better = 0;  ///< runs whose own interval lies entirely below 0 (a count, not a test)
   std::size_t runs_worse = 0;   ///< ... entirely above 0
   std::string verdict;          ///< "gain", "loss" or "no detected difference" (probe_verdict)

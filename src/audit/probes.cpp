@@ -58,7 +58,6 @@ std::vector<double> column(const std::vector<double>& m, std::size_t n, std::siz
   return out;
 }
 
-
 /// x minus the mean of x over the rows of its group (ids dense in [0, groups)); a lone row becomes 0.
 void centre_within(std::vector<double>& x, const std::vector<std::int64_t>& group, std::size_t groups) {
   std::vector<double> sum(groups, 0.0);
@@ -81,8 +80,8 @@ void validate_run(const AuditRunInput& run, std::size_t r, const ProbeAuditOptio
   const std::size_t p = run.profile_names.size();
   if (p == 0) throw_input(fn, where + "profile_names is empty; the probes need at least one profile column");
   if (run.profile.size() != n * p)
-    throw_input(fn, where + "profile has " + std::to_string(run.profile.size()) + " values, but must have n x P = " +
-                        std::to_string(n * p));
+    throw_input(fn, where + "profile has " + std::to_string(run.profile.size()) +
+                        " values, but must have n x P = " + std::to_string(n * p));
   if (run.classes < 2) throw_input(fn, where + "classes is " + std::to_string(run.classes) + ", but must be >= 2");
   if (run.log_probs.empty()) {  // the reduced form: the sorted head of each row and the rest's mass
     if (run.sorted_width < 2 || run.sorted_log_probs.size() != n * run.sorted_width)
@@ -92,8 +91,8 @@ void validate_run(const AuditRunInput& run, std::size_t r, const ProbeAuditOptio
     for (std::size_t i = 0; i < run.sorted_log_probs.size(); ++i) {
       check_finite(fn, "sorted_log_probs", i, run.sorted_log_probs[i]);
       if (run.sorted_log_probs[i] > 1e-9)
-        throw_input(fn, where + "sorted_log_probs[" + std::to_string(i) + "] is " + std::to_string(run.sorted_log_probs[i]) +
-                            ", but a log-probability must be <= 0");
+        throw_input(fn, where + "sorted_log_probs[" + std::to_string(i) + "] is " +
+                            std::to_string(run.sorted_log_probs[i]) + ", but a log-probability must be <= 0");
     }
   } else if (run.log_probs.size() != n * run.classes) {
     throw_input(fn, where + "log_probs has " + std::to_string(run.log_probs.size()) +
@@ -148,7 +147,8 @@ ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t r, const Pro
   d.folds = cross_fit_halves(run.labels, run.cluster, derive_seed(d.run_seed, 0));
   if (o.repeats < 1) throw_input("run_probes", "repeats is " + std::to_string(o.repeats) + ", but must be >= 1");
   d.repeats.push_back(d.folds);
-  for (int r = 1; r < o.repeats; ++r) d.repeats.push_back(cross_fit_halves(run.labels, run.cluster, derive_seed(d.run_seed, 0x5EED + std::uint64_t(r))));
+  for (int r = 1; r < o.repeats; ++r)
+    d.repeats.push_back(cross_fit_halves(run.labels, run.cluster, derive_seed(d.run_seed, 0x5EED + std::uint64_t(r))));
   d.fold_of.assign(n, 0);
   for (int f = 0; f < 2; ++f)
     for (auto i : d.folds[static_cast<std::size_t>(f)].evaluation) d.fold_of[i] = f;
@@ -197,17 +197,17 @@ ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t r, const Pro
     onehot[k][i] = 1.0;
     slope[k][i] = logit_c[i];
   }
-  cols.push_back(std::move(logit_c));                                                  // 0
-  cols.push_back(run.predictive_entropy);                                              // 1
-  for (std::size_t j = 0; j < P; ++j) cols.push_back(column(run.profile, n, P, j));   // 2 .. 2+P
+  cols.push_back(std::move(logit_c));                                                // 0
+  cols.push_back(run.predictive_entropy);                                            // 1
+  for (std::size_t j = 0; j < P; ++j) cols.push_back(column(run.profile, n, P, j));  // 2 .. 2+P
   // The reduced form reads the profile centred within each predicted class (the vocabulary's class, not
   // its group; method.md §6.3 "The reduced output form"): a class's mean routing is a function of the
   // outputs, but a probe that sees a rare class only as the pool would read that class's calibration
   // through it (class-dependent null at K = 1000: 9/40 per-run rejections uncentred).
   if (reduced && !run.predicted_class.empty())
     for (std::size_t j = 0; j < P; ++j) centre_within(cols[2 + j], d.platt_class, d.platt_classes);
-  for (auto& c : onehot) cols.push_back(std::move(c));                                 // 2+P .. 2+P+K
-  for (auto& c : slope) cols.push_back(std::move(c));                                  // .. 2+P+2K
+  for (auto& c : onehot) cols.push_back(std::move(c));  // 2+P .. 2+P+K
+  for (auto& c : slope) cols.push_back(std::move(c));   // .. 2+P+2K
   if (reduced) {
     // The reduced form (issue 53): no class-ordered copy (a vocabulary's classes one column each would
     // be K columns); the sorted head with the rest's log-mass, R columns.  .. 2+P+2K+R
@@ -241,7 +241,7 @@ ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t r, const Pro
   }
   for (std::size_t j = 0; j < P; ++j) cols.push_back(pick(cols[2 + j], perm_global));  // 2+P+K ..
   for (std::size_t j = 0; j < P; ++j) cols.push_back(pick(cols[2 + j], perm_bins));    // 2+2P+K ..
-  const std::size_t Q = reduced ? 2 * K + R : 4 * K;  // output columns
+  const std::size_t Q = reduced ? 2 * K + R : 4 * K;                                   // output columns
   d.sources.assign(cols.size(), {});
   for (std::size_t j = 0; j < P; ++j) {
     d.sources[2 + j] = {int(j), 0};
@@ -264,7 +264,8 @@ ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t r, const Pro
   // small n (sensitivity recovery R at 0.01 nats, 2 runs x 2,000: -0.56 against +0.10).
   const std::int64_t full_params = mlp_parameter_count(int(1 + K + P), o.mlp.hidden1, o.mlp.hidden2);
   const int h1 = o.mlp.hidden1, h2 = o.mlp.hidden2;
-  const auto cm1 = capacity_matched_widths(int(1 + K), full_params), cm2 = capacity_matched_widths(int(2 + K), full_params);
+  const auto cm1 = capacity_matched_widths(int(1 + K), full_params),
+             cm2 = capacity_matched_widths(int(2 + K), full_params);
   // The routing-augmented probes and their shuffled twins are corrections of a fitted output-only
   // probe (its logit a fixed offset, the correction's output layer starting at zero), so under the null
   // "no change" competes with every trained epoch and the P extra inputs cost ~nothing.
@@ -328,8 +329,8 @@ std::vector<double> logit_slice(const std::vector<double>& p, std::size_t from, 
 /// with fit), each class shrunk towards the pooled fit by a ridge of λ = 4 (about four examples' worth),
 /// so a class with few or all-correct examples stays finite. Returns P(correct) on the `fit` rows
 /// followed by the `pred` rows.
-std::vector<double> per_class_platt(const ProbeDesign& d, const std::vector<std::size_t>& fit, const std::vector<double>& y,
-                                    const std::vector<std::size_t>& pred) {
+std::vector<double> per_class_platt(const ProbeDesign& d, const std::vector<std::size_t>& fit,
+                                    const std::vector<double>& y, const std::vector<std::size_t>& pred) {
   const auto& x = d.columns[0];
   const PlattFit pooled = fit_platt_on_logits(pick(x, fit), y);
   std::vector<PlattFit> coef(d.platt_classes, pooled);
@@ -402,7 +403,8 @@ void fit_linear_replicates(std::vector<ProbeRefit>& out, const ProbeDesign& d,
 
 std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
                                                     const std::vector<std::array<const std::vector<double>*, 2>>& ys,
-                                                    const MlpProbeOptions& mlp, const std::array<std::uint64_t, 2>& seeds,
+                                                    const MlpProbeOptions& mlp,
+                                                    const std::array<std::uint64_t, 2>& seeds,
                                                     const std::vector<std::array<MlpWeights, 2>>* warm,
                                                     bool keep_weights, const std::vector<ReplicateSpec>* specs) {
   const char* fn = "fit_probe_design";
@@ -418,8 +420,8 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
   const bool linear = d.linear && !mlp.soft_labels;
   const std::size_t probes = d.mlps.size() + (linear ? 1 : 0);
   if (warm && warm->size() != probes)
-    throw_input(fn, "warm has " + std::to_string(warm->size()) + " probes, but the design fits " +
-                        std::to_string(probes));
+    throw_input(fn,
+                "warm has " + std::to_string(warm->size()) + " probes, but the design fits " + std::to_string(probes));
   const std::size_t R = ys.size();
   std::vector<const std::array<SplitIndices, 2>*> fold_sets(R);  // replicate j's halves
   for (std::size_t j = 0; j < R; ++j) fold_sets[j] = specs && (*specs)[j].folds ? (*specs)[j].folds : &d.folds;
@@ -510,52 +512,52 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
           infos.push_back(std::move(info));
         }
       } else {
-      // Rows: one set shared by every replicate, or one per replicate (its halves, its permutation),
-      // gathered when the fit asks for them (MlpRowSource), so a stack never holds every replicate's
-      // rows in double. A base also predicts its own calibration rows (in-sample), the training offsets
-      // of its corrections.
-      std::vector<std::vector<double>> yc(fitted);
-      std::vector<const std::vector<double>*> yp(fitted);
-      for (std::size_t j = 0; j < fitted; ++j) {
-        yc[j] = pick(*ys[j][f], folds_of(j)[f].calibration);
-        yp[j] = &yc[j];
-      }
-      // Stacks of at most stack_size replicates bound the memory (rows, activations), and a stack holds
-      // replicates whose halves have one size (each replicate is trained on its own, so its result does
-      // not depend on the stack it is in).
-      const std::size_t stack = stack_size(rows_shared, nc, spec.cols.size());
-      for (std::size_t j0 = 0, j1 = 0; j0 < fitted; j0 = j1) {
-        const auto [ncj, nej] = halves(j0);
-        j1 = j0 + 1;
-        while (j1 < fitted && j1 - j0 < stack && halves(j1) == std::pair<std::size_t, std::size_t>{ncj, nej}) ++j1;
-        const std::size_t me = is_base[job / 2] ? ncj + nej : nej;
-        const std::vector<const std::vector<double>*> part(yp.begin() + long(j0), yp.begin() + long(j1));
-        MlpRowSource rows;
-        rows.train_sets = rows.eval_sets = rows_shared ? 1 : j1 - j0;
-        rows.train = [&, j0](std::size_t set, std::vector<double>& buf) -> const std::vector<double>& {
-          const std::size_t j = rows_shared ? 0 : j0 + set;
-          return buf = gather_rows(spec.cols, folds_of(j)[f].calibration, perm_of(j));
-        };
-        rows.eval = [&, j0](std::size_t set, std::vector<double>& buf) -> const std::vector<double>& {
-          const std::size_t j = rows_shared ? 0 : j0 + set;
-          const auto& s = folds_of(j)[f];
-          buf = is_base[job / 2] ? gather_rows(spec.cols, s.calibration, perm_of(j)) : std::vector<double>{};
-          const auto xe = gather_rows(spec.cols, s.evaluation, perm_of(j));
-          buf.insert(buf.end(), xe.begin(), xe.end());
-          return buf;
-        };
-        std::vector<MlpProbeInfo> part_infos;
-        MlpOffsets offsets;
-        if (base >= 0)
-          for (std::size_t j = j0; j < j1; ++j) {
-            offsets.train.push_back(base_logit[base_job][j][0]);
-            offsets.eval.push_back(base_logit[base_job][j][1]);
-          }
-        auto part_pred = fit_predict_mlp_probes_source(rows, ncj, spec.cols.size(), part, me, mo, &part_infos,
-                                                     base >= 0 ? &offsets : nullptr);
-        for (auto& p : part_pred) pred.push_back(std::move(p));
-        for (auto& i : part_infos) infos.push_back(std::move(i));
-      }
+        // Rows: one set shared by every replicate, or one per replicate (its halves, its permutation),
+        // gathered when the fit asks for them (MlpRowSource), so a stack never holds every replicate's
+        // rows in double. A base also predicts its own calibration rows (in-sample), the training offsets
+        // of its corrections.
+        std::vector<std::vector<double>> yc(fitted);
+        std::vector<const std::vector<double>*> yp(fitted);
+        for (std::size_t j = 0; j < fitted; ++j) {
+          yc[j] = pick(*ys[j][f], folds_of(j)[f].calibration);
+          yp[j] = &yc[j];
+        }
+        // Stacks of at most stack_size replicates bound the memory (rows, activations), and a stack holds
+        // replicates whose halves have one size (each replicate is trained on its own, so its result does
+        // not depend on the stack it is in).
+        const std::size_t stack = stack_size(rows_shared, nc, spec.cols.size());
+        for (std::size_t j0 = 0, j1 = 0; j0 < fitted; j0 = j1) {
+          const auto [ncj, nej] = halves(j0);
+          j1 = j0 + 1;
+          while (j1 < fitted && j1 - j0 < stack && halves(j1) == std::pair<std::size_t, std::size_t>{ncj, nej}) ++j1;
+          const std::size_t me = is_base[job / 2] ? ncj + nej : nej;
+          const std::vector<const std::vector<double>*> part(yp.begin() + long(j0), yp.begin() + long(j1));
+          MlpRowSource rows;
+          rows.train_sets = rows.eval_sets = rows_shared ? 1 : j1 - j0;
+          rows.train = [&, j0](std::size_t set, std::vector<double>& buf) -> const std::vector<double>& {
+            const std::size_t j = rows_shared ? 0 : j0 + set;
+            return buf = gather_rows(spec.cols, folds_of(j)[f].calibration, perm_of(j));
+          };
+          rows.eval = [&, j0](std::size_t set, std::vector<double>& buf) -> const std::vector<double>& {
+            const std::size_t j = rows_shared ? 0 : j0 + set;
+            const auto& s = folds_of(j)[f];
+            buf = is_base[job / 2] ? gather_rows(spec.cols, s.calibration, perm_of(j)) : std::vector<double>{};
+            const auto xe = gather_rows(spec.cols, s.evaluation, perm_of(j));
+            buf.insert(buf.end(), xe.begin(), xe.end());
+            return buf;
+          };
+          std::vector<MlpProbeInfo> part_infos;
+          MlpOffsets offsets;
+          if (base >= 0)
+            for (std::size_t j = j0; j < j1; ++j) {
+              offsets.train.push_back(base_logit[base_job][j][0]);
+              offsets.eval.push_back(base_logit[base_job][j][1]);
+            }
+          auto part_pred = fit_predict_mlp_probes_source(rows, ncj, spec.cols.size(), part, me, mo, &part_infos,
+                                                         base >= 0 ? &offsets : nullptr);
+          for (auto& p : part_pred) pred.push_back(std::move(p));
+          for (auto& i : part_infos) infos.push_back(std::move(i));
+        }
       }
       for (std::size_t j = fitted; j < R; ++j) {  // copies of the single fit
         pred.push_back(pred[0]);
@@ -589,7 +591,8 @@ std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& d,
       if (e) std::rethrow_exception(e);  // the first failing job in (probe, fold) order
   }
   for (std::size_t j = 0; j < R; ++j)
-    for (std::size_t job = 0; job < jobs; ++job) out[j].mean_epochs[first_mlp + job / 2] += 0.5 * epochs[j * jobs + job];
+    for (std::size_t job = 0; job < jobs; ++job)
+      out[j].mean_epochs[first_mlp + job / 2] += 0.5 * epochs[j * jobs + job];
   for (const auto& spec : d.mlps)
     for (auto& o : out) o.names.push_back(spec.name);
   return out;
@@ -610,8 +613,8 @@ RunProbeResult run_probes(const AuditRunInput& run, std::size_t r, const ProbeAu
   std::vector<ReplicateSpec> specs(J);
   std::vector<std::array<const std::vector<double>*, 2>> ys(J, {&run.correct, &run.correct});
   for (std::size_t j = 0; j < J; ++j) specs[j].folds = &d.repeats[j];
-  const auto refits = fit_probe_design_replicates(d, ys, o.mlp, {derive_seed(d.run_seed, 1000), derive_seed(d.run_seed, 1001)},
-                                                  nullptr, false, &specs);
+  const auto refits = fit_probe_design_replicates(
+      d, ys, o.mlp, {derive_seed(d.run_seed, 1000), derive_seed(d.run_seed, 1001)}, nullptr, false, &specs);
   RunProbeResult out;
   out.run = run.run;
   out.cell = run.cell;

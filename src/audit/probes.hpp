@@ -3,8 +3,8 @@
 // (logit c, predicted class, profile), its capacity-matched control on (logit c, predicted class),
 // globally and within-bin shuffled profile twins, the predictive-entropy MLP, and the full-logit
 // reference on the whole output with its routing-augmented twin (the first five corrections of a
-// capacity-matched MLP on logit c, the full-logit pair of per-class Platt scaling); scores out-of-fold P(correct), compares each probe with its
-// matched control (audit/probe_compare.hpp) and tests the comparisons across runs.
+// capacity-matched MLP on logit c, the full-logit pair of per-class Platt scaling); scores out-of-fold P(correct),
+// compares each probe with its matched control (audit/probe_compare.hpp) and tests the comparisons across runs.
 #pragma once
 
 #include <array>
@@ -29,8 +29,8 @@ struct ProbeAuditOptions {
   /// Repeated 2-fold cross-fits per run (2 x repeats train/evaluate splits; the first is AR-CondCal's
   /// halves): the per-run comparison's variance includes the refits' (method.md §6.4).
   int repeats = 5;
-  double alpha = 0.05;            ///< verdict level on Holm-adjusted p
-  std::uint64_t seed = 0;         ///< the audit seed: run r uses derive_seed(seed, r), as AR-CondCal
+  double alpha = 0.05;     ///< verdict level on Holm-adjusted p
+  std::uint64_t seed = 0;  ///< the audit seed: run r uses derive_seed(seed, r), as AR-CondCal
   /// Probes to fit (kProbeNames order is kept); empty = all. Comparisons whose probe or control is
   /// not fitted are skipped (run_probe_family needs all of them).
   std::vector<std::string> only;
@@ -45,9 +45,9 @@ struct ProbeAuditOptions {
 };
 
 /// Probe names in fitting order.
-inline constexpr std::array<const char*, 8> kProbeNames{{"linear", "full_vector", "capacity_matched",
-                                                         "shuffled_global", "shuffled_within_bins",
-                                                         "predictive_entropy", "full_logit", "full_logit_routing"}};
+inline constexpr std::array<const char*, 8> kProbeNames{{"linear", "full_vector", "capacity_matched", "shuffled_global",
+                                                         "shuffled_within_bins", "predictive_entropy", "full_logit",
+                                                         "full_logit_routing"}};
 
 /// The probes of one run as a reusable design (method.md §6.3 inputs, shuffles, widths and cross-fit
 /// halves, all fixed by the run and its seed), so the sensitivity and exact-null audits (§6.5-6.6) can
@@ -65,12 +65,12 @@ struct ProbeDesign {
     bool per_class_platt = false;
   };
   std::size_t n = 0;
-  std::uint64_t run_seed = 0;                  ///< derive_seed(options.seed, run_index)
-  std::array<SplitIndices, 2> folds;           ///< AR-CondCal's cross-fit halves (= repeats[0])
+  std::uint64_t run_seed = 0;                        ///< derive_seed(options.seed, run_index)
+  std::array<SplitIndices, 2> folds;                 ///< AR-CondCal's cross-fit halves (= repeats[0])
   std::vector<std::array<SplitIndices, 2>> repeats;  ///< the probe audit's repeated cross-fits
-  std::vector<int> fold_of;                    ///< [n] fold whose evaluation half holds example i
-  std::vector<double> confidence;              ///< [n] (the linear probe's input)
-  std::vector<std::int64_t> predicted;         ///< [n] predicted class (or its group in the reduced form)
+  std::vector<int> fold_of;                          ///< [n] fold whose evaluation half holds example i
+  std::vector<double> confidence;                    ///< [n] (the linear probe's input)
+  std::vector<std::int64_t> predicted;               ///< [n] predicted class (or its group in the reduced form)
   std::size_t classes = 0;
   /// The predicted class itself, densified to 0..platt_classes-1 ([n]): the per-class Platt base and the
   /// exact null's within-class permutations read it, so in the reduced output form they still condition
@@ -80,7 +80,7 @@ struct ProbeDesign {
   /// The sorted log-probabilities, the last sorted_width columns of the full-logit probe (K in the full
   /// form; the head and the rest's log-mass in the reduced form, AuditRunInput::sorted_width).
   std::size_t sorted_width = 0;
-  std::vector<std::vector<double>> columns;    ///< feature columns, each [n]
+  std::vector<std::vector<double>> columns;  ///< feature columns, each [n]
   /// Where a column comes from: profile column `profile` (-1: not from the profile) read through the
   /// row map `rows` (0 identity, 1 perm_global, 2 perm_bins), so a replicate with a permuted profile
   /// (the conditional permutation null, §6.6) can rebuild every profile-derived column consistently.
@@ -88,19 +88,19 @@ struct ProbeDesign {
     int profile = -1;
     int rows = 0;
   };
-  std::vector<ColumnSource> sources;           ///< [columns]
+  std::vector<ColumnSource> sources;                ///< [columns]
   std::vector<std::size_t> perm_global, perm_bins;  ///< the shuffled controls' row maps [n]
-  std::vector<Spec> mlps;                      ///< MLP probes in kProbeNames order (those wanted)
-  bool linear = true;                          ///< whether the linear probe is wanted
+  std::vector<Spec> mlps;                           ///< MLP probes in kProbeNames order (those wanted)
+  bool linear = true;                               ///< whether the linear probe is wanted
 };
 
 /// Out-of-fold predictions of a design's probes on given labels.
 struct ProbeRefit {
-  std::vector<std::string> names;                          ///< kProbeNames order ("linear" first if fitted)
-  std::vector<std::array<std::vector<double>, 2>> eval;    ///< [probe][fold] P(correct) on fold f's evaluation half
-  std::vector<std::array<MlpWeights, 2>> weights;          ///< [probe][fold] (empty for "linear")
-  std::vector<double> mean_epochs;                         ///< [probe] mean over folds
-  std::vector<std::int64_t> parameters;                    ///< [probe]
+  std::vector<std::string> names;                        ///< kProbeNames order ("linear" first if fitted)
+  std::vector<std::array<std::vector<double>, 2>> eval;  ///< [probe][fold] P(correct) on fold f's evaluation half
+  std::vector<std::array<MlpWeights, 2>> weights;        ///< [probe][fold] (empty for "linear")
+  std::vector<double> mean_epochs;                       ///< [probe] mean over folds
+  std::vector<std::int64_t> parameters;                  ///< [probe]
 };
 
 /// What may differ between the replicates of one stacked refit besides their labels: the cross-fit
@@ -137,7 +137,8 @@ ProbeRefit fit_probe_design(const ProbeDesign& design, const std::array<const st
 /// pointers), is fitted once and its result copied (it would be identical).
 std::vector<ProbeRefit> fit_probe_design_replicates(const ProbeDesign& design,
                                                     const std::vector<std::array<const std::vector<double>*, 2>>& ys,
-                                                    const MlpProbeOptions& mlp, const std::array<std::uint64_t, 2>& seeds,
+                                                    const MlpProbeOptions& mlp,
+                                                    const std::array<std::uint64_t, 2>& seeds,
                                                     const std::vector<std::array<MlpWeights, 2>>* warm = nullptr,
                                                     bool keep_weights = false,
                                                     const std::vector<ReplicateSpec>* specs = nullptr);

@@ -47,7 +47,8 @@ inline std::vector<double> bernoulli_draw(const std::vector<double>& p, std::uin
 /// Warm-start weights: every MLP of the design fitted to the soft labels g[f] (a function of the
 /// model outputs only, so the starting point carries no routing information), with an empty entry
 /// for the linear probe.
-inline std::vector<std::array<MlpWeights, 2>> soft_warm_start(const ProbeDesign& d, const Fold2& g, const MlpProbeOptions& refit) {
+inline std::vector<std::array<MlpWeights, 2>> soft_warm_start(const ProbeDesign& d, const Fold2& g,
+                                                              const MlpProbeOptions& refit) {
   MlpProbeOptions soft = refit;
   soft.soft_labels = true;
   soft.warm_start = nullptr;
@@ -59,7 +60,8 @@ inline std::vector<std::array<MlpWeights, 2>> soft_warm_start(const ProbeDesign&
 }
 
 /// Fold-mean log-loss of each refitted probe on its evaluation halves against labels y[f].
-inline std::vector<double> refit_losses(const ProbeDesign& d, const ProbeRefit& fit, const std::array<const std::vector<double>*, 2>& y) {
+inline std::vector<double> refit_losses(const ProbeDesign& d, const ProbeRefit& fit,
+                                        const std::array<const std::vector<double>*, 2>& y) {
   std::vector<double> out(fit.names.size(), 0.0);
   for (std::size_t f = 0; f < 2; ++f) {
     const auto ye = pick(*y[f], d.folds[f].evaluation);

@@ -63,7 +63,8 @@ RoutingStats routing_statistics(const Trace& t) {
 }
 
 std::vector<std::string> default_statistics(const Trace& t) {
-  if (!t.routing.empty()) return t.routing_kind == "unordered" ? std::vector<std::string>{"re"} : std::vector<std::string>{"re", "rdv"};
+  if (!t.routing.empty())
+    return t.routing_kind == "unordered" ? std::vector<std::string>{"re"} : std::vector<std::string>{"re", "rdv"};
   return t.feature_names;
 }
 
@@ -72,7 +73,8 @@ std::vector<double> statistic_column(const Trace& t, const std::string& name) {
     if (name == "re") return routing_statistics(t).re;
     if (name == "rdv") {
       if (t.routing_kind == "unordered")
-        throw InputError("statistic_column: " + t.path + ": statistic 'rdv' (depth variance over the source index) "
+        throw InputError("statistic_column: " + t.path +
+                         ": statistic 'rdv' (depth variance over the source index) "
                          "does not apply: the trace's routing_kind is 'unordered' (experts have no order); use 're'");
       return routing_statistics(t).rdv;
     }
@@ -85,8 +87,8 @@ std::vector<double> statistic_column(const Trace& t, const std::string& name) {
   }
   std::string avail = t.routing.empty() ? "" : t.routing_kind == "unordered" ? "re" : "re, rdv";
   for (const auto& f : t.feature_names) avail += (avail.empty() ? "" : ", ") + f;
-  throw InputError("statistic_column: " + t.path + ": unknown statistic '" + name + "' (available: " +
-                   (avail.empty() ? "none" : avail) + ")");
+  throw InputError("statistic_column: " + t.path + ": unknown statistic '" + name +
+                   "' (available: " + (avail.empty() ? "none" : avail) + ")");
 }
 
 }  // namespace arcal

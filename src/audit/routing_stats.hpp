@@ -14,12 +14,12 @@ namespace arcal {
 struct RoutingStats {
   std::size_t n = 0;
   std::size_t points = 0;
-  std::vector<double> entropy;       ///< [N, P] H_p in nats
-  std::vector<double> norm_entropy;  ///< [N, P] H_p / log S_p (0 when S_p = 1)
-  std::vector<double> depth_mean;    ///< [N, P]
-  std::vector<double> depth_var;     ///< [N, P]
-  std::vector<double> re;            ///< [N] mean_p normalised entropy
-  std::vector<double> rdv;           ///< [N] mean_p depth variance
+  std::vector<double> entropy;              ///< [N, P] H_p in nats
+  std::vector<double> norm_entropy;         ///< [N, P] H_p / log S_p (0 when S_p = 1)
+  std::vector<double> depth_mean;           ///< [N, P]
+  std::vector<double> depth_var;            ///< [N, P]
+  std::vector<double> re;                   ///< [N] mean_p normalised entropy
+  std::vector<double> rdv;                  ///< [N] mean_p depth variance
   std::vector<std::size_t> profile_points;  ///< points with S_p > 1 (the profile's columns)
   bool per_token = false;        ///< entropy from the per-token statistics stored in the trace (routing_entropy)
   bool per_token_depth = false;  ///< depth mean and variance from routing_depth_mean / routing_depth_var

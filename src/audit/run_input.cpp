@@ -78,8 +78,9 @@ void reduce_outputs(AuditRunInput& in, const std::vector<std::int64_t>& predicte
     row[m] = log_rest(row, m);
   }
   in.log_probs.clear();
-  in.outputs = std::string(kReducedOutputs) + " (" + held + "): the predicted class as one of " + std::to_string(in.classes) + " groups (the " +
-               std::to_string(own) + " most-predicted classes, the rest pooled), the " + std::to_string(m) +
+  in.outputs = std::string(kReducedOutputs) + " (" + held + "): the predicted class as one of " +
+               std::to_string(in.classes) + " groups (the " + std::to_string(own) +
+               " most-predicted classes, the rest pooled), the " + std::to_string(m) +
                " largest log-probabilities and the log of the remaining mass";
 }
 
@@ -103,11 +104,12 @@ AuditRunInput make_audit_run_input(const Trace& t, const std::string& run, const
     in.correct = top.correct;
     for (std::size_t i = 0; i < n; ++i) in.predictive_entropy[i] = t.predictive_entropy[i];
     const std::size_t m = std::min(t.topk, kAuditTopLogProbs);
-    reduce_outputs(in, top.predicted, K, m,
-                   [&](std::size_t i, double* row) {
-                     for (std::size_t j = 0; j < m; ++j) row[j] = t.topk_logprobs[i * t.topk + j];
-                   },
-                   trace_output_form(t));
+    reduce_outputs(
+        in, top.predicted, K, m,
+        [&](std::size_t i, double* row) {
+          for (std::size_t j = 0; j < m; ++j) row[j] = t.topk_logprobs[i * t.topk + j];
+        },
+        trace_output_form(t));
   } else {
     const auto probs = trace_probabilities(t);
     const bool reduced = K > kAuditFullOutputClasses;
@@ -140,11 +142,12 @@ AuditRunInput make_audit_run_input(const Trace& t, const std::string& run, const
     }
     if (reduced) {
       const std::size_t m = kAuditTopLogProbs;
-      reduce_outputs(in, predicted_class, K, m,
-                     [&](std::size_t i, double* row) {
-                       std::partial_sort_copy(&lp_all[i * K], &lp_all[i * K] + K, row, row + m, std::greater<double>());
-                     },
-                     trace_output_form(t));
+      reduce_outputs(
+          in, predicted_class, K, m,
+          [&](std::size_t i, double* row) {
+            std::partial_sort_copy(&lp_all[i * K], &lp_all[i * K] + K, row, row + m, std::greater<double>());
+          },
+          trace_output_form(t));
     } else {
       in.outputs = "the whole vector of " + std::to_string(K) + " classes";
     }

@@ -94,7 +94,8 @@ CorrectionProbe fit_correction_probe(const std::vector<double>& q, const std::ve
   check_same_size(fn, "z", z.size(), "q", q.size());
   check_same_size(fn, "y", y.size(), "q", q.size());
   if (q.empty()) throw_input(fn, "q is empty");
-  if (!(ridge >= 0.0) || !std::isfinite(ridge)) throw_input(fn, "ridge is " + std::to_string(ridge) + ", but must be finite and >= 0");
+  if (!(ridge >= 0.0) || !std::isfinite(ridge))
+    throw_input(fn, "ridge is " + std::to_string(ridge) + ", but must be finite and >= 0");
   std::vector<double> offset(q.size());
   for (std::size_t i = 0; i < q.size(); ++i) {
     if (!(q[i] > 0.0 && q[i] < 1.0)) throw_index(fn, "q", i, std::to_string(q[i]), "in (0, 1)");
@@ -242,13 +243,14 @@ std::size_t settling_count(double alpha, std::size_t n) {
 }
 
 std::string refit_scope_text(const RefitSettings& r) {
-  if (r.subsample == 0 || std::none_of(r.examples.begin(), r.examples.end(), [&](std::size_t e) { return e == r.subsample; }))
+  if (r.subsample == 0 ||
+      std::none_of(r.examples.begin(), r.examples.end(), [&](std::size_t e) { return e == r.subsample; }))
     return "";
   std::string list;
   for (std::size_t i = 0; i < r.examples.size(); ++i) list += (i ? ", " : "") + std::to_string(r.examples[i]);
   return "Refits on at most " + std::to_string(r.subsample) +
-         " examples per run (a seeded uniform subsample of each larger run, --refit-subsample; examples refitted: " + list +
-         "): valid, with the power of that many examples.";
+         " examples per run (a seeded uniform subsample of each larger run, --refit-subsample; examples refitted: " +
+         list + "): valid, with the power of that many examples.";
 }
 
 }  // namespace arcal

@@ -56,20 +56,20 @@ std::vector<double> apply_correction_probe(const CorrectionProbe& probe, const s
 /// Per-unit log-losses of one injected effect: a unit is one (run, synthetic draw), each loss the mean
 /// of the two cross-fit folds' evaluation halves.
 struct RecoveryUnits {
-  std::vector<double> loss_reference;  ///< ℓ(q) [units]
-  std::vector<double> loss_truth;      ///< ℓ(p*) [units]
+  std::vector<double> loss_reference;           ///< ℓ(q) [units]
+  std::vector<double> loss_truth;               ///< ℓ(p*) [units]
   std::vector<std::vector<double>> loss_probe;  ///< [probe][units]
 };
 
 /// One probe at one injected effect.
 struct RecoveryEstimate {
   std::string probe;
-  double gain = 0.0;       ///< mean over units of ℓ(q) − ℓ(probe), nats (positive: the probe beats q)
-  Interval gain_ci;        ///< percentile bootstrap over units
+  double gain = 0.0;          ///< mean over units of ℓ(q) − ℓ(probe), nats (positive: the probe beats q)
+  Interval gain_ci;           ///< percentile bootstrap over units
   bool has_recovery = false;  ///< false when the effect is 0 (R undefined)
-  double recovery = 0.0;   ///< R = Σ(ℓ(q) − ℓ(probe)) / Σ(ℓ(q) − ℓ(p*)) over units (ratio of means)
-  Interval recovery_ci;    ///< the same bootstrap resamples
-  double mean_epochs = 0.0;  ///< MLP refits: mean epochs to the best inner-validation loss
+  double recovery = 0.0;      ///< R = Σ(ℓ(q) − ℓ(probe)) / Σ(ℓ(q) − ℓ(p*)) over units (ratio of means)
+  Interval recovery_ci;       ///< the same bootstrap resamples
+  double mean_epochs = 0.0;   ///< MLP refits: mean epochs to the best inner-validation loss
 };
 
 /// Ratio-of-means recovery and mean gain per probe, with one percentile bootstrap (draws, seed) over
@@ -98,10 +98,10 @@ struct SensitivityEffect {
   /// "every class": t = tanh z on every example; "one class": t = tanh z only on examples predicted as
   /// the run's most frequent predicted class (`classes`, per run), 0 elsewhere (issue 54).
   std::string kind = "every class";
-  std::vector<std::int64_t> classes;  ///< [runs] the class of a "one class" injection (empty otherwise)
-  std::vector<double> delta;  ///< [runs × 2] δ per run and fold (run-major)
-  std::vector<double> oracle_gain;  ///< [runs × 2] the exact expected KL reached by the bisection
-  double correction_ridge = 0.0;    ///< mean ridge of the correction probe's fits (chosen by inner CV unless fixed)
+  std::vector<std::int64_t> classes;   ///< [runs] the class of a "one class" injection (empty otherwise)
+  std::vector<double> delta;           ///< [runs × 2] δ per run and fold (run-major)
+  std::vector<double> oracle_gain;     ///< [runs × 2] the exact expected KL reached by the bisection
+  double correction_ridge = 0.0;       ///< mean ridge of the correction probe's fits (chosen by inner CV unless fixed)
   double mean_oracle_loss_gain = 0.0;  ///< mean over units of ℓ(q) − ℓ(p*) (the realised oracle gain)
   std::vector<RecoveryEstimate> probes;
 };
@@ -148,7 +148,7 @@ struct ExactNullComparison {
   double real_gain = 0.0;         ///< ℓ(control) − ℓ(probe) on the real labels (same refit procedure)
   std::vector<double> null_gain;  ///< [replicates]
   double null_mean = 0.0, null_q95 = 0.0;
-  double p = 1.0;                 ///< monte_carlo_p(real_gain, null_gain)
+  double p = 1.0;  ///< monte_carlo_p(real_gain, null_gain)
 };
 
 /// How well the examples of a conditional permutation null are matched (method.md §6.6 a).
@@ -171,7 +171,7 @@ struct ReferenceFit {
 struct ExactNullRun {
   std::string run, variant;  ///< variant "confidence" (conditions on c) or "full_logit" (on the output vector)
   std::vector<ExactNullComparison> comparisons;
-  NullMatching matching;     ///< conditional permutation null only
+  NullMatching matching;       ///< conditional permutation null only
   ReferenceFit reference_fit;  ///< model-based null only
 };
 
@@ -181,7 +181,7 @@ struct ExactNullPooled {
   std::string variant, comparison;
   double real_mean_gain = 0.0, null_mean = 0.0, null_q95 = 0.0, p = 1.0;
   std::size_t runs = 0;
-  std::size_t replicates = 0;  ///< null replicates drawn (fewer than requested when stopped early)
+  std::size_t replicates = 0;          ///< null replicates drawn (fewer than requested when stopped early)
   std::vector<double> null_mean_gain;  ///< [replicates] replicate j's gain averaged over runs: the pooled null
 };
 

@@ -58,7 +58,6 @@ std::vector<std::vector<double>> nw2d_predict_many(const std::vector<double>& lo
   return NadarayaWatson(x, yc[0], 2, h, nw).predict_many(q, yp);
 }
 
-
 }  // namespace
 
 SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, const SensitivityAuditOptions& o) {
@@ -71,11 +70,13 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
       throw_index(fn, "effects", e, std::to_string(o.effects[e]), "finite and >= 0");
   const auto te = std::find(o.effects.begin(), o.effects.end(), o.threshold_effect);
   if (te == o.effects.end() || o.threshold_effect <= 0.0)
-    throw_input(fn, "threshold_effect " + std::to_string(o.threshold_effect) + " must be one of the (positive) effects");
+    throw_input(fn,
+                "threshold_effect " + std::to_string(o.threshold_effect) + " must be one of the (positive) effects");
   for (std::size_t r = 0; r < runs.size(); ++r)
     if (o.statistic >= runs[r].statistics.size())
-      throw_input(fn, "run[" + std::to_string(r) + "] '" + runs[r].run + "' has " + std::to_string(runs[r].statistics.size()) +
-                          " statistics; statistic index " + std::to_string(o.statistic) + " is out of range");
+      throw_input(fn, "run[" + std::to_string(r) + "] '" + runs[r].run + "' has " +
+                          std::to_string(runs[r].statistics.size()) + " statistics; statistic index " +
+                          std::to_string(o.statistic) + " is out of range");
   for (std::size_t e = 0; e < o.class_effects.size(); ++e)
     if (!(o.class_effects[e] > 0.0) || !std::isfinite(o.class_effects[e]))
       throw_index(fn, "class_effects", e, std::to_string(o.class_effects[e]), "finite and > 0");
@@ -118,7 +119,8 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
         if (run.predicted[i] == top_class) t_class[i] = t[i];
     }
     Fold2 q;
-    for (std::size_t f = 0; f < 2; ++f) q[f] = nw_confidence_reference(run.confidence, run.correct, d.folds[f].calibration);
+    for (std::size_t f = 0; f < 2; ++f)
+      q[f] = nw_confidence_reference(run.confidence, run.correct, d.folds[f].calibration);
     const auto warm = o.warm_start ? soft_warm_start(d, q, o.refit) : std::vector<std::array<MlpWeights, 2>>{};
     const std::uint64_t sens_seed = derive_seed(d.run_seed, 0x5E45);
     const std::uint64_t s_ridge = derive_seed(sens_seed, 0xB1D6);
@@ -152,8 +154,8 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
       }
     std::vector<std::array<const std::vector<double>*, 2>> yp;
     for (const auto& y : ys) yp.push_back({&y[0], &y[1]});
-    const auto fits = fit_probe_design_replicates(d, yp, o.refit, {derive_seed(sens_seed, 10), derive_seed(sens_seed, 11)},
-                                                  o.warm_start ? &warm : nullptr);
+    const auto fits = fit_probe_design_replicates(
+        d, yp, o.refit, {derive_seed(sens_seed, 10), derive_seed(sens_seed, 11)}, o.warm_start ? &warm : nullptr);
     std::array<std::vector<std::vector<double>>, 2> nw;  // [fold][label set] 2-D NW on the evaluation half
     for (std::size_t f = 0; f < 2; ++f) {
       std::vector<const std::vector<double>*> yf;
@@ -168,9 +170,9 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
       const std::size_t j = k / 2, f = k % 2;
       const auto& sp = d.folds[f];
       const auto qc = pick(q[f], sp.calibration), zc = pick(z, sp.calibration), yc = pick(ys[j][f], sp.calibration);
-      const double ridge = o.correction_ridge >= 0
-                               ? o.correction_ridge
-                               : choose_correction_ridge(qc, zc, yc, kCorrectionRidges, 5, derive_seed(s_ridge, j * 2 + f));
+      const double ridge = o.correction_ridge >= 0 ? o.correction_ridge
+                                                   : choose_correction_ridge(qc, zc, yc, kCorrectionRidges, 5,
+                                                                             derive_seed(s_ridge, j * 2 + f));
       const auto cp = fit_correction_probe(qc, zc, yc, ridge);
       corr_ridge[k] = ridge;
       corr_loss[k] = binary_log_loss(apply_correction_probe(cp, pick(q[f], sp.evaluation), pick(z, sp.evaluation)),
@@ -218,7 +220,8 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
                                     derive_seed(derive_seed(o.probes.seed, 0x5E45B), e));
     for (std::size_t k = 0; k < names.size(); ++k) eff.probes[k].mean_epochs = epochs[e][k] / units_n;
     double g = 0;
-    for (std::size_t i = 0; i < units[e].loss_reference.size(); ++i) g += units[e].loss_reference[i] - units[e].loss_truth[i];
+    for (std::size_t i = 0; i < units[e].loss_reference.size(); ++i)
+      g += units[e].loss_reference[i] - units[e].loss_truth[i];
     eff.mean_oracle_loss_gain = g / units_n;
   }
   const auto& at = res.by_effect[std::size_t(te - o.effects.begin())];

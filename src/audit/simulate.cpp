@@ -22,17 +22,20 @@ SimulatedTrace simulate_trace(const SimulationOptions& o) {
   if (o.n < 2) throw_input(fn, "n is " + std::to_string(o.n) + ", but must be >= 2");
   if (o.classes < 2) throw_input(fn, "classes is " + std::to_string(o.classes) + ", but must be >= 2");
   if (o.points < 1) throw_input(fn, "points is 0, but must be >= 1");
-  if (!(o.effect_nats >= 0.0)) throw_input(fn, "effect_nats is " + std::to_string(o.effect_nats) + ", but must be >= 0");
+  if (!(o.effect_nats >= 0.0))
+    throw_input(fn, "effect_nats is " + std::to_string(o.effect_nats) + ", but must be >= 0");
   if (o.effect_class < -1 || o.effect_class >= std::int64_t(o.classes))
-    throw_input(fn, "effect_class is " + std::to_string(o.effect_class) + ", but must be -1 (every class) or a class in [0, " +
-                        std::to_string(o.classes - 1) + "]");
+    throw_input(fn, "effect_class is " + std::to_string(o.effect_class) +
+                        ", but must be -1 (every class) or a class in [0, " + std::to_string(o.classes - 1) + "]");
   if (!(o.confound >= 0.0 && o.confound < 1.0))
     throw_input(fn, "confound is " + std::to_string(o.confound) + ", but must be in [0, 1)");
   if (o.confound_source != "confidence" && o.confound_source != "outputs" && o.confound_source != "class")
-    throw_input(fn, "confound_source is '" + o.confound_source + "', but must be \"confidence\", \"outputs\" or \"class\"");
+    throw_input(fn,
+                "confound_source is '" + o.confound_source + "', but must be \"confidence\", \"outputs\" or \"class\"");
   const bool needs_u2 = (o.confound > 0.0 && o.confound_source == "outputs") || o.output_effect != 0.0;
   if (needs_u2 && o.classes < 3)
-    throw_input(fn, "classes is " + std::to_string(o.classes) + ", but confound_source \"outputs\" or an output_effect needs >= 3");
+    throw_input(fn, "classes is " + std::to_string(o.classes) +
+                        ", but confound_source \"outputs\" or an output_effect needs >= 3");
   for (double v : {o.wiggle, o.wiggle_frequency, o.output_effect, o.reference_slope, o.class_effect})
     if (!std::isfinite(v))
       throw_input(fn, "wiggle, wiggle_frequency, output_effect, reference_slope and class_effect must be finite");
@@ -203,9 +206,9 @@ SimulatedTokens simulate_tokens(const TokenSimulationOptions& o) {
   if (o.sequences < 2) throw_input(fn, "sequences is " + std::to_string(o.sequences) + ", but must be >= 2");
   if (o.length < 1) throw_input(fn, "length is 0, but must be >= 1");
   if (o.classes < 2) throw_input(fn, "classes is " + std::to_string(o.classes) + ", but must be >= 2");
-  for (double v : {o.confidence_mean, o.confidence_cluster_sd, o.confidence_token_sd, o.routing_cluster_sd,
-                   o.correct_cluster_sd, o.slope, o.confound, o.effect, o.first_share, o.length_log_sd, o.zipf,
-                   o.class_effect, o.class_routing})
+  for (double v :
+       {o.confidence_mean, o.confidence_cluster_sd, o.confidence_token_sd, o.routing_cluster_sd, o.correct_cluster_sd,
+        o.slope, o.confound, o.effect, o.first_share, o.length_log_sd, o.zipf, o.class_effect, o.class_routing})
     if (!std::isfinite(v)) throw_input(fn, "every setting must be finite");
   if (o.confidence_cluster_sd < 0 || o.confidence_token_sd < 0 || o.routing_cluster_sd < 0 || o.correct_cluster_sd < 0)
     throw_input(fn, "standard deviations must be >= 0");
@@ -218,11 +221,13 @@ SimulatedTokens simulate_tokens(const TokenSimulationOptions& o) {
   std::vector<std::size_t> len(G, m);
   if (o.length_log_sd > 0)
     for (std::size_t g = 1; g < G; ++g)
-      len[g] = static_cast<std::size_t>(std::max(1.0, std::round(double(m) * std::exp(o.length_log_sd * rng.normal()))));
+      len[g] =
+          static_cast<std::size_t>(std::max(1.0, std::round(double(m) * std::exp(o.length_log_sd * rng.normal()))));
   std::size_t rest = 0;
   for (std::size_t g = 1; g < G; ++g) rest += len[g];
   if (o.first_share > 0)
-    len[0] = std::max<std::size_t>(1, static_cast<std::size_t>(std::llround(o.first_share / (1 - o.first_share) * double(rest))));
+    len[0] = std::max<std::size_t>(
+        1, static_cast<std::size_t>(std::llround(o.first_share / (1 - o.first_share) * double(rest))));
   std::size_t N = 0;
   for (std::size_t l : len) N += l;
   SimulatedTokens out;
@@ -235,9 +240,12 @@ SimulatedTokens simulate_tokens(const TokenSimulationOptions& o) {
     v[g] = rng.normal();
     double ar = rng.normal();
     for (std::size_t t = 0; t < len[g]; ++t, ++i) {
-      if (t > 0) ar = o.token_autocorrelation * ar + std::sqrt(1 - o.token_autocorrelation * o.token_autocorrelation) * rng.normal();
+      if (t > 0)
+        ar = o.token_autocorrelation * ar +
+             std::sqrt(1 - o.token_autocorrelation * o.token_autocorrelation) * rng.normal();
       e[i] = ar;
-      lc[i] = std::max(floor_logit, o.confidence_mean + o.confidence_cluster_sd * u + o.confidence_token_sd * rng.normal());
+      lc[i] =
+          std::max(floor_logit, o.confidence_mean + o.confidence_cluster_sd * u + o.confidence_token_sd * rng.normal());
       out.cluster[i] = static_cast<std::int64_t>(g);
       out.statistic.push_back(o.routing_cluster_sd * w + e[i]);  // the confound is added below
     }
@@ -259,7 +267,8 @@ SimulatedTokens simulate_tokens(const TokenSimulationOptions& o) {
     class_b.resize(N);
     for (std::size_t i = 0; i < N; ++i) {
       const double u = crng.uniform() * acc;
-      const auto r = std::min<std::size_t>(K - 1, std::size_t(std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin()));
+      const auto r =
+          std::min<std::size_t>(K - 1, std::size_t(std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin()));
       preds[i] = std::int64_t(order[r]);
       class_b[i] = class_offset(order[r], K);
     }
@@ -297,14 +306,10 @@ SimulatedTokens simulate_tokens(const TokenSimulationOptions& o) {
   tr.num_features = 1;
   tr.feature_names = {"routing_s"};
   tr.cluster = out.cluster;
-  tr.meta_json = nlohmann::json{{"simulated", "tokens"},
-                                {"sequences", G},
-                                {"length", m},
-                                {"first_share", o.first_share},
-                                {"confound", o.confound},
-                                {"effect", o.effect},
-                                {"seed", o.seed}}
-                     .dump();
+  tr.meta_json =
+      nlohmann::json{{"simulated", "tokens"},  {"sequences", G},     {"length", m},   {"first_share", o.first_share},
+                     {"confound", o.confound}, {"effect", o.effect}, {"seed", o.seed}}
+          .dump();
   return out;
 }
 

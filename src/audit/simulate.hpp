@@ -22,10 +22,10 @@ struct SimulationOptions {
   /// (issue 54). -1: every class.
   std::int64_t effect_class = -1;
   std::uint64_t seed = 0;
-  std::size_t points = 6;      ///< routing points; point p has p + 2 sources
-  double margin_mean = 4.0;    ///< logit margin of the predicted class ~ |N(mean, sd)|
+  std::size_t points = 6;    ///< routing points; point p has p + 2 sources
+  double margin_mean = 4.0;  ///< logit margin of the predicted class ~ |N(mean, sd)|
   double margin_sd = 2.0;
-  double logit_noise = 1.0;    ///< sd of the other logits
+  double logit_noise = 1.0;      ///< sd of the other logits
   double reference_slope = 1.0;  ///< q(c) = σ(slope · logit c): 1 is a calibrated model, < 1 overconfident
   // ---- null families that trip naive tests (method.md §6.1, §6.6); all 0 reproduce the plain simulator.
   /// Correlation of the routing signal with the outputs: z = ρ·h + sqrt(1 − ρ²)·ε, h a standardised
@@ -62,18 +62,16 @@ struct SimulatedTrace {
   double delta = 0.0;
 };
 
-/// Simulated token data with strong within-sequence dependence (method.md §6.8, issue 27): `sequences`
-/// clusters of `length` tokens. Per sequence g: u_g, v_g, w_g ~ N(0, 1); per token an AR(1) series
-/// e_t = phi e_{t-1} + sqrt(1 - phi^2) eta_t (phi = token_autocorrelation) and d_t ~ N(0, 1).
-/// Confidence: logit c = confidence_mean + confidence_cluster_sd u_g + confidence_token_sd d_t
-/// (c = sigma of it, kept above 1/K). Routing statistic: s = confound z(c) + routing_cluster_sd w_g + e_t,
-/// z the standardised logit c. Correctness: a ~ Bern(sigma(slope logit c + correct_cluster_sd v_g +
-/// effect e_t)). With effect 0 routing carries nothing about a beyond c (w, e independent of v), yet
-/// both s and a are correlated inside a sequence; effect != 0 plants a dependence on the token-level
-/// part of s that c does not carry.
-/// Unequal sequences (issue 54): with first_share > 0 sequence 0 holds that share of the tokens (one
-/// dominant document) and the others keep `length`; with length_log_sd > 0 the other sequences' lengths
-/// are max(1, round(length e^{x})), x ~ N(0, length_log_sd^2) (drawn before anything else).
+/// Simulated token data with strong within-sequence dependence (method.md §6.9 "Dependent examples", issue 27):
+/// `sequences` clusters of `length` tokens. Per sequence g: u_g, v_g, w_g ~ N(0, 1); per token an AR(1) series e_t =
+/// phi e_{t-1} + sqrt(1 - phi^2) eta_t (phi = token_autocorrelation) and d_t ~ N(0, 1). Confidence: logit c =
+/// confidence_mean + confidence_cluster_sd u_g + confidence_token_sd d_t (c = sigma of it, kept above 1/K). Routing
+/// statistic: s = confound z(c) + routing_cluster_sd w_g + e_t, z the standardised logit c. Correctness: a ~
+/// Bern(sigma(slope logit c + correct_cluster_sd v_g + effect e_t)). With effect 0 routing carries nothing about a
+/// beyond c (w, e independent of v), yet both s and a are correlated inside a sequence; effect != 0 plants a dependence
+/// on the token-level part of s that c does not carry. Unequal sequences (issue 54): with first_share > 0 sequence 0
+/// holds that share of the tokens (one dominant document) and the others keep `length`; with length_log_sd > 0 the
+/// other sequences' lengths are max(1, round(length e^{x})), x ~ N(0, length_log_sd^2) (drawn before anything else).
 struct TokenSimulationOptions {
   std::size_t sequences = 200, length = 64;
   double first_share = 0.0;    ///< [0, 0.95]: the share of all tokens in sequence 0 (0: like the others)
@@ -82,9 +80,9 @@ struct TokenSimulationOptions {
   double confidence_mean = 0.5, confidence_cluster_sd = 0.8, confidence_token_sd = 1.2;
   double routing_cluster_sd = 1.0, token_autocorrelation = 0.6;
   double correct_cluster_sd = 1.0;
-  double slope = 1.0;    ///< < 1: over-confident (the confounded family uses 0.6)
-  double confound = 0.0; ///< s tracks c inside a sequence too
-  double effect = 0.0;   ///< logit of a per unit of e (the planted effect)
+  double slope = 1.0;     ///< < 1: over-confident (the confounded family uses 0.6)
+  double confound = 0.0;  ///< s tracks c inside a sequence too
+  double effect = 0.0;    ///< logit of a per unit of e (the planted effect)
   /// A vocabulary (issue 53). With any of the three set, the predicted classes are drawn up front from their
   /// own stream (derive_seed(seed, 0xC1A55)), Zipf(zipf) over the classes in a seeded random order (zipf 0:
   /// uniform); class_effect adds class_effect b_k to the logit of a (b_k = 2k/(K − 1) − 1 of the predicted

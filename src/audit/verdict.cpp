@@ -81,7 +81,7 @@ VerdictEvidence diagnostic_evidence(const DiagnosticFamily& d) {
       e.comparison = t.statistic;
     }
   e.runs = d.tests.size();
-  // Token traces (clusters): the clustered test, whole sequences sign-flipped (method.md §6.8).
+  // Token traces (clusters): the clustered test, whole sequences sign-flipped (method.md §6.9 "Dependent examples").
   if (!d.tests.empty() && d.tests.front().result.clusters > 0) e.variant = "clustered";
   return e;
 }
@@ -99,7 +99,8 @@ std::string describe(const VerdictEvidence& e, int replicates) {
                        p_text(e.p));
   if (e.test == "diagnostic.decision")
     return fmt::format("matched-confidence diagnostic (decision test{}), smallest Holm p of {} tests = {} ({})",
-                       e.variant == "clustered" ? ", clusters sign-flipped whole" : "", e.runs, p_text(e.p), e.comparison);
+                       e.variant == "clustered" ? ", clusters sign-flipped whole" : "", e.runs, p_text(e.p),
+                       e.comparison);
   return "not run";
 }
 
@@ -154,15 +155,17 @@ void conclude(Verdict& v, int replicates) {
   const double d = v.smallest_effect;
   const std::string dep_s = describe(v.dependence, replicates);
   const std::string gain_s =
-      has_gain ? fmt::format("the full-vector probe's gain over its capacity-matched control is {} over {} run{} "
-                             "(smallest effect of interest {})",
-                             gain_text(v.primary), v.primary.runs, v.primary.runs == 1 ? "" : "s", delta_text(d))
+      has_gain ? fmt::format(
+                     "the full-vector probe's gain over its capacity-matched control is {} over {} run{} "
+                     "(smallest effect of interest {})",
+                     gain_text(v.primary), v.primary.runs, v.primary.runs == 1 ? "" : "s", delta_text(d))
                : std::string("the gain was not measured (the probes did not run)");
   const bool saw_delta = std::isfinite(v.recovery_ci.low) && v.recovery_ci.low >= v.threshold;
   const std::string sens_s =
       std::isfinite(v.recovery)
           ? fmt::format("the sensitivity audit recovers R = {:.2f} [{:.2f}, {:.2f}] of an injected {} (threshold {})",
-                        v.recovery, v.recovery_ci.low, v.recovery_ci.high, delta_text(v.sensitivity_effect), v.threshold)
+                        v.recovery, v.recovery_ci.low, v.recovery_ci.high, delta_text(v.sensitivity_effect),
+                        v.threshold)
           : std::string("no sensitivity audit at or below the smallest effect of interest ran");
   const double lo = v.primary.effect_ci.low, hi = v.primary.effect_ci.high;
   if (v.dependence.test.empty() || v.dependence.status == "not run") {
@@ -180,16 +183,18 @@ void conclude(Verdict& v, int replicates) {
   }
   if (dep && lo > 0 && hi >= d) {
     v.answer = "present";
-    v.summary = "Yes: routing carries calibration-relevant information beyond confidence (" + dep_s + "; " + gain_s + ").";
+    v.summary =
+        "Yes: routing carries calibration-relevant information beyond confidence (" + dep_s + "; " + gain_s + ").";
   } else if (hi < d && std::isfinite(v.recovery) && !(v.recovery_ci.low > 0 && hi < v.recovery_ci.low * d)) {
     // The interval bounds only what the probe extracts: an effect of delta would show as a gain of about
     // R·delta. When even the pessimistic R_low·delta does not clear the interval, "negligible" is not
     // licensed (issue 54).
     v.answer = "undetected";
     v.summary = "Undetected: " + gain_s + ", below the smallest effect of interest, but " + sens_s +
-                fmt::format(", so an effect of that size could show as little as {:.4f} nats, which the interval does "
-                            "not exclude: the probe could miss it (",
-                            std::max(0.0, v.recovery_ci.low) * d) +
+                fmt::format(
+                    ", so an effect of that size could show as little as {:.4f} nats, which the interval does "
+                    "not exclude: the probe could miss it (",
+                    std::max(0.0, v.recovery_ci.low) * d) +
                 dep_s + ").";
   } else if (hi < d) {
     // The whole interval below delta is one answer whether or not the dependence test rejects: the word
@@ -203,20 +208,21 @@ void conclude(Verdict& v, int replicates) {
                           ", so the whole interval lies below the smallest effect of interest: an effect of that size "
                           "is absent.";
     if (!std::isfinite(v.recovery))
-      v.summary += " What this bounds is the gain the full-vector probe (confidence, predicted class, routing "
-                   "profile) extracts; how much of an effect of that size it would recover was not measured "
-                   "(--sensitivity).";
+      v.summary +=
+          " What this bounds is the gain the full-vector probe (confidence, predicted class, routing "
+          "profile) extracts; how much of an effect of that size it would recover was not measured "
+          "(--sensitivity).";
     else
-      v.summary += fmt::format(" The probe would have seen it: {}, so an effect of that size would show as at least "
-                               "{:.4f} nats, above the interval.",
-                               sens_s, v.recovery_ci.low * d);
+      v.summary += fmt::format(
+          " The probe would have seen it: {}, so an effect of that size would show as at least "
+          "{:.4f} nats, above the interval.",
+          sens_s, v.recovery_ci.low * d);
     if (std::isfinite(v.class_recovery)) {
       const bool excluded = v.class_recovery_ci.low > 0 && hi < v.class_recovery_ci.low * d;
-      v.summary += fmt::format(" An injected {} confined to one predicted class is recovered at R = {:.2f} [{:.2f}, {:.2f}]{}",
-                               delta_text(v.class_effect), v.class_recovery, v.class_recovery_ci.low,
-                               v.class_recovery_ci.high,
-                               excluded ? ": excluded as well."
-                                        : ": a class-confined effect of that size is not ruled out.");
+      v.summary +=
+          fmt::format(" An injected {} confined to one predicted class is recovered at R = {:.2f} [{:.2f}, {:.2f}]{}",
+                      delta_text(v.class_effect), v.class_recovery, v.class_recovery_ci.low, v.class_recovery_ci.high,
+                      excluded ? ": excluded as well." : ": a class-confined effect of that size is not ruled out.");
     }
   } else if (dep) {
     v.answer = "undetected";
@@ -229,20 +235,20 @@ void conclude(Verdict& v, int replicates) {
                 gain_s + "), and " + sens_s + ", so an effect of that size would have been seen.";
   } else {
     v.answer = "undetected";
-    v.summary = "Undetected: the dependence test does not reject (" + dep_s + "), yet " + gain_s +
-                (lo > 0 ? ": the interval excludes 0, but the declared chain starts with the dependence test, so no gain "
-                          "is claimed; "
-                        : "; ") +
-                sens_s + (saw_delta ? "." : ": read this as not detected, not as absent.");
+    v.summary =
+        "Undetected: the dependence test does not reject (" + dep_s + "), yet " + gain_s +
+        (lo > 0 ? ": the interval excludes 0, but the declared chain starts with the dependence test, so no gain "
+                  "is claimed; "
+                : "; ") +
+        sens_s + (saw_delta ? "." : ": read this as not detected, not as absent.");
   }
   if (dep && v.beyond_outputs.status != "not run")
-    v.summary += fmt::format(" Beyond the whole output vector ({}): {}.",
-                             v.beyond_outputs.test == "exact_null.conditional_permutation"
-                                 ? "exact null, full_logit matching"
-                                 : "full-logit probe with routing vs without",
-                             v.beyond_outputs.status == "rejects"
-                                 ? "routing adds information, p = " + p_text(v.beyond_outputs.p)
-                                 : "not demonstrated (p = " + p_text(v.beyond_outputs.p) + ")");
+    v.summary += fmt::format(
+        " Beyond the whole output vector ({}): {}.",
+        v.beyond_outputs.test == "exact_null.conditional_permutation" ? "exact null, full_logit matching"
+                                                                      : "full-logit probe with routing vs without",
+        v.beyond_outputs.status == "rejects" ? "routing adds information, p = " + p_text(v.beyond_outputs.p)
+                                             : "not demonstrated (p = " + p_text(v.beyond_outputs.p) + ")");
 }
 
 }  // namespace
@@ -283,11 +289,12 @@ Verdict make_verdict(const AuditResults& r) {
   // shares with the class is not counted; the sentence says what the gain is then about.
   const bool reduced = std::any_of(r.run_summaries.begin(), r.run_summaries.end(), read_in_reduced_form);
   if (reduced && v.answer != "not assessed")
-    v.summary += " The outputs were read in the reduced form of a large vocabulary (the predicted class as one of 32 "
-                 "groups, the 32 largest log-probabilities), and the probes read routing centred within each "
-                 "predicted class: what routing shares with the predicted class (class_explained of the runs) is an "
-                 "output and is not counted, so the gain is that of routing's variation among examples of one "
-                 "predicted class.";
+    v.summary +=
+        " The outputs were read in the reduced form of a large vocabulary (the predicted class as one of 32 "
+        "groups, the 32 largest log-probabilities), and the probes read routing centred within each "
+        "predicted class: what routing shares with the predicted class (class_explained of the runs) is an "
+        "output and is not counted, so the gain is that of routing's variation among examples of one "
+        "predicted class.";
   return v;
 }
 

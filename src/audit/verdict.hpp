@@ -1,4 +1,4 @@
-// The audit's one answer (method.md §6.7): does routing carry calibration-relevant information beyond
+// The audit's one answer (method.md §6.8 "The verdict"): does routing carry calibration-relevant information beyond
 // confidence in these runs? A decision chain declared before running, over the typed results:
 // (1) dependence — the exact null's confidence variant when it ran, else the diagnostic's decision family
 // (Holm) — at full alpha; (2) the gain of the full-vector probe over its capacity-matched control with its
@@ -20,14 +20,15 @@ namespace arcal {
 
 struct AuditResults;
 
-/// The default smallest effect of interest delta, in nats of binary log-loss gain (docs/method.md §6.7):
+/// The default smallest effect of interest delta, in nats of binary log-loss gain (docs/method.md §6.8 "The verdict"):
 /// half the seed papers' 0.010-nat reference effect, and one of the sensitivity audit's injected effects,
 /// so "would the audit have seen delta" is measured at delta itself.
 inline constexpr double kDefaultSmallestEffect = 0.005;
 
 /// One link of the chain or one secondary comparison: which test, on what, its gain and p.
 struct VerdictEvidence {
-  std::string test;        ///< "exact_null.conditional_permutation", "diagnostic.decision", "probes.across_runs"; empty: not run
+  std::string
+      test;  ///< "exact_null.conditional_permutation", "diagnostic.decision", "probes.across_runs"; empty: not run
   std::string comparison;  ///< e.g. "full_vector_vs_capacity_matched" (diagnostic: the statistic of the smallest p)
   std::string variant;     ///< exact null: "confidence" or "full_logit"
   /// Gain in nats, ℓ(control) − ℓ(probe) (positive: routing helps; the sign of every gain in results.json);
@@ -53,10 +54,10 @@ struct Verdict {
   std::string summary;  ///< one to three sentences naming every test the answer rests on
   double alpha = 0.05;
   double smallest_effect = kDefaultSmallestEffect;  ///< delta [nats]
-  VerdictEvidence dependence;      ///< link (1)
-  VerdictEvidence primary;         ///< link (2): the gain and its interval the answer rests on
-  VerdictEvidence beyond_outputs;  ///< link (3)
-  std::vector<VerdictEvidence> secondary;  ///< their own Holm family, never a veto
+  VerdictEvidence dependence;                       ///< link (1)
+  VerdictEvidence primary;                          ///< link (2): the gain and its interval the answer rests on
+  VerdictEvidence beyond_outputs;                   ///< link (3)
+  std::vector<VerdictEvidence> secondary;           ///< their own Holm family, never a veto
   /// Sensitivity: recovery R of the full-vector probe at `sensitivity_effect`, the largest injected effect
   /// <= delta (NaN when the audit did not run or injected nothing that small).
   double sensitivity_effect = std::numeric_limits<double>::quiet_NaN();

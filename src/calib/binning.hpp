@@ -20,8 +20,10 @@ inline int equal_width_bin(double c, int bins) {
   if (b >= bins) b = bins - 1;
   if (b < 0) b = 0;
   // c*B can round across an edge; compare against the edge itself so the convention is exact.
-  if (b + 1 < bins && c >= static_cast<double>(b + 1) / bins) ++b;
-  else if (b > 0 && c < static_cast<double>(b) / bins) --b;
+  if (b + 1 < bins && c >= static_cast<double>(b + 1) / bins)
+    ++b;
+  else if (b > 0 && c < static_cast<double>(b) / bins)
+    --b;
   return b;
 }
 
@@ -30,8 +32,10 @@ inline int equal_width_bin(double c, int bins, const double* edges) {
   int b = static_cast<int>(c * bins);
   if (b >= bins) b = bins - 1;
   if (b < 0) b = 0;
-  if (b + 1 < bins && c >= edges[b + 1]) ++b;
-  else if (b > 0 && c < edges[b]) --b;
+  if (b + 1 < bins && c >= edges[b + 1])
+    ++b;
+  else if (b > 0 && c < edges[b])
+    --b;
   return b;
 }
 

@@ -63,8 +63,9 @@ struct LbfgsResult {
   int iterations = 0;
   double value = 0;
 };
-LbfgsResult lbfgs(std::vector<double>& x, const std::function<double(const std::vector<double>&, std::vector<double>&)>& f,
-                  int max_iter, double gtol) {
+LbfgsResult lbfgs(std::vector<double>& x,
+                  const std::function<double(const std::vector<double>&, std::vector<double>&)>& f, int max_iter,
+                  double gtol) {
   const std::size_t d = x.size();
   std::vector<double> g(d), gn(d), xn(d), dir(d);
   double fx = f(x, g);
@@ -304,7 +305,8 @@ std::vector<double> pool_adjacent_violators(const std::vector<double>& y, const 
   return out;
 }
 
-IsotonicFit fit_isotonic(const std::vector<double>& x, const std::vector<double>& y, const std::vector<double>& weights) {
+IsotonicFit fit_isotonic(const std::vector<double>& x, const std::vector<double>& y,
+                         const std::vector<double>& weights) {
   check_same_size("fit_isotonic", "x", x.size(), "y", y.size());
   if (x.empty()) throw_input("fit_isotonic", "no examples (N = 0)");
   for (std::size_t i = 0; i < x.size(); ++i) {
@@ -336,10 +338,13 @@ std::vector<double> apply_isotonic(const IsotonicFit& fit, const std::vector<dou
   ARCAL_ASSERT(!fit.x.empty(), "apply_isotonic on an empty fit");
   std::vector<double> out(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) {
-    if (x[i] <= fit.x.front()) out[i] = fit.y.front();
-    else if (x[i] >= fit.x.back()) out[i] = fit.y.back();
+    if (x[i] <= fit.x.front())
+      out[i] = fit.y.front();
+    else if (x[i] >= fit.x.back())
+      out[i] = fit.y.back();
     else {
-      const std::size_t hi = static_cast<std::size_t>(std::upper_bound(fit.x.begin(), fit.x.end(), x[i]) - fit.x.begin());
+      const std::size_t hi =
+          static_cast<std::size_t>(std::upper_bound(fit.x.begin(), fit.x.end(), x[i]) - fit.x.begin());
       const std::size_t lo = hi - 1;
       const double t = (x[i] - fit.x[lo]) / (fit.x[hi] - fit.x[lo]);
       out[i] = fit.y[lo] + t * (fit.y[hi] - fit.y[lo]);
@@ -372,8 +377,8 @@ std::vector<double> apply_histogram(const HistogramFit& fit, const std::vector<d
   return q;
 }
 
-std::vector<double> nadaraya_watson(const std::vector<double>& train, const std::vector<double>& targets, std::size_t dims,
-                                    const std::vector<double>& h, const std::vector<double>& query,
+std::vector<double> nadaraya_watson(const std::vector<double>& train, const std::vector<double>& targets,
+                                    std::size_t dims, const std::vector<double>& h, const std::vector<double>& query,
                                     const NadarayaWatsonOptions& opt) {
   const char* fn = "nadaraya_watson";
   if (dims == 0) throw_input(fn, "dims must be >= 1");
@@ -384,7 +389,8 @@ std::vector<double> nadaraya_watson(const std::vector<double>& train, const std:
   check_same_size(fn, "targets", targets.size(), "train rows", m);
   if (m == 0) throw_input(fn, "no training examples");
   for (std::size_t d = 0; d < dims; ++d)
-    if (!(h[d] > 0) || !std::isfinite(h[d])) throw_index(fn, "bandwidths", d, std::to_string(h[d]), "positive and finite");
+    if (!(h[d] > 0) || !std::isfinite(h[d]))
+      throw_index(fn, "bandwidths", d, std::to_string(h[d]), "positive and finite");
   for (std::size_t i = 0; i < train.size(); ++i) check_finite(fn, "train", i, train[i]);
   for (std::size_t i = 0; i < query.size(); ++i) check_finite(fn, "query", i, query[i]);
   for (std::size_t i = 0; i < m; ++i) check_probability(fn, "targets", i, targets[i]);
@@ -439,7 +445,8 @@ LinearScalingFit fit_linear_scaling(const std::vector<double>& z, std::size_t n,
       const double* zi = &z[i * k];
       for (std::size_t r = 0; r < k; ++r) {
         double v = p[nw + r];
-        if (diagonal) v += p[r] * zi[r];
+        if (diagonal)
+          v += p[r] * zi[r];
         else
           for (std::size_t c = 0; c < k; ++c) v += p[r * k + c] * zi[c];
         s[r] = v;
@@ -452,7 +459,8 @@ LinearScalingFit fit_linear_scaling(const std::vector<double>& z, std::size_t n,
       for (std::size_t r = 0; r < k; ++r) {
         const double d = std::exp(s[r] - m) / sum - (r == y ? 1.0 : 0.0);  // dNLL/ds_r
         g[nw + r] += d;
-        if (diagonal) g[r] += d * zi[r];
+        if (diagonal)
+          g[r] += d * zi[r];
         else
           for (std::size_t c = 0; c < k; ++c) g[r * k + c] += d * zi[c];
       }
@@ -487,7 +495,8 @@ std::vector<double> apply_linear_scaling(const LinearScalingFit& fit, const std:
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t r = 0; r < k; ++r) {
       double v = fit.b[r];
-      if (fit.diagonal) v += fit.w[r] * z[i * k + r];
+      if (fit.diagonal)
+        v += fit.w[r] * z[i * k + r];
       else
         for (std::size_t c = 0; c < k; ++c) v += fit.w[r * k + c] * z[i * k + c];
       s[i * k + r] = v;
@@ -529,11 +538,11 @@ struct QatsData {
   const std::vector<double>* z = nullptr;
   std::size_t k = 0;
   std::vector<std::size_t> rows;
-  std::vector<double> u;                  ///< [rows]
-  std::vector<std::int64_t> y;            ///< [rows]
-  std::vector<double> correct;            ///< [rows] 1[argmax = y] (temperature never changes the argmax)
-  std::vector<double> member;             ///< [rows, M] memberships
-  std::vector<double> mass;               ///< [M] S_j
+  std::vector<double> u;        ///< [rows]
+  std::vector<std::int64_t> y;  ///< [rows]
+  std::vector<double> correct;  ///< [rows] 1[argmax = y] (temperature never changes the argmax)
+  std::vector<double> member;   ///< [rows, M] memberships
+  std::vector<double> mass;     ///< [M] S_j
 };
 
 QatsData qats_data(const std::vector<double>& z, std::size_t k, const std::vector<std::int64_t>& labels,
@@ -618,7 +627,8 @@ double qats_objective(const QatsData& d, const std::vector<double>& temp, std::v
     for (std::size_t r = 0; r < n; ++r) {
       // dE/dc_r = Σ_j (S_j/Σ S) 2 gap_j m_rj / S_j = Σ_j 2 gap_j m_rj / Σ S.
       double de = 0;
-      for (int j = 0; j < kQatsAnchors; ++j) de += 2.0 * gap[std::size_t(j)] * d.member[r * kQatsAnchors + std::size_t(j)];
+      for (int j = 0; j < kQatsAnchors; ++j)
+        de += 2.0 * gap[std::size_t(j)] * d.member[r * kQatsAnchors + std::size_t(j)];
       de /= total;
       const double dT = de / (2.0 * sbece) * dconf[r] + kQatsNllWeight * dnll[r] / double(n);
       (*grad)[lo[r]] += (1 - frac[r]) * dT;
@@ -684,7 +694,8 @@ QatsFit fit_qats(const std::vector<double>& z, std::size_t n, std::size_t k, con
   std::iota(order.begin(), order.end(), std::size_t{0});
   Rng(seed).shuffle(order);
   const std::size_t n_val = std::max<std::size_t>(1, n / 5);
-  std::vector<std::size_t> val(order.begin(), order.begin() + long(n_val)), fitrows(order.begin() + long(n_val), order.end());
+  std::vector<std::size_t> val(order.begin(), order.begin() + long(n_val)),
+      fitrows(order.begin() + long(n_val), order.end());
   std::sort(val.begin(), val.end());
   std::sort(fitrows.begin(), fitrows.end());
   const auto dfit = qats_data(z, k, labels, fitrows, fit.calib_confidence);
@@ -700,7 +711,8 @@ QatsFit fit_qats(const std::vector<double>& z, std::size_t n, std::size_t k, con
   std::vector<std::size_t> all(n);
   std::iota(all.begin(), all.end(), std::size_t{0});
   const auto dall = qats_data(z, k, labels, all, fit.calib_confidence);
-  fit.temperature = qats_minimise(dall, start, J, fit.direction, max_iter, fit.converged, fit.iterations, fit.objective);
+  fit.temperature =
+      qats_minimise(dall, start, J, fit.direction, max_iter, fit.converged, fit.iterations, fit.objective);
   return fit;
 }
 

@@ -19,7 +19,7 @@ struct TemperatureFit {
   double temperature = 1.0;  ///< 1/beta (inf/negative when beta <= 0)
   bool converged = false;
   int iterations = 0;
-  double nll = 0.0;          ///< calibration-set NLL at beta
+  double nll = 0.0;                                    ///< calibration-set NLL at beta
   bool ok() const { return converged && beta > 0.0; }  ///< beta <= 0 is a failed fit, never hidden
 };
 /// Minimises mean NLL(softmax(beta z), y) by Newton on beta from beta = 1 (convex in beta) with
@@ -74,9 +74,9 @@ std::vector<double> apply_histogram(const HistogramFit& fit, const std::vector<d
 /// only (no truncation, the prior is always the mean target).
 /// train [M, D] row-major, targets [M], bandwidths [D] (> 0), query [Q, D] -> [Q]. Features are used as
 /// given (standardise before calling). Cost O(M Q D). Throws InputError on bad shapes or bandwidths.
-std::vector<double> nadaraya_watson(const std::vector<double>& train, const std::vector<double>& targets, std::size_t dims,
-                                    const std::vector<double>& bandwidths, const std::vector<double>& query,
-                                    const NadarayaWatsonOptions& options = {});
+std::vector<double> nadaraya_watson(const std::vector<double>& train, const std::vector<double>& targets,
+                                    std::size_t dims, const std::vector<double>& bandwidths,
+                                    const std::vector<double>& query, const NadarayaWatsonOptions& options = {});
 /// Scott's rule for a D-dimensional Gaussian product kernel: h_d = sd_d * n^(-1/(D+4)).
 std::vector<double> scott_bandwidths(const std::vector<double>& features, std::size_t dims);
 
@@ -105,19 +105,20 @@ std::vector<double> apply_linear_scaling(const LinearScalingFit& fit, const std:
 /// ECE of the calibrated confidences with M anchors equally spaced in u (equal mass: the
 /// reparameterised ECE; membership softmax_j(−(u − ζ_j)² / 0.01), fixed) + 0.1 · mean NLL, minimised
 /// by L-BFGS over T_first = 0.05 + e^{a_0} and positive increments e^{a_j} in the direction's order
-/// (monotone and T >= 0.05 by construction) from plain temperature scaling's T. The ECE term is what keeps it from collapsing to one temperature: a
-/// likelihood objective under a monotone constraint is minimised by TS whenever TS is nearly right.
+/// (monotone and T >= 0.05 by construction) from plain temperature scaling's T. The ECE term is what keeps it from
+/// collapsing to one temperature: a likelihood objective under a monotone constraint is minimised by TS whenever TS is
+/// nearly right.
 struct QatsFit {
   std::vector<double> temperature;       ///< [J] T at the knots
   int direction = 1;                     ///< +1: T non-decreasing in u; −1: non-increasing
   std::vector<double> calib_confidence;  ///< sorted fitting-split confidences (defines u)
   bool converged = false;
   int iterations = 0;
-  double objective = 0.0;                ///< SB-ECE + 0.1 NLL at the optimum on the fitting split
+  double objective = 0.0;                  ///< SB-ECE + 0.1 NLL at the optimum on the fitting split
   double inner_objective[2] = {0.0, 0.0};  ///< held-out (20 %) objective of the increasing / decreasing fit
 };
-QatsFit fit_qats(const std::vector<double>& logits, std::size_t n, std::size_t k, const std::vector<std::int64_t>& labels,
-                 int knots = 8, int max_iter = 500, std::uint64_t seed = 0);
+QatsFit fit_qats(const std::vector<double>& logits, std::size_t n, std::size_t k,
+                 const std::vector<std::int64_t>& labels, int knots = 8, int max_iter = 500, std::uint64_t seed = 0);
 std::vector<double> apply_qats(const QatsFit& fit, const std::vector<double>& logits, std::size_t n, std::size_t k);
 
 /// Replaces the top-label probability of each row by q_i and rescales the other entries to sum to 1 - q_i

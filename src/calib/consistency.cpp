@@ -74,8 +74,7 @@ double poisson_draw(DrawRng& rng, double mean) {
 double BernoulliSumCell::sample(DrawRng& rng, double delta) const {
   const double n = static_cast<double>(n_);
   switch (mode_) {
-    case Mode::empty:
-      return 0.0;
+    case Mode::empty: return 0.0;
     case Mode::normal:
     case Mode::poisson_low:
     case Mode::poisson_high: {
@@ -111,12 +110,8 @@ double cell_error(const ErrorCells& c, const std::vector<double>& sums, CellErro
     if (n == 0) continue;
     const double s = sums[j];
     switch (kind) {
-      case CellError::l1:
-        out += std::abs(s);
-        break;
-      case CellError::l2:
-        out += s * s / n;
-        break;
+      case CellError::l1: out += std::abs(s); break;
+      case CellError::l2: out += s * s / n; break;
       case CellError::debiased_l2:
         if (n >= 2) {
           const double acc = std::min(std::max((s + c.cells[j].sum_p()) / n, 0.0), 1.0);
@@ -160,7 +155,8 @@ ErrorCells top_label_cells(const std::vector<double>& confidence, const std::vec
   ErrorCells out;
   out.total = static_cast<double>(confidence.size());
   fill_cells(out, static_cast<std::size_t>(bins), [&](const auto& visit) {
-    for (std::size_t i = 0; i < confidence.size(); ++i) visit(static_cast<std::size_t>(bin[i]), confidence[i], correct[i]);
+    for (std::size_t i = 0; i < confidence.size(); ++i)
+      visit(static_cast<std::size_t>(bin[i]), confidence[i], correct[i]);
   });
   return out;
 }

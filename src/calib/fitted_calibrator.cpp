@@ -25,7 +25,8 @@ void check_sizes(const std::string& ctx, const char* name, std::size_t size, std
   if (n == 0) throw_input(ctx, std::string(name) + " has no rows (N = 0)");
   if (k < 2) throw_input(ctx, std::string(name) + " has K = " + std::to_string(k) + " columns, but needs >= 2");
   if (size != n * k)
-    throw_input(ctx, std::string(name) + " has " + std::to_string(size) + " values, but N*K = " + std::to_string(n * k));
+    throw_input(ctx,
+                std::string(name) + " has " + std::to_string(size) + " values, but N*K = " + std::to_string(n * k));
 }
 
 // logit(c) with c clipped to [1e-12, 1 - 1e-12]: the nw calibrator's feature.
@@ -83,8 +84,8 @@ struct Reader {
     auto v = numbers(key, size);
     for (std::size_t i = 0; i < v.size(); ++i)
       if (!std::isfinite(v[i]) || v[i] < lo || v[i] > hi)
-        throw_input(ctx, "key '" + key + "'[" + std::to_string(i) + "] is " + num(v[i]) + ", but must be finite and in [" +
-                             num(lo) + ", " + num(hi) + "]");
+        throw_input(ctx, "key '" + key + "'[" + std::to_string(i) + "] is " + num(v[i]) +
+                             ", but must be finite and in [" + num(lo) + ", " + num(hi) + "]");
     return v;
   }
   std::vector<double> finite_numbers(const std::string& key, std::size_t size = SIZE_MAX) const {
@@ -179,18 +180,18 @@ const std::vector<std::string>& calibrator_methods() {
   return m;
 }
 
-FittedCalibrator fit_calibrator(const std::string& method, const Predictions& p, const std::vector<std::int64_t>& labels,
-                                const CalibratorOptions& options) {
+FittedCalibrator fit_calibrator(const std::string& method, const Predictions& p,
+                                const std::vector<std::int64_t>& labels, const CalibratorOptions& options) {
   const auto& methods = calibrator_methods();
   if (std::find(methods.begin(), methods.end(), method) == methods.end())
-    throw_input("calibrate", "unknown method '" + method +
-                                 "' (temperature, platt, isotonic, histogram, nw, qats, vector, matrix)");
+    throw_input("calibrate",
+                "unknown method '" + method + "' (temperature, platt, isotonic, histogram, nw, qats, vector, matrix)");
   check_options(options);
   check_sizes("calibrate", "the predictions", p.probs.size(), p.n, p.k);
   if (p.n < 2)
     throw_input("calibrate", "the fitting data has N = " + std::to_string(p.n) +
-                                 " example; a calibrator needs at least 2 to fit (and " + std::to_string(kFewFitExamples) +
-                                 " or more to be trusted)");
+                                 " example; a calibrator needs at least 2 to fit (and " +
+                                 std::to_string(kFewFitExamples) + " or more to be trusted)");
   FittedCalibrator f;
   f.method = method;
   f.classes = p.k;
@@ -259,7 +260,8 @@ std::string fit_warning(const FittedCalibrator& f, const Predictions& p, const s
           " maps every confidence to " + (correct == 0 ? "0" : "1"));
   }
   if (!converged)
-    add(m + " did not converge in " + std::to_string(iterations) + " iterations (converged: false); the parameters are the last iterate's");
+    add(m + " did not converge in " + std::to_string(iterations) +
+        " iterations (converged: false); the parameters are the last iterate's");
   // The fitted calibrator against none, on the data it was fitted on: worse there means the fit failed.
   const std::vector<double> q = apply_calibrator(f, p);
   double before = 0.0, after = 0.0;
@@ -307,28 +309,39 @@ std::vector<double> apply_calibrator(const FittedCalibrator& f, const Prediction
 }
 
 nlohmann::json calibrator_json(const FittedCalibrator& f) {
-  nlohmann::json j = {{"schema", kCalibratorSchema}, {"method", f.method}, {"classes", f.classes},
-                      {"n_calibration", f.n_fit}};
+  nlohmann::json j = {
+      {"schema", kCalibratorSchema}, {"method", f.method}, {"classes", f.classes}, {"n_calibration", f.n_fit}};
   const std::string& m = f.method;
   if (m == "temperature") {
-    j.update({{"temperature", f.temperature.temperature}, {"beta", f.temperature.beta},
-              {"converged", f.temperature.converged}, {"iterations", f.temperature.iterations}});
+    j.update({{"temperature", f.temperature.temperature},
+              {"beta", f.temperature.beta},
+              {"converged", f.temperature.converged},
+              {"iterations", f.temperature.iterations}});
   } else if (m == "platt") {
-    j.update({{"a", f.platt.a}, {"b", f.platt.b}, {"converged", f.platt.converged}, {"iterations", f.platt.iterations}});
+    j.update(
+        {{"a", f.platt.a}, {"b", f.platt.b}, {"converged", f.platt.converged}, {"iterations", f.platt.iterations}});
   } else if (m == "isotonic") {
     j.update({{"x", f.isotonic.x}, {"y", f.isotonic.y}});
   } else if (m == "histogram") {
     j.update({{"bins", f.histogram.bins}, {"value", f.histogram.value}});
   } else if (m == "nw") {
-    j.update({{"feature", "logit_confidence"}, {"bandwidth", f.kernel_bandwidth}, {"pseudo_count", f.options.pseudo_count},
-              {"x", f.kernel_x}, {"correct", f.kernel_correct}});
+    j.update({{"feature", "logit_confidence"},
+              {"bandwidth", f.kernel_bandwidth},
+              {"pseudo_count", f.options.pseudo_count},
+              {"x", f.kernel_x},
+              {"correct", f.kernel_correct}});
   } else if (m == "qats") {
-    j.update({{"temperature_knots", f.qats.temperature}, {"direction", f.qats.direction},
+    j.update({{"temperature_knots", f.qats.temperature},
+              {"direction", f.qats.direction},
               {"calibration_confidence", f.qats.calib_confidence},
-              {"converged", f.qats.converged}, {"iterations", f.qats.iterations}});
+              {"converged", f.qats.converged},
+              {"iterations", f.qats.iterations}});
   } else {
-    j.update({{"w", f.linear.w}, {"b", f.linear.b}, {"converged", f.linear.converged},
-              {"iterations", f.linear.iterations}, {"l2", f.options.l2}});
+    j.update({{"w", f.linear.w},
+              {"b", f.linear.b},
+              {"converged", f.linear.converged},
+              {"iterations", f.linear.iterations},
+              {"l2", f.options.l2}});
   }
   return j;
 }
@@ -342,8 +355,9 @@ FittedCalibrator calibrator_from_json(const nlohmann::json& j, const std::string
   const auto& method = r.at("method");
   const auto& methods = calibrator_methods();
   if (!method.is_string() || std::find(methods.begin(), methods.end(), method.get<std::string>()) == methods.end())
-    r.bad("method", "is " + method.dump() + ", but must be one of temperature, platt, isotonic, histogram, nw, qats, "
-                    "vector, matrix");
+    r.bad("method", "is " + method.dump() +
+                        ", but must be one of temperature, platt, isotonic, histogram, nw, qats, "
+                        "vector, matrix");
   FittedCalibrator f;
   f.method = method.get<std::string>();
   f.classes = static_cast<std::size_t>(r.integer("classes", 2));
@@ -371,8 +385,7 @@ FittedCalibrator calibrator_from_json(const nlohmann::json& j, const std::string
     } else {
       f.temperature.beta = 1.0 / f.temperature.temperature;
     }
-    if (has_t && has_beta &&
-        std::fabs(f.temperature.temperature * f.temperature.beta - 1.0) > 1e-9)
+    if (has_t && has_beta && std::fabs(f.temperature.temperature * f.temperature.beta - 1.0) > 1e-9)
       r.bad("temperature", "is " + num(f.temperature.temperature) + ", but key 'beta' is " + num(f.temperature.beta) +
                                " and temperature must be 1/beta; change both or give only one");
     f.temperature.temperature = 1.0 / f.temperature.beta;
@@ -385,7 +398,8 @@ FittedCalibrator calibrator_from_json(const nlohmann::json& j, const std::string
     f.isotonic.y = r.numbers_in("y", 0.0, 1.0, f.isotonic.x.size());  // calibrated probabilities
     if (f.isotonic.x.empty()) r.bad("x", "is empty");
     for (std::size_t i = 1; i < f.isotonic.x.size(); ++i) {
-      if (!(f.isotonic.x[i] > f.isotonic.x[i - 1])) r.bad("x", "must be strictly increasing (entry " + std::to_string(i) + ")");
+      if (!(f.isotonic.x[i] > f.isotonic.x[i - 1]))
+        r.bad("x", "must be strictly increasing (entry " + std::to_string(i) + ")");
       if (f.isotonic.y[i] < f.isotonic.y[i - 1]) r.bad("y", "must be non-decreasing (entry " + std::to_string(i) + ")");
     }
   } else if (m == "histogram") {
@@ -439,7 +453,8 @@ FittedCalibrator calibrator_from_json(const nlohmann::json& j, const std::string
   }
   if (j.contains("iterations")) {
     const std::int64_t iterations = r.integer("iterations", 0);
-    if (iterations > INT_MAX) r.bad("iterations", "is " + std::to_string(iterations) + ", more than " + std::to_string(INT_MAX));
+    if (iterations > INT_MAX)
+      r.bad("iterations", "is " + std::to_string(iterations) + ", more than " + std::to_string(INT_MAX));
     const int it = static_cast<int>(iterations);
     f.temperature.iterations = f.platt.iterations = f.qats.iterations = f.linear.iterations = it;
   }

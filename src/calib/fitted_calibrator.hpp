@@ -58,8 +58,8 @@ struct FittedCalibrator {
   /// keeps its data), Scott bandwidth.
   std::vector<double> kernel_x, kernel_correct;
   double kernel_bandwidth = 0.0;
-  QatsFit qats;              ///< qats
-  LinearScalingFit linear;   ///< vector, matrix
+  QatsFit qats;             ///< qats
+  LinearScalingFit linear;  ///< vector, matrix
   /// Set by fit_calibrator (not saved): why the fit should not be trusted, "" when nothing is wrong
   /// (the CLI prints it as a warning, the Python module raises a RuntimeWarning).
   std::string warning;
@@ -77,8 +77,8 @@ std::string fit_warning(const FittedCalibrator& f, const Predictions& p, const s
 /// Fits `method` on predictions p with labels [n] in [0, k). Throws InputError on an unknown method,
 /// invalid options, labels or shapes; std::runtime_error when temperature scaling fails (beta <= 0 or
 /// no convergence: never hidden).
-FittedCalibrator fit_calibrator(const std::string& method, const Predictions& p, const std::vector<std::int64_t>& labels,
-                                const CalibratorOptions& options = {});
+FittedCalibrator fit_calibrator(const std::string& method, const Predictions& p,
+                                const std::vector<std::int64_t>& labels, const CalibratorOptions& options = {});
 
 /// Calibrated probabilities [n, k] of p. Throws InputError when p's k differs from the fitted one.
 std::vector<double> apply_calibrator(const FittedCalibrator& calibrator, const Predictions& p);

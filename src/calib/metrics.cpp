@@ -126,8 +126,14 @@ struct ClasswiseCells {
   double total = 0;
 
   ClasswiseCells(std::size_t k, int bins)
-      : K(k), B(static_cast<std::size_t>(bins)), edges(bin_edges(bins)), c0(k, 0.0), s0(k, 0.0), cnt(k * B, 0.0),
-        sc(k * B, 0.0), sa(k * B, 0.0) {
+      : K(k),
+        B(static_cast<std::size_t>(bins)),
+        edges(bin_edges(bins)),
+        c0(k, 0.0),
+        s0(k, 0.0),
+        cnt(k * B, 0.0),
+        sc(k * B, 0.0),
+        sa(k * B, 0.0) {
     bin0_limit = B > 1 ? edges[1] : std::numeric_limits<double>::infinity();
   }
 
@@ -189,20 +195,21 @@ struct ClasswiseCells {
 // and Brier terms, and (optionally) the classwise cells. Labels are checked before the scan.
 struct RowScan {
   std::vector<double> conf, correct, nll, brier;  // [N], file order
-  std::vector<int> prediction;                     // [N] when asked for
+  std::vector<int> prediction;                    // [N] when asked for
 };
 
 // Rows [begin, end) of the scan; returns the first invalid row, or end when all are valid (the caller
 // throws, so a worker thread never does). On x86-64 an AVX2 clone is chosen at load time where the CPU
 // has it (NumPy dispatches the same way).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#ifndef ARCAL_NO_TARGET_CLONES  // ThreadSanitizer builds: an instrumented ifunc resolver runs before TSan's runtime exists
+#ifndef ARCAL_NO_TARGET_CLONES  // ThreadSanitizer builds: an instrumented ifunc resolver runs before TSan's runtime
+                                // exists
 __attribute__((target_clones("avx2", "default")))
 #endif
 #endif
-std::size_t scan_range(const double* probs, std::size_t k, const std::int64_t* labels, std::size_t begin,
-                       std::size_t end, RowScan& out, ClasswiseCells* cw, bool want_prediction,
-                       double row_sum_tolerance) {
+std::size_t
+scan_range(const double* probs, std::size_t k, const std::int64_t* labels, std::size_t begin, std::size_t end,
+           RowScan& out, ClasswiseCells* cw, bool want_prediction, double row_sum_tolerance) {
   for (std::size_t i = begin; i < end; ++i) {
     const double* row = &probs[i * k];
     const std::size_t y = static_cast<std::size_t>(labels[i]);
@@ -384,8 +391,8 @@ inline void grid_add(double f, double r, double scale, std::size_t m, double* v)
   v[g + 1] += frac * r;
 }
 
-void round_to_grid(const double* f, const double* y, const std::uint32_t* w, std::size_t n, double total,
-                   std::size_t m, std::vector<double>& v) {
+void round_to_grid(const double* f, const double* y, const std::uint32_t* w, std::size_t n, double total, std::size_t m,
+                   std::vector<double>& v) {
   v.assign(m, 0.0);
   const double scale = static_cast<double>(m - 1);
   for (std::size_t i = 0; i < n; ++i) {
@@ -458,8 +465,10 @@ SmoothEce smooth_search(const double* f, const double* y, const std::uint32_t* w
     double start = 1.0, end = 0.0;
     for (int it = 0; it < 10; ++it) {
       const double mid = (start + end) / 2.0;
-      if (below_fixed_point(mid)) end = mid;
-      else start = mid;
+      if (below_fixed_point(mid))
+        end = mid;
+      else
+        start = mid;
     }
     sigma = start;
   }
@@ -506,8 +515,8 @@ struct Tables {
 };
 
 // Every top-label metric, NLL and Brier in one pass over the sorted data with multiplicities w
-// (nullptr = all 1; otherwise any counts, e.g. a cluster bootstrap's): equal-width and equal-mass bin sums, AUROC over tied runs,
-// the M = 200 smECE grid; then the O(B) summaries and the smECE bisection.
+// (nullptr = all 1; otherwise any counts, e.g. a cluster bootstrap's): equal-width and equal-mass bin sums, AUROC over
+// tied runs, the M = 200 smECE grid; then the O(B) summaries and the smECE bisection.
 void evaluate(const Sorted& p, const std::uint32_t* w, double* out, Tables* tables, bool with_smooth = false) {
   const std::size_t n = p.n, B = static_cast<std::size_t>(p.bins);
   std::uint64_t total = n;
@@ -565,9 +574,9 @@ void evaluate(const Sorted& p, const std::uint32_t* w, double* out, Tables* tabl
   const Binned eqm = summarise_bins(mc, ms, ma, B, dtotal);
   // smECE, the costliest metric at small sigma, in resamples only where asked (its interval's first
   // kSmeceDraws), with kernel terms past 8 sigma (< 1e-14 of the peak) left out there.
-  const SmoothEce sm = !w ? smooth_search(p.c.data(), p.a.data(), w, n, dtotal, v)
-                          : with_smooth ? smooth_search(p.c.data(), p.a.data(), w, n, dtotal, v, 8.0)
-                                        : SmoothEce{kNaN, kNaN};
+  const SmoothEce sm = !w            ? smooth_search(p.c.data(), p.a.data(), w, n, dtotal, v)
+                       : with_smooth ? smooth_search(p.c.data(), p.a.data(), w, n, dtotal, v, 8.0)
+                                     : SmoothEce{kNaN, kNaN};
   out[kAcc] = acc / dtotal;
   out[kEce] = eqw.ece;
   out[kMce] = eqw.mce;
@@ -642,8 +651,7 @@ double classwise_calibration_error(const std::vector<double>& probs, std::size_t
   return cw.finish();
 }
 
-DebiasedL2 debiased_l2_calibration_error(const std::vector<double>& conf, const std::vector<double>& target,
-                                         int bins) {
+DebiasedL2 debiased_l2_calibration_error(const std::vector<double>& conf, const std::vector<double>& target, int bins) {
   check_pair("debiased_l2_calibration_error", conf, target);
   check_bins("debiased_l2_calibration_error", bins);
   const auto table = bin_table(conf, target, equal_width_bins(conf, bins), bins);
@@ -765,14 +773,14 @@ CalibrationReport report_from_rows(const char* fn, RowScan scan, double cw_point
   r.reliability_equal_mass = std::move(tables.mass);
   r.debiased_clipped = tables.deb_raw < 0;
 
-  // Clustered examples (method.md §6.8): resample whole clusters; cluster_of[pos] is the cluster
+  // Clustered examples (method.md §6.9 "Dependent examples"): resample whole clusters; cluster_of[pos] is the cluster
   // (0..G-1, in id order) of the example at sorted position pos.
   std::vector<std::uint32_t> cluster_of;
   std::size_t clusters = 0;
   if (!opt.cluster.empty()) {
     if (opt.cluster.size() != n)
-      throw_input(fn, "cluster has " + std::to_string(opt.cluster.size()) + " entries, but there are " + std::to_string(n) +
-                          " examples");
+      throw_input(fn, "cluster has " + std::to_string(opt.cluster.size()) + " entries, but there are " +
+                          std::to_string(n) + " examples");
     for (std::size_t i = 0; i < n; ++i)
       if (opt.cluster[i] < 0) throw_index(fn, "cluster", i, std::to_string(opt.cluster[i]), ">= 0");
     const auto dense = dense_ids(opt.cluster, clusters);
@@ -843,7 +851,8 @@ CalibrationReport report_from_rows(const char* fn, RowScan scan, double cw_point
   // percentile interval lies above the plug-in value; 2 smECE - the percentiles, clipped at 0, does not.
   r.smece = percentile(kSm);
   if (std::isfinite(r.smece.ci.low))
-    r.smece.ci = {std::max(0.0, 2.0 * r.smece.value - r.smece.ci.high), std::max(0.0, 2.0 * r.smece.value - r.smece.ci.low)};
+    r.smece.ci = {std::max(0.0, 2.0 * r.smece.value - r.smece.ci.high),
+                  std::max(0.0, 2.0 * r.smece.value - r.smece.ci.low)};
   r.smece_sigma = none(point[kSmSigma]);
   r.ece = none(point[kEce]);
   r.rmsce = none(point[kRmsce]);
@@ -883,7 +892,8 @@ CalibrationReport report_from_rows(const char* fn, RowScan scan, double cw_point
     const auto width = top_label_cells(conf, correct, opt.bins, false);
     const auto mass = top_label_cells(conf, correct, opt.bins, true);
     auto inverted = [&](Estimate& e, const ErrorCells& cells, CellError kind, std::uint64_t stream) {
-      const auto fi = scaled_family_interval(cells, kind, opt.level, opt.consistency_draws, derive_seed(opt.seed, stream));
+      const auto fi =
+          scaled_family_interval(cells, kind, opt.level, opt.consistency_draws, derive_seed(opt.seed, stream));
       e.ci = {fi.low, fi.high};
       e.bias_corrected = fi.median_unbiased;
       return fi.consistency_p;
@@ -909,8 +919,8 @@ CalibrationReport calibration_report(Span<double> probs, std::size_t n, std::siz
   ClasswiseCells cells(k < 2 ? 2 : k, opt.bins);
   scan_rows(fn, probs, n, k, labels, scan, &cells, false, opt.row_sum_tolerance);
   const double cw_point = cells.finish();
-  return report_from_rows(fn, std::move(scan), cw_point,
-                          [&] { return classwise_cells(probs, n, k, labels, opt.bins); }, n, k, opt);
+  return report_from_rows(
+      fn, std::move(scan), cw_point, [&] { return classwise_cells(probs, n, k, labels, opt.bins); }, n, k, opt);
 }
 
 CalibrationReport calibration_report_top_label(const TopLabelRows& rows, std::size_t k, const ReportOptions& opt) {
@@ -918,15 +928,21 @@ CalibrationReport calibration_report_top_label(const TopLabelRows& rows, std::si
   check_report_options(fn, opt);
   const std::size_t n = rows.confidence.size();
   if (n == 0) throw_input(fn, "no examples");
-  for (auto [name, v] : {std::pair<const char*, const std::vector<double>*>{"correct", &rows.correct}, {"nll", &rows.nll},
+  for (auto [name, v] : {std::pair<const char*, const std::vector<double>*>{"correct", &rows.correct},
+                         {"nll", &rows.nll},
                          {"brier", &rows.brier}})
     if (v->size() != n)
-      throw_input(fn, std::string(name) + " has " + std::to_string(v->size()) + " entries, but confidence has " + std::to_string(n));
+      throw_input(fn, std::string(name) + " has " + std::to_string(v->size()) + " entries, but confidence has " +
+                          std::to_string(n));
   for (std::size_t i = 0; i < n; ++i) {
-    if (!(rows.confidence[i] >= 0.0 && rows.confidence[i] <= 1.0)) throw_index(fn, "confidence", i, std::to_string(rows.confidence[i]), "in [0, 1]");
-    if (rows.correct[i] != 0.0 && rows.correct[i] != 1.0) throw_index(fn, "correct", i, std::to_string(rows.correct[i]), "0 or 1");
-    if (!(rows.nll[i] >= 0.0) || !std::isfinite(rows.nll[i])) throw_index(fn, "nll", i, std::to_string(rows.nll[i]), "finite and >= 0");
-    if (!(rows.brier[i] >= -1e-9 && rows.brier[i] <= 2.0 + 1e-9)) throw_index(fn, "brier", i, std::to_string(rows.brier[i]), "in [0, 2]");
+    if (!(rows.confidence[i] >= 0.0 && rows.confidence[i] <= 1.0))
+      throw_index(fn, "confidence", i, std::to_string(rows.confidence[i]), "in [0, 1]");
+    if (rows.correct[i] != 0.0 && rows.correct[i] != 1.0)
+      throw_index(fn, "correct", i, std::to_string(rows.correct[i]), "0 or 1");
+    if (!(rows.nll[i] >= 0.0) || !std::isfinite(rows.nll[i]))
+      throw_index(fn, "nll", i, std::to_string(rows.nll[i]), "finite and >= 0");
+    if (!(rows.brier[i] >= -1e-9 && rows.brier[i] <= 2.0 + 1e-9))
+      throw_index(fn, "brier", i, std::to_string(rows.brier[i]), "in [0, 2]");
   }
   RowScan scan;
   scan.conf = rows.confidence;

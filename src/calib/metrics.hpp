@@ -25,12 +25,13 @@ struct TopLabel {
 };
 
 /// Throws InputError when probs is not N*K, a probability is outside [0, 1] or NaN, or a label is out of range.
-TopLabel top_label(const std::vector<double>& probs, std::size_t n, std::size_t k, const std::vector<std::int64_t>& labels);
+TopLabel top_label(const std::vector<double>& probs, std::size_t n, std::size_t k,
+                   const std::vector<std::int64_t>& labels);
 
 struct BinnedCalibration {
-  double ece = 0.0;    ///< sum_b (n_b/N) |acc_b - conf_b|
-  double mce = 0.0;    ///< max over non-empty bins
-  double rmsce = 0.0;  ///< sqrt(sum_b (n_b/N) (acc_b - conf_b)^2)
+  double ece = 0.0;           ///< sum_b (n_b/N) |acc_b - conf_b|
+  double mce = 0.0;           ///< max over non-empty bins
+  double rmsce = 0.0;         ///< sqrt(sum_b (n_b/N) (acc_b - conf_b)^2)
   std::vector<BinRow> table;  ///< [B]
 };
 
@@ -48,8 +49,8 @@ double classwise_calibration_error(const std::vector<double>& probs, std::size_t
                                    const std::vector<std::int64_t>& labels, int bins = 15);
 
 struct DebiasedL2 {
-  double value = 0.0;  ///< sqrt(max(raw, 0))
-  double raw = 0.0;    ///< sum_b (n_b/N) [(conf_b - acc_b)^2 - acc_b(1-acc_b)/(n_b-1)] over bins with n_b >= 2
+  double value = 0.0;    ///< sqrt(max(raw, 0))
+  double raw = 0.0;      ///< sum_b (n_b/N) [(conf_b - acc_b)^2 - acc_b(1-acc_b)/(n_b-1)] over bins with n_b >= 2
   bool clipped = false;  ///< raw < 0 (the estimate was clipped to 0)
 };
 /// Kumar et al. (2019) debiased L2 calibration error on equal-width bins.
@@ -84,8 +85,8 @@ struct Estimate {
   /// 95 % interval for the population value (NaN bounds when not computed or not defined: MCE and
   /// smECE's bandwidth get none). smECE: basic bootstrap (2 smECE - the percentiles, clipped at 0;
   /// relplot's) over the first 100 resamples (sigma* searched again in each); it undercovers the
-  /// population smECE (method.md §4), and the report says so. Accuracy, NLL, Brier, AUROC: percentile bootstrap (accuracy: the
-  /// exact Clopper-Pearson interval where the bootstrap degenerates, all right or all wrong; at N = 1
+  /// population smECE (method.md §4), and the report says so. Accuracy, NLL, Brier, AUROC: percentile bootstrap
+  /// (accuracy: the exact Clopper-Pearson interval where the bootstrap degenerates, all right or all wrong; at N = 1
   /// accuracy's is the only interval). ECE, RMSCE,
   /// AdaECE, classwise ECE, debiased L2: inversion of the consistency test along the scaled-gap family
   /// (calib/consistency.hpp); it corrects the upward bias of the plug-in value, which may therefore lie
@@ -98,7 +99,7 @@ struct Estimate {
 
 struct ReportOptions {
   int bins = 15;
-  int draws = 1000;         ///< bootstrap resamples (0: no intervals)
+  int draws = 1000;  ///< bootstrap resamples (0: no intervals)
   std::uint64_t seed = 0;
   double level = 0.95;
   /// Label redraws per family member of the calibration errors' test-inversion intervals
@@ -108,9 +109,9 @@ struct ReportOptions {
   /// the one matrix scan; 0: rows are taken as given (trace files are checked when loaded).
   double row_sum_tolerance = 0.0;
   /// Cluster id per example ([n] >= 0, at least 2 distinct; empty = independent examples): the
-  /// bootstrap then resamples whole clusters (tokens of one sequence, method.md §6.8), the top-label
-  /// calibration errors get that bootstrap's percentile interval, and the consistency tests (which
-  /// redraw labels independently) are not run.
+  /// bootstrap then resamples whole clusters (tokens of one sequence, method.md §6.9 "Dependent examples"), the
+  /// top-label calibration errors get that bootstrap's percentile interval, and the consistency tests (which redraw
+  /// labels independently) are not run.
   std::vector<std::int64_t> cluster;
   /// The smooth reliability diagram (relplot's): the kernel curve at smECE's sigma* on a 200-point
   /// mesh with a percentile band from `smooth_draws` resamples of the same units (none when draws = 0).
@@ -134,9 +135,9 @@ struct CalibrationReport {
   /// rule). NaN when not computed.
   double consistency_p = std::numeric_limits<double>::quiet_NaN();
   double classwise_consistency_p = std::numeric_limits<double>::quiet_NaN();
-  std::vector<BinRow> reliability;              ///< equal-width table [B]
-  std::vector<BinRow> reliability_equal_mass;   ///< equal-mass table [B]
-  bool has_smooth = false;                      ///< ReportOptions::smooth_diagram was set
+  std::vector<BinRow> reliability;             ///< equal-width table [B]
+  std::vector<BinRow> reliability_equal_mass;  ///< equal-mass table [B]
+  bool has_smooth = false;                     ///< ReportOptions::smooth_diagram was set
   SmoothReliability smooth;
 };
 
@@ -148,11 +149,12 @@ struct CalibrationReport {
 /// over confidence-sorted positions (stats/bootstrap_counts, Rng(derive_seed(seed, b))), held as
 /// multiplicities, so every top-label metric, NLL and Brier of resample b comes from one O(N) weighted
 /// pass with no re-sorting (smECE's bandwidth search runs on the first 100 resamples only). The calibration
-/// errors' intervals cost O(cells) per label redraw (calib/consistency.hpp). The matrix scan runs on std::thread::hardware_concurrency() threads when N x K >= 2^22
-/// (fixed chunks of 2^15 rows whose classwise sums are added in chunk order, so the result is the same
-/// for any thread count); the rest is single-threaded. Throws InputError on invalid input or options.
-/// probs and labels are views (std::vector converts), read in place; the Python module passes its own
-/// private copies (another Python thread may write the caller's arrays while this runs without the GIL).
+/// errors' intervals cost O(cells) per label redraw (calib/consistency.hpp). The matrix scan runs on
+/// std::thread::hardware_concurrency() threads when N x K >= 2^22 (fixed chunks of 2^15 rows whose classwise sums are
+/// added in chunk order, so the result is the same for any thread count); the rest is single-threaded. Throws
+/// InputError on invalid input or options. probs and labels are views (std::vector converts), read in place; the Python
+/// module passes its own private copies (another Python thread may write the caller's arrays while this runs without
+/// the GIL).
 CalibrationReport calibration_report(Span<double> probs, std::size_t n, std::size_t k, Span<std::int64_t> labels,
                                      const ReportOptions& options = {});
 
@@ -169,6 +171,7 @@ struct TopLabelRows {
 /// from, except classwise ECE, which needs every class's probability (value and interval NaN,
 /// classwise_consistency_p NaN). `k` is the class count reported. Throws InputError on sizes or
 /// values out of range.
-CalibrationReport calibration_report_top_label(const TopLabelRows& rows, std::size_t k, const ReportOptions& options = {});
+CalibrationReport calibration_report_top_label(const TopLabelRows& rows, std::size_t k,
+                                               const ReportOptions& options = {});
 
 }  // namespace arcal

@@ -13,11 +13,18 @@ nlohmann::json value_json(double v) { return std::isnan(v) ? nlohmann::json(null
 }  // namespace
 
 nlohmann::json calibration_report_json(const CalibrationReport& r) {
-  const std::vector<std::pair<const char*, const Estimate*>> rows = {
-      {"accuracy", &r.accuracy}, {"ece", &r.ece},         {"mce", &r.mce},
-      {"rmsce", &r.rmsce},       {"ada_ece", &r.ada_ece}, {"classwise_ece", &r.classwise_ece},
-      {"debiased_ece", &r.debiased_ece}, {"smece", &r.smece}, {"smece_sigma", &r.smece_sigma},
-      {"nll", &r.nll},           {"brier", &r.brier},     {"auroc", &r.auroc}};
+  const std::vector<std::pair<const char*, const Estimate*>> rows = {{"accuracy", &r.accuracy},
+                                                                     {"ece", &r.ece},
+                                                                     {"mce", &r.mce},
+                                                                     {"rmsce", &r.rmsce},
+                                                                     {"ada_ece", &r.ada_ece},
+                                                                     {"classwise_ece", &r.classwise_ece},
+                                                                     {"debiased_ece", &r.debiased_ece},
+                                                                     {"smece", &r.smece},
+                                                                     {"smece_sigma", &r.smece_sigma},
+                                                                     {"nll", &r.nll},
+                                                                     {"brier", &r.brier},
+                                                                     {"auroc", &r.auroc}};
   nlohmann::json j;
   j["schema"] = kMetricsSchema;
   j["n"] = r.n;
@@ -36,18 +43,22 @@ nlohmann::json calibration_report_json(const CalibrationReport& r) {
   }
   j["ci"] = ci;
   j["bias_corrected"] = corrected;
-  j["intervals"] = r.clusters > 0
-      ? "cluster bootstrap (whole clusters resampled with replacement, method.md section 6.8): percentile "
-        "intervals for accuracy, nll, brier, auroc, ece, rmsce, ada_ece and debiased_ece (the errors' intervals "
-        "lie around their upward-biased plug-in values); smece: relplot's basic bootstrap over the first 100 resamples (not coverage-validated); classwise_ece, mce "
-        "and smece_sigma: none; no "
-        "consistency test (its label redraws assume independent examples)"
-      : "accuracy, nll, brier, auroc: percentile bootstrap; ece, rmsce, ada_ece, classwise_ece, debiased_ece: "
-      "inversion of the consistency test along the scaled-gap family (labels ~ Bern(p + lambda d), lower end "
-      "from the noise-shrunk gaps and 0 when the consistency test does not reject at 2.5 %, upper end from the "
-      "raw gaps; the interval is for the population value and may lie below the upward-biased plug-in value; "
-      "bias_corrected is the median-unbiased member); smece: relplot's basic bootstrap (2 smece - the percentiles, clipped at 0) "
-      "over the first 100 resamples (sigma* searched in each), not coverage-validated (method.md section 4); mce and smece_sigma: none (method.md section 4)";
+  j["intervals"] =
+      r.clusters > 0
+          ? "cluster bootstrap (whole clusters resampled with replacement, method.md section 6.8): percentile "
+            "intervals for accuracy, nll, brier, auroc, ece, rmsce, ada_ece and debiased_ece (the errors' intervals "
+            "lie around their upward-biased plug-in values); smece: relplot's basic bootstrap over the first 100 "
+            "resamples (not coverage-validated); classwise_ece, mce "
+            "and smece_sigma: none; no "
+            "consistency test (its label redraws assume independent examples)"
+          : "accuracy, nll, brier, auroc: percentile bootstrap; ece, rmsce, ada_ece, classwise_ece, debiased_ece: "
+            "inversion of the consistency test along the scaled-gap family (labels ~ Bern(p + lambda d), lower end "
+            "from the noise-shrunk gaps and 0 when the consistency test does not reject at 2.5 %, upper end from the "
+            "raw gaps; the interval is for the population value and may lie below the upward-biased plug-in value; "
+            "bias_corrected is the median-unbiased member); smece: relplot's basic bootstrap (2 smece - the "
+            "percentiles, clipped at 0) "
+            "over the first 100 resamples (sigma* searched in each), not coverage-validated (method.md section 4); mce "
+            "and smece_sigma: none (method.md section 4)";
   j["consistency"] = {{"draws", r.consistency_draws},
                       {"p_top_label", value_json(r.consistency_p)},
                       {"p_classwise", value_json(r.classwise_consistency_p)},
@@ -63,11 +74,18 @@ nlohmann::json calibration_report_json(const CalibrationReport& r) {
   j["reliability"] = rel;
   if (r.has_smooth) {
     const auto& m = r.smooth;
-    j["smooth_reliability"] = {{"sigma", m.sigma}, {"draws", m.draws}, {"level", m.level}, {"t", m.t},
-                               {"accuracy", m.accuracy}, {"low", m.low}, {"high", m.high}, {"density", m.density},
-                               {"estimator", "relplot's smooth reliability diagram: kernel regression of correctness on "
-                                             "confidence, Gaussian kernel reflected at 0 and 1, bandwidth smECE's sigma*; "
-                                             "band: percentile bootstrap of the curve at the same sigma"}};
+    j["smooth_reliability"] = {{"sigma", m.sigma},
+                               {"draws", m.draws},
+                               {"level", m.level},
+                               {"t", m.t},
+                               {"accuracy", m.accuracy},
+                               {"low", m.low},
+                               {"high", m.high},
+                               {"density", m.density},
+                               {"estimator",
+                                "relplot's smooth reliability diagram: kernel regression of correctness on "
+                                "confidence, Gaussian kernel reflected at 0 and 1, bandwidth smECE's sigma*; "
+                                "band: percentile bootstrap of the curve at the same sigma"}};
   }
   return j;
 }

@@ -71,8 +71,10 @@ std::vector<double> convolve_reflected(const std::vector<double>& v, const GridK
     double s = 0.0;
     for (std::size_t j = 0; j < g.k.size(); ++j) {
       long u = i + g.lo + static_cast<long>(j);
-      if (u < 0) u = -u;
-      else if (u > P - 1) u = 2 * (P - 1) - u;
+      if (u < 0)
+        u = -u;
+      else if (u > P - 1)
+        u = 2 * (P - 1) - u;
       s += v[static_cast<std::size_t>(u)] * g.k[j];
     }
     out[static_cast<std::size_t>(i)] = s;
@@ -127,7 +129,8 @@ std::vector<double> smooth_reliability_curve(const std::vector<double>& f, const
   return curve_unchecked(f, y, grid_kernel(P, sigma, 39.0), P, t, w);
 }
 
-std::vector<double> smooth_confidence_density(const std::vector<double>& f, double sigma, const std::vector<double>& t) {
+std::vector<double> smooth_confidence_density(const std::vector<double>& f, double sigma,
+                                              const std::vector<double>& t) {
   check_inputs("smooth_confidence_density", f, nullptr, sigma);
   const std::size_t P = grid_points(sigma);
   const std::vector<double> w(f.size(), 1.0 / static_cast<double>(f.size()));

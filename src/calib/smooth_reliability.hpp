@@ -11,12 +11,12 @@
 namespace arcal {
 
 struct SmoothReliability {
-  double sigma = 0.0;            ///< kernel bandwidth (smECE's sigma*)
-  std::vector<double> t;         ///< [M] mesh, M points from 0 to 1
-  std::vector<double> accuracy;  ///< [M] the smoothed E[correct | confidence = t]
-  std::vector<double> low, high; ///< [M] percentile band over bootstrap resamples (empty when draws = 0)
-  std::vector<double> density;   ///< [M] kernel density of the confidences (a density on [0, 1])
-  int draws = 0;                 ///< bootstrap resamples of the band
+  double sigma = 0.0;             ///< kernel bandwidth (smECE's sigma*)
+  std::vector<double> t;          ///< [M] mesh, M points from 0 to 1
+  std::vector<double> accuracy;   ///< [M] the smoothed E[correct | confidence = t]
+  std::vector<double> low, high;  ///< [M] percentile band over bootstrap resamples (empty when draws = 0)
+  std::vector<double> density;    ///< [M] kernel density of the confidences (a density on [0, 1])
+  int draws = 0;                  ///< bootstrap resamples of the band
   double level = 0.95;
   std::uint64_t seed = 0;
 };
@@ -36,8 +36,8 @@ std::vector<double> smooth_confidence_density(const std::vector<double>& f, doub
 
 /// The diagram at bandwidth sigma on an M-point mesh (M >= 2), with a band from `draws` bootstrap
 /// resamples of the examples (Rng(derive_seed(seed, b)); the curve refitted at the same sigma, as
-/// relplot's bagged band, with kernel terms past 8 sigma left out) and percentiles (1 - level)/2 and (1 + level)/2 per mesh point. With
-/// `cluster` ([N], or empty) whole clusters are resampled. Throws as smooth_reliability_curve, or on
+/// relplot's bagged band, with kernel terms past 8 sigma left out) and percentiles (1 - level)/2 and (1 + level)/2 per
+/// mesh point. With `cluster` ([N], or empty) whole clusters are resampled. Throws as smooth_reliability_curve, or on
 /// M < 2, draws < 0, level outside (0, 1).
 SmoothReliability smooth_reliability_diagram(const std::vector<double>& f, const std::vector<double>& y, double sigma,
                                              std::size_t mesh = 200, int draws = 200, std::uint64_t seed = 0,

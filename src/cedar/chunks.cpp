@@ -12,14 +12,10 @@ namespace arcal::cedar {
 
 std::string to_string(Method method) {
   switch (method) {
-    case Method::cedar:
-      return "cedar";
-    case Method::topk:
-      return "topk";
-    case Method::summary:
-      return "summary";
-    case Method::dense:
-      return "dense";
+    case Method::cedar: return "cedar";
+    case Method::topk: return "topk";
+    case Method::summary: return "summary";
+    case Method::dense: return "dense";
   }
   return "?";
 }

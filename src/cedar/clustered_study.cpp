@@ -1,5 +1,5 @@
-// The clustered-attention study (study.hpp).
-#include "cedar/study.hpp"
+// The clustered-attention study (clustered_study.hpp).
+#include "cedar/clustered_study.hpp"
 
 #include <fmt/format.h>
 
@@ -50,8 +50,9 @@ void check_qkv_bytes(std::int64_t H, std::int64_t N, std::int64_t Nq, std::int64
         !checked_mul(bytes, sizeof(float), bytes))
       throw_input(f, std::string(name) + " [" + std::to_string(H) + ", " + std::to_string(rows) + ", " +
                          std::to_string(d) + "] does not fit in 64 bits");
-    check_array_bytes(bytes, f, std::string(name) + " [" + std::to_string(H) + ", " + std::to_string(rows) + ", " +
-                                    std::to_string(d) + "] float32");
+    check_array_bytes(bytes, f,
+                      std::string(name) + " [" + std::to_string(H) + ", " + std::to_string(rows) + ", " +
+                          std::to_string(d) + "] float32");
   }
 }
 
@@ -128,7 +129,8 @@ void validate_study_config(const StudyConfig& c) {
                             {"chunk size", c.chunk_size, ranges::study_chunk_size},
                             {"queries", c.n_queries, ranges::study_queries},
                             {"dim", c.dim, ranges::study_dim}})
-    if (!in_range(r, v)) throw_input(f, std::string(name) + " is " + std::to_string(v) + ", but must be in " + range_text(r));
+    if (!in_range(r, v))
+      throw_input(f, std::string(name) + " is " + std::to_string(v) + ", but must be in " + range_text(r));
   check_qkv_bytes(c.heads, c.n_keys, c.n_queries, c.dim, f);
   for (auto [name, size] : {std::pair<const char*, std::size_t>{"dispersions", c.dispersions.size()},
                             {"temperatures", c.temperatures.size()},

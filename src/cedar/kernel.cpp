@@ -272,7 +272,8 @@ void top_values(const T* v, std::int64_t n, std::int64_t keep, bool positive_onl
 }
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#ifdef ARCAL_NO_TARGET_CLONES  // ThreadSanitizer builds: an instrumented ifunc resolver runs before TSan's runtime exists
+#ifdef ARCAL_NO_TARGET_CLONES  // ThreadSanitizer builds: an instrumented ifunc resolver runs before TSan's runtime
+                               // exists
 #define ARCAL_CEDAR_CLONES
 #else
 #define ARCAL_CEDAR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))

@@ -28,8 +28,8 @@ struct TempName {
   std::string prefix;  ///< the temporary's name up to the pid: "NAME.tmp."
 };
 
-/// NAME.tmp.TAG (TAG = process_tag(), PID-START) beside the target, NAME shortened so that the whole name fits in 255 bytes (a legal
-/// 250-byte file name used to be refused because its temporary's name was too long).
+/// NAME.tmp.TAG (TAG = process_tag(), PID-START) beside the target, NAME shortened so that the whole name fits in 255
+/// bytes (a legal 250-byte file name used to be refused because its temporary's name was too long).
 TempName temp_name_parts(const std::string& path) {
   const std::size_t slash = path.rfind('/');
   TempName t;

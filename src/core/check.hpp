@@ -24,18 +24,15 @@ inline void check_probability(const char* function, const char* name, std::size_
   if (!(v >= 0.0 && v <= 1.0)) throw_index(function, name, index, std::to_string(v), "in [0, 1]");
 }
 
-inline void check_label(const char* function, const char* name, std::size_t index, long long y,
-                        long long classes) {
+inline void check_label(const char* function, const char* name, std::size_t index, long long y, long long classes) {
   if (y < 0 || y >= classes)
-    throw_index(function, name, index, std::to_string(y),
-                "in [0, " + std::to_string(classes - 1) + "]");
+    throw_index(function, name, index, std::to_string(y), "in [0, " + std::to_string(classes - 1) + "]");
 }
 
 inline void check_positive(const char* function, const char* name, double v) {
   if (!(v > 0.0)) throw_input(function, std::string(name) + " is " + std::to_string(v) + ", but must be positive");
 }
 
-void check_same_size(const char* function, const char* name_a, std::size_t a, const char* name_b,
-                     std::size_t b);
+void check_same_size(const char* function, const char* name_a, std::size_t a, const char* name_b, std::size_t b);
 
 }  // namespace arcal

@@ -31,7 +31,7 @@ class Interrupted : public std::runtime_error {
 
 }  // namespace arcal
 
-#define ARCAL_ASSERT(cond, msg) \
-  do {                          \
+#define ARCAL_ASSERT(cond, msg)                                          \
+  do {                                                                   \
     if (!(cond)) ::arcal::assert_fail(#cond, __FILE__, __LINE__, (msg)); \
   } while (0)

@@ -71,7 +71,9 @@ long long now_ns() {
 }  // namespace
 
 ScopedInterruptPoll::ScopedInterruptPoll(std::function<bool()> stop, int interval_ms)
-    : stop_(std::move(stop)), interval_ns_(static_cast<long long>(interval_ms) * 1000000LL), outer_(t_poll),
+    : stop_(std::move(stop)),
+      interval_ns_(static_cast<long long>(interval_ms) * 1000000LL),
+      outer_(t_poll),
       root_(outer_ != nullptr ? outer_->root_ : this) {
   t_poll = this;
 }

@@ -71,8 +71,8 @@ class ScopedInterruptPoll {
   long long interval_ns_;
   long long next_ns_ = 0;
   ScopedInterruptPoll* outer_;
-  ScopedInterruptPoll* root_;               ///< the outermost poll of this thread: the call
-  std::atomic<bool> stopped_{false};        ///< set on the root when any poll of the call said stop
+  ScopedInterruptPoll* root_;         ///< the outermost poll of this thread: the call
+  std::atomic<bool> stopped_{false};  ///< set on the root when any poll of the call said stop
 };
 
 }  // namespace arcal

@@ -69,17 +69,17 @@ inline constexpr IntRange max_steps{0, 1000000000000LL};  ///< 0 = no cap
 inline constexpr IntRange train_subset{0, 1000000000};    ///< 0 = all
 inline constexpr IntRange batch_size{1, 65536};
 inline constexpr IntRange block_size{1, 64};  ///< the preset narrows it further
-inline constexpr IntRange patch{0, 1024};      ///< train --patch, 0 = the preset's; must divide the image
+inline constexpr IntRange patch{0, 1024};     ///< train --patch, 0 = the preset's; must divide the image
 inline constexpr IntRange context{2, 8192};   ///< train --context: tokens per language-model sequence
 inline constexpr IntRange threads{1, 1024};
 inline constexpr IntRange checkpoint_every{1, 1000000000000LL};
 inline constexpr IntRange sbece_bins{1, 1000};
-inline constexpr IntRange subset{0, 1000000000};  ///< intervene --subset, 0 = all
+inline constexpr IntRange subset{0, 1000000000};        ///< intervene --subset, 0 = all
 inline constexpr IntRange bootstrap{0, 1000000};        ///< metrics: 0 = no intervals
 inline constexpr IntRange bootstrap_draws{1, 1000000};  ///< intervene
 inline constexpr IntRange parallel{1, 256};
 inline constexpr IntRange parallel_override{0, 256};  ///< run --parallel, 0 = the study's [execution] parallel
-inline constexpr IntRange metrics_bins{1, 100000};     ///< metrics --bins
+inline constexpr IntRange metrics_bins{1, 100000};    ///< metrics --bins
 // calibrators (calib/fitted_calibrator.hpp; Python's Calibrator options and from_dict)
 inline constexpr IntRange calibrator_bins{1, 100000};  ///< histogram bins (10^9 grew until the kernel killed it)
 inline constexpr IntRange calibrator_knots{2, 256};    ///< qats knots (each adds a parameter to every L-BFGS step)
@@ -106,10 +106,10 @@ inline constexpr RealRange norm_eps{0.0, 1.0, false};
 inline constexpr RealRange sensitivity_threshold{-1000.0, 1000.0, false};
 inline constexpr RealRange correction_ridge{-1.0, 1e9, false};  ///< audit: negative = chosen by inner CV
 // arcal cedar (the sizes of q, k and v come from the file, under the array limits above)
-inline constexpr IntRange cedar_chunk_size{1, 1LL << 40};  ///< larger than N: one chunk
-inline constexpr IntRange cedar_budget{0, 1LL << 40};      ///< exact chunks per query; above M: all
-inline constexpr IntRange cedar_sink_chunks{0, 1LL << 40};  ///< the kernel narrows it to [0, M]
-inline constexpr IntRange worker_threads{0, 1024};          ///< 0 = all cores (cedar, cedar-study)
+inline constexpr IntRange cedar_chunk_size{1, 1LL << 40};        ///< larger than N: one chunk
+inline constexpr IntRange cedar_budget{0, 1LL << 40};            ///< exact chunks per query; above M: all
+inline constexpr IntRange cedar_sink_chunks{0, 1LL << 40};       ///< the kernel narrows it to [0, M]
+inline constexpr IntRange worker_threads{0, 1024};               ///< 0 = all cores (cedar, cedar-study)
 inline constexpr RealRange cedar_error_target{0.0, 1e6, false};  ///< 0 = always spend the budget
 // arcal cedar-study: the generated q, k, v are also held to the array limit (validate_study_config)
 inline constexpr IntRange study_heads{1, 64};

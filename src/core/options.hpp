@@ -1,6 +1,6 @@
 // Option tables: one row per option of a command family (name, type via the field it sets, default =
 // the struct's initial value, range, allowed values, help, flag and TOML key), so that the CLI11 flags
-// (apps/arcal/option_binding.hpp), the study file's TOML table (run/study.cpp), validation, `--help`,
+// (apps/arcal/option_binding.hpp), the study file's TOML table (run/study_file.cpp), validation, `--help`,
 // the saved configuration and the run identity (a hash of the canonical typed configuration) all come
 // from one place. Standard library and nlohmann-json only.
 #pragma once
@@ -36,16 +36,24 @@ struct Option {
   Field field;
   OptionRange range;                 ///< numbers (each element of a list)
   std::vector<std::string> choices;  ///< strings (each element of a list): allowed values; empty = any
-  bool negatable = false;              ///< booleans: also --no-FLAG
-  bool identity = true;                ///< part of the run identity hash (threads and paths are not)
-  std::string section;                 ///< the study file's table holding this key ("" = not in the study)
+  bool negatable = false;            ///< booleans: also --no-FLAG
+  bool identity = true;              ///< part of the run identity hash (threads and paths are not)
+  std::string section;               ///< the study file's table holding this key ("" = not in the study)
 
   /// The tables list rows as {key, flag, help, field[, range, choices, negatable, identity, section]}; a
   /// constructor (not aggregate initialisation) so rows that stop early are not -Wmissing-field-initializers.
   Option(std::string key_, std::string flag_, std::string help_, Field field_, OptionRange range_ = {},
-         std::vector<std::string> choices_ = {}, bool negatable_ = false, bool identity_ = true, std::string section_ = "")
-      : key(std::move(key_)), flag(std::move(flag_)), help(std::move(help_)), field(field_), range(range_),
-        choices(std::move(choices_)), negatable(negatable_), identity(identity_), section(std::move(section_)) {}
+         std::vector<std::string> choices_ = {}, bool negatable_ = false, bool identity_ = true,
+         std::string section_ = "")
+      : key(std::move(key_)),
+        flag(std::move(flag_)),
+        help(std::move(help_)),
+        field(field_),
+        range(range_),
+        choices(std::move(choices_)),
+        negatable(negatable_),
+        identity(identity_),
+        section(std::move(section_)) {}
 };
 
 template <class C>
@@ -72,7 +80,8 @@ std::string list_text(const std::vector<T>& v) {
   return s + "]";
 }
 inline bool numeric_ok(const OptionRange& r, double v) {
-  if (std::holds_alternative<IntRange>(r)) return std::floor(v) == v && in_range(std::get<IntRange>(r), static_cast<long long>(v));
+  if (std::holds_alternative<IntRange>(r))
+    return std::floor(v) == v && in_range(std::get<IntRange>(r), static_cast<long long>(v));
   if (std::holds_alternative<RealRange>(r)) return in_range(std::get<RealRange>(r), v);
   return std::isfinite(v);
 }
@@ -108,10 +117,11 @@ void check_options(const OptionTable<C>& table, const C& c, const std::string& w
               using E = std::decay_t<decltype(x)>;
               if constexpr (std::is_same_v<E, std::string>) {
                 if (!o.choices.empty() && std::find(o.choices.begin(), o.choices.end(), x) == o.choices.end())
-                  bad(nlohmann::json(v).dump(), "holds \"" + x + "\", which is not one of " + nlohmann::json(o.choices).dump());
+                  bad(nlohmann::json(v).dump(),
+                      "holds \"" + x + "\", which is not one of " + nlohmann::json(o.choices).dump());
               } else if (!options_detail::numeric_ok(o.range, double(x))) {
-                bad(options_detail::list_text(v), "holds " + options_detail::value_text(x) + ", outside " +
-                                                  options_detail::range_of(o.range));
+                bad(options_detail::list_text(v),
+                    "holds " + options_detail::value_text(x) + ", outside " + options_detail::range_of(o.range));
               }
             }
           }
@@ -147,16 +157,19 @@ void options_from_json(const OptionTable<C>& table, const nlohmann::json& j, C& 
     std::visit(
         [&](auto member) {
           using T = std::decay_t<decltype(c.*member)>;
-          auto wrong = [&](const std::string& want) { throw_input(where, "'" + k + "' is " + v.dump() + ", but must be " + want); };
+          auto wrong = [&](const std::string& want) {
+            throw_input(where, "'" + k + "' is " + v.dump() + ", but must be " + want);
+          };
           if constexpr (std::is_same_v<T, bool>) {
             if (!v.is_boolean()) wrong("true or false");
           } else if constexpr (std::is_integral_v<T>) {
             // Integers must fit their field exactly (no wrap-around of 2^32 + 3 to 3, no 2.5 to 2).
             if (!v.is_number_integer()) wrong("an integer");
-            if (v.is_number_unsigned() ? v.template get<std::uint64_t>() > std::uint64_t(std::numeric_limits<T>::max())
-                                       : (v.template get<std::int64_t>() < std::int64_t(std::numeric_limits<T>::min()) ||
-                                          (v.template get<std::int64_t>() > 0 &&
-                                           std::uint64_t(v.template get<std::int64_t>()) > std::uint64_t(std::numeric_limits<T>::max()))))
+            if (v.is_number_unsigned()
+                    ? v.template get<std::uint64_t>() > std::uint64_t(std::numeric_limits<T>::max())
+                    : (v.template get<std::int64_t>() < std::int64_t(std::numeric_limits<T>::min()) ||
+                       (v.template get<std::int64_t>() > 0 &&
+                        std::uint64_t(v.template get<std::int64_t>()) > std::uint64_t(std::numeric_limits<T>::max()))))
               wrong("an integer in [" + std::to_string(std::numeric_limits<T>::min()) + ", " +
                     std::to_string(std::numeric_limits<T>::max()) + "]");
           } else if constexpr (std::is_floating_point_v<T>) {
@@ -196,8 +209,10 @@ std::vector<std::string> options_flags(const OptionTable<C>& table, const C& c) 
           } else {
             std::string joined;
             for (const auto& x : v) {
-              if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::string>) joined += (joined.empty() ? "" : ",") + x;
-              else joined += (joined.empty() ? "" : ",") + nlohmann::json(x).dump();
+              if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::string>)
+                joined += (joined.empty() ? "" : ",") + x;
+              else
+                joined += (joined.empty() ? "" : ",") + nlohmann::json(x).dump();
             }
             out.insert(out.end(), {o.flag, joined});
           }

@@ -33,10 +33,13 @@ std::string start_time_of(const std::string& pid) {
   return "";
 }
 
-bool is_digits(const std::string& s) { return !s.empty() && s.size() <= 20 && s.find_first_not_of("0123456789") == std::string::npos; }
+bool is_digits(const std::string& s) {
+  return !s.empty() && s.size() <= 20 && s.find_first_not_of("0123456789") == std::string::npos;
+}
 
 std::string marker_text(const std::string& what) {
-  return "made by " + what + " (process " + process_tag() + "); arcal replaces files in this directory (docs/interface.md)\n";
+  return "made by " + what + " (process " + process_tag() +
+         "); arcal replaces files in this directory (docs/interface.md)\n";
 }
 
 }  // namespace
@@ -74,7 +77,8 @@ int open_own_file(const std::string& what, const std::string& path, int flags, u
     struct stat ls {};
     const bool is_link = ::lstat(path.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode);
     if (err == ELOOP || (err == EEXIST && is_link))  // O_EXCL reports a link (even a dangling one) as EEXIST
-      throw InputError(what + ": " + path + " is a symbolic link; arcal never writes through a link (it would change "
+      throw InputError(what + ": " + path +
+                       " is a symbolic link; arcal never writes through a link (it would change "
                        "the file the link points to): remove the link or choose another path");
     if (err == EEXIST) throw InputError(what + ": " + path + " already exists, and arcal creates it only new");
     throw_write_error(what, path, err);  // a full disk is exit 1, a path the user can fix exit 2

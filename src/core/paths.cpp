@@ -17,7 +17,8 @@ namespace arcal {
 namespace fs = std::filesystem;
 
 bool same_file(const std::string& a, const std::string& b) {
-  struct stat sa {}, sb {};
+  struct stat sa {
+  }, sb{};
   if (::stat(a.c_str(), &sa) != 0 || ::stat(b.c_str(), &sb) != 0) return false;
   return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
@@ -66,10 +67,10 @@ void check_output_file(const std::string& flag, const std::string& out, bool for
   if (out.empty()) throw InputError(flag + ": the output path is empty");
   std::error_code ec;
   const auto st = fs::status(out, ec);
-  if (fs::is_directory(st))
-    throw InputError(flag + ": " + out + " is a directory, but must be a file path");
+  if (fs::is_directory(st)) throw InputError(flag + ": " + out + " is a directory, but must be a file path");
   if (fs::exists(st) && !force)
-    throw InputError(flag + ": " + out + " already exists; pass --force to replace it (the new file replaces it "
+    throw InputError(flag + ": " + out +
+                     " already exists; pass --force to replace it (the new file replaces it "
                      "atomically once complete) or choose another path");
 }
 
@@ -112,14 +113,15 @@ void check_output_dir(const std::string& flag, const std::string& dir, const std
   const std::string other = foreign_entry(dir, {});
   if (other.empty()) return;  // empty, or only a lock file
   if (other == kOutputMarker || other == ".lock")
-    throw InputError(flag + ": " + dir + "/" + other + " is a symbolic link or not a regular file, so it is not arcal's " +
+    throw InputError(flag + ": " + dir + "/" + other +
+                     " is a symbolic link or not a regular file, so it is not arcal's " +
                      (other == ".lock" ? "lock" : "marker") +
                      "; arcal never follows a link by that name (it could write where the link points): remove it, or "
                      "choose another directory");
   // An output of an arcal made before the marker: every entry is one of the command's own names.
   if (!legacy_names.empty() && foreign_entry(dir, legacy_names).empty()) return;
-  throw InputError(flag + ": " + dir + " holds " + other + " and was not made by " + command + " (no " +
-                   kOutputMarker + "); arcal writes only into directories it made, so choose a new or empty directory" +
+  throw InputError(flag + ": " + dir + " holds " + other + " and was not made by " + command + " (no " + kOutputMarker +
+                   "); arcal writes only into directories it made, so choose a new or empty directory" +
                    (force_flag.empty() ? std::string() : " or pass " + force_flag + " to use it anyway"));
 }
 
@@ -127,8 +129,9 @@ void mark_output_dir(const std::string& dir, const std::string& command) {
   const std::string path = (fs::path(dir) / kOutputMarker).string();
   if (has_output_marker(dir)) return;
   // O_EXCL with O_NOFOLLOW: a link by the marker's name (dangling or not) is refused, never followed.
-  write_own_new_file(command, path, "made by " + command + " (process " + process_tag() +
-                                         "); arcal replaces files in this directory (docs/interface.md)\n");
+  write_own_new_file(command, path,
+                     "made by " + command + " (process " + process_tag() +
+                         "); arcal replaces files in this directory (docs/interface.md)\n");
 }
 
 bool valid_utf8(const std::string& s) {
@@ -155,14 +158,16 @@ void check_utf8_path(const std::string& flag, const std::string& path) {
   if (valid_utf8(path)) return;
   std::string shown;
   for (unsigned char c : path) {
-    if (c >= 0x20 && c < 0x7F) shown += static_cast<char>(c);
+    if (c >= 0x20 && c < 0x7F)
+      shown += static_cast<char>(c);
     else {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\x%02x", c);
       shown += buf;
     }
   }
-  throw InputError(flag + ": " + shown + " is not valid UTF-8; arcal records paths in JSON (results.json, "
+  throw InputError(flag + ": " + shown +
+                   " is not valid UTF-8; arcal records paths in JSON (results.json, "
                    "config.json), so rename it or pass it through a link with a UTF-8 name");
 }
 

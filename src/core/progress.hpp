@@ -13,7 +13,10 @@ namespace arcal {
 class ProgressBar {
  public:
   ProgressBar(std::string label, long long total, bool enabled, std::FILE* stream = stdout)
-      : label_(std::move(label)), total_(total), enabled_(enabled), stream_(stream),
+      : label_(std::move(label)),
+        total_(total),
+        enabled_(enabled),
+        stream_(stream),
         start_(std::chrono::steady_clock::now()) {}
 
   /// Changes the total (work whose size is known only once it starts).

@@ -49,8 +49,8 @@ DirLock::DirLock(const std::string& dir, const std::string& what) : path_(dir + 
   char when[64];
   const std::time_t now = std::time(nullptr);
   std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
-  const std::string text = "pid " + std::to_string(::getpid()) + " on host " + host_name() + ", " + what + ", since " +
-                           when + "\n";
+  const std::string text =
+      "pid " + std::to_string(::getpid()) + " on host " + host_name() + ", " + what + ", since " + when + "\n";
   // The holder line replaces only an empty file or an earlier holder line: a user's own DIR/.lock
   // (a directory taken with --force) keeps its content.
   const std::string before = read_all(fd_);

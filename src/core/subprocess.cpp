@@ -29,9 +29,11 @@ int run_program(const std::vector<std::string>& args, const SpawnOptions& o) {
   posix_spawn_file_actions_init(&fa);
   // The directory change comes first so that relative output paths are relative to the caller.
   if (!o.stdout_path.empty())
-    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, o.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644);
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, o.stdout_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644);
   if (!o.stderr_path.empty())
-    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, o.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644);
+    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, o.stderr_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644);
   if (!o.cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, o.cwd.c_str());
   pid_t pid = -1;
   const int rc = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);

@@ -43,13 +43,15 @@ void check_json_nesting(const std::string& text, const std::string& fn, const st
       ++line;
     } else if (c == '"') {
       for (++i; i < text.size() && text[i] != '"'; ++i) {
-        if (text[i] == '\\') ++i;
-        else if (text[i] == '\n') ++line;
+        if (text[i] == '\\')
+          ++i;
+        else if (text[i] == '\n')
+          ++line;
       }
     } else if (c == '[' || c == '{') {
       if (++depth > limit)
-        throw InputError(fn + ": " + label + ": line " + std::to_string(line) + ": arrays and objects nested more than " +
-                         std::to_string(limit) + " deep (the limit)");
+        throw InputError(fn + ": " + label + ": line " + std::to_string(line) +
+                         ": arrays and objects nested more than " + std::to_string(limit) + " deep (the limit)");
     } else if (c == ']' || c == '}') {
       if (depth > 0) --depth;
     }

@@ -17,7 +17,8 @@ Norm dataset_norm(const std::string& dataset) {
   if (dataset == "fashion-mnist") return {{0.2860f}, {0.3530f}};
   if (dataset == "cifar10") return {{0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f}};
   if (dataset == "cifar100") return {{0.5071f, 0.4865f, 0.4409f}, {0.2673f, 0.2564f, 0.2762f}};
-  throw_input("--dataset", "'" + dataset + "' is not a known dataset; expected fashion-mnist, cifar10, cifar100 or gcide (text)");
+  throw_input("--dataset",
+              "'" + dataset + "' is not a known dataset; expected fashion-mnist, cifar10, cifar100 or gcide (text)");
 }
 
 TensorData take(const TensorData& d, const std::vector<std::int64_t>& idx) {
@@ -47,7 +48,8 @@ TensorData text_split(const TokenSequences& seq) {
   TensorData d;
   d.text = true;
   d.classes = 256;
-  d.images = torch::from_blob(const_cast<std::uint8_t*>(seq.tokens.data()), {seq.count, seq.length}, torch::kUInt8).clone();
+  d.images =
+      torch::from_blob(const_cast<std::uint8_t*>(seq.tokens.data()), {seq.count, seq.length}, torch::kUInt8).clone();
   std::vector<std::int64_t> doc(seq.document_of.begin(), seq.document_of.end());
   d.labels = torch::tensor(doc, torch::kLong);
   return d;
@@ -57,8 +59,9 @@ TensorData text_split(const TokenSequences& seq) {
 DatasetSplits load_text_dataset(const std::string& data_dir, double val_fraction, std::int64_t train_subset,
                                 std::uint64_t seed, int context) {
   if (!(val_fraction > 0.0 && val_fraction <= 0.25))
-    throw_input("--val-fraction", "is " + std::to_string(val_fraction) +
-                                      "; the text corpus needs a fraction in (0, 0.25] (the test split takes as many documents)");
+    throw_input("--val-fraction",
+                "is " + std::to_string(val_fraction) +
+                    "; the text corpus needs a fraction in (0, 0.25] (the test split takes as many documents)");
   if (context < 2) throw_input("--context", std::to_string(context) + " must be >= 2");
   if (train_subset < 0)
     throw_input("--train-subset", std::to_string(train_subset) + " must be >= 0 (0 = the whole training split)");
@@ -124,7 +127,8 @@ DatasetSplits load_dataset(const std::string& name, const std::string& data_dir,
   if (train_subset < 0)
     throw_input("--train-subset", std::to_string(train_subset) + " must be >= 0 (0 = the whole training split)");
   if (test_set.n == 0) throw_input("load_dataset", name + " in " + dir + ": the test split is empty");
-  if (test_set.channels != train_set.channels || test_set.height != train_set.height || test_set.width != train_set.width)
+  if (test_set.channels != train_set.channels || test_set.height != train_set.height ||
+      test_set.width != train_set.width)
     throw_input("load_dataset", name + " in " + dir + ": test images are " + std::to_string(test_set.channels) + "x" +
                                     std::to_string(test_set.height) + "x" + std::to_string(test_set.width) +
                                     " but training images " + std::to_string(train_set.channels) + "x" +
@@ -161,8 +165,8 @@ torch::Tensor augment_batch(const torch::Tensor& batch_in, int pad, std::uint64_
   const auto batch = batch_in.contiguous();
   const auto B = batch.size(0), C = batch.size(1), H = batch.size(2), W = batch.size(3);
   if (static_cast<std::size_t>(C) != norm.mean.size())
-    throw_input("augment_batch", dataset + " images have " + std::to_string(norm.mean.size()) + " channels, the batch has " +
-                                     std::to_string(C));
+    throw_input("augment_batch", dataset + " images have " + std::to_string(norm.mean.size()) +
+                                     " channels, the batch has " + std::to_string(C));
   auto out = torch::empty_like(batch);
   const float* src = batch.data_ptr<float>();
   float* dst = out.data_ptr<float>();

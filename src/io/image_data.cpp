@@ -37,8 +37,8 @@ std::uint32_t be32(const std::string& d, std::size_t off) {
 }  // namespace
 
 std::string gunzip_capped(const std::string& bytes, const std::string& label, std::uint64_t limit) {
-  const bool gz = bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f &&
-                  static_cast<unsigned char>(bytes[1]) == 0x8b;
+  const bool gz =
+      bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f && static_cast<unsigned char>(bytes[1]) == 0x8b;
   if (!gz) {  // plain file, as gzread reads it transparently
     if (bytes.size() > limit)
       throw_input("read_idx", label + ": " + byte_size(bytes.size()) + ", more than the limit of " + byte_size(limit));
@@ -92,12 +92,18 @@ ImageSet parse_idx_pair(const std::string& images, const std::string& labels, co
   const std::uint64_t limit = input_limits().max_array_bytes;
   const std::string img = gunzip_capped(images, images_path, limit + 16);
   const std::string lab = gunzip_capped(labels, labels_path, limit + 8);
-  if (img.size() < 16) throw_input("read_idx", images_path + ": file is " + std::to_string(img.size()) + " bytes, shorter than the 16-byte IDX header");
-  if (lab.size() < 8) throw_input("read_idx", labels_path + ": file is " + std::to_string(lab.size()) + " bytes, shorter than the 8-byte IDX header");
+  if (img.size() < 16)
+    throw_input("read_idx", images_path + ": file is " + std::to_string(img.size()) +
+                                " bytes, shorter than the 16-byte IDX header");
+  if (lab.size() < 8)
+    throw_input("read_idx",
+                labels_path + ": file is " + std::to_string(lab.size()) + " bytes, shorter than the 8-byte IDX header");
   if (be32(img, 0) != 0x00000803)
-    throw_input("read_idx", images_path + ": magic number is " + std::to_string(be32(img, 0)) + ", but must be 2051 (IDX uint8 images)");
+    throw_input("read_idx", images_path + ": magic number is " + std::to_string(be32(img, 0)) +
+                                ", but must be 2051 (IDX uint8 images)");
   if (be32(lab, 0) != 0x00000801)
-    throw_input("read_idx", labels_path + ": magic number is " + std::to_string(be32(lab, 0)) + ", but must be 2049 (IDX uint8 labels)");
+    throw_input("read_idx", labels_path + ": magic number is " + std::to_string(be32(lab, 0)) +
+                                ", but must be 2049 (IDX uint8 labels)");
   const std::uint32_t n = be32(img, 4), rows = be32(img, 8), cols = be32(img, 12);
   const IntRange side{1, 4096};
   if (!in_range(side, rows) || !in_range(side, cols))
@@ -112,9 +118,11 @@ ImageSet parse_idx_pair(const std::string& images, const std::string& labels, co
     throw_input("read_idx", images_path + ": " + std::to_string(n) + " images of " + std::to_string(rows) + "x" +
                                 std::to_string(cols) + " pixels exceed the limit of " + byte_size(limit));
   if (img.size() != 16 + pix)
-    throw_input("read_idx", images_path + ": " + std::to_string(img.size() - 16) + " pixel bytes, but the header promises " + std::to_string(pix) + " (truncated file?)");
+    throw_input("read_idx", images_path + ": " + std::to_string(img.size() - 16) +
+                                " pixel bytes, but the header promises " + std::to_string(pix) + " (truncated file?)");
   if (lab.size() != 8 + std::size_t(n))
-    throw_input("read_idx", labels_path + ": " + std::to_string(lab.size() - 8) + " label bytes, but the header promises " + std::to_string(n) + " (truncated file?)");
+    throw_input("read_idx", labels_path + ": " + std::to_string(lab.size() - 8) +
+                                " label bytes, but the header promises " + std::to_string(n) + " (truncated file?)");
   ImageSet s;
   s.n = n;
   s.height = static_cast<int>(rows);
@@ -150,12 +158,13 @@ void append_cifar_bytes(ImageSet& s, const std::string& data, const std::string&
   s.height = s.width = 32;
   s.classes = cifar100 ? 100 : 10;
   if (data.empty() || data.size() % record != 0)
-    throw_input("load_cifar", path + ": size " + std::to_string(data.size()) + " bytes is not a positive multiple of the " +
-                                  std::to_string(record) + "-byte record (" + (cifar100 ? "CIFAR-100" : "CIFAR-10") + " binary version?)");
+    throw_input("load_cifar", path + ": size " + std::to_string(data.size()) +
+                                  " bytes is not a positive multiple of the " + std::to_string(record) +
+                                  "-byte record (" + (cifar100 ? "CIFAR-100" : "CIFAR-10") + " binary version?)");
   std::uint64_t total = 0;
   if (!checked_add(s.pixels.size(), data.size(), total) || total > input_limits().max_array_bytes)
-    throw_input("load_cifar", path + ": the CIFAR files together exceed the limit of " +
-                                  byte_size(input_limits().max_array_bytes));
+    throw_input("load_cifar",
+                path + ": the CIFAR files together exceed the limit of " + byte_size(input_limits().max_array_bytes));
   const std::size_t count = data.size() / record;
   s.labels.reserve(s.labels.size() + count);
   s.pixels.reserve(s.pixels.size() + count * 3072);

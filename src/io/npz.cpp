@@ -1,7 +1,5 @@
 #include "io/npz.hpp"
 
-#include <zip.h>
-
 #include <algorithm>
 #include <climits>
 #include <sys/stat.h>
@@ -16,17 +14,19 @@
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/limits.hpp"
+#include "io/npz_detail.hpp"
 
 namespace arcal {
 
-namespace {
+namespace {}  // namespace
 
-[[noreturn]] void fail(const std::string& file, const std::string& name, const std::string& what) {
+namespace npz_detail {
+
+void fail(const std::string& file, const std::string& name, const std::string& what) {
   throw InputError("npz: " + file + (name.empty() ? "" : ": array '" + name + "'") + ": " + what);
 }
 
-/// At most `max` characters of untrusted text for a message, control bytes shown as '?'.
-std::string printable(const std::string& s, std::size_t max = 160) {
+std::string printable(const std::string& s, std::size_t max) {
   std::string out;
   for (std::size_t i = 0; i < s.size() && i < max; ++i) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
@@ -35,6 +35,13 @@ std::string printable(const std::string& s, std::size_t max = 160) {
   if (s.size() > max) out += "... (" + std::to_string(s.size()) + " characters)";
   return out;
 }
+
+}  // namespace npz_detail
+
+namespace {
+
+using npz_detail::fail;
+using npz_detail::printable;
 
 std::string shape_text(const std::vector<std::size_t>& shape) {
   std::string s = "(";
@@ -82,8 +89,7 @@ class HeaderParser {
       skip_ws();
       if (peek() == ',') ++pos_;
     }
-    if (!h.has_descr || !h.has_order || !h.has_shape)
-      bad("header lacks one of 'descr', 'fortran_order', 'shape'");
+    if (!h.has_descr || !h.has_order || !h.has_shape) bad("header lacks one of 'descr', 'fortran_order', 'shape'");
     return h;
   }
 
@@ -161,8 +167,7 @@ void decode_descr(const std::string& descr, const std::string& file, const std::
     fail(file, name, "big-endian dtype '" + printable(descr) + "' is not supported; save little-endian arrays");
   if (type == "O" || order == 'O')
     fail(file, name, "object dtype (pickled data) is not supported and is never unpickled");
-  if (order != '<' && order != '|' && order != '=')
-    fail(file, name, "unsupported dtype '" + printable(descr) + "'");
+  if (order != '<' && order != '|' && order != '=') fail(file, name, "unsupported dtype '" + printable(descr) + "'");
   if (type == "f4") {
     dtype = DType::f4;
     itemsize = 4;
@@ -184,8 +189,9 @@ void decode_descr(const std::string& descr, const std::string& file, const std::
     for (std::size_t i = 1; i < type.size(); ++i)
       if (!checked_mul(chars, 10, chars) || !checked_add(chars, std::uint64_t(type[i] - '0'), chars) ||
           chars > input_limits().max_array_bytes / 4)
-        fail(file, name, "unicode dtype '" + printable(descr) + "' has more characters per element than the limit of " +
-                             std::to_string(input_limits().max_array_bytes / 4));
+        fail(file, name,
+             "unicode dtype '" + printable(descr) + "' has more characters per element than the limit of " +
+                 std::to_string(input_limits().max_array_bytes / 4));
     if (chars == 0) fail(file, name, "zero-length unicode dtype '" + descr + "' is not supported");
     itemsize = static_cast<std::size_t>(4 * chars);
   } else {
@@ -273,8 +279,6 @@ constexpr bool host_little_endian() {
 }
 static_assert(host_little_endian(), "arcal's npz code assumes a little-endian host");
 
-std::string zip_message(zip_error_t* err) { return zip_error_strerror(err); }
-
 // ---- What numpy also writes, converted once on read to the dtypes above: big-endian byte order,
 // Fortran order, float16 (widened to float32 exactly), int8/int16/uint8/uint16 (to int32) and
 // uint32/uint64 (to int64; a uint64 value above INT64_MAX is refused). `payload` holds the data bytes
@@ -288,7 +292,7 @@ float half_to_float(std::uint16_t h) {
     bits = sign | ((exp + 112) << 23) | (mant << 13);  // normal: rebias 15 -> 127
   } else if (mant == 0) {
     bits = sign;  // +-0
-  } else {  // subnormal half: normalise into a float32 normal
+  } else {        // subnormal half: normalise into a float32 normal
     exp = 113;
     while (!(mant & 0x400u)) {
       mant <<= 1;
@@ -314,9 +318,12 @@ void normalise_npy(Header& h, std::string& payload, const std::string& file, con
   const bool swap = order == '>' && unit > 1;
   const bool transpose = h.fortran && h.shape.size() > 1;
   std::string target;  // the descr the data is converted to ("" = keep)
-  if (kind == 'f' && width == 2) target = "<f4";
-  else if ((kind == 'i' && (width == 1 || width == 2)) || (kind == 'u' && (width == 1 || width == 2))) target = "<i4";
-  else if (kind == 'u' && (width == 4 || width == 8)) target = "<i8";
+  if (kind == 'f' && width == 2)
+    target = "<f4";
+  else if ((kind == 'i' && (width == 1 || width == 2)) || (kind == 'u' && (width == 1 || width == 2)))
+    target = "<i4";
+  else if (kind == 'u' && (width == 4 || width == 8))
+    target = "<i8";
   if (!swap && !transpose && target.empty()) {
     if (order == '>' && unit == 1) h.descr[0] = '|';
     return;
@@ -327,10 +334,12 @@ void normalise_npy(Header& h, std::string& payload, const std::string& file, con
     n *= d;
   }
   if (n > SIZE_MAX / itemsize || payload.size() != n * itemsize)
-    fail(file, name, "data is " + std::to_string(payload.size()) + " bytes, but the header's shape needs " +
-                         (n > SIZE_MAX / itemsize ? std::string("more") : std::to_string(n * itemsize)));
+    fail(file, name,
+         "data is " + std::to_string(payload.size()) + " bytes, but the header's shape needs " +
+             (n > SIZE_MAX / itemsize ? std::string("more") : std::to_string(n * itemsize)));
   if (swap)
-    for (std::size_t off = 0; off + unit <= payload.size(); off += unit) std::reverse(&payload[off], &payload[off + unit]);
+    for (std::size_t off = 0; off + unit <= payload.size(); off += unit)
+      std::reverse(&payload[off], &payload[off + unit]);
   if (transpose) {
     // Element at C index (i_0, ..., i_{D-1}) sits at sum_j i_j * stride_j with Fortran strides.
     const std::size_t D = h.shape.size();
@@ -370,8 +379,10 @@ void normalise_npy(Header& h, std::string& payload, const std::string& file, con
     out.resize(4 * n);
     for (std::size_t i = 0; i < n; ++i) {
       std::int32_t v = 0;
-      if (kind == 'i') v = width == 1 ? std::int32_t(load_le<std::int8_t>(p + i)) : load_le<std::int16_t>(p + 2 * i);
-      else v = width == 1 ? std::int32_t(load_le<std::uint8_t>(p + i)) : load_le<std::uint16_t>(p + 2 * i);
+      if (kind == 'i')
+        v = width == 1 ? std::int32_t(load_le<std::int8_t>(p + i)) : load_le<std::int16_t>(p + 2 * i);
+      else
+        v = width == 1 ? std::int32_t(load_le<std::uint8_t>(p + i)) : load_le<std::uint16_t>(p + 2 * i);
       std::memcpy(&out[4 * i], &v, 4);
     }
   } else {
@@ -383,8 +394,9 @@ void normalise_npy(Header& h, std::string& payload, const std::string& file, con
       } else {
         const std::uint64_t u = load_le<std::uint64_t>(p + 8 * i);
         if (u > std::uint64_t(INT64_MAX))
-          fail(file, name, "uint64 element " + std::to_string(i) + " is " + std::to_string(u) +
-                               ", but must be <= " + std::to_string(INT64_MAX) + " (read as int64)");
+          fail(file, name,
+               "uint64 element " + std::to_string(i) + " is " + std::to_string(u) +
+                   ", but must be <= " + std::to_string(INT64_MAX) + " (read as int64)");
         v = std::int64_t(u);
       }
       std::memcpy(&out[8 * i], &v, 8);
@@ -428,15 +440,21 @@ std::vector<double> NpyArray::as_double(const std::string& context) const {
   std::vector<double> out(n);
   const char* p = data.data();
   switch (dtype) {
-    case DType::f4: for (std::size_t i = 0; i < n; ++i) out[i] = load_le<float>(p + 4 * i); break;
+    case DType::f4:
+      for (std::size_t i = 0; i < n; ++i) out[i] = load_le<float>(p + 4 * i);
+      break;
     case DType::f8:
       if (n > 0) std::memcpy(out.data(), p, 8 * n);  // memcpy's pointers must not be null, even for 0 bytes
       break;
-    case DType::i4: for (std::size_t i = 0; i < n; ++i) out[i] = load_le<std::int32_t>(p + 4 * i); break;
+    case DType::i4:
+      for (std::size_t i = 0; i < n; ++i) out[i] = load_le<std::int32_t>(p + 4 * i);
+      break;
     case DType::i8:
       for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<double>(load_le<std::int64_t>(p + 8 * i));
       break;
-    case DType::b1: for (std::size_t i = 0; i < n; ++i) out[i] = p[i] != 0 ? 1.0 : 0.0; break;
+    case DType::b1:
+      for (std::size_t i = 0; i < n; ++i) out[i] = p[i] != 0 ? 1.0 : 0.0;
+      break;
     case DType::unicode:
       throw InputError(context + ": array '" + name + "' has dtype " + dtype_descr(dtype, itemsize / 4) +
                        ", but must be numeric");
@@ -459,11 +477,15 @@ std::vector<std::int64_t> NpyArray::as_int64(const std::string& context) const {
   std::vector<std::int64_t> out(n);
   const char* p = data.data();
   switch (dtype) {
-    case DType::i4: for (std::size_t i = 0; i < n; ++i) out[i] = load_le<std::int32_t>(p + 4 * i); break;
+    case DType::i4:
+      for (std::size_t i = 0; i < n; ++i) out[i] = load_le<std::int32_t>(p + 4 * i);
+      break;
     case DType::i8:
       if (n > 0) std::memcpy(out.data(), p, 8 * n);
       break;
-    case DType::b1: for (std::size_t i = 0; i < n; ++i) out[i] = p[i] != 0; break;
+    case DType::b1:
+      for (std::size_t i = 0; i < n; ++i) out[i] = p[i] != 0;
+      break;
     default:
       throw InputError(context + ": array '" + name + "' has dtype " + dtype_descr(dtype, itemsize / 4) +
                        ", but must be an integer type (int32 or int64)");
@@ -483,8 +505,8 @@ std::vector<std::string> NpyArray::as_strings(const std::string& context) const 
       const auto cp = load_le<std::uint32_t>(data.data() + i * itemsize + 4 * c);
       if (cp == 0) break;
       if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        throw InputError(context + ": array '" + name + "' element " + std::to_string(i) + " holds the invalid code point " +
-                         std::to_string(cp));
+        throw InputError(context + ": array '" + name + "' element " + std::to_string(i) +
+                         " holds the invalid code point " + std::to_string(cp));
       append_utf8(s, cp);
     }
     out[i] = std::move(s);
@@ -498,12 +520,10 @@ NpyArray NpyArray::from_double(std::string name, const std::vector<double>& v, s
 NpyArray NpyArray::from_float(std::string name, const std::vector<float>& v, std::vector<std::size_t> shape) {
   return from_plain(std::move(name), DType::f4, v, std::move(shape));
 }
-NpyArray NpyArray::from_int32(std::string name, const std::vector<std::int32_t>& v,
-                              std::vector<std::size_t> shape) {
+NpyArray NpyArray::from_int32(std::string name, const std::vector<std::int32_t>& v, std::vector<std::size_t> shape) {
   return from_plain(std::move(name), DType::i4, v, std::move(shape));
 }
-NpyArray NpyArray::from_int64(std::string name, const std::vector<std::int64_t>& v,
-                              std::vector<std::size_t> shape) {
+NpyArray NpyArray::from_int64(std::string name, const std::vector<std::int64_t>& v, std::vector<std::size_t> shape) {
   return from_plain(std::move(name), DType::i8, v, std::move(shape));
 }
 NpyArray NpyArray::from_bool(std::string name, const std::vector<bool>& v, std::vector<std::size_t> shape) {
@@ -511,8 +531,7 @@ NpyArray NpyArray::from_bool(std::string name, const std::vector<bool>& v, std::
   NpyArray a = from_plain(std::move(name), DType::b1, bytes, std::move(shape));
   return a;
 }
-NpyArray NpyArray::from_strings(std::string name, const std::vector<std::string>& v,
-                                std::vector<std::size_t> shape) {
+NpyArray NpyArray::from_strings(std::string name, const std::vector<std::string>& v, std::vector<std::size_t> shape) {
   NpyArray a;
   a.name = std::move(name);
   a.dtype = DType::unicode;
@@ -542,25 +561,29 @@ NpyArray parse_npy(const std::string& bytes, const std::string& file, const std:
   const int major = static_cast<unsigned char>(bytes[6]);
   std::size_t header_len = 0, offset = 0;
   if (major == 1) {
-    header_len = static_cast<unsigned char>(bytes[8]) | (static_cast<std::size_t>(static_cast<unsigned char>(bytes[9])) << 8);
+    header_len =
+        static_cast<unsigned char>(bytes[8]) | (static_cast<std::size_t>(static_cast<unsigned char>(bytes[9])) << 8);
     offset = 10;
   } else if (major == 2 || major == 3) {
     if (bytes.size() < 12) fail(file, name, "truncated .npy header");
     header_len = 0;
-    for (int k = 0; k < 4; ++k) header_len |= static_cast<std::size_t>(static_cast<unsigned char>(bytes[8 + k])) << (8 * k);
+    for (int k = 0; k < 4; ++k)
+      header_len |= static_cast<std::size_t>(static_cast<unsigned char>(bytes[8 + k])) << (8 * k);
     offset = 12;
   } else {
     fail(file, name, "unsupported .npy format version " + std::to_string(major));
   }
   if (bytes.size() - offset < header_len)
-    fail(file, name, "truncated .npy header (" + std::to_string(header_len) + " header bytes declared, " +
-                         std::to_string(bytes.size() - offset) + " present)");
+    fail(file, name,
+         "truncated .npy header (" + std::to_string(header_len) + " header bytes declared, " +
+             std::to_string(bytes.size() - offset) + " present)");
   const std::string header_text = bytes.substr(offset, header_len);
   Header h = HeaderParser(header_text, file, name).parse();
   std::string payload = bytes.substr(offset + header_len);
   const std::string stored_descr = h.descr;
   normalise_npy(h, payload, file, name);
-  if (h.fortran) fail(file, name, "Fortran-order arrays of this dtype are not supported; save with np.ascontiguousarray");
+  if (h.fortran)
+    fail(file, name, "Fortran-order arrays of this dtype are not supported; save with np.ascontiguousarray");
   NpyArray a;
   a.name = name;
   decode_descr(h.descr, file, name, a.dtype, a.itemsize);
@@ -569,20 +592,22 @@ NpyArray parse_npy(const std::string& bytes, const std::string& file, const std:
   // Sizes from the header are untrusted: every product is checked before anything is allocated.
   std::uint64_t n = 0, need64 = 0;
   if (!checked_product(a.shape, n) || !checked_mul(n, a.itemsize, need64))
-    fail(file, name, "shape " + shape_text(a.shape) + " of " + std::to_string(a.itemsize) +
-                         "-byte elements overflows 64 bits (limit: " + byte_size(input_limits().max_array_bytes) +
-                         " per array)");
+    fail(file, name,
+         "shape " + shape_text(a.shape) + " of " + std::to_string(a.itemsize) +
+             "-byte elements overflows 64 bits (limit: " + byte_size(input_limits().max_array_bytes) + " per array)");
   if (need64 > input_limits().max_array_bytes)
-    fail(file, name, "shape " + shape_text(a.shape) + " needs " + byte_size(need64) + ", more than the limit of " +
-                         byte_size(input_limits().max_array_bytes) + " per array (set ARCAL_MAX_ARRAY_BYTES to raise it)");
+    fail(file, name,
+         "shape " + shape_text(a.shape) + " needs " + byte_size(need64) + ", more than the limit of " +
+             byte_size(input_limits().max_array_bytes) + " per array (set ARCAL_MAX_ARRAY_BYTES to raise it)");
   const std::size_t need = static_cast<std::size_t>(need64);
   const std::size_t have = payload.size();
   if (have < need)
-    fail(file, name, "data is " + std::to_string(have) + " bytes, but the header's shape needs " +
-                         std::to_string(need));
+    fail(file, name,
+         "data is " + std::to_string(have) + " bytes, but the header's shape needs " + std::to_string(need));
   if (have > need)
-    fail(file, name, "data is " + std::to_string(have) + " bytes, more than the header's shape needs (" +
-                         std::to_string(need) + ")");
+    fail(file, name,
+         "data is " + std::to_string(have) + " bytes, more than the header's shape needs (" + std::to_string(need) +
+             ")");
   a.data = std::move(payload);
   return a;
 }
@@ -590,11 +615,13 @@ NpyArray parse_npy(const std::string& bytes, const std::string& file, const std:
 std::string format_npy(const NpyArray& a) {
   std::string shape = "(";
   for (std::size_t i = 0; i < a.shape.size(); ++i) shape += std::to_string(a.shape[i]) + ", ";
-  if (a.shape.size() > 1) shape.resize(shape.size() - 2);
-  else if (a.shape.size() == 1) shape.resize(shape.size() - 1);  // "(5,)"
+  if (a.shape.size() > 1)
+    shape.resize(shape.size() - 2);
+  else if (a.shape.size() == 1)
+    shape.resize(shape.size() - 1);  // "(5,)"
   shape += ")";
-  std::string dict = "{'descr': '" + dtype_descr(a.dtype, a.itemsize / 4) + "', 'fortran_order': False, 'shape': " +
-                     shape + ", }";
+  std::string dict =
+      "{'descr': '" + dtype_descr(a.dtype, a.itemsize / 4) + "', 'fortran_order': False, 'shape': " + shape + ", }";
   // Pad with spaces and a final newline so that magic + len + header is a multiple of 64.
   std::size_t total = 10 + dict.size() + 1;
   const std::size_t pad = (64 - total % 64) % 64;
@@ -607,247 +634,6 @@ std::string format_npy(const NpyArray& a) {
   out += dict;
   out += a.data;
   return out;
-}
-
-namespace {
-
-/// Reads every member of an open archive (`label` names it in messages). Each member's declared
-/// size is checked against the array limit, the memory available and what its compressed size can
-/// hold before anything is allocated, and inflating never produces more than the declared size.
-/// Out of memory is a failure of the machine, not of the file (exit 1), but the message names what
-/// could not be held: the file, the array and its size.
-[[noreturn]] void out_of_memory(const std::string& label, const std::string& name, std::uint64_t bytes) {
-  throw std::runtime_error("npz: " + label + ": array '" + printable(name) + "': out of memory holding " +
-                           byte_size(bytes) + " (a memory limit such as ulimit -v, or the machine's memory)");
-}
-
-/// libzip's own allocation failed (ZIP_ER_MEMORY, "Malloc failure"): out of memory, exit 1, never
-/// "truncated or corrupt" (under ulimit -v the first failing allocation may be libzip's).
-void fail_if_zip_out_of_memory(const std::string& label, const std::string& name, zip_error_t* err) {
-  if (zip_error_code_zip(err) != ZIP_ER_MEMORY) return;
-  throw std::runtime_error("npz: " + label + (name.empty() ? "" : ": array '" + printable(name) + "'") +
-                           ": out of memory while libzip read the archive (a memory limit such as ulimit -v, or the "
-                           "machine's memory)");
-}
-
-/// Peak memory of reading one member, as a multiple of its declared size (see read_archive).
-constexpr std::uint64_t kReadPeakFactor = 3;
-
-std::string compression_name(std::uint32_t method) {
-  switch (method) {
-    case 1: return "Shrink";
-    case 6: return "Implode";
-    case 9: return "Deflate64";
-    case 12: return "bzip2";
-    case 14: return "LZMA";
-    case 93: return "Zstandard";
-    case 95: return "xz";
-    case 98: return "PPMd";
-    case 99: return "AES encryption";
-    default: return "an unsupported method";
-  }
-}
-
-std::vector<NpyArray> read_archive(zip_t* za, const std::string& label) {
-  std::unique_ptr<zip_t, void (*)(zip_t*)> guard(za, [](zip_t* z) { zip_discard(z); });
-  const zip_int64_t entries = zip_get_num_entries(za, 0);
-  std::vector<NpyArray> arrays;
-  std::set<std::string> seen;
-  const InputLimits& limits = input_limits();
-  std::uint64_t total = 0;
-  for (zip_int64_t i = 0; i < entries; ++i) {
-    zip_stat_t st;
-    zip_stat_init(&st);
-    if (zip_stat_index(za, static_cast<zip_uint64_t>(i), 0, &st) != 0)
-      fail(label, "", std::string("cannot stat archive member: ") + zip_strerror(za));
-    std::string member = st.name ? st.name : "";
-    std::string name = member;
-    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0) name.resize(name.size() - 4);
-    else fail(label, printable(member), "archive member is not a .npy file");
-    if (!seen.insert(name).second) fail(label, printable(name), "appears twice in the archive");
-    if (!(st.valid & ZIP_STAT_SIZE)) fail(label, printable(name), "the archive does not record the member's size");
-    const std::uint64_t declared = st.size;
-    // numpy writes stored (savez) or deflate (savez_compressed) members; another method is named, not
-    // reported as a corrupt deflate stream.
-    if ((st.valid & ZIP_STAT_COMP_METHOD) && st.comp_method != ZIP_CM_STORE && st.comp_method != ZIP_CM_DEFLATE)
-      fail(label, printable(name), "the member is compressed with " + compression_name(st.comp_method) +
-                                       " (zip method " + std::to_string(st.comp_method) +
-                                       "); arcal reads stored or deflate members, as numpy.savez and "
-                                       "numpy.savez_compressed write them: re-save the arrays with numpy");
-    // Deflate expands at most 1032:1; a larger declared size is a lie (or a decompression bomb).
-    if ((st.valid & ZIP_STAT_COMP_SIZE) && (st.valid & ZIP_STAT_COMP_METHOD)) {
-      std::uint64_t most = 0;
-      if (st.comp_method == ZIP_CM_STORE) most = st.comp_size;
-      else if (!checked_mul(st.comp_size, 1032, most) || !checked_add(most, 1024, most)) most = UINT64_MAX;
-      if (declared > most)
-        fail(label, printable(name), "declares " + byte_size(declared) + " uncompressed from " +
-                                         std::to_string(st.comp_size) + " compressed bytes, which " +
-                                         (st.comp_method == ZIP_CM_STORE ? "a stored member" : "deflate") +
-                                         " cannot produce (corrupt or crafted archive)");
-    }
-    check_array_bytes(declared, "npz: " + label + ": array '" + printable(name) + "'", "the member's declared size");
-    // Reading holds the member's bytes and the parsed array at once, and the trace then widens float32
-    // to float64: about 2.3x the declared size at the peak (measured), so the guard asks for 3x rather
-    // than let an array of half the free memory meet the OOM killer with no message.
-    if (limits.check_available_memory) {
-      const std::uint64_t avail = available_memory_bytes();
-      std::uint64_t peak = 0;
-      if (!checked_mul(declared, kReadPeakFactor, peak)) peak = UINT64_MAX;
-      if (avail > 0 && peak > avail)
-        fail(label, printable(name), "reading it needs about " + byte_size(peak) + " at the peak (" +
-                                         std::to_string(kReadPeakFactor) + " x its " + byte_size(declared) +
-                                         ": the member's bytes, the parsed array and its conversion), more than the " +
-                                         byte_size(avail) + " of memory available now");
-    }
-    if (!checked_add(total, declared, total) || total > limits.max_total_bytes)
-      fail(label, printable(name), "the archive's members together exceed the limit of " +
-                                       byte_size(limits.max_total_bytes) + " per file");
-    zip_file_t* zf = zip_fopen_index(za, static_cast<zip_uint64_t>(i), 0);
-    if (!zf) {
-      fail_if_zip_out_of_memory(label, name, zip_get_error(za));
-      fail(label, printable(name), std::string("cannot open member: ") + zip_strerror(za));
-    }
-    std::string bytes;
-    try {
-      bytes.assign(static_cast<std::size_t>(declared), '\0');
-    } catch (const std::bad_alloc&) {
-      zip_fclose(zf);
-      out_of_memory(label, name, declared);
-    }
-    std::size_t got = 0;
-    while (got < bytes.size()) {
-      const zip_int64_t r = zip_fread(zf, &bytes[got], bytes.size() - got);
-      if (r < 0) {
-        const std::string msg = zip_error_strerror(zip_file_get_error(zf));
-        const bool oom = zip_error_code_zip(zip_file_get_error(zf)) == ZIP_ER_MEMORY;
-        zip_fclose(zf);
-        if (oom) out_of_memory(label, name, declared);
-        fail(label, printable(name), "corrupt compressed data: " + msg);
-      }
-      if (r == 0) break;
-      got += static_cast<std::size_t>(r);
-    }
-    // One byte past the declared size: inflating stops there, and the zero-byte read at the end
-    // triggers libzip's CRC check on the whole member.
-    char extra;
-    const zip_int64_t tail = zip_fread(zf, &extra, 1);
-    if (tail < 0) {
-      const std::string msg = zip_error_strerror(zip_file_get_error(zf));
-      zip_fclose(zf);
-      fail(label, printable(name), "corrupt compressed data: " + msg);
-    }
-    zip_fclose(zf);
-    if (tail != 0)
-      fail(label, printable(name), "member inflates to more than the " + std::to_string(declared) +
-                                       " bytes the archive declares (corrupt or crafted archive)");
-    if (got != bytes.size())
-      fail(label, printable(name), "member is " + std::to_string(got) + " bytes, but the archive says " +
-                                       std::to_string(bytes.size()));
-    try {
-      arrays.push_back(parse_npy(bytes, label, name));
-    } catch (const std::bad_alloc&) {
-      out_of_memory(label, name, declared);
-    }
-  }
-  return arrays;
-}
-
-[[noreturn]] void open_failed(const std::string& label, zip_error_t* err) {
-  if (zip_error_code_zip(err) == ZIP_ER_MEMORY) {
-    zip_error_fini(err);
-    throw std::runtime_error("npz: " + label + ": out of memory while libzip opened the archive (a memory limit such "
-                             "as ulimit -v, or the machine's memory)");
-  }
-  const std::string msg = zip_message(err);
-  zip_error_fini(err);
-  fail(label, "", "cannot open as a zip archive (truncated or corrupt?): " + msg);
-}
-
-}  // namespace
-
-std::vector<NpyArray> read_npz(const std::string& path) {
-  struct stat sb {};
-  if (::stat(path.c_str(), &sb) == 0) {
-    if (S_ISDIR(sb.st_mode)) fail(path, "", "is a directory, not an .npz file");
-    // A zip archive is read by seeking to its end: a pipe, socket or device cannot be read that way.
-    const char* kind = S_ISFIFO(sb.st_mode) ? "a FIFO (named pipe)" : S_ISSOCK(sb.st_mode) ? "a socket"
-                       : S_ISCHR(sb.st_mode) ? "a character device" : S_ISBLK(sb.st_mode) ? "a block device" : nullptr;
-    if (kind != nullptr)
-      fail(path, "", std::string("is ") + kind + ", not a regular file; an .npz archive is read from its end, so "
-                                             "save it to a file first");
-  }
-  int errorp = 0;
-  zip_t* za = zip_open(path.c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &errorp);
-  if (!za) {
-    zip_error_t err;
-    zip_error_init_with_code(&err, errorp);
-    open_failed(path, &err);
-  }
-  return read_archive(za, path);
-}
-
-std::vector<NpyArray> read_npz_bytes(const std::string& bytes, const std::string& label) {
-  zip_error_t err;
-  zip_error_init(&err);
-  zip_source_t* src = zip_source_buffer_create(bytes.data(), bytes.size(), 0, &err);
-  if (!src) open_failed(label, &err);
-  zip_t* za = zip_open_from_source(src, ZIP_RDONLY | ZIP_CHECKCONS, &err);
-  if (!za) {
-    zip_source_free(src);
-    open_failed(label, &err);
-  }
-  zip_error_fini(&err);
-  return read_archive(za, label);
-}
-
-void write_npz(const std::string& path, const std::vector<NpyArray>& arrays, bool compress) {
-  std::set<std::string> names;
-  for (const auto& a : arrays) {
-    if (a.name.empty()) throw InputError("write_npz: " + path + ": an array has an empty name");
-    if (!names.insert(a.name).second) throw InputError("write_npz: " + path + ": array '" + a.name + "' appears twice");
-    if (a.data.size() != a.size() * a.itemsize)
-      throw InputError("write_npz: " + path + ": array '" + a.name + "' has " + std::to_string(a.data.size()) +
-                       " data bytes, but its shape needs " + std::to_string(a.size() * a.itemsize));
-  }
-  write_atomic_with(path, [&](const std::string& tmp) {
-    int errorp = 0;
-    zip_t* za = zip_open(tmp.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &errorp);
-    if (!za) {
-      zip_error_t err;
-      zip_error_init_with_code(&err, errorp);
-      const std::string msg = zip_message(&err);
-      zip_error_fini(&err);
-      throw InputError("write_npz: cannot create " + tmp + ": " + msg);
-    }
-    // The buffers must live until zip_close, which is when libzip reads and compresses them.
-    std::vector<std::string> images;
-    images.reserve(arrays.size());
-    try {
-      for (const auto& a : arrays) {
-        images.push_back(format_npy(a));
-        const std::string& img = images.back();
-        zip_source_t* src = zip_source_buffer(za, img.data(), img.size(), 0);
-        if (!src) throw InputError(std::string("write_npz: ") + path + ": " + zip_strerror(za));
-        const zip_int64_t idx = zip_file_add(za, (a.name + ".npy").c_str(), src, ZIP_FL_ENC_UTF_8);
-        if (idx < 0) {
-          zip_source_free(src);
-          throw InputError(std::string("write_npz: ") + path + ": array '" + a.name + "': " + zip_strerror(za));
-        }
-        if (zip_set_file_compression(za, static_cast<zip_uint64_t>(idx), compress ? ZIP_CM_DEFLATE : ZIP_CM_STORE,
-                                     compress ? 6 : 0) != 0)
-          throw InputError(std::string("write_npz: ") + path + ": " + zip_strerror(za));
-      }
-      if (zip_close(za) != 0) {
-        // A full disk: the system error (ENOSPC) names the cause and makes it a failure while working.
-        const int sys = zip_error_code_system(zip_get_error(za));
-        if (zip_error_system_type(zip_get_error(za)) == ZIP_ET_SYS && sys > 0) throw_write_error("write_npz", path, sys);
-        throw InputError(std::string("write_npz: cannot write ") + tmp + ": " + zip_strerror(za));
-      }
-    } catch (...) {
-      zip_discard(za);
-      throw;
-    }
-  });
 }
 
 }  // namespace arcal

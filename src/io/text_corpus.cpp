@@ -22,7 +22,8 @@ constexpr const char* kFn = "text corpus";
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
-    throw_input(kFn, path + ": cannot open (missing file? Debian's dict-gcide provides it; scripts/setup.sh installs it)");
+    throw_input(kFn,
+                path + ": cannot open (missing file? Debian's dict-gcide provides it; scripts/setup.sh installs it)");
   std::ostringstream s;
   s << in.rdbuf();
   if (in.bad()) throw_input(kFn, path + ": read error");
@@ -68,7 +69,7 @@ TextCorpus read_dictd_corpus(const std::string& dict_path, const std::string& in
     if (t2 == std::string::npos) throw_input(kFn, where + ": expected 'headword TAB offset TAB length'");
     const std::string head = line.substr(0, t1);
     if (head.rfind("00-database", 0) == 0) continue;  // dictd's own header entries
-    const auto t3 = line.find('\t', t2 + 1);           // dictd allows a fourth field (original headword)
+    const auto t3 = line.find('\t', t2 + 1);          // dictd allows a fourth field (original headword)
     const auto offset = dictd_number(line.substr(t1 + 1, t2 - t1 - 1), where + " (offset)");
     const auto length = dictd_number(line.substr(t2 + 1, t3 == std::string::npos ? std::string::npos : t3 - t2 - 1),
                                      where + " (length)");
@@ -111,7 +112,8 @@ TokenSequences pack_sequences(const TextCorpus& corpus, const std::vector<std::s
   for (std::size_t i = 0; i < documents.size(); ++i) {
     const std::size_t d = documents[i];
     if (d >= corpus.documents.size())
-      throw_index(kFn, "documents", i, std::to_string(d), "a document index below " + std::to_string(corpus.documents.size()));
+      throw_index(kFn, "documents", i, std::to_string(d),
+                  "a document index below " + std::to_string(corpus.documents.size()));
     const auto& t = corpus.documents[d];
     stream.insert(stream.end(), t.begin(), t.end());
     stream.push_back('\n');
@@ -122,7 +124,8 @@ TokenSequences pack_sequences(const TextCorpus& corpus, const std::vector<std::s
   s.count = static_cast<std::int64_t>(stream.size() / static_cast<std::size_t>(length));
   s.tokens.assign(stream.begin(), stream.begin() + s.count * length);
   s.document_of.resize(static_cast<std::size_t>(s.count));
-  for (std::int64_t i = 0; i < s.count; ++i) s.document_of[static_cast<std::size_t>(i)] = doc_at[static_cast<std::size_t>(i * length)];
+  for (std::int64_t i = 0; i < s.count; ++i)
+    s.document_of[static_cast<std::size_t>(i)] = doc_at[static_cast<std::size_t>(i * length)];
   return s;
 }
 

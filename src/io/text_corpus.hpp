@@ -46,8 +46,8 @@ DocumentSplit split_documents(std::size_t n, double val_fraction, double test_fr
 /// comes from (a sequence may run into the next document).
 struct TokenSequences {
   std::int64_t count = 0, length = 0;
-  std::vector<std::uint8_t> tokens;       ///< count * length bytes
-  std::vector<std::size_t> document_of;   ///< [count]
+  std::vector<std::uint8_t> tokens;      ///< count * length bytes
+  std::vector<std::size_t> document_of;  ///< [count]
 };
 TokenSequences pack_sequences(const TextCorpus& corpus, const std::vector<std::size_t>& documents, int length);
 

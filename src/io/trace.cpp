@@ -50,17 +50,18 @@ struct Ctx {
 void validate_topk(const Trace& t, const Ctx& c) {
   const std::size_t N = t.n, K = t.classes, k = t.topk;
   if (k < 2 || k > K)
-    c.fail("topk_logprobs has k = " + std::to_string(k) + " columns, but must have 2 <= k <= num_classes = " +
-           std::to_string(K));
+    c.fail("topk_logprobs has k = " + std::to_string(k) +
+           " columns, but must have 2 <= k <= num_classes = " + std::to_string(K));
   if (t.topk_logprobs.size() != prod(N, k) || t.topk_indices.size() != prod(N, k))
-    c.fail("topk_logprobs and topk_indices must both be [N, k] = [" + std::to_string(N) + ", " + std::to_string(k) + "]");
+    c.fail("topk_logprobs and topk_indices must both be [N, k] = [" + std::to_string(N) + ", " + std::to_string(k) +
+           "]");
   for (auto [name, v] : {std::pair<const char*, const std::vector<float>*>{"label_logprob", &t.label_logprob},
                          {"log_normalizer", &t.log_normalizer},
                          {"predictive_entropy", &t.predictive_entropy},
                          {"prob_sq_sum", &t.prob_sq_sum}}) {
     if (v->size() != N)
-      c.fail(std::string("the top-k form needs '") + name + "' [N] = [" + std::to_string(N) + "] beside topk_logprobs (it has " +
-             std::to_string(v->size()) + " values)");
+      c.fail(std::string("the top-k form needs '") + name + "' [N] = [" + std::to_string(N) +
+             "] beside topk_logprobs (it has " + std::to_string(v->size()) + " values)");
     for (std::size_t i = 0; i < N; ++i)
       if (!std::isfinite((*v)[i])) c.fail_index(name, std::to_string(i), fmt_double((*v)[i]), "finite");
   }
@@ -72,10 +73,12 @@ void validate_topk(const Trace& t, const Ctx& c) {
     double mass = 0.0, sq = 0.0;
     for (std::size_t j = 0; j < k; ++j) {
       auto idx = [&] { return std::to_string(i) + ", " + std::to_string(j); };
-      if (!std::isfinite(lp[j]) || lp[j] > 1e-6f) c.fail_index("topk_logprobs", idx(), fmt_double(lp[j]), "finite and <= 0");
+      if (!std::isfinite(lp[j]) || lp[j] > 1e-6f)
+        c.fail_index("topk_logprobs", idx(), fmt_double(lp[j]), "finite and <= 0");
       if (j > 0 && lp[j] > lp[j - 1] + 1e-6f)
-        c.fail_index("topk_logprobs", idx(), fmt_double(lp[j]),
-                     "<= the entry before it (" + fmt_double(lp[j - 1]) + "): each row holds the k largest, descending");
+        c.fail_index(
+            "topk_logprobs", idx(), fmt_double(lp[j]),
+            "<= the entry before it (" + fmt_double(lp[j - 1]) + "): each row holds the k largest, descending");
       if (ix[j] < 0 || static_cast<std::size_t>(ix[j]) >= K)
         c.fail_index("topk_indices", idx(), std::to_string(ix[j]), "in [0, " + std::to_string(K - 1) + "]");
       const double p = std::exp(double(lp[j]));
@@ -86,23 +89,27 @@ void validate_topk(const Trace& t, const Ctx& c) {
     std::sort(seen.begin(), seen.end());
     if (std::adjacent_find(seen.begin(), seen.end()) != seen.end())
       c.fail("topk_indices row " + std::to_string(i) + " names class " +
-             std::to_string(*std::adjacent_find(seen.begin(), seen.end())) + " twice; each row's k classes must be distinct");
+             std::to_string(*std::adjacent_find(seen.begin(), seen.end())) +
+             " twice; each row's k classes must be distinct");
     if (mass > 1.0 + tol)
       c.fail("topk_logprobs row " + std::to_string(i) + " holds probability mass " + fmt_double(mass) +
              ", but the k largest probabilities of one distribution sum to at most 1 (within 1e-4)");
     const double ly = t.label_logprob[i];
     const auto* at = std::find(ix, ix + k, static_cast<std::int32_t>(t.labels[i]));
-    if (at != ix + k ? std::fabs(std::exp(ly) - std::exp(double(lp[at - ix]))) > tol : std::exp(ly) > std::exp(double(lp[k - 1])) + tol)
+    if (at != ix + k ? std::fabs(std::exp(ly) - std::exp(double(lp[at - ix]))) > tol
+                     : std::exp(ly) > std::exp(double(lp[k - 1])) + tol)
       c.fail_index("label_logprob", std::to_string(i), fmt_double(ly),
                    at != ix + k ? "the label's entry of topk_logprobs (" + fmt_double(lp[at - ix]) + ")"
-                                : "<= the smallest of topk_logprobs (" + fmt_double(lp[k - 1]) + "): the label is not among the top k");
+                                : "<= the smallest of topk_logprobs (" + fmt_double(lp[k - 1]) +
+                                      "): the label is not among the top k");
     const double q = t.prob_sq_sum[i];
     if (q < sq - tol || q > 1.0 + tol)
       c.fail_index("prob_sq_sum", std::to_string(i), fmt_double(q),
                    "in [the top-k's own sum of squares " + fmt_double(sq) + ", 1]");
     const double h = t.predictive_entropy[i];
     if (h < -tol || h > std::log(double(K)) + tol)
-      c.fail_index("predictive_entropy", std::to_string(i), fmt_double(h), "in [0, log K = " + fmt_double(std::log(double(K))) + "]");
+      c.fail_index("predictive_entropy", std::to_string(i), fmt_double(h),
+                   "in [0, log K = " + fmt_double(std::log(double(K))) + "]");
   }
 }
 
@@ -111,7 +118,8 @@ void validate(const Trace& t, const Ctx& c) {
   // meta is JSON that the audit and the report parse (recursively): the nesting limit of every other
   // JSON file applies to it before any parser sees it (100,000 levels segfaulted nlohmann's parser).
   if (t.meta_json.size() > input_limits().max_text_bytes)
-    c.fail("meta is " + byte_size(t.meta_json.size()) + ", more than the limit of " + byte_size(input_limits().max_text_bytes));
+    c.fail("meta is " + byte_size(t.meta_json.size()) + ", more than the limit of " +
+           byte_size(input_limits().max_text_bytes));
   check_json_nesting(t.meta_json, c.fn, c.path + ": meta");
   if (N == 0) c.fail("the trace has no examples (N = 0)");
   if (K < 2) c.fail("classes is " + std::to_string(K) + ", but must be >= 2");
@@ -119,19 +127,18 @@ void validate(const Trace& t, const Ctx& c) {
   if (forms != 1) c.fail("exactly one of 'logits', 'probs' and 'topk_logprobs' must be present");
   const char* sname = t.topk > 0 ? "topk_logprobs" : t.logits.empty() ? "probs" : "logits";
   if (t.labels.size() != N)
-    c.fail("labels has " + std::to_string(t.labels.size()) + " entries, but " + sname + " has N = " +
-           std::to_string(N) + " rows");
+    c.fail("labels has " + std::to_string(t.labels.size()) + " entries, but " + sname +
+           " has N = " + std::to_string(N) + " rows");
   for (std::size_t i = 0; i < N; ++i)
     if (t.labels[i] < 0 || t.labels[i] >= static_cast<std::int64_t>(K))
-      c.fail_index("labels", std::to_string(i), std::to_string(t.labels[i]),
-                   "in [0, " + std::to_string(K - 1) + "]");
+      c.fail_index("labels", std::to_string(i), std::to_string(t.labels[i]), "in [0, " + std::to_string(K - 1) + "]");
   if (t.topk > 0) {
     validate_topk(t, c);
   } else {
     const auto& scores = t.logits.empty() ? t.probs : t.logits;
     if (scores.size() != prod(N, K))
-      c.fail(std::string(sname) + " has " + std::to_string(scores.size()) + " values, but N*K = " +
-             std::to_string(N) + "*" + std::to_string(K));
+      c.fail(std::string(sname) + " has " + std::to_string(scores.size()) + " values, but N*K = " + std::to_string(N) +
+             "*" + std::to_string(K));
     for (std::size_t i = 0; i < N; ++i) {
       double sum = 0.0;
       for (std::size_t k = 0; k < K; ++k) {
@@ -153,8 +160,8 @@ void validate(const Trace& t, const Ctx& c) {
       c.fail("per-token routing statistics are present without routing");
   } else {
     if (t.routing_sources.size() != P)
-      c.fail("routing_sources has " + std::to_string(t.routing_sources.size()) + " entries, but routing has P = " +
-             std::to_string(P) + " points");
+      c.fail("routing_sources has " + std::to_string(t.routing_sources.size()) +
+             " entries, but routing has P = " + std::to_string(P) + " points");
     if (t.routing.size() != prod(N, P, S))
       c.fail("routing has " + std::to_string(t.routing.size()) + " values, but N*P*S = " + std::to_string(N) + "*" +
              std::to_string(P) + "*" + std::to_string(S));
@@ -170,15 +177,16 @@ void validate(const Trace& t, const Ctx& c) {
           double sum = 0.0;
           for (std::size_t s = 0; s < S; ++s) {
             auto idx = [&] { return std::to_string(i) + ", " + std::to_string(p) + ", " + std::to_string(s); };
-            if (!std::isfinite(row[s]) || row[s] < 0.0f) c.fail_index(name, idx(), fmt_double(row[s]), "finite and >= 0");
+            if (!std::isfinite(row[s]) || row[s] < 0.0f)
+              c.fail_index(name, idx(), fmt_double(row[s]), "finite and >= 0");
             if (s >= Sp && row[s] != 0.0f)
               c.fail_index(name, idx(), fmt_double(row[s]),
                            "0 (past routing_sources[" + std::to_string(p) + "] = " + std::to_string(Sp) + ")");
             if (s < Sp) sum += row[s];
           }
           if (std::fabs(sum - 1.0) > 1e-4)
-            c.fail(std::string(name) + "[" + std::to_string(i) + ", " + std::to_string(p) + ", :" +
-                   std::to_string(Sp) + "] sums to " + fmt_double(sum) + ", but must sum to 1 (within 1e-4)");
+            c.fail(std::string(name) + "[" + std::to_string(i) + ", " + std::to_string(p) + ", :" + std::to_string(Sp) +
+                   "] sums to " + fmt_double(sum) + ", but must sum to 1 (within 1e-4)");
         }
     };
     check_routing(t.routing, "routing");
@@ -204,26 +212,29 @@ void validate(const Trace& t, const Ctx& c) {
     auto check_stat = [&](const std::vector<float>& v, const char* name, double lo) {
       if (v.empty()) return;
       if (v.size() != prod(N, P))
-        c.fail(std::string(name) + " has " + std::to_string(v.size()) + " values, but N*P = " + std::to_string(N) + "*" +
-               std::to_string(P));
+        c.fail(std::string(name) + " has " + std::to_string(v.size()) + " values, but N*P = " + std::to_string(N) +
+               "*" + std::to_string(P));
       for (std::size_t j = 0; j < v.size(); ++j)
         if (!std::isfinite(v[j]) || v[j] < lo - 1e-6)
           c.fail_index(name, std::to_string(j / P) + ", " + std::to_string(j % P), fmt_double(v[j]),
                        "finite and >= " + fmt_double(lo));
     };
     if (t.routing_kind != "depth" && t.routing_kind != "unordered")
-      c.fail("routing_kind is '" + t.routing_kind + "', but must be 'depth' (ordered sources: AttnRes layers) or "
+      c.fail("routing_kind is '" + t.routing_kind +
+             "', but must be 'depth' (ordered sources: AttnRes layers) or "
              "'unordered' (mixture-of-experts gates)");
     if (t.routing_kind == "unordered" && (!t.routing_depth_mean.empty() || !t.routing_depth_var.empty()))
-      c.fail("routing_depth_mean / routing_depth_var are present, but routing_kind is 'unordered' (experts have "
-             "no depth)");
+      c.fail(
+          "routing_depth_mean / routing_depth_var are present, but routing_kind is 'unordered' (experts have "
+          "no depth)");
     check_stat(t.routing_entropy, "routing_entropy", 0.0);
     check_stat(t.routing_depth_mean, "routing_depth_mean", 0.0);
     check_stat(t.routing_depth_var, "routing_depth_var", 0.0);
   }
   if (!t.cluster.empty()) {
     if (t.cluster.size() != N)
-      c.fail("cluster has " + std::to_string(t.cluster.size()) + " entries, but the trace has N = " + std::to_string(N));
+      c.fail("cluster has " + std::to_string(t.cluster.size()) +
+             " entries, but the trace has N = " + std::to_string(N));
     for (std::size_t i = 0; i < N; ++i)
       if (t.cluster[i] < 0) c.fail_index("cluster", std::to_string(i), std::to_string(t.cluster[i]), ">= 0");
   }
@@ -236,8 +247,8 @@ void validate(const Trace& t, const Ctx& c) {
         c.fail_index("features", std::to_string(j / t.num_features) + ", " + std::to_string(j % t.num_features),
                      fmt_double(t.features[j]), "finite");
     if (!t.feature_names.empty() && t.feature_names.size() != t.num_features)
-      c.fail("feature_names has " + std::to_string(t.feature_names.size()) + " names, but features has F = " +
-             std::to_string(t.num_features) + " columns");
+      c.fail("feature_names has " + std::to_string(t.feature_names.size()) +
+             " names, but features has F = " + std::to_string(t.num_features) + " columns");
     // A statistic is asked for by name, so each name must pick one column: two columns with one name
     // used to make both tests read the first; a feature named like a routing statistic was shadowed
     // by the statistic computed from 'routing'.
@@ -249,8 +260,10 @@ void validate(const Trace& t, const Ctx& c) {
           c.fail("feature_names: '" + name + "' names columns " + std::to_string(g) + " and " + std::to_string(f) +
                  "; a statistic is chosen by name, so each feature needs its own name");
       if (!t.routing.empty() && (name == "re" || name == "rdv"))
-        c.fail("feature_names[" + std::to_string(f) + "] is '" + name + "', the name of the routing statistic computed "
-               "from 'routing'; rename the feature (e.g. 'feature_" + name + "')");
+        c.fail("feature_names[" + std::to_string(f) + "] is '" + name +
+               "', the name of the routing statistic computed "
+               "from 'routing'; rename the feature (e.g. 'feature_" +
+               name + "')");
     }
   }
 }
@@ -264,7 +277,8 @@ void read_topk(Trace& t, const Get& get, const Ctx& c, const std::string& ctx) {
   const NpyArray* kc = get("num_classes");
   if (!kc) c.fail("has 'topk_logprobs' but no 'num_classes' (the vocabulary size K, a 0-d integer)");
   if (kc->ndim() != 0 || (kc->dtype != DType::i8 && kc->dtype != DType::i4))
-    c.fail("num_classes has shape " + shape_str(kc->shape) + " and dtype " + kc->shown_dtype() + ", but must be a 0-d int64 or int32");
+    c.fail("num_classes has shape " + shape_str(kc->shape) + " and dtype " + kc->shown_dtype() +
+           ", but must be a 0-d int64 or int32");
   const std::int64_t K = kc->as_int64(ctx).at(0);
   if (K < 2) c.fail("num_classes is " + std::to_string(K) + ", but must be >= 2");
   t.classes = static_cast<std::size_t>(K);
@@ -279,8 +293,8 @@ void read_topk(Trace& t, const Get& get, const Ctx& c, const std::string& ctx) {
   t.topk_indices.resize(wide.size());
   for (std::size_t j = 0; j < wide.size(); ++j) {
     if (wide[j] < 0 || wide[j] >= K)
-      c.fail_index("topk_indices", std::to_string(j / t.topk) + ", " + std::to_string(j % t.topk), std::to_string(wide[j]),
-                   "in [0, " + std::to_string(K - 1) + "]");
+      c.fail_index("topk_indices", std::to_string(j / t.topk) + ", " + std::to_string(j % t.topk),
+                   std::to_string(wide[j]), "in [0, " + std::to_string(K - 1) + "]");
     t.topk_indices[j] = static_cast<std::int32_t>(wide[j]);
   }
   for (auto [name, dest] : {std::pair<const char*, std::vector<float>*>{"label_logprob", &t.label_logprob},
@@ -290,7 +304,8 @@ void read_topk(Trace& t, const Get& get, const Ctx& c, const std::string& ctx) {
     const NpyArray* a = get(name);
     if (!a) c.fail(std::string("has 'topk_logprobs' but no '") + name + "' ([N]; docs/interface.md, the top-k form)");
     if (a->ndim() != 1 || a->shape[0] != t.n)
-      c.fail(std::string(name) + " has shape " + shape_str(a->shape) + ", but must be [N] = [" + std::to_string(t.n) + "]");
+      c.fail(std::string(name) + " has shape " + shape_str(a->shape) + ", but must be [N] = [" + std::to_string(t.n) +
+             "]");
     if (a->dtype != DType::f4 && a->dtype != DType::f8)
       c.fail(std::string(name) + " has dtype " + a->shown_dtype() + ", but must be float32 or float64");
     *dest = a->as_float(ctx);
@@ -314,8 +329,7 @@ Trace trace_from_arrays(const std::vector<NpyArray>& list, const std::string& pa
     return it == arrays.end() ? nullptr : it->second;
   };
   auto need_ndim = [&](const NpyArray& a, std::size_t ndim, const std::string& what) {
-    if (a.ndim() != ndim)
-      c.fail(a.name + " has shape " + shape_str(a.shape) + ", but must be " + what);
+    if (a.ndim() != ndim) c.fail(a.name + " has shape " + shape_str(a.shape) + ", but must be " + what);
   };
   auto need_float = [&](const NpyArray& a) {
     if (a.dtype != DType::f4 && a.dtype != DType::f8)
@@ -328,8 +342,10 @@ Trace trace_from_arrays(const std::vector<NpyArray>& list, const std::string& pa
   const NpyArray* topk = get("topk_logprobs");
   if (logits && probs) c.fail("has both 'logits' and 'probs'; give exactly one");
   if (topk && (logits || probs))
-    c.fail(std::string("has both '") + (logits ? "logits" : "probs") + "' and 'topk_logprobs'; give exactly one output form");
-  if (!logits && !probs && !topk) c.fail("has neither 'logits' nor 'probs' (one is required; or the top-k form, 'topk_logprobs')");
+    c.fail(std::string("has both '") + (logits ? "logits" : "probs") +
+           "' and 'topk_logprobs'; give exactly one output form");
+  if (!logits && !probs && !topk)
+    c.fail("has neither 'logits' nor 'probs' (one is required; or the top-k form, 'topk_logprobs')");
   const NpyArray& scores = logits ? *logits : probs ? *probs : *topk;
   need_ndim(scores, 2, topk ? "[N, k]" : "[N, K]");
   need_float(scores);
@@ -346,18 +362,20 @@ Trace trace_from_arrays(const std::vector<NpyArray>& list, const std::string& pa
   if (labels->dtype != DType::i8 && labels->dtype != DType::i4)
     c.fail("labels has dtype " + labels->shown_dtype() + ", but must be int64 or int32");
   if (labels->shape[0] != t.n)
-    c.fail("labels has " + std::to_string(labels->shape[0]) + " entries, but " + scores.name + " has N = " +
-           std::to_string(t.n) + " rows");
+    c.fail("labels has " + std::to_string(labels->shape[0]) + " entries, but " + scores.name +
+           " has N = " + std::to_string(t.n) + " rows");
   t.labels = labels->as_int64(ctx);
 
   if (!topk)
-    for (const char* name : {"topk_indices", "label_logprob", "log_normalizer", "predictive_entropy", "prob_sq_sum", "num_classes"})
-      if (get(name)) c.fail(std::string("has '") + name + "' but no 'topk_logprobs' (it belongs to the top-k output form)");
+    for (const char* name :
+         {"topk_indices", "label_logprob", "log_normalizer", "predictive_entropy", "prob_sq_sum", "num_classes"})
+      if (get(name))
+        c.fail(std::string("has '") + name + "' but no 'topk_logprobs' (it belongs to the top-k output form)");
   if (const NpyArray* r = get("routing")) {
     need_ndim(*r, 3, "[N, P, S]");
     if (r->shape[0] != t.n)
-      c.fail("routing has " + std::to_string(r->shape[0]) + " rows, but " + scores.name + " has N = " +
-             std::to_string(t.n));
+      c.fail("routing has " + std::to_string(r->shape[0]) + " rows, but " + scores.name +
+             " has N = " + std::to_string(t.n));
     t.points = r->shape[1];
     t.sources = r->shape[2];
     need_float(*r);
@@ -410,8 +428,8 @@ Trace trace_from_arrays(const std::vector<NpyArray>& list, const std::string& pa
     need_ndim(*f, 2, "[N, F]");
     need_float(*f);
     if (f->shape[0] != t.n)
-      c.fail("features has " + std::to_string(f->shape[0]) + " rows, but " + scores.name + " has N = " +
-             std::to_string(t.n));
+      c.fail("features has " + std::to_string(f->shape[0]) + " rows, but " + scores.name +
+             " has N = " + std::to_string(t.n));
     t.num_features = f->shape[1];
     t.features = f->as_double(ctx);
   }
@@ -425,8 +443,8 @@ Trace trace_from_arrays(const std::vector<NpyArray>& list, const std::string& pa
     if (cl->dtype != DType::i8 && cl->dtype != DType::i4)
       c.fail("cluster has dtype " + cl->shown_dtype() + ", but must be int64 or int32");
     if (cl->shape[0] != t.n)
-      c.fail("cluster has " + std::to_string(cl->shape[0]) + " entries, but " + scores.name + " has N = " +
-             std::to_string(t.n) + " rows");
+      c.fail("cluster has " + std::to_string(cl->shape[0]) + " entries, but " + scores.name +
+             " has N = " + std::to_string(t.n) + " rows");
     t.cluster = cl->as_int64(ctx);
   }
   if (const NpyArray* m = get("meta")) {

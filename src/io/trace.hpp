@@ -22,19 +22,19 @@ struct Trace {
   /// The top-k output form (issue 53: a real vocabulary, K in the tens of thousands, where N x K floats
   /// would not fit): what the metrics and the audit read, per token. topk > 0 marks the form; classes is
   /// then the array `num_classes`.
-  std::size_t topk = 0;                      ///< k (0: logits or probs hold the whole vector)
-  std::vector<float> topk_logprobs;          ///< [N, k] the k largest log-probabilities, descending
-  std::vector<std::int32_t> topk_indices;    ///< [N, k] their classes, distinct, in [0, K)
-  std::vector<float> label_logprob;          ///< [N] log p at the label
-  std::vector<float> log_normalizer;         ///< [N] logsumexp of the logits (top-k logits = logprobs + it)
-  std::vector<float> predictive_entropy;     ///< [N] entropy of the whole softmax, nats
-  std::vector<float> prob_sq_sum;            ///< [N] sum over all K classes of p_k^2 (the Brier score)
-  std::vector<std::int64_t> labels;  ///< [N], in [0, K)
+  std::size_t topk = 0;                    ///< k (0: logits or probs hold the whole vector)
+  std::vector<float> topk_logprobs;        ///< [N, k] the k largest log-probabilities, descending
+  std::vector<std::int32_t> topk_indices;  ///< [N, k] their classes, distinct, in [0, K)
+  std::vector<float> label_logprob;        ///< [N] log p at the label
+  std::vector<float> log_normalizer;       ///< [N] logsumexp of the logits (top-k logits = logprobs + it)
+  std::vector<float> predictive_entropy;   ///< [N] entropy of the whole softmax, nats
+  std::vector<float> prob_sq_sum;          ///< [N] sum over all K classes of p_k^2 (the Brier score)
+  std::vector<std::int64_t> labels;        ///< [N], in [0, K)
   /// Token-mean routing weights, row-major [N, P, S], zero past routing_sources[p]. May be empty.
   std::size_t points = 0;   ///< P
   std::size_t sources = 0;  ///< S (max sources over points)
   std::vector<float> routing;
-  std::vector<float> routing_cls;      ///< same layout at the CLS token; may be empty
+  std::vector<float> routing_cls;  ///< same layout at the CLS token; may be empty
   /// Mixture of experts: the experts the model used, their top-k gate weights, 0 elsewhere ([N, P, S]
   /// like routing; optional). Read by the expert view of the audit (audit/experts.hpp), by no statistic.
   std::vector<float> routing_selected;
@@ -45,18 +45,19 @@ struct Trace {
   std::string routing_kind = "depth";
   /// Per-token routing statistics averaged over tokens, row-major [N, P] (method.md §3), written by
   /// `arcal trace`; optional (when absent they are computed from the token-mean weights instead).
-  std::vector<float> routing_entropy;     ///< H_p in nats (not normalised)
-  std::vector<float> routing_depth_mean;  ///< mu_p
-  std::vector<float> routing_depth_var;   ///< sigma^2_p
-  std::vector<double> features;        ///< row-major [N, F]; may be empty
-  std::size_t num_features = 0;        ///< F
+  std::vector<float> routing_entropy;      ///< H_p in nats (not normalised)
+  std::vector<float> routing_depth_mean;   ///< mu_p
+  std::vector<float> routing_depth_var;    ///< sigma^2_p
+  std::vector<double> features;            ///< row-major [N, F]; may be empty
+  std::size_t num_features = 0;            ///< F
   std::vector<std::string> feature_names;  ///< [F]
   /// Cluster id of each example [N] (array `cluster`, int64/int32, >= 0; may be empty): examples that
   /// are not independent share one (the tokens of one sequence in a language model's token trace,
-  /// method.md §6.8), and every split, permutation and bootstrap of the audit keeps a cluster whole.
+  /// method.md §6.9 "Dependent examples"), and every split, permutation and bootstrap of the audit keeps a cluster
+  /// whole.
   std::vector<std::int64_t> cluster;
-  std::string meta_json;               ///< JSON object as text ("{}" when absent)
-  std::string path;                    ///< where it was loaded from (for error messages)
+  std::string meta_json;  ///< JSON object as text ("{}" when absent)
+  std::string path;       ///< where it was loaded from (for error messages)
 };
 
 /// Reads and validates a trace file. Throws InputError naming the file, array, index and constraint.

@@ -19,7 +19,8 @@ ARLMImpl::ARLMImpl(const ModelConfig& config) : config_(config) {
     attn_.push_back(register_module("attn" + std::to_string(b), MultiHeadAttention(d, config_.heads, /*causal=*/true)));
     mlp_.push_back(register_module("mlp" + std::to_string(b), Mlp(d, d * config_.mlp_ratio)));
   }
-  final_norm_ = register_module("final_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(config_.norm_eps)));
+  final_norm_ =
+      register_module("final_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(config_.norm_eps)));
   if (config_.tie_weights)
     head_bias_ = register_parameter("head_bias", torch::zeros({K}));
   else
@@ -53,8 +54,7 @@ void ARLMImpl::set_attention_backend(const AttentionBackend& backend) {
 
 torch::Tensor ARLMImpl::forward(const torch::Tensor& tokens, RoutingCapture* capture, const RoutingAblation* ablation) {
   const char* fn = "ARLM::forward";
-  if (tokens.dim() != 2 || tokens.scalar_type() != torch::kLong)
-    throw_input(fn, "tokens must be a (B,T) int64 tensor");
+  if (tokens.dim() != 2 || tokens.scalar_type() != torch::kLong) throw_input(fn, "tokens must be a (B,T) int64 tensor");
   const auto T = tokens.size(1);
   // Learned positions end at the training context; without positions (NoPE) any length runs.
   if (T < 1 || (config_.learned_positions && T > config_.context))
@@ -75,8 +75,9 @@ torch::Tensor ARLMImpl::forward(const torch::Tensor& tokens, RoutingCapture* cap
     for (int l = 0; l < L; ++l) stream = stream + sublayer(l, stream);
   } else {
     auto U = pseudo_query_ * key_gain_;
-    stream = attnres_stack(v0, L, config_.effective_block_size(), U, config_.norm_eps, 0,
-                           [this](int l, const torch::Tensor& h) { return sublayer(l, h); }, capture, ablation);
+    stream = attnres_stack(
+        v0, L, config_.effective_block_size(), U, config_.norm_eps, 0,
+        [this](int l, const torch::Tensor& h) { return sublayer(l, h); }, capture, ablation);
   }
   auto h = layer_norm_fp32(final_norm_, stream);  // (B,T,d)
   if (config_.tie_weights) return torch::linear(h, tok_embed_->weight, head_bias_);

@@ -21,7 +21,7 @@ torch::Tensor window_reverse(const torch::Tensor& windows, int w, int H, int W) 
 torch::Tensor relative_position_index(int w) {
   auto ys = torch::arange(w, torch::kLong), xs = torch::arange(w, torch::kLong);
   auto grid = torch::meshgrid({ys, xs}, "ij");
-  auto cy = grid[0].flatten(), cx = grid[1].flatten();  // (N)
+  auto cy = grid[0].flatten(), cx = grid[1].flatten();    // (N)
   auto dy = cy.unsqueeze(1) - cy.unsqueeze(0) + (w - 1);  // (N,N) in [0, 2w-2]
   auto dx = cx.unsqueeze(1) - cx.unsqueeze(0) + (w - 1);
   return dy * (2 * w - 1) + dx;
@@ -38,15 +38,15 @@ torch::Tensor shifted_window_mask(int H, int W, int w, int shift) {
       region += 1;
     }
   auto mw = window_partition(img, w).squeeze(-1);  // (nW, N)
-  auto diff = mw.unsqueeze(1) - mw.unsqueeze(2);     // (nW, N, N)
+  auto diff = mw.unsqueeze(1) - mw.unsqueeze(2);   // (nW, N, N)
   return torch::where(diff != 0, torch::full_like(diff, -100.0f), torch::zeros_like(diff));
 }
 
 WindowAttentionImpl::WindowAttentionImpl(int dim, int heads, int window) : heads_(heads), window_(window) {
   qkv_ = register_module("qkv", torch::nn::Linear(dim, 3 * dim));
   proj_ = register_module("proj", torch::nn::Linear(dim, dim));
-  bias_table_ = register_parameter("relative_position_bias_table",
-                                   torch::zeros({(2 * window - 1) * (2 * window - 1), heads}));
+  bias_table_ =
+      register_parameter("relative_position_bias_table", torch::zeros({(2 * window - 1) * (2 * window - 1), heads}));
   bias_index_ = register_buffer("relative_position_index", relative_position_index(window));
 }
 
@@ -91,7 +91,8 @@ ARSwinImpl::ARSwinImpl(const ModelConfig& config) : config_(config) {
   auto ln = [eps](int d) { return torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(eps)); };
   const int C0 = config_.stage_dims[0];
   patch_embed_ = register_module(
-      "patch_embed", torch::nn::Conv2d(torch::nn::Conv2dOptions(config_.channels, C0, config_.patch).stride(config_.patch)));
+      "patch_embed",
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(config_.channels, C0, config_.patch).stride(config_.patch)));
   patch_norm_ = register_module("patch_norm", ln(C0));
   const int n = config_.stages();
   norms_.resize(n);
@@ -100,17 +101,18 @@ ARSwinImpl::ARSwinImpl(const ModelConfig& config) : config_(config) {
   for (int s = 0; s < n; ++s) {
     const int C = config_.stage_dims[s];
     const std::string tag = "stage" + std::to_string(s) + "_";
-    if (s > 0) merges_.push_back(register_module("merge" + std::to_string(s), PatchMerging(config_.stage_dims[s - 1], eps)));
+    if (s > 0)
+      merges_.push_back(register_module("merge" + std::to_string(s), PatchMerging(config_.stage_dims[s - 1], eps)));
     for (int b = 0; b < config_.stage_depths[s]; ++b) {
-      for (int k = 0; k < 2; ++k)
-        norms_[s].push_back(register_module(tag + "norm" + std::to_string(2 * b + k), ln(C)));
+      for (int k = 0; k < 2; ++k) norms_[s].push_back(register_module(tag + "norm" + std::to_string(2 * b + k), ln(C)));
       attn_[s].push_back(register_module(tag + "attn" + std::to_string(b),
                                          WindowAttention(C, config_.stage_heads[s], config_.stage_window(s))));
       mlp_[s].push_back(register_module(tag + "mlp" + std::to_string(b), Mlp(C, C * config_.mlp_ratio)));
     }
     const int r = config_.stage_resolution(s), shift = config_.stage_shift(s);
-    masks_.push_back(shift > 0 ? register_buffer(tag + "attn_mask", shifted_window_mask(r, r, config_.stage_window(s), shift))
-                               : torch::Tensor());
+    masks_.push_back(shift > 0
+                         ? register_buffer(tag + "attn_mask", shifted_window_mask(r, r, config_.stage_window(s), shift))
+                         : torch::Tensor());
     if (config_.residual != ResidualMode::Standard) {
       const int P = 2 * config_.stage_depths[s] + 1;
       pseudo_query_.push_back(register_parameter("pseudo_query" + std::to_string(s), torch::zeros({P, C})));
@@ -129,7 +131,8 @@ ARSwinImpl::ARSwinImpl(const ModelConfig& config) : config_(config) {
     }
   }
   for (auto& kv : named_parameters())
-    if (kv.key().find("relative_position_bias_table") != std::string::npos) torch::nn::init::normal_(kv.value(), 0.0, 0.02);
+    if (kv.key().find("relative_position_bias_table") != std::string::npos)
+      torch::nn::init::normal_(kv.value(), 0.0, 0.02);
 }
 
 torch::Tensor ARSwinImpl::sublayer(int s, int l, const torch::Tensor& h) {

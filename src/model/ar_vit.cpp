@@ -30,7 +30,8 @@ ARViTImpl::ARViTImpl(const ModelConfig& config) : config_(config) {
     attn_.push_back(register_module("attn" + std::to_string(b), MultiHeadAttention(d, config_.heads)));
     mlp_.push_back(register_module("mlp" + std::to_string(b), Mlp(d, d * config_.mlp_ratio)));
   }
-  final_norm_ = register_module("final_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(config_.norm_eps)));
+  final_norm_ =
+      register_module("final_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(config_.norm_eps)));
   head_ = register_module("head", torch::nn::Linear(d, config_.classes));
   if (config_.residual != ResidualMode::Standard) {
     const int P = config_.routing_points();
@@ -58,9 +59,11 @@ torch::Tensor ARViTImpl::embed(const torch::Tensor& images) {
 
 torch::Tensor ARViTImpl::sublayer(int l, const torch::Tensor& h, bool first_token_only) {
   if (lm_ && !first_token_only) return lm_->sublayer(l, h);
-  if (swin_ || lm_) throw_input("ARViT::sublayer", first_token_only ? "a first-token cut is for the ViT presets only"
-                                                                    : "the ViT and LM presets only");
-  if (first_token_only && l % 2 != 0) throw_input("ARViT::sublayer", "a first-token cut starts at an attention sublayer");
+  if (swin_ || lm_)
+    throw_input("ARViT::sublayer",
+                first_token_only ? "a first-token cut is for the ViT presets only" : "the ViT and LM presets only");
+  if (first_token_only && l % 2 != 0)
+    throw_input("ARViT::sublayer", "a first-token cut starts at an attention sublayer");
   torch::nn::LayerNorm norm{std::dynamic_pointer_cast<torch::nn::LayerNormImpl>(norms_[l])};
   auto normed = layer_norm_before_linear(norm, h);
   if (l % 2 == 0) return first_token_only ? attn_[l / 2]->forward_first_token(normed) : attn_[l / 2]->forward(normed);

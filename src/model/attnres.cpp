@@ -55,7 +55,7 @@ torch::Tensor rms_normalise(const torch::Tensor& v, double eps) {
 torch::Tensor attnres_route(int point, const std::vector<torch::Tensor>& scores,
                             const std::vector<torch::Tensor>& values, RoutingCapture* capture,
                             const RoutingAblation* ablation) {
-  auto logits = torch::stack(scores, 0);  // (S,B,T)
+  auto logits = torch::stack(scores, 0);                                          // (S,B,T)
   if (logits.scalar_type() != torch::kDouble) logits = logits.to(torch::kFloat);  // at least fp32
   auto alpha = torch::softmax(logits, 0);
   const auto drop = dropped_sources(ablation, point, static_cast<int>(logits.size(0)));
@@ -71,9 +71,8 @@ torch::Tensor attnres_route(int point, const std::vector<torch::Tensor>& scores,
   return (alpha.to(V.scalar_type()).unsqueeze(-1) * V).sum(0);  // (B,T,d)
 }
 
-torch::Tensor attnres_stack(const torch::Tensor& v0, int layers, int block_size, const torch::Tensor& U,
-                            double eps, int first_point,
-                            const std::function<torch::Tensor(int, const torch::Tensor&)>& sublayer,
+torch::Tensor attnres_stack(const torch::Tensor& v0, int layers, int block_size, const torch::Tensor& U, double eps,
+                            int first_point, const std::function<torch::Tensor(int, const torch::Tensor&)>& sublayer,
                             RoutingCapture* capture, const RoutingAblation* ablation, int first_token_from) {
   const int S = block_size;
   if (first_token_from >= layers) first_token_from = -1;
@@ -94,8 +93,8 @@ torch::Tensor attnres_stack(const torch::Tensor& v0, int layers, int block_size,
       const auto t = v.scalar_type();
       return current->add(t == compute || (t == torch::kBFloat16 && compute == torch::kFloat) ? v : v.to(compute));
     };
-    std::vector<int> done;               // slots of the completed sources
-    std::vector<torch::Tensor> done_v;   // and the sources themselves
+    std::vector<int> done;              // slots of the completed sources
+    std::vector<torch::Tensor> done_v;  // and the sources themselves
     auto complete = [&](const torch::Tensor& v) {
       done.push_back(add(v));
       done_v.push_back(v);

@@ -84,7 +84,8 @@ void validate_swin(const ModelConfig& c) {
     if (!in_range(kDepth, c.stage_depths[s]) || !in_range(kDim, c.stage_dims[s]) || !in_range(kHeads, c.stage_heads[s]))
       throw_input(f, "stage " + std::to_string(s) + ": depth, width and heads must be in " + range_text(kDepth) + ", " +
                          range_text(kDim) + " and " + range_text(kHeads));
-  if (!in_range(kWindow, c.window)) throw_input(f, "window " + std::to_string(c.window) + " must be in " + range_text(kWindow));
+  if (!in_range(kWindow, c.window))
+    throw_input(f, "window " + std::to_string(c.window) + " must be in " + range_text(kWindow));
   if (c.window < 1) throw_input(f, "window " + std::to_string(c.window) + " must be >= 1");
   const int grid = c.image_size / c.patch;
   const int merges = static_cast<int>(n) - 1;
@@ -149,8 +150,7 @@ void validate_model_config(const ModelConfig& c) {
   if (c.arch == "lm") {
     bound("context", c.context, kContext);
   } else if (c.patch <= 0 || c.image_size % c.patch != 0) {
-    throw_input(f, "patch " + std::to_string(c.patch) + " must divide the image size " +
-                       std::to_string(c.image_size));
+    throw_input(f, "patch " + std::to_string(c.patch) + " must divide the image size " + std::to_string(c.image_size));
   }
   if (!in_range(ranges::norm_eps, c.norm_eps)) throw_input(f, "norm_eps must be in " + range_text(ranges::norm_eps));
   if (c.arch != "vit" && c.arch != "swin" && c.arch != "lm")
@@ -177,9 +177,8 @@ void validate_model_config(const ModelConfig& c) {
                                         "] (the longest Swin stage has " + std::to_string(longest) +
                                         " sublayers; a shorter stage forms one block)");
     } else if (c.block_size < 1 || c.block_size > c.layers()) {
-      throw_input("--block-size", std::to_string(c.block_size) + " must be in [1, " +
-                                      std::to_string(c.layers()) + "] (layers L = 2 x depth = " +
-                                      std::to_string(c.layers()) + ")");
+      throw_input("--block-size", std::to_string(c.block_size) + " must be in [1, " + std::to_string(c.layers()) +
+                                      "] (layers L = 2 x depth = " + std::to_string(c.layers()) + ")");
     }
   }
 }
@@ -219,11 +218,13 @@ ModelConfig make_model_config(const std::string& preset, int image_size, int cha
     c.mlp_ratio = 4;
     c.patch = 2;
   } else if (is_lm_preset(preset)) {
-    throw_input("--model", "'" + preset + "' is a language model: it trains on a text corpus (--dataset gcide), not on images");
+    throw_input("--model",
+                "'" + preset + "' is a language model: it trains on a text corpus (--dataset gcide), not on images");
   } else {
     std::string names;
     for (const auto& n : model_presets()) names += (names.empty() ? "" : ", ") + n;
-    throw_input("--model", "'" + preset + "' is not a known preset; available: " + names + " (images), ar-lm-tiny (text)");
+    throw_input("--model",
+                "'" + preset + "' is not a known preset; available: " + names + " (images), ar-lm-tiny (text)");
   }
   validate_model_config(c);
   return c;
@@ -250,10 +251,17 @@ ModelConfig make_lm_config(const std::string& preset, int context, ResidualMode 
 }
 
 void to_json(nlohmann::json& j, const ModelConfig& c) {
-  j = nlohmann::json{{"preset", c.preset},       {"image_size", c.image_size}, {"channels", c.channels},
-                     {"patch", c.patch},         {"dim", c.dim},               {"depth", c.depth},
-                     {"heads", c.heads},         {"mlp_ratio", c.mlp_ratio},   {"classes", c.classes},
-                     {"residual", to_string(c.residual)}, {"block_size", c.block_size},
+  j = nlohmann::json{{"preset", c.preset},
+                     {"image_size", c.image_size},
+                     {"channels", c.channels},
+                     {"patch", c.patch},
+                     {"dim", c.dim},
+                     {"depth", c.depth},
+                     {"heads", c.heads},
+                     {"mlp_ratio", c.mlp_ratio},
+                     {"classes", c.classes},
+                     {"residual", to_string(c.residual)},
+                     {"block_size", c.block_size},
                      {"norm_eps", c.norm_eps}};
   if (c.arch == "lm") {
     j["arch"] = c.arch;

@@ -36,7 +36,7 @@ struct ModelConfig {
   std::vector<int> stage_depths, stage_dims, stage_heads;
   int window = 0;  ///< Swin window size before clipping to a stage's resolution
   // Language model only (arch "lm"): classes is the vocabulary (256 bytes); the image fields are unused.
-  int context = 0;           ///< tokens per training sequence (positions learned up to this length)
+  int context = 0;  ///< tokens per training sequence (positions learned up to this length)
   /// Learned absolute positions (ar-lm-tiny); false: none at all (ar-lm-tiny-nope, "NoPE": the causal
   /// mask alone carries order), and the model then runs on sequences longer than `context`.
   bool learned_positions = true;

@@ -12,8 +12,8 @@
 namespace arcal {
 
 struct ModelCost {
-  double macs = 0;          ///< per image, forward pass, everything below included
-  double routing_macs = 0;  ///< of which AttnRes routing: score and weighted sum, 2 * S_p * T * d per point
+  double macs = 0;            ///< per image, forward pass, everything below included
+  double routing_macs = 0;    ///< of which AttnRes routing: score and weighted sum, 2 * S_p * T * d per point
   double attention_macs = 0;  ///< of which the QK^T and AV products
 };
 

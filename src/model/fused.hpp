@@ -1,10 +1,10 @@
 // Fused training operators for the small-token presets: the AttnRes routing points (scores, softmax
 // over sources and weighted sum), the multi-head self-attention core, the MLP's GELU, LayerNorm and
-// the linear layers, each one operator with its own backward (a torch::autograd::Function over hand-written loops). LibTorch's composite spends a training step on
-// tens of thousands of tiny calls at 17 tokens x 64 dimensions (bench/README.md "profile_train.py"):
-// stacking every source at every routing point, and the attention's batched products computed one
-// matrix at a time. The fused forms compute the same functions (float rounding aside; tests/model/
-// test_fused.cpp checks values and gradients against LibTorch's autograd) in a handful of calls.
+// the linear layers, each one operator with its own backward (a torch::autograd::Function over hand-written loops).
+// LibTorch's composite spends a training step on tens of thousands of tiny calls at 17 tokens x 64 dimensions
+// (bench/README.md "profile_train.py"): stacking every source at every routing point, and the attention's batched
+// products computed one matrix at a time. The fused forms compute the same functions (float rounding aside;
+// tests/model/ test_fused.cpp checks values and gradients against LibTorch's autograd) in a handful of calls.
 #pragma once
 
 #include <torch/torch.h>
@@ -83,7 +83,7 @@ class RoutingBank {
   std::pair<torch::Tensor, torch::Tensor> route(const torch::Tensor& u, const std::vector<int>& slots, double eps);
 
  private:
-  c10::IValue bank_;                  // a capsule holding the per-source gradient buffers
+  c10::IValue bank_;                   // a capsule holding the per-source gradient buffers
   std::vector<torch::Tensor> tapped_;  // [slot] the sources as the points read them
 };
 

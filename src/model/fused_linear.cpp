@@ -87,11 +87,12 @@ torch::Tensor fused_linear(const torch::Tensor& x, const torch::Tensor& weight, 
   const bool takes = fused_operators_enabled() && x.device().is_cpu() && bias.defined() && weight.dim() == 2 &&
                      bias.dim() == 1 && bias.size(0) == weight.size(0) && (x.dim() == 2 || x.dim() == 3) &&
                      x.size(-1) == weight.size(1) && x.numel() > 0 && weight.device().is_cpu() &&
-                     bias.device().is_cpu() && (dtype == torch::kFloat || dtype == torch::kDouble ||
-                                                dtype == torch::kBFloat16);
+                     bias.device().is_cpu() &&
+                     (dtype == torch::kFloat || dtype == torch::kDouble || dtype == torch::kBFloat16);
   // Autocast casts a float weight and bias to its dtype; any other mix of dtypes, and the inputs
   // at::linear itself sends elsewhere (matmul then add_ for a strided 3-d input), stay with it.
-  const bool autocast_casts = at::autocast::is_autocast_enabled(at::kCPU) && dtype == at::autocast::get_autocast_dtype(at::kCPU);
+  const bool autocast_casts =
+      at::autocast::is_autocast_enabled(at::kCPU) && dtype == at::autocast::get_autocast_dtype(at::kCPU);
   auto fits = [&](const torch::Tensor& p) {
     return p.scalar_type() == dtype || (autocast_casts && p.scalar_type() == torch::kFloat);
   };
@@ -99,7 +100,8 @@ torch::Tensor fused_linear(const torch::Tensor& x, const torch::Tensor& weight, 
   const auto xc = in_dtype(x, dtype);
   if (xc.dim() == 3 && !xc.is_contiguous()) return torch::linear(x, weight, bias);
   const auto x2 = xc.dim() == 3 ? xc.view({xc.size(0) * xc.size(1), xc.size(2)}) : xc;
-  const bool grads = torch::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad() || bias.requires_grad());
+  const bool grads =
+      torch::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad() || bias.requires_grad());
   // Without gradients the values alone (autocast's weight cast and the GEMM; no graph).
   const auto out = grads ? LinearFunction::apply(x2, weight, bias) : linear_values(x2, weight, bias);
   return xc.dim() == 3 ? out.view({xc.size(0), xc.size(1), out.size(1)}) : out;

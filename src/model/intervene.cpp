@@ -136,10 +136,12 @@ InterventionReport run_interventions(ARViT& model, const TensorData& data, const
                                      const std::function<void(int, int)>& progress) {
   const auto& cfg = model->config();
   if (cfg.residual == ResidualMode::Standard)
-    throw_input("run_interventions", "the model is a standard-residual network without routing; load it with --as-attnres");
+    throw_input("run_interventions",
+                "the model is a standard-residual network without routing; load it with --as-attnres");
   if (data.size() == 0) throw_input("run_interventions", "the data split is empty");
   if (data.text != (cfg.arch == "lm"))
-    throw_input("run_interventions", data.text ? "a text split needs the language model" : "the language model needs a text split");
+    throw_input("run_interventions",
+                data.text ? "a text split needs the language model" : "the language model needs a text split");
   const auto sources = cfg.sources_per_point();
   const auto types = point_sublayers(cfg);
   const int P = static_cast<int>(sources.size());
@@ -210,7 +212,8 @@ InterventionReport run_interventions(ARViT& model, const TensorData& data, const
   base.resize(std::size_t(N));
   std::vector<UnitSums> abl(plan.size());
   for (auto& a : abl) a.resize(std::size_t(N));
-  std::vector<torch::Tensor> alpha_mass(static_cast<std::size_t>(P));  // per point (S_p), summed over examples and tokens
+  std::vector<torch::Tensor> alpha_mass(
+      static_cast<std::size_t>(P));  // per point (S_p), summed over examples and tokens
   double mass_tokens = 0;
   std::vector<std::int64_t> unit_of;
   for (std::int64_t s = 0; s < N; s += batch) {
@@ -291,7 +294,8 @@ WrapperCheck check_wrapper(ARViT& standard, ARViT& wrapped, const TensorData& da
   const auto& sc = standard->config();
   const auto& wc = wrapped->config();
   if (wc.residual == ResidualMode::Standard) throw_input("check_wrapper", "the wrapped model has no routing");
-  if (sc.residual != ResidualMode::Standard) throw_input("check_wrapper", "the reference model is not standard-residual");
+  if (sc.residual != ResidualMode::Standard)
+    throw_input("check_wrapper", "the reference model is not standard-residual");
   if (sc.arch != wc.arch || sc.dim != wc.dim || sc.depth != wc.depth || sc.norm_eps != wc.norm_eps)
     throw_input("check_wrapper", "the two models are not the same network");
   if (data.size() == 0) throw_input("check_wrapper", "the data split is empty");

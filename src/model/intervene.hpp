@@ -27,7 +27,7 @@ struct InterventionOptions {
   std::vector<std::string> families = {"embedding", "current", "history"};
   int bootstrap = 1000;
   std::uint64_t seed = 0;
-  int batch_size = 500;          ///< images per forward pass
+  int batch_size = 500;              ///< images per forward pass
   std::int64_t batch_tokens = 8192;  ///< language model: tokens per forward pass (whole sequences)
 };
 

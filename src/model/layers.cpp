@@ -18,7 +18,8 @@ torch::Tensor layer_norm_at_least_fp32(torch::nn::LayerNorm& norm, const torch::
       opt.normalized_shape().size() == 1 && x.dim() >= 1 && x.size(-1) == opt.normalized_shape()[0] &&
       (x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kDouble) && w.scalar_type() == x.scalar_type() &&
       norm->bias.defined() && norm->bias.scalar_type() == x.scalar_type()) {
-    const bool bf16_out = feeds_linear && x.scalar_type() == torch::kFloat && at::autocast::is_autocast_enabled(at::kCPU) &&
+    const bool bf16_out = feeds_linear && x.scalar_type() == torch::kFloat &&
+                          at::autocast::is_autocast_enabled(at::kCPU) &&
                           at::autocast::get_autocast_dtype(at::kCPU) == at::kBFloat16;
     return fused_layer_norm(x, w, norm->bias, opt.eps(), bf16_out);
   }

@@ -13,8 +13,8 @@ namespace arcal {
 /// 0..i), and a backend must then honour the mask. Attention layers call it only in eval mode
 /// (training numerics never change); empty = the standard product. cedar/torch/cedar_torch.hpp
 /// makes one from the CEDAR kernel.
-using AttentionBackend = std::function<torch::Tensor(const torch::Tensor& q, const torch::Tensor& k,
-                                                     const torch::Tensor& v, bool causal)>;
+using AttentionBackend =
+    std::function<torch::Tensor(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal)>;
 
 /// LayerNorm in at least fp32. Under autocast a norm may receive bf16/fp16 activations while its
 /// weights stay fp32; LibTorch 1.13's CPU layer_norm rejects that mix, and AMP keeps norms in fp32.

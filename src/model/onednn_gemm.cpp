@@ -78,8 +78,8 @@ const Plan& plan_for(ThreadState& st, const Key& key) {
 }  // namespace
 
 bool onednn_bf16_gemm_available() {
-  static const bool cpu = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                          __builtin_cpu_supports("avx512dq");
+  static const bool cpu =
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   return cpu && at::globalContext().userEnabledMkldnn();
 }
 
@@ -93,8 +93,8 @@ torch::Tensor onednn_bf16_mm(const torch::Tensor& a, const torch::Tensor& b, con
                          !bias.is_contiguous() || !bias.device().is_cpu()))
     return {};
   auto& st = thread_state();
-  const Key key{M, K, N, a.stride(0), a.stride(1), b.stride(0), b.stride(1), bias.defined() ? 1 : 0,
-                at::get_num_threads()};
+  const Key key{
+      M, K, N, a.stride(0), a.stride(1), b.stride(0), b.stride(1), bias.defined() ? 1 : 0, at::get_num_threads()};
   const Plan& p = plan_for(st, key);
   if (!p.prim) return {};
   auto out = torch::empty({M, N}, a.options());

@@ -92,8 +92,7 @@ TensorData select_sequences(const TensorData& data, std::int64_t count) {
 }
 
 Trace export_trace(ARViT& model, const TensorData& data, const std::string& meta_json, int batch_size,
-                   const std::function<void(std::int64_t, std::int64_t)>& progress,
-                   const RoutingAblation* ablation) {
+                   const std::function<void(std::int64_t, std::int64_t)>& progress, const RoutingAblation* ablation) {
   if (batch_size < 1) throw InputError("export_trace: batch size " + std::to_string(batch_size) + " must be >= 1");
   torch::NoGradGuard guard;
   if (data.text) {
@@ -136,8 +135,8 @@ Trace export_trace(ARViT& model, const TensorData& data, const std::string& meta
     for (std::int64_t p = 0; p < P; ++p) {
       auto alpha = cap.alpha[static_cast<std::size_t>(p)].to(torch::kCPU, torch::kFloat);  // (S_p,B,T)
       const auto Sp = alpha.size(0);
-      auto mean = alpha.mean(2).t().contiguous();            // (B,S_p) token mean
-      auto cls = alpha.select(2, 0).t().contiguous();        // (B,S_p) at CLS
+      auto mean = alpha.mean(2).t().contiguous();      // (B,S_p) token mean
+      auto cls = alpha.select(2, 0).t().contiguous();  // (B,S_p) at CLS
       // Per-token statistics, then averaged over tokens (method.md §3).
       auto a64 = alpha.to(torch::kDouble);
       auto ent = -(a64 * torch::where(a64 > 0, a64.log(), torch::zeros_like(a64))).sum(0).mean(1);  // (B)

@@ -3,7 +3,7 @@
 // per-token entropy / depth mean / depth variance averaged over tokens. Output is an arcal::Trace.
 // For a language model on a text split the trace is per token: every next-token prediction is an
 // example (the full K = 256 logit vector, the next byte as label, the token's own routing weights
-// and statistics) with its sequence as the cluster id (method.md §6.8).
+// and statistics) with its sequence as the cluster id (method.md §6.9 "Dependent examples").
 #pragma once
 
 #include <functional>

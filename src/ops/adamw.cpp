@@ -6,7 +6,8 @@ namespace arcal {
 
 namespace {
 
-#ifdef ARCAL_NO_TARGET_CLONES  // ThreadSanitizer builds: an instrumented ifunc resolver runs before TSan's runtime exists
+#ifdef ARCAL_NO_TARGET_CLONES  // ThreadSanitizer builds: an instrumented ifunc resolver runs before TSan's runtime
+                               // exists
 #define ARCAL_ADAMW_CLONES
 #else
 #define ARCAL_ADAMW_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -61,8 +62,8 @@ ARCAL_ADAMW_CLONES void adamw_kernel(float* p, const float* g, float* m, float* 
                                      const AdamwScalars<float>& s) {
   adamw_rows(p, g, m, v, b, e, s);
 }
-ARCAL_ADAMW_CLONES void adamw_kernel(double* p, const double* g, double* m, double* v, std::int64_t b,
-                                     std::int64_t e, const AdamwScalars<double>& s) {
+ARCAL_ADAMW_CLONES void adamw_kernel(double* p, const double* g, double* m, double* v, std::int64_t b, std::int64_t e,
+                                     const AdamwScalars<double>& s) {
   adamw_rows(p, g, m, v, b, e, s);
 }
 

@@ -20,10 +20,12 @@ struct Aligned64 {
   Aligned64() = default;
   template <typename U>
   Aligned64(const Aligned64<U>&) noexcept {}
-  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
-  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{64}); }
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, std::size_t) noexcept { ::operator delete (p, std::align_val_t{64}); }
   template <typename U>
-  bool operator==(const Aligned64<U>&) const noexcept { return true; }
+  bool operator==(const Aligned64<U>&) const noexcept {
+    return true;
+  }
 };
 /// float storage for BLAS operands (64-byte aligned).
 using AlignedFloats = std::vector<float, Aligned64<float>>;

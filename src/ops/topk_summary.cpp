@@ -14,7 +14,8 @@ namespace arcal {
 
 namespace {
 
-#ifdef ARCAL_NO_TARGET_CLONES  // ThreadSanitizer builds: an instrumented ifunc resolver runs before TSan's runtime exists
+#ifdef ARCAL_NO_TARGET_CLONES  // ThreadSanitizer builds: an instrumented ifunc resolver runs before TSan's runtime
+                               // exists
 #define ARCAL_TOPK_CLONES
 #else
 #define ARCAL_TOPK_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -195,8 +196,9 @@ ARCAL_TOPK_CLONES void summarise_row(const float* z, std::size_t K, std::size_t 
 
 }  // namespace
 
-void softmax_topk_summaries(const float* logits, std::size_t classes, std::size_t row_stride, const std::int64_t* row_index,
-                            std::size_t rows, std::size_t k, const TopkSummaryOutput& out, int threads) {
+void softmax_topk_summaries(const float* logits, std::size_t classes, std::size_t row_stride,
+                            const std::int64_t* row_index, std::size_t rows, std::size_t k,
+                            const TopkSummaryOutput& out, int threads) {
   if (rows == 0) return;
   // Rows in chunks of 64, one candidate buffer per job.
   constexpr std::size_t kRowsPerJob = 64;

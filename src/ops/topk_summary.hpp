@@ -26,7 +26,8 @@ struct TopkSummaryOutput {
 /// (sums in double, e^x from core/fast_exp.hpp, relative error ~2e-7), the top k as z − log Z. A class at
 /// −inf has p = 0; a row with a NaN gives NaN summaries and one with +inf (or only −inf) a non-finite
 /// log-normaliser, for the caller to refuse. 1 <= k <= classes. Rows run on `threads` workers (0: all).
-void softmax_topk_summaries(const float* logits, std::size_t classes, std::size_t row_stride, const std::int64_t* row_index,
-                            std::size_t rows, std::size_t k, const TopkSummaryOutput& out, int threads);
+void softmax_topk_summaries(const float* logits, std::size_t classes, std::size_t row_stride,
+                            const std::int64_t* row_index, std::size_t rows, std::size_t k,
+                            const TopkSummaryOutput& out, int threads);
 
 }  // namespace arcal

@@ -30,7 +30,8 @@ std::string base64(const std::string& bytes) {
   std::size_t i = 0;
   for (; i + 2 < bytes.size(); i += 3) {
     const unsigned v = (unsigned(static_cast<unsigned char>(bytes[i])) << 16) |
-                       (unsigned(static_cast<unsigned char>(bytes[i + 1])) << 8) | unsigned(static_cast<unsigned char>(bytes[i + 2]));
+                       (unsigned(static_cast<unsigned char>(bytes[i + 1])) << 8) |
+                       unsigned(static_cast<unsigned char>(bytes[i + 2]));
     out += k[(v >> 18) & 63];
     out += k[(v >> 12) & 63];
     out += k[(v >> 6) & 63];
@@ -42,7 +43,8 @@ std::string base64(const std::string& bytes) {
     out += k[(v >> 12) & 63];
     out += "==";
   } else if (i + 2 == bytes.size()) {
-    const unsigned v = (unsigned(static_cast<unsigned char>(bytes[i])) << 16) | (unsigned(static_cast<unsigned char>(bytes[i + 1])) << 8);
+    const unsigned v = (unsigned(static_cast<unsigned char>(bytes[i])) << 16) |
+                       (unsigned(static_cast<unsigned char>(bytes[i + 1])) << 8);
     out += k[(v >> 18) & 63];
     out += k[(v >> 12) & 63];
     out += k[(v >> 6) & 63];
@@ -54,7 +56,8 @@ std::string base64(const std::string& bytes) {
 namespace {
 
 const char* kStyle =
-    "body{font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;max-width:1150px;margin:2em auto;padding:0 1em;"
+    "body{font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;max-width:1150px;margin:2em auto;padding:0 "
+    "1em;"
     "color:#222;line-height:1.45}\nh1{border-bottom:2px solid #08306b}h2{margin-top:2em;border-bottom:1px solid #ccc}\n"
     "table{border-collapse:collapse;margin:0.8em 0;font-size:0.86em}td,th{border:1px solid #ccc;padding:3px 7px;"
     "text-align:left}th{background:#eef3f8}tr:nth-child(even) td{background:#fafafa}\n"
@@ -67,7 +70,8 @@ const char* kStyle =
 
 std::string anchor(const std::string& title) {
   std::string a;
-  for (char c : title) a += std::isalnum(static_cast<unsigned char>(c)) ? char(std::tolower(static_cast<unsigned char>(c))) : '-';
+  for (char c : title)
+    a += std::isalnum(static_cast<unsigned char>(c)) ? char(std::tolower(static_cast<unsigned char>(c))) : '-';
   return a;
 }
 
@@ -106,11 +110,20 @@ std::string md_escape(const std::string& s) {
       case '<': out += "&lt;"; break;
       case '>': out += "&gt;"; break;
       case '&': out += "&amp;"; break;
-      case '\\': case '`': case '*': case '_': case '[': case ']': case '#': case '|': case '!':
+      case '\\':
+      case '`':
+      case '*':
+      case '_':
+      case '[':
+      case ']':
+      case '#':
+      case '|':
+      case '!':
         out += '\\';
         out += c;
         break;
-      case '\n': case '\r': out += ' '; break;
+      case '\n':
+      case '\r': out += ' '; break;
       default: out += c;
     }
   }
@@ -148,8 +161,10 @@ std::string render_html(const Document& doc, const std::map<std::string, std::st
                         const std::map<std::string, int>& widths) {
   std::ostringstream html;
   html << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << html_escape(doc.title)
-       << "</title>\n<style>\n" << kStyle << "</style></head><body>\n<h1>" << html_escape(doc.title) << "</h1>\n<nav>";
-  for (const auto& sec : doc.sections) html << "<a href=\"#" << anchor(sec.title) << "\">" << html_escape(sec.title) << "</a>";
+       << "</title>\n<style>\n"
+       << kStyle << "</style></head><body>\n<h1>" << html_escape(doc.title) << "</h1>\n<nav>";
+  for (const auto& sec : doc.sections)
+    html << "<a href=\"#" << anchor(sec.title) << "\">" << html_escape(sec.title) << "</a>";
   html << "</nav>\n";
   for (const auto& sec : doc.sections) {
     html << "<h2 id=\"" << anchor(sec.title) << "\">" << html_escape(sec.title) << "</h2>\n";
@@ -162,11 +177,11 @@ std::string render_html(const Document& doc, const std::map<std::string, std::st
         case Block::figure: {
           const auto it = svg.find(bl.body);
           const auto w = widths.find(bl.body);
-          const std::string src = it != svg.end() ? "data:image/svg+xml;base64," + base64(it->second)
-                                                  : "figures/" + bl.body + ".svg";
+          const std::string src =
+              it != svg.end() ? "data:image/svg+xml;base64," + base64(it->second) : "figures/" + bl.body + ".svg";
           html << "<figure><img style=\"width:" << (w != widths.end() ? w->second : 800) << "px\" src=\"" << src
-               << "\" alt=\"" << html_escape(bl.caption) << "\"><figcaption>" << html_escape(bl.caption)
-               << " (figures/" << html_escape(bl.body) << ".dat and .gp: the data and the gnuplot script)</figcaption></figure>\n";
+               << "\" alt=\"" << html_escape(bl.caption) << "\"><figcaption>" << html_escape(bl.caption) << " (figures/"
+               << html_escape(bl.body) << ".dat and .gp: the data and the gnuplot script)</figcaption></figure>\n";
           break;
         }
       }
@@ -189,13 +204,14 @@ std::string render_markdown(const Document& doc) {
         case Block::verdict: md << "> **" << md_escape(bl.body) << "**\n\n"; break;
         case Block::pre: {
           const std::string fence = md_fence(bl.body);
-          md << fence << "toml\n" << bl.body << (bl.body.empty() || bl.body.back() == '\n' ? "" : "\n") << fence << "\n\n";
+          md << fence << "toml\n"
+             << bl.body << (bl.body.empty() || bl.body.back() == '\n' ? "" : "\n") << fence << "\n\n";
           break;
         }
         case Block::table: md_table(md, bl); break;
         case Block::figure:
-          md << "![" << md_escape(bl.caption) << "](figures/" << bl.body << ".svg)\n\n*" << md_escape(bl.caption) << "* (data: `figures/"
-             << bl.body << ".dat`, script: `figures/" << bl.body << ".gp`)\n\n";
+          md << "![" << md_escape(bl.caption) << "](figures/" << bl.body << ".svg)\n\n*" << md_escape(bl.caption)
+             << "* (data: `figures/" << bl.body << ".dat`, script: `figures/" << bl.body << ".gp`)\n\n";
           break;
       }
     }

@@ -27,7 +27,9 @@ struct Section {
   std::vector<Block> blocks;
   void p(const std::string& s) { blocks.push_back({Block::text, s, "", {}}); }
   void verdict(const std::string& s) { blocks.push_back({Block::verdict, s, "", {}}); }
-  void fig(const std::string& name, const std::string& caption) { blocks.push_back({Block::figure, name, caption, {}}); }
+  void fig(const std::string& name, const std::string& caption) {
+    blocks.push_back({Block::figure, name, caption, {}});
+  }
   void tab(Table t, const std::string& caption = "") { blocks.push_back({Block::table, "", caption, std::move(t)}); }
   void code(const std::string& s) { blocks.push_back({Block::pre, s, "", {}}); }
 };

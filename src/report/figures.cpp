@@ -17,9 +17,12 @@ namespace fs = std::filesystem;
 std::string gnuplot_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) {
-    if (c == '\'') out += "''";
-    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) out += ' ';  // a newline would end the command
-    else out += c;
+    if (c == '\'')
+      out += "''";
+    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      out += ' ';  // a newline would end the command
+    else
+      out += c;
   }
   return out + "'";
 }
@@ -27,9 +30,12 @@ std::string gnuplot_quote(const std::string& s) {
 std::string gnuplot_data_string(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
-    if (c == '"') out += '\'';
-    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) out += ' ';
-    else out += c;
+    if (c == '"')
+      out += '\'';
+    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      out += ' ';
+    else
+      out += c;
   }
   return out + "\"";
 }
@@ -46,7 +52,8 @@ std::vector<std::string> render_gnuplot_figure(const std::string& dir, const std
   write_file_atomic(dir + "/" + name + ".dat", data);
   // The kept script renders the SVG by default; arcal renders the PNG from the same body.
   const std::string svg_head = "set terminal svg size " + std::to_string(width) + "," + std::to_string(height) +
-                               " dynamic enhanced font 'sans,12' background rgb 'white'\nset output '" + name + ".svg'\n";
+                               " dynamic enhanced font 'sans,12' background rgb 'white'\nset output '" + name +
+                               ".svg'\n";
   write_file_atomic(dir + "/" + name + ".gp", svg_head + plot_body);
   const std::string png_head = "set terminal pngcairo size " + std::to_string(width) + "," + std::to_string(height) +
                                " enhanced font 'sans,10'\nset output '" + name + ".png'\n";
@@ -94,8 +101,8 @@ std::vector<std::string> write_intervention_figures(const nlohmann::json& j, con
     while (fi < families.size() && families[fi] != fam) ++fi;
     const double kl = std::max(e["mean_kl"].get<double>(), 1e-6);
     scatter << fi << " " << fam << " " << p << " " << e["mass"].get<double>() << " " << kl << " "
-            << std::max(e["mean_kl_ci"][0].get<double>(), 1e-6) << " " << std::max(e["mean_kl_ci"][1].get<double>(), 1e-6)
-            << "\n";
+            << std::max(e["mean_kl_ci"][0].get<double>(), 1e-6) << " "
+            << std::max(e["mean_kl_ci"][1].get<double>(), 1e-6) << "\n";
     per_point[p][fam] = kl;
   }
   const std::string title = "Routing mass vs causal effect (" + j.value("residual", std::string("?")) +
@@ -114,14 +121,17 @@ std::vector<std::string> write_intervention_figures(const nlohmann::json& j, con
     for (const auto& f : families) bars << " " << (m.count(f) ? m.at(f) : 1e-6);
     bars << "\n";
   }
-  const std::string model = j.value("as_attnres", std::string()).empty() ? j.value("residual", std::string("?"))
-                                                                          : "wrapped standard";
-  std::string body2 = "set title 'Effect of ablating each source family, per routing point (" + model + ")'\n"
-                      "set xlabel 'routing point (even: attention, odd: MLP, last: final aggregation)'\n"
-                      "set ylabel 'mean KL [nats]'\nset logscale y\nset format y '10^{%L}'\nset yrange [1e-5:*]\nset style data histogram\n"
-                      "set style histogram cluster gap 1\nset style fill solid 0.8 border -1\nset key top left\nset grid y\n"
-                      "plot 'intervene_per_point.dat' using 2:xtic(1) title 'embedding', '' using 3 title 'current', "
-                      "'' using 4 title 'history'\n";
+  const std::string model =
+      j.value("as_attnres", std::string()).empty() ? j.value("residual", std::string("?")) : "wrapped standard";
+  std::string body2 =
+      "set title 'Effect of ablating each source family, per routing point (" + model +
+      ")'\n"
+      "set xlabel 'routing point (even: attention, odd: MLP, last: final aggregation)'\n"
+      "set ylabel 'mean KL [nats]'\nset logscale y\nset format y '10^{%L}'\nset yrange [1e-5:*]\nset style data "
+      "histogram\n"
+      "set style histogram cluster gap 1\nset style fill solid 0.8 border -1\nset key top left\nset grid y\n"
+      "plot 'intervene_per_point.dat' using 2:xtic(1) title 'embedding', '' using 3 title 'current', "
+      "'' using 4 title 'history'\n";
   auto out2 = render_gnuplot_figure(dir, "intervene_per_point", bars.str(), body2, 900, 500);
   out.insert(out.end(), out2.begin(), out2.end());
 
@@ -146,7 +156,8 @@ std::vector<std::string> write_intervention_figures(const nlohmann::json& j, con
     }
   }
   if (rows > 0) {
-    std::string body3 = "set title 'Routing mass and causal importance by sublayer type (" + model + ")'\n"
+    std::string body3 = "set title 'Routing mass and causal importance by sublayer type (" + model +
+                        ")'\n"
                         "set ylabel 'share'\nset yrange [0:1]\nset style data histogram\n"
                         "set style histogram cluster gap 1\nset style fill solid 0.8 border -1\nset key top right\n"
                         "set grid y\nset xtics rotate by -30\n"
@@ -181,14 +192,17 @@ std::vector<std::string> write_cedar_lm_figure(const nlohmann::json& j, const st
       data << "\n\n";
       plot += std::string(plot.empty() ? "plot " : ", ") + "'cedar_lm_bpb.dat' index " + std::to_string(block) +
               " using 1:2:3:4 with yerrorlines pt " + (method == "cedar" ? "7" : "5") + " dt " +
-              (method == "cedar" ? "1" : "2") + " title " + gnuplot_quote((method == "cedar" ? "CEDAR, L = " : "top-k, L = ") + std::to_string(L));
+              (method == "cedar" ? "1" : "2") + " title " +
+              gnuplot_quote((method == "cedar" ? "CEDAR, L = " : "top-k, L = ") + std::to_string(L));
       ++block;
     }
   }
   const std::string body =
       "set title 'Language model prefill: bits per byte lost against dense attention'\n"
-      "set xlabel 'exact chunks per query B (CEDAR at 0: summaries only)'\nset ylabel '{/Symbol D} bits per byte vs dense'\n"
-      "set key top right\nset grid\n" + plot + "\n";
+      "set xlabel 'exact chunks per query B (CEDAR at 0: summaries only)'\nset ylabel '{/Symbol D} bits per byte vs "
+      "dense'\n"
+      "set key top right\nset grid\n" +
+      plot + "\n";
   return render_gnuplot_figure(dir, "cedar_lm_bpb", data.str(), body);
 }
 

@@ -58,8 +58,8 @@ RelSeries reliability_series(const std::string& name, const std::vector<BinRow>&
   return s;
 }
 
-void reliability_figure(Figures& f, const std::string& name, const std::string& title, const std::vector<RelPanel>& panels,
-                        int bins) {
+void reliability_figure(Figures& f, const std::string& name, const std::string& title,
+                        const std::vector<RelPanel>& panels, int bins) {
   std::ostringstream d;
   d << "# blocks (index = panel * series + s): confidence accuracy n band_low band_high, one row per non-empty bin\n";
   std::size_t ns = 0;
@@ -72,7 +72,8 @@ void reliability_figure(Figures& f, const std::string& name, const std::string& 
       if (!has) d << "NaN NaN 0 NaN NaN\n";
       if (has)
         for (const auto& x : panels[i].series[s].rows) {
-          d << g(x.confidence) << " " << g(x.accuracy) << " " << x.n << " " << g(x.band_low) << " " << g(x.band_high) << "\n";
+          d << g(x.confidence) << " " << g(x.accuracy) << " " << x.n << " " << g(x.band_low) << " " << g(x.band_high)
+            << "\n";
           max_n[i] = std::max(max_n[i], double(x.n));
         }
       d << "\n\n";
@@ -93,15 +94,17 @@ void reliability_figure(Figures& f, const std::string& name, const std::string& 
     b << "set title " << q(p.title) << " font ',10'\nset y2range [0:" << g(4.0 * shared_max) << "]\n";
     b << "plot ";
     for (std::size_t s = 0; s < p.series.size(); ++s)
-      b << "'" << name << ".dat' index " << i * ns + s << " using 1:3 axes x1y2 with boxes fs transparent solid 0.25 noborder lc rgb '"
-        << kColours[s % 8] << "' notitle, ";
+      b << "'" << name << ".dat' index " << i * ns + s
+        << " using 1:3 axes x1y2 with boxes fs transparent solid 0.25 noborder lc rgb '" << kColours[s % 8]
+        << "' notitle, ";
     if (p.series.size() == 1)
-      b << "'" << name << ".dat' index " << i * ns << " using 1:4:5 with filledcurves fs transparent solid 0.3 noborder lc rgb "
+      b << "'" << name << ".dat' index " << i * ns
+        << " using 1:4:5 with filledcurves fs transparent solid 0.3 noborder lc rgb "
         << "'#999999' title 'calibrated 95 % band', ";
     b << "x with lines dt 2 lc rgb 'gray40' title 'perfect calibration'";
     for (std::size_t s = 0; s < p.series.size(); ++s)
-      b << ", '" << name << ".dat' index " << i * ns + s << " using 1:2 with linespoints ps 0.6 lw 1.5 " << series_style(s)
-        << " title " << q(p.series[s].name);
+      b << ", '" << name << ".dat' index " << i * ns + s << " using 1:2 with linespoints ps 0.6 lw 1.5 "
+        << series_style(s) << " title " << q(p.series[s].name);
     b << "\n";
   }
   b << "unset multiplot\n";
@@ -129,15 +132,16 @@ void smooth_reliability_figure(Figures& f, const std::string& name, const std::s
   b << "set multiplot layout " << rows << "," << cols << " title " << q(title) << "\n";
   b << "set xrange [0:1]\nset yrange [0:1]\nset xlabel 'confidence'\nset ylabel 'accuracy'\nset grid\n"
        "set key top left font ',8'\nset ytics nomirror\nset y2label 'density of confidences' font ',8' offset -1,0\n"
-    << "set y2tics 0," << g(nice_step(dmax / 3.0)) << "," << g(dmax) << " nomirror font ',8'\nset y2range [0:"
-    << g(4.0 * dmax) << "]\n";
+    << "set y2tics 0," << g(nice_step(dmax / 3.0)) << "," << g(dmax)
+    << " nomirror font ',8'\nset y2range [0:" << g(4.0 * dmax) << "]\n";
   for (std::size_t i = 0; i < panels.size(); ++i) {
     const auto& p = panels[i];
     b << "set title " << q(p.title) << " font ',10'\nplot '" << name << ".dat' index " << i
       << " using 1:5 axes x1y2 with filledcurves y1=0 fs transparent solid 0.2 noborder lc rgb 'gray50' notitle, ";
     if (!p.low.empty())
-      b << "'" << name << ".dat' index " << i << " using 1:3:4 with filledcurves fs transparent solid 0.3 noborder lc rgb '"
-        << kColours[0] << "' title '95 % bootstrap band', ";
+      b << "'" << name << ".dat' index " << i
+        << " using 1:3:4 with filledcurves fs transparent solid 0.3 noborder lc rgb '" << kColours[0]
+        << "' title '95 % bootstrap band', ";
     b << "x with lines dt 2 lc rgb 'gray40' title 'perfect calibration', '" << name << ".dat' index " << i
       << " using 1:2 with lines lw 2 " << series_style(0) << " title 'smoothed accuracy'\n";
   }
@@ -145,7 +149,8 @@ void smooth_reliability_figure(Figures& f, const std::string& name, const std::s
   f.render(name, d.str(), b.str(), 380 * cols, 340 * rows + 40);
 }
 
-void heatmap_figure(Figures& f, const std::string& name, const std::string& title, const std::vector<HeatPanel>& panels) {
+void heatmap_figure(Figures& f, const std::string& name, const std::string& title,
+                    const std::vector<HeatPanel>& panels) {
   std::ostringstream d;
   std::size_t max_s = 0, max_p = 0;
   for (const auto& h : panels) {
@@ -176,7 +181,8 @@ void heatmap_figure(Figures& f, const std::string& name, const std::string& titl
   for (std::size_t i = 0; i < panels.size(); ++i)
     b << "set title " << q(panels[i].title) << " font ',10'\nset xlabel " << q(panels[i].xlabel) << "\nset ylabel "
       << q(panels[i].ylabel) << "\nplot '" << name << ".dat' index " << i
-      << " using 2:1:($3 < 0.001 ? 0.001 : $3) with image pixels notitle\n";  // pixels: discrete cells in SVG too (a browser smooths an embedded raster)
+      << " using 2:1:($3 < 0.001 ? 0.001 : $3) with image pixels notitle\n";  // pixels: discrete cells in SVG too (a
+                                                                              // browser smooths an embedded raster)
   b << "unset multiplot\n";
   f.render(name, d.str(), b.str(), 440 * cols, 380 * rows + 40);
 }
@@ -209,9 +215,9 @@ void histogram_figure(Figures& f, const std::string& name, const std::string& ti
     const std::string panel_title = p.values.empty() || p.values.size() >= 20
                                         ? p.title
                                         : p.title + ", " + std::to_string(p.values.size()) + " replicates";
-    b << "unset key\nset title " << q(panel_title) << " font ',9'\nunset arrow\nset xrange [" << g(x0) << ":" << g(x1) << "]\nset xtics "
-      << g(nice_step((x1 - x0) / 4.0)) << "\nset arrow from " << g(p.observed) << ", graph 0 to " << g(p.observed)
-      << ", graph 1 nohead lw 2 lc rgb '#D55E00' front\n";
+    b << "unset key\nset title " << q(panel_title) << " font ',9'\nunset arrow\nset xrange [" << g(x0) << ":" << g(x1)
+      << "]\nset xtics " << g(nice_step((x1 - x0) / 4.0)) << "\nset arrow from " << g(p.observed) << ", graph 0 to "
+      << g(p.observed) << ", graph 1 nohead lw 2 lc rgb '#D55E00' front\n";
     if (p.values.empty()) {
       b << "set ylabel 'count'\nset yrange [0:*]\nset ytics autofreq\nplot '" << name << ".dat' index " << k
         << " using 1:2 with boxes lc rgb '#56B4E9' notitle\n";
@@ -234,13 +240,16 @@ void pvalue_figure(Figures& f, const std::string& name, const std::vector<PRow>&
   std::ostringstream d;
   d << "# index label p p_holm p_bh\n";
   for (std::size_t i = 0; i < rows.size(); ++i)
-    d << i + 1 << " " << gnuplot_data_string(rows[i].label) << " " << g(rows[i].p) << " " << g(rows[i].p_holm) << " " << g(rows[i].p_bh) << "\n";
+    d << i + 1 << " " << gnuplot_data_string(rows[i].label) << " " << g(rows[i].p) << " " << g(rows[i].p_holm) << " "
+      << g(rows[i].p_bh) << "\n";
   std::ostringstream b;
   b << "set title 'p-values of the diagnostic family (-log10), raw and adjusted'\nset style data histogram\n"
-       "set style histogram cluster gap 1\nset style fill solid 0.8 border -1\nset ylabel '-log10 p'\nset yrange [0:*]\n"
+       "set style histogram cluster gap 1\nset style fill solid 0.8 border -1\nset ylabel '-log10 p'\nset yrange "
+       "[0:*]\n"
        "set key outside top center horizontal font ',9'\nset grid y\nset xtics font ',9'\n"
-    << "plot '" << name << ".dat' using (-log10($3)):xtic(2) lc rgb '" << kColours[0] << "' title 'raw', '' using (-log10($4)) lc rgb '"
-    << kColours[1] << "' title 'Holm', '' using (-log10($5)) lc rgb '" << kColours[2] << "' title 'BH', " << g(-std::log10(alpha))
+    << "plot '" << name << ".dat' using (-log10($3)):xtic(2) lc rgb '" << kColours[0]
+    << "' title 'raw', '' using (-log10($4)) lc rgb '" << kColours[1]
+    << "' title 'Holm', '' using (-log10($5)) lc rgb '" << kColours[2] << "' title 'BH', " << g(-std::log10(alpha))
     << " with lines lw 2 dt 2 lc rgb 'black' title 'alpha'\n";
   f.render(name, d.str(), b.str(), std::max(600, int(60 * rows.size() + 200)), 420);
 }
@@ -261,10 +270,12 @@ void gain_figure(Figures& f, const std::string& name, const std::string& title, 
   }
   if (d0.str().find('\n', 30) == std::string::npos) d0 << "NaN NaN NaN NaN\n";
   std::ostringstream b;
-  b << "set title " << q(title) << "\nset ytics (" << ytics << ") font ',9'\nset yrange [0.4:" << double(rows.size()) + 0.6
+  b << "set title " << q(title) << "\nset ytics (" << ytics
+    << ") font ',9'\nset yrange [0.4:" << double(rows.size()) + 0.6
     << "]\nset xlabel 'gain [nats]'\nset grid x\nset arrow from 0, graph 0 to 0, graph 1 nohead dt 2\n"
        "set key outside top center horizontal font ',9'\nset lmargin 38\n"
-    << "plot '" << name << ".dat' index 0 using 2:1:3:4 with xerrorbars ps 0.6 " << series_style(0) << " title 'per run (95 % CI)', "
+    << "plot '" << name << ".dat' index 0 using 2:1:3:4 with xerrorbars ps 0.6 " << series_style(0)
+    << " title 'per run (95 % CI)', "
     << "'' index 1 using 2:1:3:4 with xerrorbars ps 0.9 lw 2 " << series_style(1) << " title 'across runs (95 % CI)'\n";
   f.render(name, d0.str() + "\n\n" + d1.str(), b.str(), 1000, 120 + 60 * int(rows.size()));
 }
@@ -275,20 +286,23 @@ void curves_figure(Figures& f, const std::string& name, const std::string& title
   for (const auto& s : series) {
     d << "# " << s.name << ": x y low high\n";
     for (std::size_t i = 0; i < s.x.size(); ++i)
-      d << g(s.x[i]) << " " << g(s.y[i]) << " " << g(s.low.empty() ? NAN : s.low[i]) << " " << g(s.high.empty() ? NAN : s.high[i])
-        << "\n";
+      d << g(s.x[i]) << " " << g(s.y[i]) << " " << g(s.low.empty() ? NAN : s.low[i]) << " "
+        << g(s.high.empty() ? NAN : s.high[i]) << "\n";
     if (s.x.empty()) d << "NaN NaN NaN NaN\n";
     d << "\n\n";
   }
   std::ostringstream b;
-  b << "set title " << q(title) << "\nset xlabel " << q(xlabel) << "\nset ylabel " << q(ylabel)
+  b << "set title " << q(title) << "\nset xlabel " << q(xlabel) << "\nset ylabel "
+    << q(ylabel)
     // Many series: the legend below the plot in two columns, so the plot keeps its width (a 12-entry
     // legend of file names beside it used to squeeze the plot to a third of the figure).
     << "\nset grid\n"
-    << (series.size() <= 3 ? "set key top right box opaque font ',9'\n" : "set key outside bottom center horizontal maxcols 2 font ',8'\n")
+    << (series.size() <= 3 ? "set key top right box opaque font ',9'\n"
+                           : "set key outside bottom center horizontal maxcols 2 font ',8'\n")
     << (logx ? "set logscale x\n" : "") << "set offsets 0, 0, graph 0.05, graph 0.05\n";  // no line on the frame
   if (std::isfinite(hline))
-    b << "set arrow from graph 0, first " << g(hline) << " to graph 1, first " << g(hline) << " nohead dt 2 lc rgb 'black'\n";
+    b << "set arrow from graph 0, first " << g(hline) << " to graph 1, first " << g(hline)
+      << " nohead dt 2 lc rgb 'black'\n";
   b << "plot ";
   for (std::size_t k = 0; k < series.size(); ++k) {
     // Small horizontal offsets keep overlapping error bars apart on a log axis.
@@ -320,7 +334,8 @@ void category_figure(Figures& f, const std::string& name, const std::string& tit
   for (const auto& p : panels) {
     d << "# " << p.title << " band: x low high\n";
     for (std::size_t k = 0; k < p.band_low.size(); ++k)
-      for (double dx : {-0.45, 0.45}) d << g(double(k + 1) + dx) << " " << g(p.band_low[k]) << " " << g(p.band_high[k]) << "\n";
+      for (double dx : {-0.45, 0.45})
+        d << g(double(k + 1) + dx) << " " << g(p.band_low[k]) << " " << g(p.band_high[k]) << "\n";
     if (p.band_low.empty()) d << "NaN NaN NaN\n";
     d << "\n\n";
     for (const auto& s : p.series) {
@@ -330,7 +345,8 @@ void category_figure(Figures& f, const std::string& name, const std::string& tit
     }
   }
   std::ostringstream b;
-  b << "set multiplot layout 1," << panels.size() << " title " << q(title) << "\n"
+  b << "set multiplot layout 1," << panels.size() << " title " << q(title)
+    << "\n"
     // Labels stay horizontal when they fit a panel's plot (560 px wide, about 440 of them plot); only
     // long or many labels are turned.
     << "set xtics (" << xtics << ")" << (fits_horizontally(categories, 440.0) ? "" : " rotate by -30")

@@ -47,8 +47,8 @@ RelSeries reliability_series(const std::string& name, const std::vector<BinRow>&
 
 /// Reliability diagrams, one panel per entry: the diagonal, the consistency band of single-series
 /// panels, accuracy per bin (linespoints), and the bins' counts as bars on a right-hand axis.
-void reliability_figure(Figures& f, const std::string& name, const std::string& title, const std::vector<RelPanel>& panels,
-                        int bins);
+void reliability_figure(Figures& f, const std::string& name, const std::string& title,
+                        const std::vector<RelPanel>& panels, int bins);
 
 /// One panel of the smooth reliability diagram: the kernel curve over the mesh t with its band
 /// (low/high may be empty) and the density of the confidences.
@@ -72,7 +72,8 @@ struct HeatPanel {
   std::string cblabel = "mean weight (log scale)";  ///< the colour bar's (the first panel's is drawn)
 };
 /// Mean routing weights, log10 colour scale from 1e-3 to 1 with a colour bar.
-void heatmap_figure(Figures& f, const std::string& name, const std::string& title, const std::vector<HeatPanel>& panels);
+void heatmap_figure(Figures& f, const std::string& name, const std::string& title,
+                    const std::vector<HeatPanel>& panels);
 
 struct HistPanel {
   std::string title;

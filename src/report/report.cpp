@@ -63,14 +63,17 @@ ReportOutput build_report(const ResultsDocument& doc, const std::string& path, c
 void check_report_target(const std::string& input, const std::string& out_dir, bool force, const std::string& hint) {
   if (out_dir.empty()) throw_input("--out", "the report directory is empty");
   if (!input.empty() && path_within(input, out_dir))
-    throw_input("--out", out_dir + " would contain the input " + input + ", but the report directory is "
-                                   "replaced as a whole; " + hint);
+    throw_input("--out", out_dir + " would contain the input " + input +
+                             ", but the report directory is "
+                             "replaced as a whole; " +
+                             hint);
   std::error_code ec;
   const auto st = fs::symlink_status(out_dir, ec);
   if (!fs::exists(st)) return;
   if (fs::is_symlink(st))
-    throw_input("--out", out_dir + " is a symbolic link; the report directory is replaced as a whole and arcal never "
-                                   "replaces through a link: give the directory's own path or another --out");
+    throw_input("--out", out_dir +
+                             " is a symbolic link; the report directory is replaced as a whole and arcal never "
+                             "replaces through a link: give the directory's own path or another --out");
   if (!fs::is_directory(st)) throw_input("--out", out_dir + " exists and is not a directory");
   if (force || has_output_marker(out_dir)) return;
   const std::string other = foreign_entry(out_dir, {});
@@ -79,8 +82,8 @@ void check_report_target(const std::string& input, const std::string& out_dir, b
                              (other == ".lock" ? "lock" : "marker") + "; remove it, or choose another --out");
   if (!other.empty())
     throw_input("--out", out_dir + " holds " + other + " and was not made by arcal report (no " + kOutputMarker +
-                                   "); the report directory is replaced as a whole, so choose another --out, move "
-                                   "it out, or pass --force to replace the directory anyway");
+                             "); the report directory is replaced as a whole, so choose another --out, move "
+                             "it out, or pass --force to replace the directory anyway");
 }
 
 /// OUT.tmp-TAG and OUT.old-TAG of report writers that no longer run (a kill -9 mid-report): only
@@ -173,20 +176,23 @@ ReportOutput write_report(const std::string& source, const std::string& out_dir,
   const bool is_dir = fs::is_directory(source, ec0);
   const std::string path = is_dir ? source + "/results.json" : source;
   if (!fs::exists(path))
-    throw_input(kFn, path + " does not exist (" +
-                         (is_dir ? std::string("run arcal audit --out DIR or arcal run first")
-                                 : std::string("give a directory holding results.json, or the JSON file arcal metrics "
-                                               "--json or arcal calibrate --json printed, or arcal intervene --out wrote")) +
-                         ")");
+    throw_input(kFn,
+                path + " does not exist (" +
+                    (is_dir ? std::string("run arcal audit --out DIR or arcal run first")
+                            : std::string("give a directory holding results.json, or the JSON file arcal metrics "
+                                          "--json or arcal calibrate --json printed, or arcal intervene --out wrote")) +
+                    ")");
   if (!fs::is_regular_file(path)) throw_input(kFn, path + " is not a regular file");
-  const ResultsDocument doc = read_results(read_text_file(path, kFn, "results.json", input_limits().max_text_bytes), path);
+  const ResultsDocument doc =
+      read_results(read_text_file(path, kFn, "results.json", input_limits().max_text_bytes), path);
   check_report_target(path, out_dir, force,
                       is_dir ? "choose a directory outside " + source + " or below it (default " + source + "/report)"
                              : "choose another directory (default " + default_report_dir(source) + ")");
   return write_document(doc, path, out_dir);
 }
 
-ReportOutput write_report_text(const std::string& text, const std::string& label, const std::string& out_dir, bool force) {
+ReportOutput write_report_text(const std::string& text, const std::string& label, const std::string& out_dir,
+                               bool force) {
   const ResultsDocument doc = read_results(text, label);
   check_report_target("", out_dir, force, "");
   return write_document(doc, label, out_dir);

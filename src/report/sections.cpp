@@ -27,7 +27,8 @@ std::vector<RelPoint> rel_points(const CalibrationReport& m) { return reliabilit
 
 std::string evidence_row_test(const VerdictEvidence& e) {
   if (e.test == "exact_null.conditional_permutation") return "exact null, conditional permutation (" + e.variant + ")";
-  if (e.test == "probes.across_runs") return e.runs > 1 ? "probes across runs (Hartung-Knapp)" : "probe, the run's split test";
+  if (e.test == "probes.across_runs")
+    return e.runs > 1 ? "probes across runs (Hartung-Knapp)" : "probe, the run's split test";
   if (e.test == "diagnostic.decision") return "matched-confidence diagnostic (decision test, smallest Holm p)";
   return e.test;
 }
@@ -36,7 +37,8 @@ std::string evidence_row_test(const VerdictEvidence& e) {
 /// proportions), or a log-loss gain in nats (the probes', the exact null's real gain).
 std::string evidence_effect(const VerdictEvidence& e) {
   if (!std::isfinite(e.effect)) return "-";
-  return e.test == "diagnostic.decision" ? fmt::format("G = {:+.5f} (accuracy gap)", e.effect) : sgn(e.effect) + " nats";
+  return e.test == "diagnostic.decision" ? fmt::format("G = {:+.5f} (accuracy gap)", e.effect)
+                                         : sgn(e.effect) + " nats";
 }
 
 /// The verdict's answer in one sentence without statistical names, for the first screen; the
@@ -47,7 +49,8 @@ std::string plain_answer(const Verdict& v) {
     return "Yes: the routing says something about whether a prediction is right that the model's confidence does not.";
   if (v.answer == "negligible")
     return "No useful signal: whatever the routing adds to the model's confidence about whether a prediction is right "
-           "is smaller than the smallest effect of interest (" + delta + ").";
+           "is smaller than the smallest effect of interest (" +
+           delta + ").";
   if (v.answer == "absent")
     return "No: the routing adds nothing detectable to the model's confidence, and an effect of " + delta +
            " would have been seen.";
@@ -59,13 +62,16 @@ std::string plain_answer(const Verdict& v) {
 /// What the audit did not run, and what that leaves open.
 std::vector<std::string> skipped_stages(const AuditResults& a) {
   std::vector<std::string> out;
-  if (!a.has_probes) out.push_back("probes not run: no gain and no interval, so neither 'present' nor 'negligible' can be concluded");
+  if (!a.has_probes)
+    out.push_back("probes not run: no gain and no interval, so neither 'present' nor 'negligible' can be concluded");
   if (!a.has_sensitivity)
-    out.push_back("sensitivity audit not run: 'absent' cannot be concluded (nothing shows an effect of the smallest "
-                  "size would have been seen)");
+    out.push_back(
+        "sensitivity audit not run: 'absent' cannot be concluded (nothing shows an effect of the smallest "
+        "size would have been seen)");
   if (!a.has_exact_null)
-    out.push_back("exact-null audit not run: dependence is decided by the matched-confidence diagnostic, and "
-                  "'beyond the whole output vector' by the full-logit probe");
+    out.push_back(
+        "exact-null audit not run: dependence is decided by the matched-confidence diagnostic, and "
+        "'beyond the whole output vector' by the full-logit probe");
   return out;
 }
 
@@ -116,7 +122,9 @@ std::map<std::string, std::string> run_labels(const std::vector<std::string>& ru
     const std::size_t slash = first.rfind('/');
     if (slash != std::string::npos) {
       const std::string tail = first.substr(slash);
-      if (all([&](const std::string& l) { return l.size() > tail.size() && l.compare(l.size() - tail.size(), tail.size(), tail) == 0; }))
+      if (all([&](const std::string& l) {
+            return l.size() > tail.size() && l.compare(l.size() - tail.size(), tail.size(), tail) == 0;
+          }))
         for (auto& kv : out) kv.second.resize(kv.second.size() - tail.size());
     }
     std::string prefix = out.begin()->second;
@@ -158,15 +166,15 @@ Section summary_section(Context& c) {
       t.rows.push_back({link, evidence_row_test(*e), e->comparison, std::to_string(e->runs), evidence_effect(*e),
                         ci(e->effect_ci, 5), pval(e->p), e->status});
   if (std::isfinite(v.recovery))
-    t.rows.push_back({"sensitivity at the smallest effect", fmt::format("recovery R of an injected {} nats (threshold {})",
-                                                                       v.sensitivity_effect, v.threshold),
-                      "full_vector", "", fmt::format("R = {:+.2f}", v.recovery), ci(v.recovery_ci, 2), "-", "-"});
+    t.rows.push_back(
+        {"sensitivity at the smallest effect",
+         fmt::format("recovery R of an injected {} nats (threshold {})", v.sensitivity_effect, v.threshold),
+         "full_vector", "", fmt::format("R = {:+.2f}", v.recovery), ci(v.recovery_ci, 2), "-", "-"});
   if (std::isfinite(v.class_recovery))
-    t.rows.push_back({"sensitivity, effect in one class",
-                      fmt::format("recovery R of an injected {} nats in each run's most frequent predicted class",
-                                  v.class_effect),
-                      "full_vector", "", fmt::format("R = {:+.2f}", v.class_recovery), ci(v.class_recovery_ci, 2), "-",
-                      "-"});
+    t.rows.push_back(
+        {"sensitivity, effect in one class",
+         fmt::format("recovery R of an injected {} nats in each run's most frequent predicted class", v.class_effect),
+         "full_vector", "", fmt::format("R = {:+.2f}", v.class_recovery), ci(v.class_recovery_ci, 2), "-", "-"});
   s.tab(t, fmt::format("The decision chain the verdict rests on (answer: {}; alpha = {} for each link, in this order; "
                        "smallest effect of interest {} nats). Effects in nats are log-loss gains, control minus probe "
                        "(positive: routing helps); G is the diagnostic's weighted accuracy gap between high- and "
@@ -175,15 +183,16 @@ Section summary_section(Context& c) {
   if (!v.secondary.empty()) {
     Table sec{{"secondary comparison", "runs", "gain [nats]", "95 % CI", "p", "p Holm (this family)"}, {}};
     for (const auto& e : v.secondary)
-      sec.rows.push_back({e.comparison, std::to_string(e.runs), std::isfinite(e.effect) ? sgn(e.effect) : "-", ci(e.effect_ci, 5), pval(e.p),
-                          pval(e.p_holm)});
-    s.tab(sec, fmt::format("Secondary comparisons ({} tests, Holm within this family): reported beside the chain, never "
-                           "a veto of its answer.",
-                           v.secondary.size()));
+      sec.rows.push_back({e.comparison, std::to_string(e.runs), std::isfinite(e.effect) ? sgn(e.effect) : "-",
+                          ci(e.effect_ci, 5), pval(e.p), pval(e.p_holm)});
+    s.tab(sec,
+          fmt::format("Secondary comparisons ({} tests, Holm within this family): reported beside the chain, never "
+                      "a veto of its answer.",
+                      v.secondary.size()));
   }
   const auto& a = c.doc.audit;
-  std::string prov = "arcal " + (c.doc.has_study ? c.doc.study.version : std::string(ARCAL_VERSION)) + "; results: " +
-                     c.results_path + "; report generated " + now_utc() + ".";
+  std::string prov = "arcal " + (c.doc.has_study ? c.doc.study.version : std::string(ARCAL_VERSION)) +
+                     "; results: " + c.results_path + "; report generated " + now_utc() + ".";
   if (c.doc.has_study) {
     std::set<std::uint64_t> seeds;
     for (const auto& r : c.doc.study.runs) seeds.insert(r.seed);
@@ -205,10 +214,23 @@ Section training_section(Context& c) {
   // Token traces (a language model's: clusters) have no median-unbiased ECE (the cluster bootstrap
   // gives the intervals), and their NLL is per next byte, so bits per byte is shown beside it.
   const bool tokens = std::any_of(st.runs.begin(), st.runs.end(), [](const auto& r) { return r.metrics.clusters > 0; });
-  Table t{{"run", "residual", "seed", "n", "accuracy", "95 % CI", "ECE-15 (bias-corrected)", "95 % CI", "ECE-15 plug-in", "NLL",
-           "Brier", "AUROC", "train s"}, {}};
-  if (tokens) t.header = {"run", "residual", "seed", "tokens (sequences)", "next-byte accuracy", "95 % CI", "ECE-15",
-                          "95 % CI", "NLL", "bits per byte", "95 % CI", "Brier", "train s"};
+  Table t{{"run", "residual", "seed", "n", "accuracy", "95 % CI", "ECE-15 (bias-corrected)", "95 % CI",
+           "ECE-15 plug-in", "NLL", "Brier", "AUROC", "train s"},
+          {}};
+  if (tokens)
+    t.header = {"run",
+                "residual",
+                "seed",
+                "tokens (sequences)",
+                "next-byte accuracy",
+                "95 % CI",
+                "ECE-15",
+                "95 % CI",
+                "NLL",
+                "bits per byte",
+                "95 % CI",
+                "Brier",
+                "train s"};
   std::vector<RelPanel> panels;
   for (const auto& r : st.runs) {
     const auto& m = r.metrics;
@@ -219,18 +241,19 @@ Section training_section(Context& c) {
                         f4(m.accuracy.value), ci(m.accuracy.ci), f4(m.ece.value), ci(m.ece.ci), f4(m.nll.value),
                         f4(m.nll.value / l2), ci({m.nll.ci.low / l2, m.nll.ci.high / l2}), f4(m.brier.value), secs});
     } else {
-      t.rows.push_back({r.id, r.residual, std::to_string(r.seed), std::to_string(m.n), f4(m.accuracy.value), ci(m.accuracy.ci),
-                        f4(m.ece.bias_corrected), ci(m.ece.ci), f4(m.ece.value), f4(m.nll.value), f4(m.brier.value),
-                        f4(m.auroc.value), secs});
+      t.rows.push_back({r.id, r.residual, std::to_string(r.seed), std::to_string(m.n), f4(m.accuracy.value),
+                        ci(m.accuracy.ci), f4(m.ece.bias_corrected), ci(m.ece.ci), f4(m.ece.value), f4(m.nll.value),
+                        f4(m.brier.value), f4(m.auroc.value), secs});
     }
     panels.push_back({fmt::format("{} (n = {})", r.id, m.n), {{"accuracy per bin", rel_points(m)}}});
   }
-  s.tab(t, tokens ? "Metrics of every trained run on its token trace of the " + st.split +
-                        " split (every next-byte prediction of the traced sequences; intervals: the cluster bootstrap, "
-                        "whole sequences resampled, ECE around its upward-biased plug-in value; docs/method.md §6.9)."
-                  : "Metrics of every trained run on its traced " + st.split +
-                        " split (accuracy: percentile bootstrap; ECE: the median-unbiased estimate with the interval from "
-                        "inverting the consistency test, beside the upward-biased plug-in value; docs/method.md §4).");
+  s.tab(t, tokens
+               ? "Metrics of every trained run on its token trace of the " + st.split +
+                     " split (every next-byte prediction of the traced sequences; intervals: the cluster bootstrap, "
+                     "whole sequences resampled, ECE around its upward-biased plug-in value; docs/method.md §6.9)."
+               : "Metrics of every trained run on its traced " + st.split +
+                     " split (accuracy: percentile bootstrap; ECE: the median-unbiased estimate with the interval from "
+                     "inverting the consistency test, beside the upward-biased plug-in value; docs/method.md §4).");
   c.csv.push_back({"training.csv", t});
   Table m{{"model / residual", "seeds", "accuracy mean", "sd", "ECE-15 mean", "sd"}, {}};
   for (const auto& g : st.groups)
@@ -239,11 +262,12 @@ Section training_section(Context& c) {
   s.tab(m, "Across seeds (sample sd; n/a with one seed).");
   const int bins = st.runs.empty() ? 15 : st.runs.front().metrics.bins;
   reliability_figure(c.figures, "reliability_runs", "Reliability per run", panels, bins);
-  s.fig("reliability_runs",
-        fmt::format("Reliability diagram of every run ({} equal-width bins; n per panel): accuracy per bin against mean "
-                    "confidence, the grey band where a calibrated model's accuracy falls in 95 % of draws, and the "
-                    "examples per bin as bars (right axis).",
-                    bins));
+  s.fig(
+      "reliability_runs",
+      fmt::format("Reliability diagram of every run ({} equal-width bins; n per panel): accuracy per bin against mean "
+                  "confidence, the grey band where a calibrated model's accuracy falls in 95 % of draws, and the "
+                  "examples per bin as bars (right axis).",
+                  bins));
   return s;
 }
 
@@ -255,9 +279,12 @@ Section runs_section(Context& c) {
   double most_explained = -1;
   for (const auto& r : c.doc.audit.run_summaries) {
     t.rows.push_back({run_label(c, r.run), std::to_string(r.n), f4(r.accuracy), f4(r.mean_confidence), f4(r.ece),
-                      std::isfinite(r.class_explained) ? fmt::format("{:.2f} ({})", r.class_explained, r.tertile_statistic) : "n/a"});
+                      std::isfinite(r.class_explained)
+                          ? fmt::format("{:.2f} ({})", r.class_explained, r.tertile_statistic)
+                          : "n/a"});
     if (std::isfinite(r.class_explained)) most_explained = std::max(most_explained, r.class_explained);
-    panels.push_back({fmt::format("{} (n = {})", run_label(c, r.run), r.n), {{"accuracy per bin", rel_points(r.reliability)}}});
+    panels.push_back(
+        {fmt::format("{} (n = {})", run_label(c, r.run), r.n), {{"accuracy per bin", rel_points(r.reliability)}}});
     bins = int(r.bins);
   }
   s.tab(t);
@@ -266,11 +293,11 @@ Section runs_section(Context& c) {
   for (const auto& r : c.doc.audit.run_summaries)
     if (read_in_reduced_form(r)) reduced.insert(r.outputs);
   if (most_explained >= 0.5)
-    s.p(fmt::format("The predicted class explains up to {:.0f} % of the routing statistic's variance: the routing largely "
-                    "encodes which class (token) was predicted, which is an output. {}",
-                    100.0 * most_explained,
-                    reduced.empty()
-                        ? "The probes read the predicted class beside routing, so that part is not a gain where each "
+    s.p(fmt::format(
+        "The predicted class explains up to {:.0f} % of the routing statistic's variance: the routing largely "
+        "encodes which class (token) was predicted, which is an output. {}",
+        100.0 * most_explained,
+        reduced.empty() ? "The probes read the predicted class beside routing, so that part is not a gain where each "
                           "class has enough examples for its calibration to be learnt from the outputs; where classes "
                           "have few examples each, the exact null (arcal audit --exact-null), which permutes routing "
                           "only within each predicted class, separates the two for independent examples (method.md "
@@ -282,9 +309,10 @@ Section runs_section(Context& c) {
     s.p("The outputs the probes and the exact null condition on were read in the " + o +
         " (method.md §6.3, the reduced output form): \"beyond the outputs\" means beyond these.");
   reliability_figure(c.figures, "reliability_runs", "Reliability per run", panels, bins);
-  s.fig("reliability_runs", fmt::format("Reliability diagram of every audited run ({} equal-width bins; grey: a calibrated "
-                                        "model's 95 % band; bars: examples per bin).",
-                                        bins));
+  s.fig("reliability_runs",
+        fmt::format("Reliability diagram of every audited run ({} equal-width bins; grey: a calibrated "
+                    "model's 95 % band; bars: examples per bin).",
+                    bins));
   return s;
 }
 
@@ -298,7 +326,8 @@ Section routing_section(Context& c) {
     if (r.tertile_statistic.empty()) continue;
     RelPanel p{fmt::format("{} by {} (n = {})", run_label(c, r.run), r.tertile_statistic, r.n), {}};
     for (std::size_t g = 0; g < 3; ++g) {
-      p.series.push_back({fmt::format("{} tertile (n = {})", names[g], r.tertile_n[g]), rel_points(r.tertile_reliability[g])});
+      p.series.push_back(
+          {fmt::format("{} tertile (n = {})", names[g], r.tertile_n[g]), rel_points(r.tertile_reliability[g])});
       t.rows.push_back({run_label(c, r.run), r.tertile_statistic, names[g], std::to_string(r.tertile_n[g]),
                         f4(r.tertile_accuracy[g]), f4(r.tertile_ece[g])});
     }
@@ -318,13 +347,15 @@ Section routing_section(Context& c) {
   bool depth = false;
   for (const auto& r : c.doc.audit.run_summaries)
     if (!r.routing_mean.empty() && !r.experts) {  // expert routing has its own section (experts_section)
-      heat.push_back({fmt::format("{} (n = {})", run_label(c, r.run), r.n), r.points, r.sources, r.routing_sources, r.routing_mean});
+      heat.push_back({fmt::format("{} (n = {})", run_label(c, r.run), r.n), r.points, r.sources, r.routing_sources,
+                      r.routing_mean});
       depth = true;
     }
   if (!heat.empty() && depth) {
     heatmap_figure(c.figures, "routing_heatmap", "Mean routing weight (token mean, averaged over examples)", heat);
-    s.fig("routing_heatmap", "Mean routing weight per routing point (rows) and source (columns) on a log colour scale "
-                             "(weights below 0.001 share the darkest colour); blank cells are past the point's sources.");
+    s.fig("routing_heatmap",
+          "Mean routing weight per routing point (rows) and source (columns) on a log colour scale "
+          "(weights below 0.001 share the darkest colour); blank cells are past the point's sources.");
   }
   return s;
 }
@@ -336,14 +367,16 @@ Section convergence_section(Context& c) {
       "(kept as RUN/epoch-E), traced on the same split and audited with the same options as the final models (the "
       "last row). Does the answer depend on when training stopped?");
   Table t{{"epoch", "runs", "test accuracy (mean, sd)", "answer", "dependence p", "exact-null gain", "probe gain",
-           "95 % CI", "p", "beyond outputs p", "recovery R", "95 % CI"}, {}};
+           "95 % CI", "p", "beyond outputs p", "recovery R", "95 % CI"},
+          {}};
   CurveSeries across{"probe gain over capacity-matched control, across runs (95 % CI)", {}, {}, {}, {}};
   CurveSeries exact{"exact-null real mean gain (confidence matching)", {}, {}, {}, {}};
   for (const auto& p : pts) {
     const auto& v = p.verdict;
-    t.rows.push_back({std::to_string(p.epoch), std::to_string(p.runs), fmt::format("{} ({})", pct(p.accuracy_mean), pct(p.accuracy_sd)),
-                      v.answer, pval(v.dependence.p), evidence_effect(v.dependence), sgn(v.primary.effect),
-                      ci(v.primary.effect_ci, 5), pval(v.primary.p), pval(v.beyond_outputs.p),
+    t.rows.push_back({std::to_string(p.epoch), std::to_string(p.runs),
+                      fmt::format("{} ({})", pct(p.accuracy_mean), pct(p.accuracy_sd)), v.answer, pval(v.dependence.p),
+                      evidence_effect(v.dependence), sgn(v.primary.effect), ci(v.primary.effect_ci, 5),
+                      pval(v.primary.p), pval(v.beyond_outputs.p),
                       std::isfinite(v.recovery) ? fmt::format("{:.2f}", v.recovery) : "-", ci(v.recovery_ci, 2)});
     if (std::isfinite(v.primary.effect)) {
       across.x.push_back(p.accuracy_mean);
@@ -356,8 +389,9 @@ Section convergence_section(Context& c) {
       exact.y.push_back(v.dependence.effect);
     }
   }
-  s.tab(t, "Each row is a full audit (docs/method.md §6); gains in nats, positive: routing helps; p of the exact null is "
-           "its conditional-permutation p (floor 1/(replicates + 1)).");
+  s.tab(t,
+        "Each row is a full audit (docs/method.md §6); gains in nats, positive: routing helps; p of the exact null is "
+        "its conditional-permutation p (floor 1/(replicates + 1)).");
   c.csv.push_back({"convergence.csv", t});
   std::vector<CurveSeries> series;
   if (!across.x.empty()) series.push_back(across);
@@ -365,9 +399,10 @@ Section convergence_section(Context& c) {
   if (!series.empty()) {
     curves_figure(c.figures, "convergence", "Routing's gain along training", "mean test accuracy of the audited runs",
                   "log-loss gain [nats]", series, false, 0.0);
-    s.fig("convergence", fmt::format("The gains of the verdict's evidence against the audited runs' mean test accuracy, "
-                                     "one point per audited epoch ({} points, {} runs each); dashed: no gain.",
-                                     pts.size(), pts.empty() ? 0 : pts.front().runs));
+    s.fig("convergence",
+          fmt::format("The gains of the verdict's evidence against the audited runs' mean test accuracy, "
+                      "one point per audited epoch ({} points, {} runs each); dashed: no gain.",
+                      pts.size(), pts.empty() ? 0 : pts.front().runs));
   }
   return s;
 }
@@ -394,14 +429,16 @@ Document build_document(Context& c) {
   if (c.doc.has_study) d.sections.push_back(training_section(c));
   if (c.doc.has_study && !c.doc.study.convergence.empty()) d.sections.push_back(convergence_section(c));
   if (!c.doc.has_study && !c.doc.audit.run_summaries.empty()) d.sections.push_back(runs_section(c));
-  if (std::any_of(c.doc.audit.run_summaries.begin(), c.doc.audit.run_summaries.end(), [](const RunSummary& r) { return bool(r.experts); }))
+  if (std::any_of(c.doc.audit.run_summaries.begin(), c.doc.audit.run_summaries.end(),
+                  [](const RunSummary& r) { return bool(r.experts); }))
     d.sections.push_back(experts_section(c));
   // The first screens end here: the verdict and the runs. Every test's tables and figures follow as
   // the appendix (issue 56: a report a researcher forwards reads as a few screens, then the detail).
   Section appendix{kAppendixTitle, {}};
-  appendix.p("The sections below are the evidence in detail: each test's tables and figures, in the order of the "
-             "decision chain above. The tables are also in tables/*.csv, every figure's data and gnuplot script in "
-             "figures/.");
+  appendix.p(
+      "The sections below are the evidence in detail: each test's tables and figures, in the order of the "
+      "decision chain above. The tables are also in tables/*.csv, every figure's data and gnuplot script in "
+      "figures/.");
   d.sections.push_back(std::move(appendix));
   if (!c.doc.audit.run_summaries.empty()) {
     auto s = routing_section(c);

@@ -19,7 +19,7 @@ struct Context {
   std::string results_path;
   Figures& figures;
   std::vector<std::pair<std::string, Table>> csv;  ///< file name under tables/ -> table
-  std::map<std::string, std::string> labels;      ///< run id -> its label (run_labels; set by build_document)
+  std::map<std::string, std::string> labels;       ///< run id -> its label (run_labels; set by build_document)
 };
 
 /// The heading after which an audit report's detail begins (the browser test measures the page above it).

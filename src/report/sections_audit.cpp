@@ -24,15 +24,17 @@ Section diagnostic_section(Context& c) {
   const auto& d = c.doc.audit.diagnostic;
   const auto& o = d.options;
   Section s{"Matched-confidence diagnostic", {}};
-  s.p(fmt::format("Family of {} declared tests (run x statistic); {} {} confidence bins (bins with fewer than {} examples "
-                  "dropped); R = {} permutations; alpha = {}. Decision: residuals a - q(c) against a cross-fitted "
-                  "isotonic q, routing permuted within ~{}-example strata of confidence (a conditional permutation "
-                  "test that holds its level when routing tracks confidence). The paper's protocol (a - c, "
-                  "within-bin permutation) is shown beside it, never the decision: it rejects falsely when routing "
-                  "tracks confidence inside a bin and the model is miscalibrated.",
-                  d.family_size, o.bins, o.scheme == BinScheme::equal_width ? "equal-width" : "equal-mass", o.min_bin_count,
-                  o.permutations, o.alpha, o.strata_size));
-  Table t{{"#", "run", "statistic", "n used", "gap G_r", "p", "p Holm", "p BH", "paper G", "paper p", "paper p Holm"}, {}};
+  s.p(fmt::format(
+      "Family of {} declared tests (run x statistic); {} {} confidence bins (bins with fewer than {} examples "
+      "dropped); R = {} permutations; alpha = {}. Decision: residuals a - q(c) against a cross-fitted "
+      "isotonic q, routing permuted within ~{}-example strata of confidence (a conditional permutation "
+      "test that holds its level when routing tracks confidence). The paper's protocol (a - c, "
+      "within-bin permutation) is shown beside it, never the decision: it rejects falsely when routing "
+      "tracks confidence inside a bin and the model is miscalibrated.",
+      d.family_size, o.bins, o.scheme == BinScheme::equal_width ? "equal-width" : "equal-mass", o.min_bin_count,
+      o.permutations, o.alpha, o.strata_size));
+  Table t{{"#", "run", "statistic", "n used", "gap G_r", "p", "p Holm", "p BH", "paper G", "paper p", "paper p Holm"},
+          {}};
   std::vector<HistPanel> hist;
   std::vector<PRow> ps;
   for (std::size_t i = 0; i < d.tests.size(); ++i) {
@@ -41,7 +43,8 @@ Section diagnostic_section(Context& c) {
     t.rows.push_back({std::to_string(i + 1), run_label(c, te.run), te.statistic, std::to_string(r.n_used),
                       fmt::format("{:+.5f}", r.gap), pval(r.p), pval(te.p_holm), pval(te.p_bh),
                       fmt::format("{:+.5f}", te.paper.gap), pval(te.paper.p), pval(te.paper_p_holm)});
-    HistPanel h{fmt::format("#{} {} {}: p = {}", i + 1, run_label(c, te.run), te.statistic, pval(r.p)), {}, {}, {}, r.gap};
+    HistPanel h{
+        fmt::format("#{} {} {}: p = {}", i + 1, run_label(c, te.run), te.statistic, pval(r.p)), {}, {}, {}, r.gap};
     for (std::size_t b = 0; b + 1 < r.null_edges.size() && b < r.null_counts.size(); ++b) {
       h.centres.push_back(0.5 * (r.null_edges[b] + r.null_edges[b + 1]));
       h.counts.push_back(double(r.null_counts[b]));
@@ -49,23 +52,28 @@ Section diagnostic_section(Context& c) {
     hist.push_back(h);
     ps.push_back({fmt::format("{}:{}", i + 1, te.statistic), r.p, te.p_holm, te.p_bh});
   }
-  s.tab(t, "p: the decision test's conditional permutation p; Holm and Benjamini-Hochberg adjustments over the whole "
-           "family. paper: the seed paper's protocol (reported, not the decision).");
+  s.tab(t,
+        "p: the decision test's conditional permutation p; Holm and Benjamini-Hochberg adjustments over the whole "
+        "family. paper: the seed paper's protocol (reported, not the decision).");
   c.csv.push_back({"diagnostic.csv", t});
   if (!hist.empty()) {
     histogram_figure(c.figures, "diagnostic_null", "Conditional-permutation null of the weighted gap G (red: observed)",
                      "G*", hist);
-    s.fig("diagnostic_null", fmt::format("Null histogram of each test ({} permutations) with its observed gap.", o.permutations));
+    s.fig("diagnostic_null",
+          fmt::format("Null histogram of each test ({} permutations) with its observed gap.", o.permutations));
     pvalue_figure(c.figures, "diagnostic_pvalues", ps, o.alpha);
-    s.fig("diagnostic_pvalues", fmt::format("-log10 p of the {} tests, raw and adjusted; bars above the dashed line reject at "
-                                            "alpha = {}.", d.tests.size(), o.alpha));
+    s.fig("diagnostic_pvalues",
+          fmt::format("-log10 p of the {} tests, raw and adjusted; bars above the dashed line reject at "
+                      "alpha = {}.",
+                      d.tests.size(), o.alpha));
   }
   Table st{{"cell", "statistic", "seeds", "rejections (raw p)", "positive", "negative", "verdict"}, {}};
   for (const auto& v : d.verdicts)
     st.rows.push_back({v.cell, v.statistic, std::to_string(v.seeds), std::to_string(v.rejections),
                        std::to_string(v.rejections_positive), std::to_string(v.rejections_negative), v.verdict});
-  s.tab(st, "Cross-seed stability of the decision test: not assessable with one seed; stable when at least 2/3 of a cell's "
-            "seeds reject with the same sign of G.");
+  s.tab(st,
+        "Cross-seed stability of the decision test: not assessable with one seed; stable when at least 2/3 of a cell's "
+        "seeds reject with the same sign of G.");
   return s;
 }
 
@@ -106,14 +114,17 @@ Section condcal_section(Context& c) {
     wt.band_low.push_back(band ? band->cv_nll.worst_tertile_ece.mean - band->cv_nll.worst_tertile_ece.sd : NAN);
     wt.band_high.push_back(band ? band->cv_nll.worst_tertile_ece.mean + band->cv_nll.worst_tertile_ece.sd : NAN);
   }
-  s.tab(t, "Per run and statistic: the AR-CondCal probe (logit c, routing statistic) and its matched controls under the "
-           "CV-NLL and oracle-ECE bandwidth rules (fold means over the two cross-fit halves).");
+  s.tab(t,
+        "Per run and statistic: the AR-CondCal probe (logit c, routing statistic) and its matched controls under the "
+        "CV-NLL and oracle-ECE bandwidth rules (fold means over the two cross-fit halves).");
   c.csv.push_back({"condcal.csv", t});
-  category_figure(c.figures, "condcal_band", "AR-CondCal (CV-NLL bandwidth) against the seed-variance band", cats, {ece, wt});
-  s.fig("condcal_band", fmt::format("AR-CondCal probe and controls for each of the {} run x statistic entries (x axis; n = {} "
-                                    "examples per run), against the band mean +/- sd of the confidence-only control over "
-                                    "the seeds of the cell.",
-                                    a.condcal.size(), a.condcal.empty() ? 0 : a.condcal.front().result.n));
+  category_figure(c.figures, "condcal_band", "AR-CondCal (CV-NLL bandwidth) against the seed-variance band", cats,
+                  {ece, wt});
+  s.fig("condcal_band",
+        fmt::format("AR-CondCal probe and controls for each of the {} run x statistic entries (x axis; n = {} "
+                    "examples per run), against the band mean +/- sd of the confidence-only control over "
+                    "the seeds of the cell.",
+                    a.condcal.size(), a.condcal.empty() ? 0 : a.condcal.front().result.n));
   std::vector<CurveSeries> curves;
   const auto& mult = a.options.condcal.multiples;
   for (const auto& e : a.condcal)
@@ -127,8 +138,9 @@ Section condcal_section(Context& c) {
   if (!curves.empty()) {
     curves_figure(c.figures, "condcal_bandwidth", "Bandwidth sensitivity (fixed Scott multiples)", "Scott multiple m",
                   "binary NLL (evaluation halves)", curves, true, NAN);
-    s.fig("condcal_bandwidth", "Binary NLL of the probe and the confidence-only control at each fixed Scott bandwidth "
-                               "multiple, per run and statistic: a probe that wins only at one bandwidth is fragile.");
+    s.fig("condcal_bandwidth",
+          "Binary NLL of the probe and the confidence-only control at each fixed Scott bandwidth "
+          "multiple, per run and statistic: a probe that wins only at one bandwidth is fragile.");
   }
   return s;
 }
@@ -138,10 +150,12 @@ Section probes_section(Context& c) {
   Section s{"MLP probes and controls", {}};
   s.p("Gain = control's loss minus the probe's (positive: the probe is better). Per run: the mean over repeated "
       "cross-fit splits with the Nadeau-Bengio corrected interval. Across runs: random-effects (Paule-Mandel tau^2, "
-      "Hartung-Knapp) mean, interval and p; Holm over the whole probe family decides the verdict. Wilcoxon and sign tests "
+      "Hartung-Knapp) mean, interval and p; Holm over the whole probe family decides the verdict. Wilcoxon and sign "
+      "tests "
       "are shown with the smallest p they can reach with this many runs. Run counts are counts, not tests.");
   Table tt{{"comparison", "metric", "gain (random effects)", "95 % CI", "p", "p Holm", "p Wilcoxon (min)", "p sign",
-            "runs with interval above/below 0", "detectable", "verdict"}, {}};
+            "runs with interval above/below 0", "detectable", "verdict"},
+           {}};
   std::vector<GainRow> rows;
   for (const auto& t : p.tests) {
     const Interval g = gain_ci(t.ci);
@@ -161,32 +175,37 @@ Section probes_section(Context& c) {
     rows.push_back(row);
   }
   if (!p.tests.empty() && !p.tests.front().power_note.empty()) s.p("Power: " + p.tests.front().power_note + ".");
-  s.tab(tt, fmt::format("{} runs, {} repeats of a 2-fold cross-fit per run; detectable: the gain this test detects with "
-                        "80 % power.", p.runs.size(), p.repeats));
+  s.tab(tt,
+        fmt::format("{} runs, {} repeats of a 2-fold cross-fit per run; detectable: the gain this test detects with "
+                    "80 % power.",
+                    p.runs.size(), p.repeats));
   c.csv.push_back({"probe_tests.csv", tt});
   Table tp{{"run", "probe", "inputs", "parameters", "log-loss", "Brier", "ECE", "mean epochs"}, {}};
   for (const auto& run : p.runs)
     for (const auto& f : run.probes)
       tp.rows.push_back({run_label(c, run.run), f.name, std::to_string(f.inputs), std::to_string(f.parameters),
-                         f4(f.scores.log_loss), f4(f.scores.brier), f4(f.scores.ece), fmt::format("{:.1f}", f.mean_epochs)});
+                         f4(f.scores.log_loss), f4(f.scores.brier), f4(f.scores.ece),
+                         fmt::format("{:.1f}", f.mean_epochs)});
   c.csv.push_back({"probes.csv", tp});
   gain_figure(c.figures, "probe_gains", "Probe log-loss gain over its control (positive: probe better)", rows);
-  s.fig("probe_gains", fmt::format("Log-loss gain of each probe over its matched control: per run (n = {} examples each) "
-                                   "with its corrected interval, and across the {} runs with the Hartung-Knapp interval.",
-                                   p.runs.empty() ? 0 : p.runs.front().n, p.runs.size()));
+  s.fig("probe_gains",
+        fmt::format("Log-loss gain of each probe over its matched control: per run (n = {} examples each) "
+                    "with its corrected interval, and across the {} runs with the Hartung-Knapp interval.",
+                    p.runs.empty() ? 0 : p.runs.front().n, p.runs.size()));
   return s;
 }
 
 Section sensitivity_section(Context& c) {
   const auto& se = c.doc.audit.sensitivity;
   Section s{"Sensitivity (injection) audit", {}};
-  s.p(fmt::format("{} runs x {} synthetic label draws per effect; every probe refitted. Recovery R = (loss of the reference "
-                  "q(c) - loss of the probe) / oracle gain. 'Absent' needs the lower end of R's interval at {} nats to "
-                  "reach {}.{}",
-                  se.runs.size(), se.draws, se.threshold_effect, se.threshold,
-                  se.class_effects.empty() ? ""
-                                           : " Rows marked 'one class' inject the effect only in each run's most frequent "
-                                             "predicted class (a class-specific effect of the same mean size)."));
+  s.p(fmt::format(
+      "{} runs x {} synthetic label draws per effect; every probe refitted. Recovery R = (loss of the reference "
+      "q(c) - loss of the probe) / oracle gain. 'Absent' needs the lower end of R's interval at {} nats to "
+      "reach {}.{}",
+      se.runs.size(), se.draws, se.threshold_effect, se.threshold,
+      se.class_effects.empty() ? ""
+                               : " Rows marked 'one class' inject the effect only in each run's most frequent "
+                                 "predicted class (a class-specific effect of the same mean size)."));
   if (const auto scope = refit_scope_text(se.refit); !scope.empty()) s.p(scope);
   Table t{{"effect [nats]", "probe", "R", "95 % CI", "gain [nats]", "95 % CI"}, {}};
   std::vector<CurveSeries> curves;
@@ -206,66 +225,79 @@ Section sensitivity_section(Context& c) {
   s.tab(t);
   c.csv.push_back({"sensitivity.csv", t});
   Table v{{"probe", "R at threshold effect", "95 % CI", "verdict"}, {}};
-  for (const auto& x : se.verdicts) v.rows.push_back({x.probe, fmt::format("{:+.3f}", x.recovery), ci(x.recovery_ci, 3), x.verdict});
+  for (const auto& x : se.verdicts)
+    v.rows.push_back({x.probe, fmt::format("{:+.3f}", x.recovery), ci(x.recovery_ci, 3), x.verdict});
   s.tab(v, "Verdict on the real labels: 'absent' only where the audit would have seen the threshold effect.");
   curves_figure(c.figures, "sensitivity_recovery", "Injection recovery R against the injected oracle gain",
                 "injected effect [nats]", "recovery R", curves, true, se.threshold);
   s.fig("sensitivity_recovery", fmt::format("Recovery of each probe (95 % bootstrap interval over {} runs x {} draws); "
-                                            "dashed: the threshold {}.", se.runs.size(), se.draws, se.threshold));
+                                            "dashed: the threshold {}.",
+                                            se.runs.size(), se.draws, se.threshold));
   return s;
 }
 
 Section exact_null_section(Context& c) {
   const auto& x = c.doc.audit.exact_null;
   Section s{"Exact-null audit", {}};
-  s.p(fmt::format("Decision null: the routing profile permuted within matched groups of about {} examples whose outputs are "
-                  "nearly identical (confidence: logit c; full_logit: the routing profile as predicted from the sorted "
-                  "probabilities, and P(correct) as predicted from the logits), the real labels kept, every probe that reads "
-                  "the profile refitted ({} replicates per run and variant). Monte-Carlo p = (1 + #{{null >= real}}) / (R + 1). "
-                  "The full_logit variant held its level on the validated families except one: routing that tracks a "
-                  "nonlinear function of the outputs which correctness also depends on, where it rejected 6 of 40 null runs "
-                  "at 0.05 (docs/audit_validation.md); read a small full_logit p with that in mind.",
-                  x.group_size, x.replicates));
+  s.p(fmt::format(
+      "Decision null: the routing profile permuted within matched groups of about {} examples whose outputs are "
+      "nearly identical (confidence: logit c; full_logit: the routing profile as predicted from the sorted "
+      "probabilities, and P(correct) as predicted from the logits), the real labels kept, every probe that reads "
+      "the profile refitted ({} replicates per run and variant). Monte-Carlo p = (1 + #{{null >= real}}) / (R + 1). "
+      "The full_logit variant held its level on the validated families except one: routing that tracks a "
+      "nonlinear function of the outputs which correctness also depends on, where it rejected 6 of 40 null runs "
+      "at 0.05 (docs/audit_validation.md); read a small full_logit p with that in mind.",
+      x.group_size, x.replicates));
   if (x.stop_after > 0)
-    s.p(fmt::format("Sequential Monte Carlo (Besag & Clifford): each variant drew replicates in batches of {} per run and "
-                    "stopped once every pooled comparison had {} null means at or above its real mean, which settles its "
-                    "decision at the audit's alpha (the fixed-count test would decide the same); p = {} / L for a comparison "
-                    "whose {}-th such null mean came at replicate L, else the Monte-Carlo p over the replicates drawn. Per-run "
-                    "p-values under a pooled stopping rule are descriptive.",
-                    x.stop_after, x.stop_after, x.stop_after, x.stop_after));
+    s.p(fmt::format(
+        "Sequential Monte Carlo (Besag & Clifford): each variant drew replicates in batches of {} per run and "
+        "stopped once every pooled comparison had {} null means at or above its real mean, which settles its "
+        "decision at the audit's alpha (the fixed-count test would decide the same); p = {} / L for a comparison "
+        "whose {}-th such null mean came at replicate L, else the Monte-Carlo p over the replicates drawn. Per-run "
+        "p-values under a pooled stopping rule are descriptive.",
+        x.stop_after, x.stop_after, x.stop_after, x.stop_after));
   if (const auto scope = refit_scope_text(x.refit); !scope.empty()) s.p(scope);
   Table mt{{"run", "variant", "groups", "mean within-group distance", "random-pair distance"}, {}};
   for (const auto& r : x.runs)
-    mt.rows.push_back({run_label(c, r.run), r.variant, std::to_string(r.matching.groups), fmt::format("{:.3g}", r.matching.mean_distance),
+    mt.rows.push_back({run_label(c, r.run), r.variant, std::to_string(r.matching.groups),
+                       fmt::format("{:.3g}", r.matching.mean_distance),
                        fmt::format("{:.3g}", r.matching.random_pair_distance)});
   s.tab(mt, "Matching resolution (in the matching space's units).");
   Table t{{"variant", "comparison", "runs", "replicates", "real mean gain", "null mean", "null q95", "p"}, {}};
   std::vector<HistPanel> hist;
   for (const auto& p : x.pooled) {
-    t.rows.push_back({p.variant, p.comparison, std::to_string(p.runs), std::to_string(p.replicates), sgn(p.real_mean_gain),
-                      sgn(p.null_mean), sgn(p.null_q95), pval(p.p)});
+    t.rows.push_back({p.variant, p.comparison, std::to_string(p.runs), std::to_string(p.replicates),
+                      sgn(p.real_mean_gain), sgn(p.null_mean), sgn(p.null_q95), pval(p.p)});
     if (!p.null_mean_gain.empty())
-      hist.push_back({fmt::format("{}: {} (p = {})", p.variant, p.comparison, pval(p.p)), {}, {}, p.null_mean_gain, p.real_mean_gain});
+      hist.push_back({fmt::format("{}: {} (p = {})", p.variant, p.comparison, pval(p.p)),
+                      {},
+                      {},
+                      p.null_mean_gain,
+                      p.real_mean_gain});
   }
   s.tab(t, "Pooled over runs: replicate j's mean gain over runs is one draw of the null of the mean gain.");
   c.csv.push_back({"exact_null.csv", t});
   if (x.has_model_based) {
     Table mb{{"variant", "comparison", "runs", "real mean gain", "null q95", "p (model-based)"}, {}};
     for (const auto& p : x.model_pooled)
-      mb.rows.push_back({p.variant, p.comparison, std::to_string(p.runs), sgn(p.real_mean_gain), sgn(p.null_q95), pval(p.p)});
+      mb.rows.push_back(
+          {p.variant, p.comparison, std::to_string(p.runs), sgn(p.real_mean_gain), sgn(p.null_q95), pval(p.p)});
     Table fit{{"run", "variant", "Hosmer-Lemeshow", "df", "p"}, {}};
     for (const auto& r : x.model_runs)
       fit.rows.push_back({run_label(c, r.run), r.variant, fmt::format("{:.1f}", r.reference_fit.statistic),
                           fmt::format("{:.0f}", r.reference_fit.df), pval(r.reference_fit.p)});
-    s.tab(mb, "Model-based null (labels drawn from a fitted reference): shown, not the decision; valid only if the "
-              "reference is right.");
+    s.tab(mb,
+          "Model-based null (labels drawn from a fitted reference): shown, not the decision; valid only if the "
+          "reference is right.");
     s.tab(fit, "Goodness of fit of the model-based null's reference on held-out halves (small p: misspecified).");
   }
   if (!hist.empty()) {
-    histogram_figure(c.figures, "exact_null", "Exact-null distribution of the mean gain over runs (red: real)", "gain [nats]",
-                     hist);
-    s.fig("exact_null", fmt::format("Null distribution (at most {} replicates; drawn: the table's column) of each comparison's "
-                                    "mean gain over runs, with the real mean gain.", x.replicates));
+    histogram_figure(c.figures, "exact_null", "Exact-null distribution of the mean gain over runs (red: real)",
+                     "gain [nats]", hist);
+    s.fig("exact_null",
+          fmt::format("Null distribution (at most {} replicates; drawn: the table's column) of each comparison's "
+                      "mean gain over runs, with the real mean gain.",
+                      x.replicates));
   }
   return s;
 }

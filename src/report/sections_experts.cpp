@@ -32,8 +32,8 @@ Section experts_section(Context& c) {
       "whether the tokens an expert handled are calibrated. It is a description, not a test: a badly calibrated expert "
       "may simply receive harder tokens, which the outputs already show (the tests above ask whether routing adds "
       "anything to the outputs).");
-  Table layers{{"run", "router (layer)", "experts", "experts per token", "router entropy / log E (95 % CI)", "load: min share",
-                "load: max share"},
+  Table layers{{"run", "router (layer)", "experts", "experts per token", "router entropy / log E (95 % CI)",
+                "load: min share", "load: max share"},
                {}};
   Table rows{{"run", "router (layer)", "expert", "tokens", "load (share of tokens)", "mean router probability",
               "accuracy (95 % CI)", "mean confidence", "accuracy - confidence (95 % CI)", "ECE (95 % CI)"},
@@ -50,10 +50,22 @@ Section experts_section(Context& c) {
     const std::size_t P = v.layers.size();
     std::size_t E = 0;
     for (const auto& L : v.layers) E = std::max(E, L.experts);
-    HeatPanel load{fmt::format("{}: share of tokens (n = {})", run, v.n), P, E, {}, std::vector<double>(P * E, 0.0),
-                   "expert", "router (layer index)", "share of tokens (log scale)"};
-    HeatPanel router{fmt::format("{}: mean router probability (n = {})", run, v.n), P, E, {}, std::vector<double>(P * E, 0.0),
-                     "expert", "router (layer index)", "mean router probability (log scale)"};
+    HeatPanel load{fmt::format("{}: share of tokens (n = {})", run, v.n),
+                   P,
+                   E,
+                   {},
+                   std::vector<double>(P * E, 0.0),
+                   "expert",
+                   "router (layer index)",
+                   "share of tokens (log scale)"};
+    HeatPanel router{fmt::format("{}: mean router probability (n = {})", run, v.n),
+                     P,
+                     E,
+                     {},
+                     std::vector<double>(P * E, 0.0),
+                     "expert",
+                     "router (layer index)",
+                     "mean router probability (log scale)"};
     for (std::size_t p = 0; p < P; ++p) {
       const auto& L = v.layers[p];
       load.valid_sources.push_back(int(L.experts));
@@ -66,8 +78,8 @@ Section experts_section(Context& c) {
         load.mean[p * E + e] = x.load;
         router.mean[p * E + e] = x.router_mean;
         rows.rows.push_back({run, L.name, std::to_string(e), std::to_string(x.tokens), f4(x.load), f4(x.router_mean),
-                             interval(x.accuracy, x.accuracy_ci, 4), f4(x.mean_confidence), interval(x.gap, x.gap_ci, 4),
-                             interval(x.ece, x.ece_ci, 4)});
+                             interval(x.accuracy, x.accuracy_ci, 4), f4(x.mean_confidence),
+                             interval(x.gap, x.gap_ci, 4), interval(x.ece, x.ece_ci, 4)});
       }
       layers.rows.push_back({run, L.name, std::to_string(L.experts), fmt::format("{:.2f}", L.experts_per_token),
                              interval(L.router_entropy, L.router_entropy_ci, 3), f4(lo), f4(hi)});
@@ -76,14 +88,17 @@ Section experts_section(Context& c) {
     router_panels.push_back(std::move(router));
   }
   s.tab(layers, "One row per router. Load: the share of tokens an expert handled (" +
-                    std::string(handled == "selected" ? "the experts the model selected, its top-k" : "the router's most probable expert") +
+                    std::string(handled == "selected" ? "the experts the model selected, its top-k"
+                                                      : "the router's most probable expert") +
                     "); a balanced router of E experts sending each token to k of them gives every expert k/E.");
   c.csv.push_back({"expert_layers.csv", layers});
   heatmap_figure(c.figures, "expert_load", "Expert load: share of tokens each expert handled", load_panels);
-  s.fig("expert_load", "Share of tokens each expert handled, per router (rows, layer index) and expert (columns); log "
-                       "colour scale, shares below 0.001 share the darkest colour. Expert indices carry no order.");
+  s.fig("expert_load",
+        "Share of tokens each expert handled, per router (rows, layer index) and expert (columns); log "
+        "colour scale, shares below 0.001 share the darkest colour. Expert indices carry no order.");
   heatmap_figure(c.figures, "expert_router", "Mean router probability per expert", router_panels);
-  s.fig("expert_router", "The router's dense distribution averaged over tokens (each row sums to 1), per router and expert.");
+  s.fig("expert_router",
+        "The router's dense distribution averaged over tokens (each row sums to 1), per router and expert.");
   s.tab(rows, fmt::format("Calibration of the tokens each expert handled (a token sent to k experts counts for each). "
                           "Intervals: {} cluster-bootstrap resamples of whole documents (percentile, 95 %). The ECE of "
                           "an expert's share is biased upward, more so for a small share, so compare experts by "

@@ -21,9 +21,14 @@ namespace arcal {
 // ---------------------------------------------------------------- shared pieces
 
 inline void to_json(nlohmann::json& j, const RefitSettings& r) {
-  j = {{"restarts", r.restarts}, {"max_epochs", r.max_epochs}, {"patience", r.patience},
-       {"batch_size", r.batch_size}, {"lr", r.lr}, {"warm_start", r.warm_start},
-       {"subsample", r.subsample}, {"examples", r.examples}};
+  j = {{"restarts", r.restarts},
+       {"max_epochs", r.max_epochs},
+       {"patience", r.patience},
+       {"batch_size", r.batch_size},
+       {"lr", r.lr},
+       {"warm_start", r.warm_start},
+       {"subsample", r.subsample},
+       {"examples", r.examples}};
 }
 inline void from_json(const nlohmann::json& j, RefitSettings& r) {
   results::get_to(j, "restarts", r.restarts);
@@ -42,7 +47,9 @@ inline void from_json(const nlohmann::json& j, RefitSettings& r) {
 // ---------------------------------------------------------------- run summaries
 
 inline void to_json(nlohmann::json& j, const ReliabilityRow& r) {
-  j = {{"bin", r.bin}, {"n", r.n}, {"confidence", results::number_or_null(r.confidence)},
+  j = {{"bin", r.bin},
+       {"n", r.n},
+       {"confidence", results::number_or_null(r.confidence)},
        {"accuracy", results::number_or_null(r.accuracy)},
        {"band", results::interval_json({r.band_low, r.band_high})}};
 }
@@ -58,10 +65,15 @@ inline void from_json(const nlohmann::json& j, ReliabilityRow& r) {
 }
 
 inline void to_json(nlohmann::json& j, const ExpertRow& r) {
-  j = {{"tokens", r.tokens}, {"load", r.load}, {"router_mean", r.router_mean},
-       {"accuracy", results::number_or_null(r.accuracy)}, {"accuracy_ci", results::interval_json(r.accuracy_ci)},
-       {"mean_confidence", results::number_or_null(r.mean_confidence)}, {"ece", results::number_or_null(r.ece)},
-       {"ece_ci", results::interval_json(r.ece_ci)}, {"gap", results::number_or_null(r.gap)},
+  j = {{"tokens", r.tokens},
+       {"load", r.load},
+       {"router_mean", r.router_mean},
+       {"accuracy", results::number_or_null(r.accuracy)},
+       {"accuracy_ci", results::interval_json(r.accuracy_ci)},
+       {"mean_confidence", results::number_or_null(r.mean_confidence)},
+       {"ece", results::number_or_null(r.ece)},
+       {"ece_ci", results::interval_json(r.ece_ci)},
+       {"gap", results::number_or_null(r.gap)},
        {"gap_ci", results::interval_json(r.gap_ci)}};
 }
 inline void from_json(const nlohmann::json& j, ExpertRow& r) {
@@ -77,9 +89,12 @@ inline void from_json(const nlohmann::json& j, ExpertRow& r) {
   results::get_interval(j, "gap_ci", r.gap_ci);
 }
 inline void to_json(nlohmann::json& j, const ExpertLayer& l) {
-  j = {{"name", l.name}, {"experts", l.experts}, {"experts_per_token", l.experts_per_token},
+  j = {{"name", l.name},
+       {"experts", l.experts},
+       {"experts_per_token", l.experts_per_token},
        {"router_entropy", results::number_or_null(l.router_entropy)},
-       {"router_entropy_ci", results::interval_json(l.router_entropy_ci)}, {"rows", l.rows}};
+       {"router_entropy_ci", results::interval_json(l.router_entropy_ci)},
+       {"rows", l.rows}};
 }
 inline void from_json(const nlohmann::json& j, ExpertLayer& l) {
   results::get_to(j, "name", l.name);
@@ -92,8 +107,8 @@ inline void from_json(const nlohmann::json& j, ExpertLayer& l) {
     throw nlohmann::json::type_error::create(302, "experts: a layer needs one row per expert", &j);
 }
 inline void to_json(nlohmann::json& j, const ExpertView& v) {
-  j = {{"n", v.n}, {"clusters", v.clusters}, {"bins", v.bins}, {"draws", v.draws}, {"seed", v.seed},
-       {"level", v.level}, {"handled", v.handled}, {"layers", v.layers}};
+  j = {{"n", v.n},       {"clusters", v.clusters}, {"bins", v.bins},       {"draws", v.draws},
+       {"seed", v.seed}, {"level", v.level},       {"handled", v.handled}, {"layers", v.layers}};
 }
 inline void from_json(const nlohmann::json& j, ExpertView& v) {
   results::get_to(j, "n", v.n);
@@ -113,8 +128,11 @@ inline void to_json(nlohmann::json& j, const RunSummary& s) {
   const char* names[3] = {"low", "middle", "high"};
   if (!s.tertile_statistic.empty())
     for (std::size_t g = 0; g < 3; ++g)
-      tert.push_back({{"tertile", names[g]}, {"n", s.tertile_n[g]}, {"accuracy", results::number_or_null(s.tertile_accuracy[g])},
-                      {"ece", results::number_or_null(s.tertile_ece[g])}, {"reliability", s.tertile_reliability[g]}});
+      tert.push_back({{"tertile", names[g]},
+                      {"n", s.tertile_n[g]},
+                      {"accuracy", results::number_or_null(s.tertile_accuracy[g])},
+                      {"ece", results::number_or_null(s.tertile_ece[g])},
+                      {"reliability", s.tertile_reliability[g]}});
   nlohmann::json routing = nullptr;
   if (!s.routing_mean.empty()) {
     nlohmann::json rows = nlohmann::json::array();
@@ -123,9 +141,17 @@ inline void to_json(nlohmann::json& j, const RunSummary& s) {
                                          s.routing_mean.begin() + long((p + 1) * s.sources)));
     routing = {{"points", s.points}, {"sources", s.routing_sources}, {"mean", rows}};
   }
-  j = {{"run", s.run}, {"cell", s.cell}, {"n", s.n}, {"bins", s.bins}, {"accuracy", s.accuracy},
-       {"mean_confidence", s.mean_confidence}, {"ece", s.ece}, {"reliability", s.reliability},
-       {"tertile_statistic", s.tertile_statistic}, {"tertiles", tert}, {"routing_mean", routing}};
+  j = {{"run", s.run},
+       {"cell", s.cell},
+       {"n", s.n},
+       {"bins", s.bins},
+       {"accuracy", s.accuracy},
+       {"mean_confidence", s.mean_confidence},
+       {"ece", s.ece},
+       {"reliability", s.reliability},
+       {"tertile_statistic", s.tertile_statistic},
+       {"tertiles", tert},
+       {"routing_mean", routing}};
   if (!s.outputs.empty()) j["outputs"] = s.outputs;
   j["class_explained"] = results::number_or_null(s.class_explained);
   if (s.experts) j["experts"] = *s.experts;
@@ -180,9 +206,16 @@ inline void from_json(const nlohmann::json& j, RunSummary& s) {
 inline nlohmann::json bins_json(const GapTestResult& r, bool residuals) {
   nlohmann::json bins = nlohmann::json::array();
   for (const auto& b : r.bins) {
-    nlohmann::json one = {{"bin", b.bin}, {"n", b.n}, {"n_top", b.n_top}, {"n_bottom", b.n_bottom},
-                          {"acc_top", b.acc_top}, {"conf_top", b.conf_top}, {"acc_bottom", b.acc_bottom},
-                          {"conf_bottom", b.conf_bottom}, {"gap", b.gap}, {"weight", b.weight}};
+    nlohmann::json one = {{"bin", b.bin},
+                          {"n", b.n},
+                          {"n_top", b.n_top},
+                          {"n_bottom", b.n_bottom},
+                          {"acc_top", b.acc_top},
+                          {"conf_top", b.conf_top},
+                          {"acc_bottom", b.acc_bottom},
+                          {"conf_bottom", b.conf_bottom},
+                          {"gap", b.gap},
+                          {"weight", b.weight}};
     if (residuals) {
       one["resid_top"] = b.resid_top;
       one["resid_bottom"] = b.resid_bottom;
@@ -216,15 +249,31 @@ inline void bins_from_json(const nlohmann::json& j, GapTestResult& r) {
 
 inline void to_json(nlohmann::json& j, const DiagnosticTest& t) {
   const auto& pr = t.paper;
-  j = {{"run", t.run}, {"cell", t.cell}, {"statistic", t.statistic}, {"gap", t.result.gap}, {"p", t.result.p},
-       {"p_holm", t.p_holm}, {"p_bh", t.p_bh}, {"n", t.result.n}, {"n_used", t.result.n_used},
-       {"bins_used", t.result.bins.size()}, {"bins_dropped", t.result.bins_dropped}, {"exceed", t.result.exceed},
-       {"permutations", t.result.permutations}, {"strata", t.result.strata}, {"seed", t.seed},
+  j = {{"run", t.run},
+       {"cell", t.cell},
+       {"statistic", t.statistic},
+       {"gap", t.result.gap},
+       {"p", t.result.p},
+       {"p_holm", t.p_holm},
+       {"p_bh", t.p_bh},
+       {"n", t.result.n},
+       {"n_used", t.result.n_used},
+       {"bins_used", t.result.bins.size()},
+       {"bins_dropped", t.result.bins_dropped},
+       {"exceed", t.result.exceed},
+       {"permutations", t.result.permutations},
+       {"strata", t.result.strata},
+       {"seed", t.seed},
        {"bins", bins_json(t.result, true)},
        {"null_histogram", {{"edges", t.result.null_edges}, {"counts", t.result.null_counts}}},
        {"paper",
-        {{"gap", pr.gap}, {"p", pr.p}, {"p_holm", t.paper_p_holm}, {"p_bh", t.paper_p_bh}, {"exceed", pr.exceed},
-         {"permutations", pr.permutations}, {"bins", bins_json(pr, false)},
+        {{"gap", pr.gap},
+         {"p", pr.p},
+         {"p_holm", t.paper_p_holm},
+         {"p_bh", t.paper_p_bh},
+         {"exceed", pr.exceed},
+         {"permutations", pr.permutations},
+         {"bins", bins_json(pr, false)},
          {"null_histogram", {{"edges", pr.null_edges}, {"counts", pr.null_counts}}}}}};
   if (t.result.clusters > 0) j["clusters"] = t.result.clusters;  // the clustered decision test (sign-flip)
 }
@@ -257,9 +306,15 @@ inline void from_json(const nlohmann::json& j, DiagnosticTest& t) {
 }
 
 inline void to_json(nlohmann::json& j, const StabilityVerdict& v) {
-  j = {{"cell", v.cell}, {"statistic", v.statistic}, {"seeds", v.seeds}, {"rejections", v.rejections},
-       {"rejections_positive", v.rejections_positive}, {"rejections_negative", v.rejections_negative},
-       {"assessable", v.assessable}, {"stable", v.stable}, {"verdict", v.verdict}};
+  j = {{"cell", v.cell},
+       {"statistic", v.statistic},
+       {"seeds", v.seeds},
+       {"rejections", v.rejections},
+       {"rejections_positive", v.rejections_positive},
+       {"rejections_negative", v.rejections_negative},
+       {"assessable", v.assessable},
+       {"stable", v.stable},
+       {"verdict", v.verdict}};
 }
 inline void from_json(const nlohmann::json& j, StabilityVerdict& v) {
   results::get_to(j, "cell", v.cell);
@@ -350,7 +405,10 @@ inline void to_json(nlohmann::json& j, const AuditCondCalEntry& e) {
     oracle[a.name]["multiple"] = {a.multiple_oracle[0], a.multiple_oracle[1]};
     scott[a.name] = a.by_multiple;
   }
-  j = {{"run", e.run}, {"cell", e.cell}, {"statistic", e.statistic}, {"n", e.result.n},
+  j = {{"run", e.run},
+       {"cell", e.cell},
+       {"statistic", e.statistic},
+       {"n", e.result.n},
        {"uncalibrated", e.result.uncalibrated},
        {"rules", {{"cv_nll", cv}, {"oracle_ece", oracle}, {"scott_multiples", scott}}}};
 }
@@ -395,7 +453,10 @@ inline std::vector<double> negated(std::vector<double> v) {
 inline Interval negated(const Interval& ci) { return {-ci.high, -ci.low}; }
 
 inline void to_json(nlohmann::json& j, const MetricDelta& d) {
-  j = {{"gain", -d.delta}, {"ci", results::interval_json(negated(d.ci))}, {"se", d.se}, {"p", d.p},
+  j = {{"gain", -d.delta},
+       {"ci", results::interval_json(negated(d.ci))},
+       {"se", d.se},
+       {"p", d.p},
        {"split_gains", negated(d.split_deltas)}};
 }
 inline void from_json(const nlohmann::json& j, MetricDelta& d) {
@@ -409,7 +470,8 @@ inline void from_json(const nlohmann::json& j, MetricDelta& d) {
   d.split_deltas = negated(std::move(d.split_deltas));
 }
 inline void to_json(nlohmann::json& j, const RunComparison& c) {
-  j = {{"name", c.name}, {"probe", c.probe}, {"control", c.control}, {"log_loss", c.log_loss}, {"brier", c.brier}, {"ece", c.ece}};
+  j = {{"name", c.name},         {"probe", c.probe}, {"control", c.control},
+       {"log_loss", c.log_loss}, {"brier", c.brier}, {"ece", c.ece}};
 }
 inline void from_json(const nlohmann::json& j, RunComparison& c) {
   results::get_to(j, "name", c.name);
@@ -423,10 +485,11 @@ inline void to_json(nlohmann::json& j, const RunProbeResult& r) {
   nlohmann::json probes = nlohmann::json::object();
   for (const auto& p : r.probes)
     probes[p.name] = {{"log_loss", p.scores.log_loss}, {"brier", p.scores.brier}, {"ece", p.scores.ece},
-                      {"parameters", p.parameters}, {"inputs", p.inputs}, {"hidden", {p.hidden1, p.hidden2}},
+                      {"parameters", p.parameters},    {"inputs", p.inputs},      {"hidden", {p.hidden1, p.hidden2}},
                       {"mean_epochs", p.mean_epochs}};
-  j = {{"run", r.run}, {"cell", r.cell}, {"n", r.n}, {"profile", r.profile_names}, {"probes", probes},
-       {"comparisons", r.comparisons}};
+  j = {{"run", r.run},     {"cell", r.cell},
+       {"n", r.n},         {"profile", r.profile_names},
+       {"probes", probes}, {"comparisons", r.comparisons}};
 }
 inline void from_json(const nlohmann::json& j, RunProbeResult& r) {
   results::get_to(j, "run", r.run);
@@ -452,12 +515,25 @@ inline void from_json(const nlohmann::json& j, RunProbeResult& r) {
   results::get_to(j, "comparisons", r.comparisons);
 }
 inline void to_json(nlohmann::json& j, const AcrossRunTest& t) {
-  j = {{"comparison", t.comparison}, {"metric", t.metric}, {"runs", t.deltas.size()}, {"gains", negated(t.deltas)},
-       {"variances", t.variances}, {"mean_gain", -t.mean_delta}, {"plain_mean_gain", -t.plain_mean},
-       {"ci", results::interval_json(negated(t.ci))}, {"p", t.p}, {"tau2", t.tau2}, {"p_wilcoxon", t.p_wilcoxon},
-       {"p_sign", t.p_sign}, {"p_rank_min", t.p_rank_min}, {"p_holm", t.p_holm},
-       {"detectable_gain", results::number_or_null(t.detectable)}, {"runs_better", t.runs_better},
-       {"runs_worse", t.runs_worse}, {"verdict", t.verdict}, {"power_note", t.power_note}};
+  j = {{"comparison", t.comparison},
+       {"metric", t.metric},
+       {"runs", t.deltas.size()},
+       {"gains", negated(t.deltas)},
+       {"variances", t.variances},
+       {"mean_gain", -t.mean_delta},
+       {"plain_mean_gain", -t.plain_mean},
+       {"ci", results::interval_json(negated(t.ci))},
+       {"p", t.p},
+       {"tau2", t.tau2},
+       {"p_wilcoxon", t.p_wilcoxon},
+       {"p_sign", t.p_sign},
+       {"p_rank_min", t.p_rank_min},
+       {"p_holm", t.p_holm},
+       {"detectable_gain", results::number_or_null(t.detectable)},
+       {"runs_better", t.runs_better},
+       {"runs_worse", t.runs_worse},
+       {"verdict", t.verdict},
+       {"power_note", t.power_note}};
 }
 inline void from_json(const nlohmann::json& j, AcrossRunTest& t) {
   results::get_to(j, "comparison", t.comparison);
@@ -491,10 +567,22 @@ inline void to_json(nlohmann::json& j, const ProbeFamily& f) {
        {"across_run_test",
         "random effects (Paule-Mandel tau^2, Hartung-Knapp t interval on runs - 1 df); Holm over the "
         "comparison x metric family on p; Wilcoxon and sign tests shown with their smallest attainable p"},
-       {"repeats", f.repeats}, {"restarts", f.restarts}, {"max_epochs", f.max_epochs}, {"patience", f.patience},
-       {"batch_size", f.batch_size}, {"lr", f.lr}, {"weight_decay", f.weight_decay}, {"inner_val", f.inner_val},
-       {"shuffle_bins", f.shuffle_bins}, {"ece_bins", f.ece_bins}, {"alpha", f.alpha}, {"seed", f.seed},
-       {"seconds", f.seconds}, {"family_size", f.tests.size()}, {"runs", f.runs}, {"tests", f.tests}};
+       {"repeats", f.repeats},
+       {"restarts", f.restarts},
+       {"max_epochs", f.max_epochs},
+       {"patience", f.patience},
+       {"batch_size", f.batch_size},
+       {"lr", f.lr},
+       {"weight_decay", f.weight_decay},
+       {"inner_val", f.inner_val},
+       {"shuffle_bins", f.shuffle_bins},
+       {"ece_bins", f.ece_bins},
+       {"alpha", f.alpha},
+       {"seed", f.seed},
+       {"seconds", f.seconds},
+       {"family_size", f.tests.size()},
+       {"runs", f.runs},
+       {"tests", f.tests}};
 }
 inline void from_json(const nlohmann::json& j, ProbeFamily& f) {
   results::get_to(j, "repeats", f.repeats);
@@ -519,13 +607,19 @@ inline void from_json(const nlohmann::json& j, ProbeFamily& f) {
 inline void to_json(nlohmann::json& j, const SensitivityEffect& e) {
   nlohmann::json probes = nlohmann::json::object();
   for (const auto& p : e.probes) {
-    nlohmann::json one = {{"gain", p.gain}, {"gain_ci", results::interval_json(p.gain_ci)}, {"mean_epochs", p.mean_epochs}};
+    nlohmann::json one = {
+        {"gain", p.gain}, {"gain_ci", results::interval_json(p.gain_ci)}, {"mean_epochs", p.mean_epochs}};
     one["recovery"] = p.has_recovery ? results::number_or_null(p.recovery) : nlohmann::json(nullptr);
     one["recovery_ci"] = p.has_recovery ? results::interval_json(p.recovery_ci) : nlohmann::json(nullptr);
     probes[p.probe] = one;
   }
-  j = {{"effect_nats", e.effect_nats}, {"kind", e.kind}, {"delta", e.delta}, {"oracle_gain", e.oracle_gain},
-       {"correction_ridge", e.correction_ridge}, {"mean_oracle_loss_gain", e.mean_oracle_loss_gain}, {"probes", probes}};
+  j = {{"effect_nats", e.effect_nats},
+       {"kind", e.kind},
+       {"delta", e.delta},
+       {"oracle_gain", e.oracle_gain},
+       {"correction_ridge", e.correction_ridge},
+       {"mean_oracle_loss_gain", e.mean_oracle_loss_gain},
+       {"probes", probes}};
   if (!e.classes.empty()) j["classes"] = e.classes;
 }
 inline void from_json(const nlohmann::json& j, SensitivityEffect& e) {
@@ -552,8 +646,10 @@ inline void from_json(const nlohmann::json& j, SensitivityEffect& e) {
   }
 }
 inline void to_json(nlohmann::json& j, const SensitivityVerdict& v) {
-  j = {{"probe", v.probe}, {"recovery", results::number_or_null(v.recovery)},
-       {"recovery_ci", results::interval_json(v.recovery_ci)}, {"verdict", v.verdict}};
+  j = {{"probe", v.probe},
+       {"recovery", results::number_or_null(v.recovery)},
+       {"recovery_ci", results::interval_json(v.recovery_ci)},
+       {"verdict", v.verdict}};
 }
 inline void from_json(const nlohmann::json& j, SensitivityVerdict& v) {
   results::get_to(j, "probe", v.probe);
@@ -562,15 +658,29 @@ inline void from_json(const nlohmann::json& j, SensitivityVerdict& v) {
   results::get_to(j, "verdict", v.verdict);
 }
 inline void to_json(nlohmann::json& j, const SensitivityResult& s) {
-  j = {{"runs", s.runs}, {"statistic", s.statistic}, {"effects", s.effects}, {"class_effects", s.class_effects}, {"draws", s.draws},
-       {"bootstrap_draws", s.bootstrap_draws}, {"threshold", s.threshold}, {"threshold_effect", s.threshold_effect},
+  j = {{"runs", s.runs},
+       {"statistic", s.statistic},
+       {"effects", s.effects},
+       {"class_effects", s.class_effects},
+       {"draws", s.draws},
+       {"bootstrap_draws", s.bootstrap_draws},
+       {"threshold", s.threshold},
+       {"threshold_effect", s.threshold_effect},
        {"correction_ridge", s.correction_ridge},
-       {"correction_basis", "g(z) = b0 + b1 u + b2 u^2 + b3 u^3, u = clamp(z, -3, 3)/3, ridge on every b, Newton; "
-                            "ridge from 5-fold inner CV over {0, 0.1, 1, 10, 100, 1000} when correction_ridge < 0"},
+       {"correction_basis",
+        "g(z) = b0 + b1 u + b2 u^2 + b3 u^3, u = clamp(z, -3, 3)/3, ridge on every b, Newton; "
+        "ridge from 5-fold inner CV over {0, 0.1, 1, 10, 100, 1000} when correction_ridge < 0"},
        {"verdict_rule", "absent when the lower end of R's 95 % interval at threshold_effect reaches threshold"},
-       {"reference", "1-D Nadaraya-Watson on logit c, Scott bandwidth n^(-1/5), fitted per cross-fit fold on the calibration half"},
-       {"recovery", "sum over (run, draw) of (l(q) - l(probe)) / sum of (l(q) - l(p*)); l = fold-mean log-loss on the evaluation halves"},
-       {"seed", s.seed}, {"refit", s.refit}, {"seconds", s.seconds}, {"by_effect", s.by_effect}, {"verdicts", s.verdicts}};
+       {"reference",
+        "1-D Nadaraya-Watson on logit c, Scott bandwidth n^(-1/5), fitted per cross-fit fold on the calibration half"},
+       {"recovery",
+        "sum over (run, draw) of (l(q) - l(probe)) / sum of (l(q) - l(p*)); l = fold-mean log-loss on the evaluation "
+        "halves"},
+       {"seed", s.seed},
+       {"refit", s.refit},
+       {"seconds", s.seconds},
+       {"by_effect", s.by_effect},
+       {"verdicts", s.verdicts}};
 }
 inline void from_json(const nlohmann::json& j, SensitivityResult& s) {
   results::get_to(j, "runs", s.runs);
@@ -592,8 +702,14 @@ inline void from_json(const nlohmann::json& j, SensitivityResult& s) {
 // ---------------------------------------------------------------- exact null
 
 inline void to_json(nlohmann::json& j, const ExactNullComparison& c) {
-  j = {{"comparison", c.comparison}, {"probe", c.probe}, {"control", c.control}, {"real_gain", c.real_gain},
-       {"null_mean", c.null_mean}, {"null_q95", c.null_q95}, {"p", c.p}, {"null_gain", c.null_gain}};
+  j = {{"comparison", c.comparison},
+       {"probe", c.probe},
+       {"control", c.control},
+       {"real_gain", c.real_gain},
+       {"null_mean", c.null_mean},
+       {"null_q95", c.null_q95},
+       {"p", c.p},
+       {"null_gain", c.null_gain}};
 }
 inline void from_json(const nlohmann::json& j, ExactNullComparison& c) {
   results::get_to(j, "comparison", c.comparison);
@@ -606,16 +722,24 @@ inline void from_json(const nlohmann::json& j, ExactNullComparison& c) {
   results::get_numbers(j, "null_gain", c.null_gain);
 }
 inline void to_json(nlohmann::json& j, const ExactNullPooled& p) {
-  j = {{"variant", p.variant}, {"comparison", p.comparison}, {"runs", p.runs}, {"replicates", p.replicates},
+  j = {{"variant", p.variant},
+       {"comparison", p.comparison},
+       {"runs", p.runs},
+       {"replicates", p.replicates},
        {"real_mean_gain", p.real_mean_gain},
-       {"null_mean", p.null_mean}, {"null_q95", p.null_q95}, {"p", p.p}, {"null_mean_gain", p.null_mean_gain}};
+       {"null_mean", p.null_mean},
+       {"null_q95", p.null_q95},
+       {"p", p.p},
+       {"null_mean_gain", p.null_mean_gain}};
 }
 inline void from_json(const nlohmann::json& j, ExactNullPooled& p) {
   results::get_to(j, "variant", p.variant);
   results::get_to(j, "comparison", p.comparison);
   results::get_to(j, "runs", p.runs);
-  if (j.contains("replicates")) results::get_to(j, "replicates", p.replicates);  // absent before sequential stopping
-  else p.replicates = j.at("null_mean_gain").size();
+  if (j.contains("replicates"))
+    results::get_to(j, "replicates", p.replicates);  // absent before sequential stopping
+  else
+    p.replicates = j.at("null_mean_gain").size();
   results::get_number(j, "real_mean_gain", p.real_mean_gain);
   results::get_number(j, "null_mean", p.null_mean);
   results::get_number(j, "null_q95", p.null_q95);
@@ -626,11 +750,16 @@ inline void from_json(const nlohmann::json& j, ExactNullPooled& p) {
 inline nlohmann::json exact_null_run_json(const ExactNullRun& r, bool conditional) {
   nlohmann::json one = {{"run", r.run}, {"variant", r.variant}, {"comparisons", r.comparisons}};
   if (conditional)
-    one["matching"] = {{"space", r.matching.space}, {"group_size", r.matching.group_size}, {"groups", r.matching.groups},
-                       {"mean_distance", r.matching.mean_distance}, {"random_pair_distance", r.matching.random_pair_distance}};
+    one["matching"] = {{"space", r.matching.space},
+                       {"group_size", r.matching.group_size},
+                       {"groups", r.matching.groups},
+                       {"mean_distance", r.matching.mean_distance},
+                       {"random_pair_distance", r.matching.random_pair_distance}};
   else
     one["reference_fit"] = {{"test", "Hosmer-Lemeshow over deciles of the reference on held-out halves"},
-                            {"statistic", r.reference_fit.statistic}, {"df", r.reference_fit.df}, {"p", r.reference_fit.p}};
+                            {"statistic", r.reference_fit.statistic},
+                            {"df", r.reference_fit.df},
+                            {"p", r.reference_fit.p}};
   return one;
 }
 inline ExactNullRun exact_null_run_from_json(const nlohmann::json& j, bool conditional) {
@@ -663,18 +792,26 @@ inline void to_json(nlohmann::json& j, const ExactNullResult& x) {
         "probabilities predict about the routing profile, a balancing score), real labels, every profile-reading "
         "probe refitted from the same cold start"},
        {"gain", "l(control) - l(probe), fold-mean log-loss (positive: the probe is better)"},
-       {"p", x.stop_after > 0 ? "sequential (Besag-Clifford): h / L if the h-th null gain >= real gain came at replicate L "
-                                "(h = stop_after), else (1 + #{null gain >= real gain}) / (replicates drawn + 1)"
-                              : "(1 + #{null gain >= real gain}) / (replicates + 1)"},
-       {"variants", x.variants}, {"replicates", x.replicates}, {"stop_after", x.stop_after}, {"group_size", x.group_size},
+       {"p", x.stop_after > 0
+                 ? "sequential (Besag-Clifford): h / L if the h-th null gain >= real gain came at replicate L "
+                   "(h = stop_after), else (1 + #{null gain >= real gain}) / (replicates drawn + 1)"
+                 : "(1 + #{null gain >= real gain}) / (replicates + 1)"},
+       {"variants", x.variants},
+       {"replicates", x.replicates},
+       {"stop_after", x.stop_after},
+       {"group_size", x.group_size},
        {"seed", x.seed},
-       {"refit", x.refit}, {"seconds", x.seconds}, {"runs", runs}, {"pooled", x.pooled}};
+       {"refit", x.refit},
+       {"seconds", x.seconds},
+       {"runs", runs},
+       {"pooled", x.pooled}};
   if (x.has_model_based)
     j["model_based"] = {{"null",
                          "labels drawn from a fitted reference (confidence: 1-D Nadaraya-Watson on logit c; "
                          "full_logit: the full-logit MLP); valid only if the reference is right, see each run's "
                          "reference_fit; not the decision"},
-                        {"runs", model_runs}, {"pooled", x.model_pooled}};
+                        {"runs", model_runs},
+                        {"pooled", x.model_pooled}};
 }
 inline void from_json(const nlohmann::json& j, ExactNullResult& x) {
   results::get_to(j, "variants", x.variants);
@@ -700,9 +837,13 @@ inline void from_json(const nlohmann::json& j, ExactNullResult& x) {
 // ---------------------------------------------------------------- the whole audit
 
 inline void to_json(nlohmann::json& j, const RunIntegrity& r) {
-  j = {{"run", r.run}, {"rows", r.rows}, {"duplicate_rows", r.duplicate_rows},
-       {"near_duplicate_rows", r.near_duplicate_rows}, {"duplicates_dropped", r.duplicates_dropped},
-       {"dropped_profile", r.dropped_profile}, {"dropped_statistics", r.dropped_statistics}};
+  j = {{"run", r.run},
+       {"rows", r.rows},
+       {"duplicate_rows", r.duplicate_rows},
+       {"near_duplicate_rows", r.near_duplicate_rows},
+       {"duplicates_dropped", r.duplicates_dropped},
+       {"dropped_profile", r.dropped_profile},
+       {"dropped_statistics", r.dropped_statistics}};
 }
 inline void from_json(const nlohmann::json& j, RunIntegrity& r) {
   results::get_to(j, "run", r.run);
@@ -714,7 +855,10 @@ inline void from_json(const nlohmann::json& j, RunIntegrity& r) {
   results::get_to(j, "dropped_statistics", r.dropped_statistics);
 }
 inline void to_json(nlohmann::json& j, const RunOverlap& o) {
-  j = {{"run_a", o.run_a}, {"run_b", o.run_b}, {"shared_rows", o.shared}, {"smaller_rows", o.smaller},
+  j = {{"run_a", o.run_a},
+       {"run_b", o.run_b},
+       {"shared_rows", o.shared},
+       {"smaller_rows", o.smaller},
        {"share", o.smaller > 0 ? double(o.shared) / double(o.smaller) : 0.0}};
 }
 inline void from_json(const nlohmann::json& j, RunOverlap& o) {
@@ -734,7 +878,10 @@ inline void from_json(const nlohmann::json& j, IntegrityResult& x) {
 }
 
 inline void to_json(nlohmann::json& j, const AuditResults& res) {
-  j = {{"schema", kAuditSchema}, {"runs", res.run_summaries}, {"integrity", res.integrity}, {"diagnostic", res.diagnostic}};
+  j = {{"schema", kAuditSchema},
+       {"runs", res.run_summaries},
+       {"integrity", res.integrity},
+       {"diagnostic", res.diagnostic}};
   if (res.has_probes) j["probes"] = res.probes;
   if (res.has_sensitivity) j["sensitivity"] = res.sensitivity;
   if (res.has_exact_null) j["exact_null"] = res.exact_null;
@@ -743,9 +890,9 @@ inline void to_json(nlohmann::json& j, const AuditResults& res) {
                   {"condcal", results::number_or_null(res.condcal_seconds)}};
   if (!res.options.run_condcal) return;
   const auto& c = res.options.condcal;
-  j["condcal"] = {{"multiples", c.multiples}, {"cv_folds", c.cv_folds}, {"ece_bins", c.ece_bins},
-                  {"pseudo_count", c.pseudo_count}, {"clip", c.clip}, {"seed", c.seed},
-                  {"runs", res.condcal}, {"seed_band", res.seed_bands}};
+  j["condcal"] = {
+      {"multiples", c.multiples}, {"cv_folds", c.cv_folds}, {"ece_bins", c.ece_bins}, {"pseudo_count", c.pseudo_count},
+      {"clip", c.clip},           {"seed", c.seed},         {"runs", res.condcal},    {"seed_band", res.seed_bands}};
 }
 /// Reads every section; the schema string is checked by the caller (results/read.hpp), which names
 /// the file and the version.

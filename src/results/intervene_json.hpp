@@ -43,7 +43,7 @@ struct MassImportance {
 };
 
 struct InterventionReport {
-  std::int64_t n = 0;        ///< examples: images, or next-token predictions of a language model
+  std::int64_t n = 0;          ///< examples: images, or next-token predictions of a language model
   std::string unit = "image";  ///< "image" or "token"
   std::int64_t clusters = 0;   ///< resampling units: images, or sequences (a token's cluster)
   double base_accuracy = 0, base_nll = 0;
@@ -57,10 +57,10 @@ struct InterventionReport {
 /// For a standard-residual run loaded as AttnRes (--as-attnres): the wrapper against the standard
 /// model on the first batch of the split (method.md §1).
 struct WrapperCheck {
-  double norm_eps = 0;              ///< the epsilon both models ran with
-  double max_rel_logit_diff = 0;    ///< max |z_wrapped - z_standard| / max |z_standard|
+  double norm_eps = 0;               ///< the epsilon both models ran with
+  double max_rel_logit_diff = 0;     ///< max |z_wrapped - z_standard| / max |z_standard|
   double max_routing_deviation = 0;  ///< max |alpha - 1/S_p| over every point, example and token
-  std::int64_t examples = 0;        ///< images or tokens compared
+  std::int64_t examples = 0;         ///< images or tokens compared
 };
 
 /// The whole output: what was run and the report.
@@ -159,7 +159,8 @@ inline void to_json(nlohmann::json& j, const InterventionResults& r) {
     for (auto& e : j["effects"]) {
       e["delta_bits_per_byte"] = e["delta_nll"].get<double>() / kLn2;
       if (e["delta_nll_ci"].is_array())
-        e["delta_bits_per_byte_ci"] = {e["delta_nll_ci"][0].get<double>() / kLn2, e["delta_nll_ci"][1].get<double>() / kLn2};
+        e["delta_bits_per_byte_ci"] = {e["delta_nll_ci"][0].get<double>() / kLn2,
+                                       e["delta_nll_ci"][1].get<double>() / kLn2};
       else
         e["delta_bits_per_byte_ci"] = nullptr;
     }

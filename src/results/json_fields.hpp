@@ -19,7 +19,9 @@
 namespace arcal::results {
 
 /// A number, or null when it is not finite (JSON has no NaN).
-inline nlohmann::json number_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+inline nlohmann::json number_or_null(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
 
 /// [low, high], or null when either end is not finite.
 inline nlohmann::json interval_json(const Interval& ci) {
@@ -35,8 +37,10 @@ T integer_value(const nlohmann::json& v) {
   static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool>);
   using L = std::numeric_limits<T>;
   const auto bad = [&]() {
-    return nlohmann::json::type_error::create(
-        302, "must be an integer in [" + std::to_string(L::min()) + ", " + std::to_string(L::max()) + "], but is " + v.dump(), &v);
+    return nlohmann::json::type_error::create(302,
+                                              "must be an integer in [" + std::to_string(L::min()) + ", " +
+                                                  std::to_string(L::max()) + "], but is " + v.dump(),
+                                              &v);
   };
   if (v.is_number_unsigned()) {
     const std::uint64_t u = v.get<std::uint64_t>();
@@ -63,8 +67,10 @@ T integer_value(const nlohmann::json& v) {
 /// Integers are range-checked (integer_value).
 template <class T>
 void get_to(const nlohmann::json& j, const char* key, T& out) {
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) out = integer_value<T>(j.at(key));
-  else j.at(key).get_to(out);
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+    out = integer_value<T>(j.at(key));
+  else
+    j.at(key).get_to(out);
 }
 
 /// j[key] as a double; null reads as NaN (absent is an error).
@@ -76,7 +82,8 @@ inline void get_number(const nlohmann::json& j, const char* key, double& out) {
 /// j[key] as a vector of doubles; null entries read as NaN.
 inline void get_numbers(const nlohmann::json& j, const char* key, std::vector<double>& out) {
   const auto& v = j.at(key);
-  if (!v.is_array()) throw nlohmann::json::type_error::create(302, std::string("type must be array, but is ") + v.type_name(), &v);
+  if (!v.is_array())
+    throw nlohmann::json::type_error::create(302, std::string("type must be array, but is ") + v.type_name(), &v);
   out.clear();
   out.reserve(v.size());
   for (const auto& x : v) out.push_back(x.is_null() ? std::numeric_limits<double>::quiet_NaN() : x.get<double>());
@@ -99,14 +106,16 @@ inline void get_interval(const nlohmann::json& j, const char* key, Interval& out
 /// j[key], which must be an array (a loop over an object would read its values as rows).
 inline const nlohmann::json& array_at(const nlohmann::json& j, const char* key) {
   const auto& v = j.at(key);
-  if (!v.is_array()) throw nlohmann::json::type_error::create(302, std::string("type must be array, but is ") + v.type_name(), &v);
+  if (!v.is_array())
+    throw nlohmann::json::type_error::create(302, std::string("type must be array, but is ") + v.type_name(), &v);
   return v;
 }
 
 /// j[key], which must be an object (keyed rows: probes by name, arms by name).
 inline const nlohmann::json& object_at(const nlohmann::json& j, const char* key) {
   const auto& v = j.at(key);
-  if (!v.is_object()) throw nlohmann::json::type_error::create(302, std::string("type must be object, but is ") + v.type_name(), &v);
+  if (!v.is_object())
+    throw nlohmann::json::type_error::create(302, std::string("type must be object, but is ") + v.type_name(), &v);
   return v;
 }
 
@@ -115,8 +124,10 @@ template <class T>
 T value_or(const nlohmann::json& j, const char* key, T fallback) {
   const auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) return integer_value<T>(*it);
-  else return it->template get<T>();
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+    return integer_value<T>(*it);
+  else
+    return it->template get<T>();
 }
 
 }  // namespace arcal::results

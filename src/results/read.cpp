@@ -41,7 +41,8 @@ void read_calibration(const nlohmann::json& j, ResultsDocument& doc) {
   c.save = results::value_or(j, "save", std::string());
   results::get_to(j, "n_fit", c.n_fit);
   const auto& cal = j.at("calibrator");
-  if (!cal.is_object()) throw_input(kFn, "/calibrator must be an object (the calibrator arcal calibrate --save writes)");
+  if (!cal.is_object())
+    throw_input(kFn, "/calibrator must be an object (the calibrator arcal calibrate --save writes)");
   if (const auto it = cal.find("converged"); it != cal.end() && it->is_boolean()) c.converged = it->get<bool>() ? 1 : 0;
   c.calibrator = cal.dump();
   if (const auto it = j.find("warnings"); it != j.end()) {
@@ -69,15 +70,17 @@ ResultsDocument read_results(const std::string& text, const std::string& path) {
   const std::string schema =
       j.is_object() && j.contains("schema") && j["schema"].is_string() ? j["schema"].get<std::string>() : std::string();
   ResultsDocument doc;
-  if (schema == kMetricsSchema) doc.kind = ResultsDocument::Kind::metrics;
-  else if (schema == kCalibrateSchema) doc.kind = ResultsDocument::Kind::calibrate;
-  else if (schema == kInterveneSchema) doc.kind = ResultsDocument::Kind::intervene;
+  if (schema == kMetricsSchema)
+    doc.kind = ResultsDocument::Kind::metrics;
+  else if (schema == kCalibrateSchema)
+    doc.kind = ResultsDocument::Kind::calibrate;
+  else if (schema == kInterveneSchema)
+    doc.kind = ResultsDocument::Kind::intervene;
   else if (schema.rfind("arcal.audit/", 0) != 0)
     throw_input(kFn, path + " is not an arcal result: its \"schema\" must be \"" + std::string(kAuditSchema) +
                          "\" (arcal audit, arcal run), \"" + kMetricsSchema + "\" (arcal metrics --json), \"" +
                          kCalibrateSchema + "\" (arcal calibrate --json) or \"" + kInterveneSchema +
-                         "\" (arcal intervene --out)" +
-                         (schema.empty() ? std::string() : ", not \"" + schema + "\""));
+                         "\" (arcal intervene --out)" + (schema.empty() ? std::string() : ", not \"" + schema + "\""));
   else if (schema != kAuditSchema)
     throw_input(kFn, path + " has schema " + schema + " (version " + schema.substr(std::string("arcal.audit/").size()) +
                          "); this arcal reads " + kAuditSchema + ": re-run arcal audit (or arcal run) to rewrite it");

@@ -12,7 +12,7 @@
 
 #include "audit/audit.hpp"
 #include "results/intervene_json.hpp"
-#include "results/study.hpp"
+#include "results/study_section.hpp"
 #include "results/verdict.hpp"
 
 namespace arcal {
@@ -21,23 +21,23 @@ namespace arcal {
 /// the metrics before and after a post-hoc calibrator on the data it was applied to (`arcal calibrate
 /// --json`).
 struct CalibrationDocument {
-  std::string file;           ///< the trace measured (metrics: "file"; calibrate: "apply_file")
-  CalibrationReport before;   ///< metrics: the metrics; calibrate: before calibration
-  bool calibrated = false;    ///< calibrate: the fields below are set
+  std::string file;          ///< the trace measured (metrics: "file"; calibrate: "apply_file")
+  CalibrationReport before;  ///< metrics: the metrics; calibrate: before calibration
+  bool calibrated = false;   ///< calibrate: the fields below are set
   CalibrationReport after;
-  std::string method, mode;   ///< the calibrator; split / fit / params
+  std::string method, mode;                      ///< the calibrator; split / fit / params
   std::string fit_file, params_file, out, save;  ///< "" where the document has null
   std::size_t n_fit = 0;
-  int converged = -1;         ///< the calibrator's "converged" (1/0), -1 where it has none (isotonic, ...)
-  std::string calibrator;     ///< the calibrator's JSON object as text (written back unchanged)
+  int converged = -1;                 ///< the calibrator's "converged" (1/0), -1 where it has none (isotonic, ...)
+  std::string calibrator;             ///< the calibrator's JSON object as text (written back unchanged)
   std::vector<std::string> warnings;  ///< calibrate: why the fit should not be trusted ("warnings"; empty when none)
 };
 
 struct ResultsDocument {
   enum class Kind { audit, metrics, calibrate, intervene } kind = Kind::audit;
-  InterventionResults intervene;  ///< kind intervene (arcal intervene --out)
+  InterventionResults intervene;    ///< kind intervene (arcal intervene --out)
   CalibrationDocument calibration;  ///< kind metrics or calibrate
-  AuditResults audit;  ///< kind audit; its verdict (audit.verdict) is read with it
+  AuditResults audit;               ///< kind audit; its verdict (audit.verdict) is read with it
   bool has_study = false;
   StudyResults study;
 };

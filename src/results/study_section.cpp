@@ -1,4 +1,4 @@
-#include "results/study.hpp"
+#include "results/study_section.hpp"
 
 #include <cmath>
 

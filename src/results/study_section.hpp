@@ -58,9 +58,13 @@ struct StudyResults {
 std::vector<StudyGroup> summarise_groups(const std::vector<StudyRunResult>& runs);
 
 inline void to_json(nlohmann::json& j, const StudyGroup& g) {
-  j = {{"model", g.model}, {"residual", g.residual}, {"seeds", g.seeds},
-       {"accuracy_mean", results::number_or_null(g.accuracy_mean)}, {"accuracy_sd", results::number_or_null(g.accuracy_sd)},
-       {"ece_mean", results::number_or_null(g.ece_mean)}, {"ece_sd", results::number_or_null(g.ece_sd)}};
+  j = {{"model", g.model},
+       {"residual", g.residual},
+       {"seeds", g.seeds},
+       {"accuracy_mean", results::number_or_null(g.accuracy_mean)},
+       {"accuracy_sd", results::number_or_null(g.accuracy_sd)},
+       {"ece_mean", results::number_or_null(g.ece_mean)},
+       {"ece_sd", results::number_or_null(g.ece_sd)}};
 }
 inline void from_json(const nlohmann::json& j, StudyGroup& g) {
   results::get_to(j, "model", g.model);
@@ -81,17 +85,28 @@ inline void from_json(const nlohmann::json& j, CalibrationReport& r) {
   r.clusters = results::value_or<std::size_t>(j, "clusters", 0);
   r.seed = results::value_or<std::uint64_t>(j, "seed", 0);
   r.level = results::value_or(j, "level", 0.95);
-  const std::vector<std::pair<const char*, Estimate*>> rows = {
-      {"accuracy", &r.accuracy}, {"ece", &r.ece}, {"mce", &r.mce}, {"rmsce", &r.rmsce}, {"ada_ece", &r.ada_ece},
-      {"classwise_ece", &r.classwise_ece}, {"debiased_ece", &r.debiased_ece}, {"smece", &r.smece},
-      {"smece_sigma", &r.smece_sigma}, {"nll", &r.nll}, {"brier", &r.brier}, {"auroc", &r.auroc}};
+  const std::vector<std::pair<const char*, Estimate*>> rows = {{"accuracy", &r.accuracy},
+                                                               {"ece", &r.ece},
+                                                               {"mce", &r.mce},
+                                                               {"rmsce", &r.rmsce},
+                                                               {"ada_ece", &r.ada_ece},
+                                                               {"classwise_ece", &r.classwise_ece},
+                                                               {"debiased_ece", &r.debiased_ece},
+                                                               {"smece", &r.smece},
+                                                               {"smece_sigma", &r.smece_sigma},
+                                                               {"nll", &r.nll},
+                                                               {"brier", &r.brier},
+                                                               {"auroc", &r.auroc}};
   const auto& ci = j.at("ci");
   const auto corrected = j.find("bias_corrected");
   for (const auto& [name, e] : rows) {
     results::get_number(j, name, e->value);
-    if (ci.contains(name)) results::get_interval(ci, name, e->ci);
-    else e->ci = {std::nan(""), std::nan("")};
-    e->bias_corrected = corrected != j.end() && corrected->contains(name) ? corrected->at(name).get<double>() : std::nan("");
+    if (ci.contains(name))
+      results::get_interval(ci, name, e->ci);
+    else
+      e->ci = {std::nan(""), std::nan("")};
+    e->bias_corrected =
+        corrected != j.end() && corrected->contains(name) ? corrected->at(name).get<double>() : std::nan("");
   }
   r.debiased_clipped = results::value_or(j, "debiased_ece_clipped", false);
   if (const auto c = j.find("consistency"); c != j.end() && c->is_object()) {
@@ -106,7 +121,8 @@ inline void from_json(const nlohmann::json& j, CalibrationReport& r) {
     results::get_number(b, b.contains("confidence") ? "confidence" : "conf", row.mean_conf);
     results::get_number(b, b.contains("accuracy") ? "accuracy" : "acc", row.accuracy);
     r.reliability.push_back(row);
-  }  r.has_smooth = j.contains("smooth_reliability");
+  }
+  r.has_smooth = j.contains("smooth_reliability");
   if (r.has_smooth) {
     const auto& m = j.at("smooth_reliability");
     results::get_number(m, "sigma", r.smooth.sigma);
@@ -121,8 +137,15 @@ inline void from_json(const nlohmann::json& j, CalibrationReport& r) {
 }
 
 inline void to_json(nlohmann::json& j, const StudyRunResult& r) {
-  j = {{"id", r.id}, {"dir", r.dir}, {"dataset", r.dataset}, {"model", r.model}, {"residual", r.residual},
-       {"seed", r.seed}, {"audited", r.audited}, {"trace", r.trace}, {"config_hash", r.config_hash},
+  j = {{"id", r.id},
+       {"dir", r.dir},
+       {"dataset", r.dataset},
+       {"model", r.model},
+       {"residual", r.residual},
+       {"seed", r.seed},
+       {"audited", r.audited},
+       {"trace", r.trace},
+       {"config_hash", r.config_hash},
        {"train_seconds", results::number_or_null(r.train_seconds)},
        {"images_per_second", results::number_or_null(r.images_per_second)},
        {"metrics", calibration_report_json(r.metrics)}};
@@ -142,8 +165,12 @@ inline void from_json(const nlohmann::json& j, StudyRunResult& r) {
   results::get_to(j, "metrics", r.metrics);
 }
 inline void to_json(nlohmann::json& j, const ConvergencePoint& p) {
-  j = {{"epoch", p.epoch}, {"runs", p.runs}, {"accuracy_mean", results::number_or_null(p.accuracy_mean)},
-       {"accuracy_sd", results::number_or_null(p.accuracy_sd)}, {"audit_dir", p.audit_dir}, {"verdict", p.verdict}};
+  j = {{"epoch", p.epoch},
+       {"runs", p.runs},
+       {"accuracy_mean", results::number_or_null(p.accuracy_mean)},
+       {"accuracy_sd", results::number_or_null(p.accuracy_sd)},
+       {"audit_dir", p.audit_dir},
+       {"verdict", p.verdict}};
 }
 inline void from_json(const nlohmann::json& j, ConvergencePoint& p) {
   results::get_to(j, "epoch", p.epoch);
@@ -155,9 +182,16 @@ inline void from_json(const nlohmann::json& j, ConvergencePoint& p) {
 }
 
 inline void to_json(nlohmann::json& j, const StudyResults& s) {
-  j = {{"name", s.name}, {"config_hash", s.config_hash}, {"config_toml", s.config_toml},
-       {"config_source", s.config_source}, {"version", s.version}, {"split", s.split}, {"audit_dir", s.audit_dir},
-       {"wall_seconds_this_invocation", s.wall_seconds_this_invocation}, {"runs", s.runs}, {"groups", s.groups},
+  j = {{"name", s.name},
+       {"config_hash", s.config_hash},
+       {"config_toml", s.config_toml},
+       {"config_source", s.config_source},
+       {"version", s.version},
+       {"split", s.split},
+       {"audit_dir", s.audit_dir},
+       {"wall_seconds_this_invocation", s.wall_seconds_this_invocation},
+       {"runs", s.runs},
+       {"groups", s.groups},
        {"convergence", s.convergence}};
 }
 inline void from_json(const nlohmann::json& j, StudyResults& s) {

@@ -53,7 +53,8 @@ inline void to_json(nlohmann::json& j, const TrainSummary& s) {
 /// Reads every key; summaries written before the schema string was added carry none and read the same.
 inline void from_json(const nlohmann::json& j, TrainSummary& s) {
   if (j.contains("schema") && j.at("schema") != kTrainSummarySchema)
-    throw nlohmann::json::type_error::create(302, "schema must be " + std::string(kTrainSummarySchema), &j.at("schema"));
+    throw nlohmann::json::type_error::create(302, "schema must be " + std::string(kTrainSummarySchema),
+                                             &j.at("schema"));
   results::get_number(j, "test_accuracy", s.test_accuracy);
   results::get_number(j, "test_nll", s.test_nll);
   results::get_number(j, "test_ece15", s.test_ece15);

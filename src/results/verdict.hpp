@@ -14,9 +14,14 @@
 namespace arcal {
 
 inline void to_json(nlohmann::json& j, const VerdictEvidence& e) {
-  j = {{"test", e.test}, {"comparison", e.comparison}, {"variant", e.variant},
-       {"effect", results::number_or_null(e.effect)}, {"effect_ci", results::interval_json(e.effect_ci)},
-       {"p", results::number_or_null(e.p)}, {"p_holm", results::number_or_null(e.p_holm)}, {"runs", e.runs},
+  j = {{"test", e.test},
+       {"comparison", e.comparison},
+       {"variant", e.variant},
+       {"effect", results::number_or_null(e.effect)},
+       {"effect_ci", results::interval_json(e.effect_ci)},
+       {"p", results::number_or_null(e.p)},
+       {"p_holm", results::number_or_null(e.p_holm)},
+       {"runs", e.runs},
        {"status", e.status}};
 }
 inline void from_json(const nlohmann::json& j, VerdictEvidence& e) {
@@ -40,8 +45,10 @@ inline void to_json(nlohmann::json& j, const Verdict& v) {
        {"beyond_outputs", v.beyond_outputs},
        {"secondary", v.secondary},
        {"sensitivity",
-        {{"probe", "full_vector"}, {"effect", results::number_or_null(v.sensitivity_effect)},
-         {"recovery", results::number_or_null(v.recovery)}, {"recovery_ci", results::interval_json(v.recovery_ci)},
+        {{"probe", "full_vector"},
+         {"effect", results::number_or_null(v.sensitivity_effect)},
+         {"recovery", results::number_or_null(v.recovery)},
+         {"recovery_ci", results::interval_json(v.recovery_ci)},
          {"threshold", results::number_or_null(v.threshold)}}}};
   if (std::isfinite(v.class_recovery))
     j["sensitivity"]["one_class"] = {{"effect", results::number_or_null(v.class_effect)},

@@ -18,13 +18,19 @@ nlohmann::json calibration_text(const ResultsDocument& doc) {
     return j;
   }
   nlohmann::json before = calibration_report_json(c.before), after = calibration_report_json(c.after);
-  nlohmann::json j = {{"schema", kCalibrateSchema}, {"mode", c.mode},
-          {"method", c.method},         {"fit_file", or_null(c.fit_file)},
-          {"params_file", or_null(c.params_file)}, {"apply_file", c.file},
-          {"out", c.out},               {"save", or_null(c.save)},
-          {"n_fit", c.n_fit},           {"n_apply", c.before.n},
-          {"calibrator", nlohmann::json::parse(c.calibrator)}, {"before", before},
-          {"after", after}};
+  nlohmann::json j = {{"schema", kCalibrateSchema},
+                      {"mode", c.mode},
+                      {"method", c.method},
+                      {"fit_file", or_null(c.fit_file)},
+                      {"params_file", or_null(c.params_file)},
+                      {"apply_file", c.file},
+                      {"out", c.out},
+                      {"save", or_null(c.save)},
+                      {"n_fit", c.n_fit},
+                      {"n_apply", c.before.n},
+                      {"calibrator", nlohmann::json::parse(c.calibrator)},
+                      {"before", before},
+                      {"after", after}};
   if (!c.warnings.empty()) j["warnings"] = c.warnings;
   return j;
 }

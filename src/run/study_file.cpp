@@ -1,4 +1,4 @@
-#include "run/study.hpp"
+#include "run/study_file.hpp"
 
 #include <toml.hpp>
 
@@ -109,12 +109,18 @@ void read_option(const Reader& r, const std::string& table, const Option<C>& o, 
       [&](auto member) {
         auto& x = c.*member;
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, bool>) x = r.boolean(v, table, o.key);
-        else if constexpr (std::is_same_v<T, std::string>) x = r.str(v, table, o.key);
-        else if constexpr (std::is_same_v<T, double>) x = r.real(v, table, o.key);
-        else if constexpr (std::is_same_v<T, std::vector<std::string>>) x = r.strings(v, table, o.key);
-        else if constexpr (std::is_same_v<T, std::vector<double>>) x = r.reals(v, table, o.key);
-        else if constexpr (std::is_same_v<T, std::vector<std::uint64_t>>) x = r.seeds(v, table, o.key);
+        if constexpr (std::is_same_v<T, bool>)
+          x = r.boolean(v, table, o.key);
+        else if constexpr (std::is_same_v<T, std::string>)
+          x = r.str(v, table, o.key);
+        else if constexpr (std::is_same_v<T, double>)
+          x = r.real(v, table, o.key);
+        else if constexpr (std::is_same_v<T, std::vector<std::string>>)
+          x = r.strings(v, table, o.key);
+        else if constexpr (std::is_same_v<T, std::vector<double>>)
+          x = r.reals(v, table, o.key);
+        else if constexpr (std::is_same_v<T, std::vector<std::uint64_t>>)
+          x = r.seeds(v, table, o.key);
         else if constexpr (std::is_same_v<T, std::uint64_t>) {
           const auto i = r.integer(v, table, o.key);
           if (i < 0) r.bad(table, o.key, "an integer >= 0");
@@ -123,7 +129,8 @@ void read_option(const Reader& r, const std::string& table, const Option<C>& o, 
           // int / int64: refused here when out of range, before narrowing could wrap the value.
           const auto i = r.integer(v, table, o.key);
           if (std::holds_alternative<IntRange>(o.range) && !in_range(std::get<IntRange>(o.range), i))
-            r.bad(table, o.key, "an integer in " + range_text(std::get<IntRange>(o.range)) + " (got " + std::to_string(i) + ")");
+            r.bad(table, o.key,
+                  "an integer in " + range_text(std::get<IntRange>(o.range)) + " (got " + std::to_string(i) + ")");
           x = static_cast<T>(i);
         }
       },
@@ -180,12 +187,18 @@ std::string option_line(const Option<C>& o, const C& c) {
       [&](auto member) {
         const auto& x = c.*member;
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, bool>) value = x ? "true" : "false";
-        else if constexpr (std::is_same_v<T, std::string>) value = toml_string(x);
-        else if constexpr (std::is_same_v<T, double>) value = num(x);
-        else if constexpr (std::is_same_v<T, std::vector<std::string>>) value = list(x, true);
-        else if constexpr (std::is_same_v<T, std::vector<double>> || std::is_same_v<T, std::vector<std::uint64_t>>) value = list(x, false);
-        else value = std::to_string(x);
+        if constexpr (std::is_same_v<T, bool>)
+          value = x ? "true" : "false";
+        else if constexpr (std::is_same_v<T, std::string>)
+          value = toml_string(x);
+        else if constexpr (std::is_same_v<T, double>)
+          value = num(x);
+        else if constexpr (std::is_same_v<T, std::vector<std::string>>)
+          value = list(x, true);
+        else if constexpr (std::is_same_v<T, std::vector<double>> || std::is_same_v<T, std::vector<std::uint64_t>>)
+          value = list(x, false);
+        else
+          value = std::to_string(x);
       },
       o.field);
   std::string help = o.help;
@@ -439,12 +452,16 @@ StudyConfig parse_study_toml_text(const std::string& text, const std::string& pa
   keys["data"]["datasets"] = [&](const toml::value& v) { c.datasets = r.strings(v, "data", "datasets"); };
   keys["model"]["presets"] = [&](const toml::value& v) { c.models = r.strings(v, "model", "presets"); };
   keys["model"]["residuals"] = [&](const toml::value& v) { c.residuals = r.strings(v, "model", "residuals"); };
-  keys["model"]["standard_twin"] = [&](const toml::value& v) { c.standard_twin = r.boolean(v, "model", "standard_twin"); };
+  keys["model"]["standard_twin"] = [&](const toml::value& v) {
+    c.standard_twin = r.boolean(v, "model", "standard_twin");
+  };
   keys["train"]["seeds"] = [&](const toml::value& v) { c.seeds = r.seeds(v, "train", "seeds"); };
   for (const auto& o : train_option_table())
     if (!o.section.empty())
       keys[o.section][o.key] = [&, opt = &o](const toml::value& v) { read_option(r, opt->section, *opt, v, c.train); };
-  keys["execution"]["parallel"] = [&](const toml::value& v) { c.parallel = r.bounded(v, "execution", "parallel", ranges::parallel); };
+  keys["execution"]["parallel"] = [&](const toml::value& v) {
+    c.parallel = r.bounded(v, "execution", "parallel", ranges::parallel);
+  };
   keys["execution"]["threads_per_job"] = [&](const toml::value& v) {
     c.threads_per_job = r.bounded(v, "execution", "threads_per_job", ranges::threads);
   };
@@ -467,7 +484,8 @@ StudyConfig parse_study_toml_text(const std::string& text, const std::string& pa
     } else if (keys[""].count(k)) {
       keys[""][k](v);
     } else {
-      throw_input(kFn, path + ": unknown table or key '" + k + "' (tables: data, model, train, execution, trace, audit)");
+      throw_input(kFn,
+                  path + ": unknown table or key '" + k + "' (tables: data, model, train, execution, trace, audit)");
     }
   }
   try {
@@ -490,7 +508,8 @@ void validate_study(const StudyConfig& c) {
   // The name becomes a directory (runs/NAME): letters, digits, '.', '_' and '-', not starting with
   // '.', so it can never be "..", hidden, or carry a separator, quote or newline.
   need(!c.name.empty() && c.name.size() <= 100 && c.name[0] != '.' &&
-           c.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == std::string::npos,
+           c.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") ==
+               std::string::npos,
        "name", "must be 1-100 letters, digits, '.', '_' or '-', not starting with '.'");
   need(!c.datasets.empty(), "[data] datasets", "must name at least one dataset");
   for (const auto& d : c.datasets)
@@ -509,12 +528,15 @@ void validate_study(const StudyConfig& c) {
          "entry '" + m + "' is not a known preset (ar-vit-tiny, ar-deit-small, ar-swin-tiny; ar-lm-tiny for gcide)");
     for (const auto& d : c.datasets)
       need((d == "gcide") == is_lm_preset(m), "[model] presets",
-           "pairs '" + m + "' with dataset '" + d + "': the language model ar-lm-tiny trains on gcide, the image presets on images");
+           "pairs '" + m + "' with dataset '" + d +
+               "': the language model ar-lm-tiny trains on gcide, the image presets on images");
   }
-  need(!c.residuals.empty() || c.standard_twin, "[model] residuals", "is empty and standard_twin is false: nothing to train");
+  need(!c.residuals.empty() || c.standard_twin, "[model] residuals",
+       "is empty and standard_twin is false: nothing to train");
   std::set<std::string> seen;
   for (const auto& m : c.residuals) {
-    need(m == "full" || m == "block", "[model] residuals", "entry '" + m + "' is not full or block (the standard twin is standard_twin = true)");
+    need(m == "full" || m == "block", "[model] residuals",
+         "entry '" + m + "' is not full or block (the standard twin is standard_twin = true)");
     need(seen.insert(m).second, "[model] residuals", "lists '" + m + "' twice");
   }
   need(!c.seeds.empty(), "[train] seeds", "must list at least one seed");
@@ -523,7 +545,8 @@ void validate_study(const StudyConfig& c) {
   in(c.parallel, ranges::parallel, "[execution] parallel");
   in(c.threads_per_job, ranges::threads, "[execution] threads_per_job");
   need(c.split == "test" || c.split == "val", "[trace] split", "must be test or val");
-  need(c.trace_sequences >= 0 && c.trace_sequences <= (std::int64_t{1} << 30), "[trace] sequences", "must be in [0, 2^30]");
+  need(c.trace_sequences >= 0 && c.trace_sequences <= (std::int64_t{1} << 30), "[trace] sequences",
+       "must be in [0, 2^30]");
   {
     // The shared training options, by their study keys (the per-run ones are set in expand_study).
     TrainConfig t = c.train;
@@ -596,6 +619,5 @@ std::vector<StudyRun> expand_study(const StudyConfig& c) {
 }
 
 std::string study_audit_hash(const StudyConfig& c) { return options_hash(audit_option_table(), c.audit); }
-
 
 }  // namespace arcal

@@ -51,9 +51,9 @@ struct StudyRun {
   std::string id;  ///< dataset-model-residual-sSEED, unique within the study
   std::string dataset, model, residual;
   std::uint64_t seed = 0;
-  bool audited = false;                 ///< AttnRes runs enter the audit; standard twins do not
-  TrainConfig config;                   ///< the typed training configuration of this run
-  std::string hash;                     ///< options_hash of config (16 hex digits): the run's identity
+  bool audited = false;  ///< AttnRes runs enter the audit; standard twins do not
+  TrainConfig config;    ///< the typed training configuration of this run
+  std::string hash;      ///< options_hash of config (16 hex digits): the run's identity
   std::string dir_name() const { return id + "-" + hash.substr(0, 8); }
 };
 

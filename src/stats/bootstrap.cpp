@@ -36,8 +36,8 @@ void bootstrap_counts(std::size_t n, std::uint64_t seed, std::uint64_t b, std::v
 }
 
 BootstrapResult percentile_bootstrap(std::size_t n,
-                                     const std::function<double(const std::vector<std::size_t>&)>& statistic,
-                                     int draws, std::uint64_t seed, double level) {
+                                     const std::function<double(const std::vector<std::size_t>&)>& statistic, int draws,
+                                     std::uint64_t seed, double level) {
   if (n == 0) throw_input("percentile_bootstrap", "sample is empty (n = 0)");
   if (draws < 1) throw_input("percentile_bootstrap", "draws is " + std::to_string(draws) + ", but must be >= 1");
   if (!(level > 0.0 && level < 1.0))

@@ -24,8 +24,8 @@ struct BootstrapResult {
 /// draws >= 1, 0 < level < 1. Throws InputError when n == 0.
 /// Resample b uses Rng(derive_seed(seed, b)), so results do not depend on threading.
 BootstrapResult percentile_bootstrap(std::size_t n,
-                                     const std::function<double(const std::vector<std::size_t>&)>& statistic,
-                                     int draws, std::uint64_t seed, double level = 0.95);
+                                     const std::function<double(const std::vector<std::size_t>&)>& statistic, int draws,
+                                     std::uint64_t seed, double level = 0.95);
 
 /// Multiplicities of resample b (b >= 0) of percentile_bootstrap(n, ..., seed): counts[i] = how many
 /// of the n draws picked example i (sum = n). The same stream as percentile_bootstrap's resample b, so

@@ -114,8 +114,8 @@ struct NadarayaWatson::Boxes {
   std::vector<Box> boxes;              ///< sorted by (i1, i2)
   std::vector<std::size_t> row_begin;  ///< boxes[row_begin[r] .. row_begin[r + 1]) share i1 = row_i1[r]
   std::vector<std::int64_t> row_i1;
-  std::vector<std::size_t> sorted;     ///< box order -> sorted position (index of x_ / y_)
-  std::vector<double> h;               ///< points in box order, [n, dims], bandwidth-scaled (as x_)
+  std::vector<std::size_t> sorted;  ///< box order -> sorted position (index of x_ / y_)
+  std::vector<double> h;            ///< points in box order, [n, dims], bandwidth-scaled (as x_)
   double tail = hermite_tail();
 };
 
@@ -255,7 +255,8 @@ void box_sums(const Boxes& b, const Expansions& ex, const double* q, const std::
     const std::size_t r = static_cast<std::size_t>(row - b.row_i1.begin());
     auto first = b.boxes.begin() + static_cast<std::ptrdiff_t>(b.row_begin[r]);
     auto last = b.boxes.begin() + static_cast<std::ptrdiff_t>(b.row_begin[r + 1]);
-    if (dims > 1) first = std::lower_bound(first, last, lo2, [](const Boxes::Box& x, std::int64_t k) { return x.i2 < k; });
+    if (dims > 1)
+      first = std::lower_bound(first, last, lo2, [](const Boxes::Box& x, std::int64_t k) { return x.i2 < k; });
     for (auto it = first; it != last && it->i2 <= hi2; ++it) {
       const auto& box = *it;
       const std::ptrdiff_t id = ex.query_index[static_cast<std::size_t>(it - b.boxes.begin())];
@@ -297,7 +298,8 @@ void box_sums(const Boxes& b, const Expansions& ex, const double* q, const std::
       }
       // Points of the box beyond the window: the exact sum leaves them out; a box wholly inside has none.
       bool whole = static_cast<double>(box.i1) >= z1 - tz && static_cast<double>(box.i1) + 1.0 <= z1 + tz;
-      if (dims > 1) whole = whole && static_cast<double>(box.i2) >= z2 - tz && static_cast<double>(box.i2) + 1.0 <= z2 + tz;
+      if (dims > 1)
+        whole = whole && static_cast<double>(box.i2) >= z2 - tz && static_cast<double>(box.i2) + 1.0 <= z2 + tz;
       bound += mass * (per_point + (whole ? 0.0 : beyond));
     }
   }
@@ -319,7 +321,8 @@ double local_tail() {
     for (int g = 0; g < kTerms + 80; ++g) {
       if (a < kTerms && g < kTerms) continue;
       const int n = a + g;
-      s += std::exp(-0.5 * n * std::log(2.0) + 0.5 * std::lgamma(n + 1.0) - std::lgamma(a + 1.0) - std::lgamma(g + 1.0));
+      s +=
+          std::exp(-0.5 * n * std::log(2.0) + 0.5 * std::lgamma(n + 1.0) - std::lgamma(a + 1.0) - std::lgamma(g + 1.0));
     }
   return 1.0865 * s;
 }
@@ -494,13 +497,19 @@ void NadarayaWatson::exact_sums(const double* q, const double* Y, std::size_t T,
   std::size_t a = 0, b = n;
   while (a < b) {
     const std::size_t mid = (a + b) / 2;
-    if (x_[mid * dims_] < q[0] - t) a = mid + 1; else b = mid;
+    if (x_[mid * dims_] < q[0] - t)
+      a = mid + 1;
+    else
+      b = mid;
   }
   const std::size_t lo = a;
   b = n;
   while (a < b) {
     const std::size_t mid = (a + b) / 2;
-    if (x_[mid * dims_] <= q[0] + t) a = mid + 1; else b = mid;
+    if (x_[mid * dims_] <= q[0] + t)
+      a = mid + 1;
+    else
+      b = mid;
   }
   const std::size_t hi = a;
   std::fill(num, num + T, 0.0);

@@ -51,7 +51,8 @@ WilcoxonResult wilcoxon_signed_rank(const std::vector<double>& d, bool continuit
   // Average ranks of |d|.
   std::vector<std::size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return std::abs(nz[a]) < std::abs(nz[b]); });
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return std::abs(nz[a]) < std::abs(nz[b]); });
   std::vector<double> rank(n);
   bool ties = false;
   double tie_term = 0.0;  // sum of t^3 - t over tied groups

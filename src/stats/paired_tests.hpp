@@ -24,8 +24,7 @@ struct WilcoxonResult {
 /// ties and n <= exact_max (default 50, scipy's rule); otherwise normal approximation with the tie
 /// correction of the variance and, when `continuity` is true, a 0.5 continuity correction.
 /// Throws InputError when some d is not finite or every difference is zero.
-WilcoxonResult wilcoxon_signed_rank(const std::vector<double>& d, bool continuity = true,
-                                    std::size_t exact_max = 50);
+WilcoxonResult wilcoxon_signed_rank(const std::vector<double>& d, bool continuity = true, std::size_t exact_max = 50);
 
 struct SignTestResult {
   std::size_t positive = 0;

@@ -25,8 +25,8 @@ void check_stratum(const char* function, const ContrastStratum& s, std::size_t i
   if (!std::isfinite(s.weight)) throw_index(function, "strata.weight", index, std::to_string(s.weight), "finite");
   for (std::size_t i = 0; i < s.values.size(); ++i)
     if (!std::isfinite(s.values[i]))
-      throw_index(function, ("strata[" + std::to_string(index) + "].values").c_str(), i,
-                  std::to_string(s.values[i]), "finite");
+      throw_index(function, ("strata[" + std::to_string(index) + "].values").c_str(), i, std::to_string(s.values[i]),
+                  "finite");
 }
 
 }  // namespace
@@ -153,8 +153,8 @@ std::vector<double> grouped_permutation_null(const std::vector<GroupedStratum>& 
   return null;
 }
 
-std::vector<double> within_stratum_permutation_null(const std::vector<ContrastStratum>& strata,
-                                                    int permutations, std::uint64_t seed) {
+std::vector<double> within_stratum_permutation_null(const std::vector<ContrastStratum>& strata, int permutations,
+                                                    std::uint64_t seed) {
   const char* fn = "within_stratum_permutation_null";
   if (permutations < 1) throw_input(fn, "permutations is " + std::to_string(permutations) + ", but must be >= 1");
   std::vector<GroupedStratum> grouped(strata.size());
@@ -177,8 +177,8 @@ double permutation_p_value(double observed, const std::vector<double>& null, int
   return (1.0 + count) / (static_cast<double>(null.size()) + 1.0);
 }
 
-PermutationTestResult within_stratum_permutation_test(const std::vector<ContrastStratum>& strata,
-                                                      int permutations, std::uint64_t seed) {
+PermutationTestResult within_stratum_permutation_test(const std::vector<ContrastStratum>& strata, int permutations,
+                                                      std::uint64_t seed) {
   PermutationTestResult r;
   r.statistic = weighted_contrast(strata);
   const auto null = within_stratum_permutation_null(strata, permutations, seed);

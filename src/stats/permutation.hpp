@@ -24,7 +24,7 @@ struct PermutationTestResult {
   double statistic = 0.0;  ///< observed weighted contrast G
   double p = 1.0;          ///< (1 + exceed) / (permutations + 1), two-sided on |G|
   int permutations = 0;
-  int exceed = 0;          ///< #{|G*| >= |G|} (with a 1e-9 relative tolerance for rounding)
+  int exceed = 0;  ///< #{|G*| >= |G|} (with a 1e-9 relative tolerance for rounding)
 };
 
 /// A stratum of a permutation test whose groups carry their own coefficients: the contrast adds
@@ -64,8 +64,8 @@ double weighted_contrast(const std::vector<ContrastStratum>& strata);
 /// within every stratum. Uses FastRng(seed) (wyrand); strata are processed in order and each
 /// consumes its draws for all permutations before the next, so results depend only on the seed.
 /// Throws InputError when permutations < 1 or a stratum is malformed.
-std::vector<double> within_stratum_permutation_null(const std::vector<ContrastStratum>& strata,
-                                                    int permutations, std::uint64_t seed);
+std::vector<double> within_stratum_permutation_null(const std::vector<ContrastStratum>& strata, int permutations,
+                                                    std::uint64_t seed);
 
 /// Two-sided Monte-Carlo p-value (1 + #{|null| >= |observed|}) / (R + 1). A null value counts when
 /// |null| >= |observed| - 1e-9 (1 + |observed|), so that label arrangements equal to the observed one
@@ -73,7 +73,7 @@ std::vector<double> within_stratum_permutation_null(const std::vector<ContrastSt
 double permutation_p_value(double observed, const std::vector<double>& null, int* exceed = nullptr);
 
 /// weighted_contrast + within_stratum_permutation_null + permutation_p_value.
-PermutationTestResult within_stratum_permutation_test(const std::vector<ContrastStratum>& strata,
-                                                      int permutations, std::uint64_t seed);
+PermutationTestResult within_stratum_permutation_test(const std::vector<ContrastStratum>& strata, int permutations,
+                                                      std::uint64_t seed);
 
 }  // namespace arcal

@@ -24,7 +24,8 @@ std::vector<int> kfold_assignment(std::size_t n, int k, std::uint64_t seed) {
 
 std::vector<int> stratified_halves(const std::vector<std::int64_t>& labels, std::uint64_t seed) {
   const char* fn = "stratified_halves";
-  if (labels.size() < 2) throw_input(fn, "labels has " + std::to_string(labels.size()) + " elements, but must have >= 2");
+  if (labels.size() < 2)
+    throw_input(fn, "labels has " + std::to_string(labels.size()) + " elements, but must have >= 2");
   std::map<std::int64_t, std::vector<std::size_t>> by_class;
   for (std::size_t i = 0; i < labels.size(); ++i) {
     if (labels[i] < 0) throw_index(fn, "labels", i, std::to_string(labels[i]), ">= 0");
@@ -100,7 +101,8 @@ std::array<SplitIndices, 2> cross_fit_halves(const std::vector<std::int64_t>& la
 std::vector<int> kfold_assignment(std::size_t n, int k, const std::vector<std::int64_t>& cluster, std::uint64_t seed) {
   if (cluster.empty()) return kfold_assignment(n, k, seed);
   if (cluster.size() != n)
-    throw_input("kfold_assignment", "cluster has " + std::to_string(cluster.size()) + " entries, but n is " + std::to_string(n));
+    throw_input("kfold_assignment",
+                "cluster has " + std::to_string(cluster.size()) + " entries, but n is " + std::to_string(n));
   return cluster_kfold_assignment(cluster, k, seed);
 }
 

@@ -1,7 +1,7 @@
 // Seeded data splits: k-fold assignments, the calibration/evaluation halving stratified by class with
 // its 2-fold cross-fit (method.md §6), the same splits over clusters of dependent examples (whole
-// clusters to one side, method.md §6.8), and equal-width / equal-mass grouping with the tie rule of
-// method.md §4 (a tied run never straddles a group boundary; it goes to the lower group).
+// clusters to one side, method.md §6.9 "Dependent examples"), and equal-width / equal-mass grouping with the tie rule
+// of method.md §4 (a tied run never straddles a group boundary; it goes to the lower group).
 #pragma once
 
 #include <array>
@@ -30,7 +30,7 @@ struct SplitIndices {
 /// fold 1 the reverse. Throws as stratified_halves.
 std::array<SplitIndices, 2> cross_fit_halves(const std::vector<std::int64_t>& labels, std::uint64_t seed);
 
-/// Clustered splits (method.md §6.8): every example of a cluster gets the same fold. The distinct
+/// Clustered splits (method.md §6.9 "Dependent examples"): every example of a cluster gets the same fold. The distinct
 /// cluster ids are shuffled (Rng(seed)) and each is dealt to the fold holding the fewest examples so
 /// far (lowest fold on ties), so fold sizes differ by at most the largest cluster. cluster [n] must be
 /// >= 0 and hold at least k distinct ids (throws InputError naming the constraint otherwise).

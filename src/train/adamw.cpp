@@ -61,8 +61,9 @@ void adamw_loop(const torch::Tensor& p, const torch::Tensor& g, const torch::Ten
 void adamw_update(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m, const torch::Tensor& v,
                   double lr, double weight_decay, double beta1, double beta2, double eps, std::int64_t t) {
   if (!(loop_takes(p, g) && same_layout(m, p) && same_layout(v, p)))
-    throw std::invalid_argument("adamw_update: p, g, m and v must be dense contiguous CPU tensors of one shape "
-                                "and dtype (float or double)");
+    throw std::invalid_argument(
+        "adamw_update: p, g, m and v must be dense contiguous CPU tensors of one shape "
+        "and dtype (float or double)");
   if (t < 1) throw std::invalid_argument("adamw_update: step " + std::to_string(t) + ", but must be >= 1");
   torch::NoGradGuard no_grad;
   adamw_loop(p, g, m, v, lr, weight_decay, beta1, beta2, eps, t);

@@ -55,8 +55,8 @@ DistributedEnv distributed_env_from_environment() {
   e.rank = env_int("RANK", 0);
   e.local_rank = env_int("LOCAL_RANK", e.rank);
   if (e.rank >= e.world_size)
-    throw_input("environment", "RANK " + std::to_string(e.rank) + " is outside [0, WORLD_SIZE = " +
-                                   std::to_string(e.world_size) + ")");
+    throw_input("environment", "RANK " + std::to_string(e.rank) +
+                                   " is outside [0, WORLD_SIZE = " + std::to_string(e.world_size) + ")");
   if (const char* a = std::getenv("MASTER_ADDR"); a && *a) e.master_addr = a;
   e.master_port = env_int("MASTER_PORT", 29500);
   if (e.master_port < 1 || e.master_port > 65535)
@@ -191,7 +191,8 @@ bool DataParallelGroup::any_rank(bool flag) {
   const torch::Device device = impl_->device_is_cuda
                                    ? torch::Device(torch::kCUDA, static_cast<torch::DeviceIndex>(env_.local_rank))
                                    : torch::Device(torch::kCPU);
-  std::vector<torch::Tensor> t{torch::tensor({flag ? 1.0 : 0.0}, torch::TensorOptions().dtype(torch::kDouble).device(device))};
+  std::vector<torch::Tensor> t{
+      torch::tensor({flag ? 1.0 : 0.0}, torch::TensorOptions().dtype(torch::kDouble).device(device))};
   c10d::AllreduceOptions o;
   o.reduceOp = c10d::ReduceOp::MAX;
   impl_->group->allreduce(t, o)->wait();

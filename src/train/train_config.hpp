@@ -34,11 +34,11 @@ struct TrainConfig {
   std::uint64_t seed = 0;
   int threads = 1;
   std::string device = "cpu";
-  std::string precision = "fp32";  ///< fp32 | bf16 | fp16 | auto: autocast dtype of the training forward pass
-  int world_size = 1;              ///< data-parallel ranks (from WORLD_SIZE); batch_size is per rank
+  std::string precision = "fp32";       ///< fp32 | bf16 | fp16 | auto: autocast dtype of the training forward pass
+  int world_size = 1;                   ///< data-parallel ranks (from WORLD_SIZE); batch_size is per rank
   std::int64_t checkpoint_every = 200;  ///< steps; a checkpoint is also written at every epoch end
   double norm_eps = 1e-6;
-  int patch = 0;  ///< > 0: the ViT presets' patch size instead of the preset's (more tokens per image)
+  int patch = 0;      ///< > 0: the ViT presets' patch size instead of the preset's (more tokens per image)
   int context = 128;  ///< language model (dataset gcide): tokens per sequence
   /// Epochs after which the model is also kept as RUN/epoch-E/ (config.json, model.pt): a run
   /// directory of its own that `arcal trace` reads, for the convergence audit of `arcal run`.

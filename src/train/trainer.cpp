@@ -41,9 +41,10 @@ namespace fs = std::filesystem;
 void validate_train_config(const TrainConfig& c) {
   check_train_config(c);
   if (c.device == "cuda" && !torch::cuda::is_available())
-    throw_input("--device", "cuda requested, but this LibTorch build has no CUDA support or sees no CUDA device. "
-                            "Build against the official CUDA LibTorch (cmake -DCMAKE_PREFIX_PATH=/path/to/libtorch, "
-                            "README 'Paper scale') and run where a GPU is visible");
+    throw_input("--device",
+                "cuda requested, but this LibTorch build has no CUDA support or sees no CUDA device. "
+                "Build against the official CUDA LibTorch (cmake -DCMAKE_PREFIX_PATH=/path/to/libtorch, "
+                "README 'Paper scale') and run where a GPU is visible");
 }
 
 ModelConfig model_config_for(const TrainConfig& c, int image_size, int channels, int classes) {
@@ -56,7 +57,8 @@ ModelConfig model_config_for(const TrainConfig& c, int image_size, int channels,
   auto mc = make_model_config(c.model, image_size, channels, classes, parse_residual_mode(c.residual), c.block_size);
   mc.norm_eps = c.norm_eps;
   if (c.patch > 0) {
-    if (mc.arch != "vit") throw_input("--patch", "applies to the ViT presets (ar-vit-tiny, ar-deit-small), not " + c.model);
+    if (mc.arch != "vit")
+      throw_input("--patch", "applies to the ViT presets (ar-vit-tiny, ar-deit-small), not " + c.model);
     mc.patch = c.patch;
     validate_model_config(mc);  // the patch must divide the image
   }
@@ -182,11 +184,15 @@ std::vector<std::string> run_directory_files(const std::string& run_dir) {
 
 nlohmann::json trace_metadata(const TrainConfig& tc, const std::string& run_dir, const std::string& split,
                               const TensorData& traced, const TensorData& full, const std::string& as_attnres) {
-  nlohmann::json meta = {{"model", tc.model},   {"residual", tc.residual},
-                         {"block_size", tc.block_size}, {"dataset", tc.dataset},
-                         {"split", split},      {"seed", tc.seed},
+  nlohmann::json meta = {{"model", tc.model},
+                         {"residual", tc.residual},
+                         {"block_size", tc.block_size},
+                         {"dataset", tc.dataset},
+                         {"split", split},
+                         {"seed", tc.seed},
                          {"run", fs::path(run_dir).filename().string()},
-                         {"run_dir", run_dir},  {"version", ARCAL_VERSION},
+                         {"run_dir", run_dir},
+                         {"version", ARCAL_VERSION},
                          {"as_attnres", as_attnres}};
   if (traced.text) {
     meta["task"] = "lm";
@@ -201,7 +207,8 @@ nlohmann::json trace_metadata(const TrainConfig& tc, const std::string& run_dir,
 namespace {
 
 double lr_at(const TrainConfig& c, std::int64_t step, std::int64_t total) {
-  const auto warmup = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(c.warmup_fraction * double(total))));
+  const auto warmup =
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(c.warmup_fraction * double(total))));
   if (step < warmup) return c.lr * double(step + 1) / double(warmup);
   const double progress = total > warmup ? double(step - warmup) / double(total - warmup) : 1.0;
   return c.lr * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
@@ -237,9 +244,9 @@ std::string model_summary(const ModelConfig& m) {
   // Built by appending: GCC 12 warns (-Wrestrict, a false positive) on " " + std::to_string(...).
   std::string residual = to_string(m.residual);
   if (m.residual == ResidualMode::Block) residual += ' ' + std::to_string(m.block_size);
-  return m.preset + " (" + residual + ", dim " + std::to_string(m.dim) + ", depth " + std::to_string(m.depth) + ", " + std::to_string(m.image_size) +
-         "x" + std::to_string(m.image_size) + "x" + std::to_string(m.channels) + ", " + std::to_string(m.classes) +
-         " classes)";
+  return m.preset + " (" + residual + ", dim " + std::to_string(m.dim) + ", depth " + std::to_string(m.depth) + ", " +
+         std::to_string(m.image_size) + "x" + std::to_string(m.image_size) + "x" + std::to_string(m.channels) + ", " +
+         std::to_string(m.classes) + " classes)";
 }
 
 /// Refuses `path` when the configuration it records is not `mc` (the run's config.json). Files
@@ -252,14 +259,14 @@ void check_model_identity(torch::serialize::InputArchive& archive, const ModelCo
   if (!has_cfg && !has_hash) return;
   if (!has_cfg || !has_hash || !cfg.isString() || !hash.isString())
     throw_input(fn, path + ": the recorded model configuration or its hash is missing or damaged");
-  const ModelConfig stored = model_config_from_json(parse_json_text(cfg.toStringRef(), fn, path + ": recorded model config"),
-                                                    path + ": recorded model config");
+  const ModelConfig stored = model_config_from_json(
+      parse_json_text(cfg.toStringRef(), fn, path + ": recorded model config"), path + ": recorded model config");
   if (model_config_hash(stored) != hash.toStringRef())
     throw_input(fn, path + ": the recorded model configuration does not match its recorded hash (damaged file)");
   if (hash.toStringRef() != model_config_hash(mc))
     throw_input(fn, path + " holds the weights of " + model_summary(stored) + ", but the run's config.json describes " +
-                        model_summary(mc) + " (configuration hash " + hash.toStringRef() + " vs " + model_config_hash(mc) +
-                        "); weights of one configuration cannot be loaded into another");
+                        model_summary(mc) + " (configuration hash " + hash.toStringRef() + " vs " +
+                        model_config_hash(mc) + "); weights of one configuration cannot be loaded into another");
 }
 
 /// module->load(archive) with a check that no parameter or buffer changed shape (a file from a
@@ -280,8 +287,9 @@ void load_weights(torch::nn::Module& module, torch::serialize::InputArchive& arc
   };
   for (const auto& [name, shape] : before)
     if (after[name] != shape)
-      throw_input(fn, path + ": tensor '" + name + "' has shape " + text(after[name]) + ", but the model of config.json needs " +
-                          text(shape) + "; the weights belong to another architecture");
+      throw_input(fn, path + ": tensor '" + name + "' has shape " + text(after[name]) +
+                          ", but the model of config.json needs " + text(shape) +
+                          "; the weights belong to another architecture");
 }
 
 void save_checkpoint(ARViT& model, torch::optim::AdamW& opt, std::int64_t step, const LossScaler& scaler,
@@ -325,7 +333,8 @@ std::int64_t load_checkpoint(ARViT& model, torch::optim::AdamW& opt, const std::
   if (step < 0) throw_input("--resume", path + ": the recorded step " + std::to_string(step) + " is negative");
   if (step > total)
     throw_input("--resume", path + " is at step " + std::to_string(step) + ", past the run's end at step " +
-                                std::to_string(total) + " (--max-steps or --epochs lowered below the steps already done?)");
+                                std::to_string(total) +
+                                " (--max-steps or --epochs lowered below the steps already done?)");
   return step;
 }
 
@@ -358,7 +367,8 @@ void append_line(const std::string& path, const std::string& line) {
 
 ARViT load_trained_model(const std::string& run_dir, TrainConfig* config_out, const LoadOptions& options) {
   const std::string cfg_path = run_dir + "/config.json";
-  if (!fs::is_directory(run_dir)) throw_input("load_trained_model", run_dir + " is not a directory (not an arcal run?)");
+  if (!fs::is_directory(run_dir))
+    throw_input("load_trained_model", run_dir + " is not a directory (not an arcal run?)");
   if (!fs::exists(cfg_path)) throw_input("load_trained_model", cfg_path + " does not exist (not an arcal run?)");
   const RunConfig rc = read_run_config(cfg_path);
   TrainConfig tc = rc.train;
@@ -367,7 +377,8 @@ ARViT load_trained_model(const std::string& run_dir, TrainConfig* config_out, co
   if (options.norm_eps >= 0) mc.norm_eps = options.norm_eps;
   ARViT model(mc);
   const std::string model_path = run_dir + "/model.pt";
-  if (!fs::exists(model_path)) throw_input("load_trained_model", model_path + " does not exist (training not finished?)");
+  if (!fs::exists(model_path))
+    throw_input("load_trained_model", model_path + " does not exist (training not finished?)");
   torch::serialize::InputArchive archive;
   try {
     archive.load_from(model_path, torch::Device(torch::kCPU));  // a CUDA-trained run loads on the CPU too
@@ -378,7 +389,8 @@ ARViT load_trained_model(const std::string& run_dir, TrainConfig* config_out, co
   }
   if (!options.as_attnres.empty()) {
     if (mc.residual != ResidualMode::Standard)
-      throw_input("--as-attnres", run_dir + " is a " + to_string(mc.residual) + " AttnRes run, not a standard-residual one");
+      throw_input("--as-attnres",
+                  run_dir + " is a " + to_string(mc.residual) + " AttnRes run, not a standard-residual one");
     ModelConfig wrapped = mc;
     wrapped.residual = parse_residual_mode(options.as_attnres);
     if (wrapped.residual == ResidualMode::Standard) throw_input("--as-attnres", "expected full or block");
@@ -418,12 +430,15 @@ TrainConfig resolve_resume(const TrainConfig& requested, const RunConfig& stored
   nlohmann::json want = requested, have = stored.train;
   for (const auto& k : request.overrides) {
     if (!want.contains(k))
-      throw_input("--override", "'" + k + "' is not a training setting (use the flag names without dashes, e.g. lr,epochs)");
+      throw_input("--override",
+                  "'" + k + "' is not a training setting (use the flag names without dashes, e.g. lr,epochs)");
     if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
       std::string list;
       for (const auto& a : allowed) list += (list.empty() ? "" : ",") + a;
-      throw_input("--override", "'" + k + "' cannot change on resume: it fixes the data, the model or the data order "
-                                "(start a new run instead); these can: " + list);
+      throw_input("--override", "'" + k +
+                                    "' cannot change on resume: it fixes the data, the model or the data order "
+                                    "(start a new run instead); these can: " +
+                                    list);
     }
     if (std::find(request.given.begin(), request.given.end(), k) == request.given.end())
       throw_input("--override", "names '" + k + "', but " + flag_of(k) + " is not given with its new value");
@@ -461,8 +476,9 @@ nlohmann::json train_run(const TrainConfig& requested, const std::string& run_di
   std::error_code ec;
   if (run_dir.empty()) throw_input("--out", "the run directory path is empty");
   if (fs::exists(run_dir, ec) && !fs::is_directory(run_dir, ec))
-    throw_input("--out", run_dir + " exists and is not a directory; --out names the run directory RUN/ (config.json, "
-                                   "checkpoint.pt, model.pt, ...): choose a directory path");
+    throw_input("--out", run_dir +
+                             " exists and is not a directory; --out names the run directory RUN/ (config.json, "
+                             "checkpoint.pt, model.pt, ...): choose a directory path");
   const DistributedEnv dist_env = distributed_env_from_environment();
   if (!dist_env.primary()) return train_locked(requested, run_dir, resume, events, request, trace);
   // One writer per run directory: rank 0 holds RUN/.lock while it trains (other ranks only read).
@@ -498,8 +514,11 @@ namespace {
 struct RunPaths {
   std::string config, checkpoint, log, summary, model;
   explicit RunPaths(const std::string& run_dir)
-      : config(run_dir + "/config.json"), checkpoint(run_dir + "/checkpoint.pt"), log(run_dir + "/log.jsonl"),
-        summary(run_dir + "/summary.json"), model(run_dir + "/model.pt") {}
+      : config(run_dir + "/config.json"),
+        checkpoint(run_dir + "/checkpoint.pt"),
+        log(run_dir + "/log.jsonl"),
+        summary(run_dir + "/summary.json"),
+        model(run_dir + "/model.pt") {}
 };
 
 /// The run's settings once the command line and, on resume, RUN/config.json are reconciled.
@@ -524,7 +543,8 @@ ResolvedRun resolve_run(const TrainConfig& requested, const std::string& run_dir
     run.stored = read_run_config(paths.config);
     run.config = resolve_resume(resolved, run.stored, request, paths.config, run.overrides);
   } else if (fs::exists(paths.summary) || fs::exists(paths.checkpoint)) {
-    throw_input("--out", run_dir + " already holds a run (" + (fs::exists(paths.summary) ? "finished" : "with a checkpoint") +
+    throw_input("--out", run_dir + " already holds a run (" +
+                             (fs::exists(paths.summary) ? "finished" : "with a checkpoint") +
                              "); pass --resume to continue it or choose another --out");
   } else if (!request.overrides.empty()) {
     throw_input("--override", "only applies with --resume");
@@ -551,7 +571,8 @@ void record_run_config(const ResolvedRun& run, const ModelConfig& mc, std::int64
     cfg["schema"] = kTrainConfigSchema;
     cfg["train"] = run.config;
     cfg["train"]["threads"] = run.stored.train.threads;
-    if (!cfg.contains("resume_overrides") || !cfg["resume_overrides"].is_array()) cfg["resume_overrides"] = nlohmann::json::array();
+    if (!cfg.contains("resume_overrides") || !cfg["resume_overrides"].is_array())
+      cfg["resume_overrides"] = nlohmann::json::array();
     cfg["resume_overrides"].push_back({{"step", start_step}, {"changes", run.overrides}});
     write_file_atomic(paths.config, cfg.dump(2) + "\n");
     for (const auto& [k, v] : run.overrides.items())
@@ -560,8 +581,11 @@ void record_run_config(const ResolvedRun& run, const ModelConfig& mc, std::int64
     return;
   }
   if (from_checkpoint) return;
-  const nlohmann::json cfg = {{"schema", kTrainConfigSchema}, {"train", run.config}, {"model", mc},
-                              {"version", ARCAL_VERSION},     {"parameters", parameters}};
+  const nlohmann::json cfg = {{"schema", kTrainConfigSchema},
+                              {"train", run.config},
+                              {"model", mc},
+                              {"version", ARCAL_VERSION},
+                              {"parameters", parameters}};
   write_file_atomic(paths.config, cfg.dump(2) + "\n");
   write_file_atomic(paths.log, "");
 }
@@ -602,8 +626,8 @@ void shuffle_for_epoch(std::vector<std::int64_t>& order, std::int64_t size, std:
 /// with batch b x world would draw (same order, same augmentation seed); rank r trains on rows
 /// [r b, (r+1) b) of it.
 std::pair<torch::Tensor, torch::Tensor> rank_batch(const TensorData& train, std::vector<std::int64_t>& order,
-                                                   std::int64_t step, std::int64_t per_epoch,
-                                                   std::int64_t global_batch, int pad, const TrainConfig& c, int rank,
+                                                   std::int64_t step, std::int64_t per_epoch, std::int64_t global_batch,
+                                                   int pad, const TrainConfig& c, int rank,
                                                    const torch::Device& device) {
   const auto offset = (step % per_epoch) * global_batch;
   auto idx = torch::from_blob(order.data() + offset, {global_batch}, torch::kLong);
@@ -612,7 +636,8 @@ std::pair<torch::Tensor, torch::Tensor> rank_batch(const TensorData& train, std:
     if (c.world_size > 1) seq = seq.narrow(0, std::int64_t(rank) * c.batch_size, c.batch_size);
     return {lm_inputs(seq).to(device), lm_targets(seq).reshape({-1}).to(device)};
   }
-  auto x = augment_batch(train.images.index_select(0, idx), pad, derive_seed(c.seed, 5000000 + static_cast<std::uint64_t>(step)), c.dataset);
+  auto x = augment_batch(train.images.index_select(0, idx), pad,
+                         derive_seed(c.seed, 5000000 + static_cast<std::uint64_t>(step)), c.dataset);
   auto y = train.labels.index_select(0, idx);
   if (c.world_size > 1) {
     x = x.narrow(0, std::int64_t(rank) * c.batch_size, c.batch_size);
@@ -674,7 +699,8 @@ StepResult optimizer_step(ARViT& model, torch::optim::AdamW& opt, const torch::T
 /// run. Written atomically, file by file; a resumed run rewrites a snapshot only when it passes E again.
 void save_snapshot_if_asked(ARViT& model, const TrainConfig& c, const RunPaths& paths, const std::string& run_dir,
                             std::int64_t epoch) {
-  if (std::find(c.snapshot_epochs.begin(), c.snapshot_epochs.end(), std::uint64_t(epoch)) == c.snapshot_epochs.end()) return;
+  if (std::find(c.snapshot_epochs.begin(), c.snapshot_epochs.end(), std::uint64_t(epoch)) == c.snapshot_epochs.end())
+    return;
   const std::string dir = run_dir + "/epoch-" + std::to_string(epoch);
   fs::create_directories(dir);
   write_file_atomic(dir + "/config.json", read_file(paths.config));
@@ -685,10 +711,10 @@ void save_snapshot_if_asked(ARViT& model, const TrainConfig& c, const RunPaths& 
 }
 
 /// After the last step (rank 0): model.pt with its configuration, and summary.json from the test split.
-nlohmann::json write_final_outputs(ARViT& model, const DatasetSplits& data, const TrainConfig& c, const std::string& run_dir,
-                                   const RunPaths& paths, std::int64_t total, std::int64_t per_epoch,
-                                   std::int64_t start_step, double wall, double train_seconds, std::int64_t images_seen,
-                                   double divergence, const TraceRequest& trace_request) {
+nlohmann::json write_final_outputs(ARViT& model, const DatasetSplits& data, const TrainConfig& c,
+                                   const std::string& run_dir, const RunPaths& paths, std::int64_t total,
+                                   std::int64_t per_epoch, std::int64_t start_step, double wall, double train_seconds,
+                                   std::int64_t images_seen, double divergence, const TraceRequest& trace_request) {
   const TensorData& test_split = data.test;
   std::optional<Trace> trace;
   std::optional<EvalResult> from_trace;
@@ -760,14 +786,16 @@ nlohmann::json train_locked(const TrainConfig& requested, const std::string& run
                               : model_config_for(c, static_cast<int>(train.images.size(2)),
                                                  static_cast<int>(train.images.size(1)), train.classes);
   if (resume && model_config_hash(mc) != model_config_hash(run.stored.model))
-    throw_input("--resume", paths.config + ": its model section does not match the model its train section builds ("
-                                           "edited by hand?); the checkpoint cannot be resumed safely");
+    throw_input("--resume", paths.config +
+                                ": its model section does not match the model its train section builds ("
+                                "edited by hand?); the checkpoint cannot be resumed safely");
   if (interrupt_requested())
     throw Interrupted(std::string("train stopped by ") + interrupt_signal_name() + " before training started; " +
                       (resume ? "the checkpoint is unchanged: resume with " + resume_command(run_dir)
                               : "nothing was written: run the same command again"));
-  const torch::Device device = c.device == "cuda" ? torch::Device(torch::kCUDA, static_cast<torch::DeviceIndex>(dist_env.local_rank))
-                                                : torch::Device(torch::kCPU);
+  const torch::Device device = c.device == "cuda"
+                                   ? torch::Device(torch::kCUDA, static_cast<torch::DeviceIndex>(dist_env.local_rank))
+                                   : torch::Device(torch::kCPU);
   std::unique_ptr<DataParallelGroup> group;
   if (dist_env.active()) group = std::make_unique<DataParallelGroup>(dist_env, c.device);
 
@@ -781,7 +809,8 @@ nlohmann::json train_locked(const TrainConfig& requested, const std::string& run
   const std::int64_t per_epoch = train.size() / global_batch;
   if (per_epoch < 1)
     throw_input("--batch-size", std::to_string(c.batch_size) + " x " + std::to_string(c.world_size) +
-                                    " rank(s) exceeds the training split (" + std::to_string(train.size()) + " examples)");
+                                    " rank(s) exceeds the training split (" + std::to_string(train.size()) +
+                                    " examples)");
   std::int64_t total = per_epoch * c.epochs;
   if (c.max_steps > 0) total = std::min(total, c.max_steps);
 
@@ -817,8 +846,9 @@ nlohmann::json train_locked(const TrainConfig& requested, const std::string& run
     if (group) stop = group->any_rank(stop);
     if (!stop) return;
     if (primary && checkpoint_step != done) save_checkpoint(model, opt, done, scaler, paths.checkpoint);
-    throw Interrupted(std::string("train stopped by ") + (interrupt_requested() ? interrupt_signal_name() : "another rank") +
-                      " after step " + std::to_string(done) + " of " + std::to_string(total) + "; " + paths.checkpoint +
+    throw Interrupted(std::string("train stopped by ") +
+                      (interrupt_requested() ? interrupt_signal_name() : "another rank") + " after step " +
+                      std::to_string(done) + " of " + std::to_string(total) + "; " + paths.checkpoint +
                       " holds it. Resume with: " + resume_command(run_dir));
   };
   // ARCAL_PROFILE=FILE: LibTorch's profiler over steps 20-69 of this invocation, written as a chrome
@@ -827,7 +857,8 @@ nlohmann::json train_locked(const TrainConfig& requested, const std::string& run
   std::unique_ptr<torch::autograd::profiler::RecordProfile> profile;
   for (std::int64_t step = start_step; step < total; ++step) {
     stop_if_interrupted(step);
-    if (profile_path && step == start_step + 20) profile = std::make_unique<torch::autograd::profiler::RecordProfile>(profile_path);
+    if (profile_path && step == start_step + 20)
+      profile = std::make_unique<torch::autograd::profiler::RecordProfile>(profile_path);
     if (profile && step == start_step + 70) profile.reset();
     const int epoch = static_cast<int>(step / per_epoch);
     if (epoch != order_epoch) {
@@ -888,8 +919,8 @@ nlohmann::json train_locked(const TrainConfig& requested, const std::string& run
     group->barrier();
     if (!primary) return {{"rank", dist_env.rank}, {"max_parameter_divergence", divergence}};
   }
-  return write_final_outputs(model, data, c, run_dir, paths, total, per_epoch, start_step, wall, train_seconds, images_seen,
-                             divergence, trace);
+  return write_final_outputs(model, data, c, run_dir, paths, total, per_epoch, start_step, wall, train_seconds,
+                             images_seen, divergence, trace);
 }
 
 }  // namespace

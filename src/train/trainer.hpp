@@ -35,7 +35,7 @@ nlohmann::json describe_model(const TrainConfig& c);
 struct EvalResult {
   std::int64_t n = 0;
   double accuracy = 0, nll = 0, ece = 0;
-  double loss = 0;  ///< CE + beta * SB-ECE over the whole set
+  double loss = 0;           ///< CE + beta * SB-ECE over the whole set
   double bits_per_byte = 0;  ///< text: nll / ln 2 (n, accuracy, nll and ece are then per next-token prediction)
 };
 
@@ -84,9 +84,9 @@ std::vector<std::string> run_directory_files(const std::string& run_dir);
 /// so the test split is run once instead of twice. Written (atomically) after model.pt and before
 /// summary.json.
 struct TraceRequest {
-  std::string path;             ///< "" = no trace
-  std::string split = "test";   ///< test | val
-  std::int64_t sequences = 512; ///< text runs: evenly spaced sequences traced (0 = all)
+  std::string path;              ///< "" = no trace
+  std::string split = "test";    ///< test | val
+  std::int64_t sequences = 512;  ///< text runs: evenly spaced sequences traced (0 = all)
 };
 
 /// The trace file's metadata (its `meta` JSON) for split `split` of a run trained with `config` in
@@ -109,8 +109,8 @@ struct LoadOptions {
   /// every pseudo-query 0 and every RMS gain 1: the routing-equivalent wrapper of method.md §1,
   /// whose routing is exactly 1/S_p and whose logits equal the standard model's (exactly at ε = 0).
   std::string as_attnres;
-  int block_size = 2;       ///< for as_attnres == "block"
-  double norm_eps = -1.0;   ///< >= 0 overrides the run's norm epsilon (the equivalence check uses 0)
+  int block_size = 2;      ///< for as_attnres == "block"
+  double norm_eps = -1.0;  ///< >= 0 overrides the run's norm epsilon (the equivalence check uses 0)
 };
 
 /// Loads RUN/config.json and RUN/model.pt into a model in eval mode. Throws InputError for a

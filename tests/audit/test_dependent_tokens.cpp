@@ -1,4 +1,4 @@
-// The audit on dependent examples (method.md §6.8, issue 27): simulated token data whose routing
+// The audit on dependent examples (method.md §6.9 "Dependent examples", issue 27): simulated token data whose routing
 // statistic and correctness are both correlated inside a sequence. The clustered decision test must
 // hold its level on a clean and a confounded null, the example-level test must not (the reason for
 // the clustered one), and the clustered test must find a planted effect. The splits keep clusters
@@ -47,7 +47,8 @@ Rejections count_rejections(const std::string& name, std::size_t sets, double ef
     auto o = family(name, base + k);
     o.effect = effect;
     const auto sim = simulate_tokens(o);
-    const auto c = clustered_residual_gap_test(sim.confidence, sim.correct, sim.statistic, sim.cluster, d, derive_seed(base, k));
+    const auto c =
+        clustered_residual_gap_test(sim.confidence, sim.correct, sim.statistic, sim.cluster, d, derive_seed(base, k));
     const auto i = residual_gap_test(sim.confidence, sim.correct, sim.statistic, d, derive_seed(base, k));
     EXPECT_EQ(c.clusters, o.sequences);
     r.clustered += c.p <= 0.05;
@@ -89,8 +90,8 @@ TEST(DependentTokens, ClusteredDecisionTestFindsAPlantedTokenLevelEffect) {
 // accuracy (correct_cluster_sd) and confidence, 8 to 100 sequences; and log-normal lengths. A 2-fold q̂
 // whose half holding the long sequence is mostly that sequence shifted every short sequence of the other
 // half by its accuracy: 9-18 % rejections at 5 % before the fold-centred contrast.
-std::size_t dominant_rejections(const std::string& name, std::size_t sequences, double first_share, double length_log_sd,
-                                std::size_t sets, std::uint64_t base, double effect = 0.0) {
+std::size_t dominant_rejections(const std::string& name, std::size_t sequences, double first_share,
+                                double length_log_sd, std::size_t sets, std::uint64_t base, double effect = 0.0) {
   DiagnosticOptions d;
   d.permutations = 199;
   std::size_t rejected = 0;
@@ -101,7 +102,8 @@ std::size_t dominant_rejections(const std::string& name, std::size_t sequences, 
     o.length_log_sd = length_log_sd;
     o.effect = effect;
     const auto sim = simulate_tokens(o);
-    const auto c = clustered_residual_gap_test(sim.confidence, sim.correct, sim.statistic, sim.cluster, d, derive_seed(base, k));
+    const auto c =
+        clustered_residual_gap_test(sim.confidence, sim.correct, sim.statistic, sim.cluster, d, derive_seed(base, k));
     rejected += c.p <= 0.05;
   }
   return rejected;
@@ -110,13 +112,20 @@ std::size_t dominant_rejections(const std::string& name, std::size_t sequences, 
 TEST(DependentTokens, ClusteredDecisionTestHoldsItsLevelWithOneDominantSequence) {
   const std::size_t sets = test_util::long_tests() ? 400 : 100;
   const auto band = binomial_band_99(sets, 0.05);
-  struct Case { const char* family; std::size_t sequences; double share, log_sd; };
+  struct Case {
+    const char* family;
+    std::size_t sequences;
+    double share, log_sd;
+  };
   for (const Case c : {Case{"clean", 8, 0.4, 0}, Case{"clean", 12, 0.4, 0}, Case{"clean", 20, 0.4, 0},
                        Case{"clean", 100, 0.4, 0}, Case{"confounded", 20, 0.4, 0}, Case{"clean", 30, 0, 1.0}}) {
-    SCOPED_TRACE(std::string(c.family) + ", " + std::to_string(c.sequences) + " sequences, first share " + std::to_string(c.share));
-    const std::size_t r = dominant_rejections(c.family, c.sequences, c.share, c.log_sd, sets, 7000 + 1000 * c.sequences);
-    std::printf("[dependent tokens] unequal, %s: %zu sequences, first share %.2f, log-sd %.1f: %zu / %zu (band [%zu, %zu])\n",
-                c.family, c.sequences, c.share, c.log_sd, r, sets, band.first, band.second);
+    SCOPED_TRACE(std::string(c.family) + ", " + std::to_string(c.sequences) + " sequences, first share " +
+                 std::to_string(c.share));
+    const std::size_t r =
+        dominant_rejections(c.family, c.sequences, c.share, c.log_sd, sets, 7000 + 1000 * c.sequences);
+    std::printf(
+        "[dependent tokens] unequal, %s: %zu sequences, first share %.2f, log-sd %.1f: %zu / %zu (band [%zu, %zu])\n",
+        c.family, c.sequences, c.share, c.log_sd, r, sets, band.first, band.second);
     EXPECT_GE(r, band.first);
     EXPECT_LE(r, band.second);
   }
@@ -194,7 +203,8 @@ TEST(DependentTokens, OnlyCopiesInsideOneClusterCountAsDuplicates) {
     run.predictive_entropy[to] = run.predictive_entropy[from];
     run.labels[to] = run.labels[from];
     run.predicted[to] = run.predicted[from];
-    std::copy_n(run.log_probs.begin() + long(from * run.classes), run.classes, run.log_probs.begin() + long(to * run.classes));
+    std::copy_n(run.log_probs.begin() + long(from * run.classes), run.classes,
+                run.log_probs.begin() + long(to * run.classes));
     const std::size_t P = run.profile_names.size();
     std::copy_n(run.profile.begin() + long(from * P), P, run.profile.begin() + long(to * P));
     for (auto& s : run.statistics) s[to] = s[from];

@@ -77,8 +77,16 @@ TEST(Diagnostic, GapByHandInOneBin) {
 TEST(Diagnostic, SmallBinsDroppedAndWeights) {
   // 40 examples in bin 14 and 10 in bin 0: bin 0 (< 30) is dropped, weights renormalise over kept bins.
   std::vector<double> c, a, s;
-  for (int i = 0; i < 40; ++i) { c.push_back(0.99); a.push_back(i % 3 == 0); s.push_back(i); }
-  for (int i = 0; i < 10; ++i) { c.push_back(0.01); a.push_back(0); s.push_back(i); }
+  for (int i = 0; i < 40; ++i) {
+    c.push_back(0.99);
+    a.push_back(i % 3 == 0);
+    s.push_back(i);
+  }
+  for (int i = 0; i < 10; ++i) {
+    c.push_back(0.01);
+    a.push_back(0);
+    s.push_back(i);
+  }
   DiagnosticOptions o;
   o.permutations = 99;
   const auto r = matched_confidence_gap_test(c, a, s, o, 2);
@@ -94,7 +102,7 @@ TEST(Diagnostic, RejectsInvalidInputs) {
   o.permutations = 9;
   std::vector<double> c(100, 0.7), a(100, 1.0), s(100);
   for (int i = 0; i < 100; ++i) s[i] = i;
-  EXPECT_THROW(matched_confidence_gap_test({0.5, 0.6}, {1, 0}, {1, 2}, o, 1), InputError);  // n < bins
+  EXPECT_THROW(matched_confidence_gap_test({0.5, 0.6}, {1, 0}, {1, 2}, o, 1), InputError);           // n < bins
   EXPECT_THROW(matched_confidence_gap_test(c, a, std::vector<double>(100, 3.0), o, 1), InputError);  // constant
   EXPECT_THROW(matched_confidence_gap_test(c, std::vector<double>(100, 0.5), s, o, 1), InputError);  // not 0/1
   EXPECT_THROW(matched_confidence_gap_test(c, a, std::vector<double>(99, 1.0), o, 1), InputError);   // size
@@ -156,7 +164,8 @@ TEST(DiagnosticTypeI, ExactNullRawRateAndHolmFamilywise) {
   std::size_t rejections = 0;
   for (std::size_t d = 0; d < datasets; ++d) {
     const auto s = sim(10000, 0.0, 1000 + d);
-    rejections += matched_confidence_gap_test(s.confidence, s.correct, s.routing_entropy, o, derive_seed(7, d)).p <= 0.05;
+    rejections +=
+        matched_confidence_gap_test(s.confidence, s.correct, s.routing_entropy, o, derive_seed(7, d)).p <= 0.05;
   }
   const auto band = test_util::binomial_band_99(datasets, 0.05);
   EXPECT_GE(rejections, band.first);
@@ -170,7 +179,8 @@ TEST(DiagnosticTypeI, ExactNullRawRateAndHolmFamilywise) {
     std::vector<double> p;
     for (std::size_t t = 0; t < size; ++t) {
       const auto s = sim(2000, 0.0, 500000 + f * size + t);
-      p.push_back(matched_confidence_gap_test(s.confidence, s.correct, s.routing_entropy, o, derive_seed(8, f * size + t)).p);
+      p.push_back(
+          matched_confidence_gap_test(s.confidence, s.correct, s.routing_entropy, o, derive_seed(8, f * size + t)).p);
       raw += p.back() <= 0.05;
     }
     const auto holm = holm_adjust(p);
@@ -212,7 +222,8 @@ TEST(LongDiagnostic, FullSizeTypeIAndPowerTable) {
     std::vector<double> p;
     for (std::size_t t = 0; t < size; ++t) {
       const auto s = sim(10000, 0.0, 9000000 + f * size + t);
-      p.push_back(matched_confidence_gap_test(s.confidence, s.correct, s.routing_entropy, o, derive_seed(9, f * size + t)).p);
+      p.push_back(
+          matched_confidence_gap_test(s.confidence, s.correct, s.routing_entropy, o, derive_seed(9, f * size + t)).p);
       raw += p.back() <= 0.05;
     }
     const auto holm = holm_adjust(p);
@@ -224,8 +235,8 @@ TEST(LongDiagnostic, FullSizeTypeIAndPowerTable) {
   std::ofstream ti(std::string(ARCAL_BINARY_DIR) + "/audit_typeI.tsv");
   ti << "tests\traw_rejections\traw_rate\tband_lo\tband_hi\tfamilies\tholm_fwer\tfwer_bound\n"
      << families * size << '\t' << raw << '\t' << double(raw) / (families * size) << '\t'
-     << double(rb.first) / (families * size) << '\t' << double(rb.second) / (families * size) << '\t' << families << '\t'
-     << double(family_errors) / families << '\t' << 0.05 + half_width << '\n';
+     << double(rb.first) / (families * size) << '\t' << double(rb.second) / (families * size) << '\t' << families
+     << '\t' << double(family_errors) / families << '\t' << 0.05 + half_width << '\n';
   EXPECT_GE(raw, rb.first);
   EXPECT_LE(raw, rb.second);
   EXPECT_LE(double(family_errors) / families, 0.05 + half_width);
@@ -253,7 +264,11 @@ TEST(LongDiagnostic, FullSizeTypeIAndPowerTable) {
 // c07fb7a, `matched_confidence_gap_test` through `run_diagnostic_family`, captured by a program linked
 // against that release's library): same seeds, same gaps to the last bit, same permutation counts.
 TEST(Diagnostic, PaperColumnReproducesThePreviousRelease) {
-  struct Row { const char* run; double gap, p; int exceed; };
+  struct Row {
+    const char* run;
+    double gap, p;
+    int exceed;
+  };
   const Row width[] = {{"r0", 0.097959251867841629, 0.001, 0},
                        {"r1", 0.011061600222027835, 0.47999999999999998, 479},
                        {"r2", -0.039104215088757485, 0.023, 22},
@@ -345,7 +360,7 @@ TEST(Diagnostic, ResidualGapByHandAndStrataNestedInBins) {
   EXPECT_NEAR(r.bins[0].gap, top - bottom, 1e-12);
   EXPECT_NEAR(r.bins[0].resid_top, top, 1e-12);
   EXPECT_NEAR(r.gap, 1.0, 0.05);  // q̂ is near 1/2 on both halves
-  EXPECT_EQ(r.strata, 1u);  // 60 tied confidences: one stratum (ties never straddle)
+  EXPECT_EQ(r.strata, 1u);        // 60 tied confidences: one stratum (ties never straddle)
   EXPECT_LT(r.p, 0.01);
   // Distinct confidences inside one bin: 60 examples -> round(60 / 20) = 3 strata.
   for (int i = 0; i < 60; ++i) c[i] = 0.5 + 0.0005 * i;
@@ -354,8 +369,9 @@ TEST(Diagnostic, ResidualGapByHandAndStrataNestedInBins) {
 
 namespace {
 /// Rejections at 0.05 of the paper protocol and the decision test over `datasets` simulated data sets.
-std::pair<std::size_t, std::size_t> rejections(std::size_t datasets, const std::function<SimulatedTrace(std::size_t)>& make,
-                                               int permutations, std::uint64_t seed) {
+std::pair<std::size_t, std::size_t> rejections(std::size_t datasets,
+                                               const std::function<SimulatedTrace(std::size_t)>& make, int permutations,
+                                               std::uint64_t seed) {
   DiagnosticOptions o;
   o.permutations = permutations;
   std::size_t paper = 0, decision = 0;
@@ -389,7 +405,8 @@ TEST(DiagnosticTypeI, ConfoundedNullsHoldTheLevelWherePaperProtocolFails) {
 TEST(DiagnosticTypeI, CleanNullsHoldTheLevel) {
   const std::size_t datasets = 200;
   const auto band = test_util::binomial_band_99(datasets, 0.05);
-  const auto r = rejections(datasets, [&](std::size_t d) { return sim(10000, 0.0, 40000 + d); }, 999, 41);
+  const auto r = rejections(
+      datasets, [&](std::size_t d) { return sim(10000, 0.0, 40000 + d); }, 999, 41);
   std::printf("[ clean ] paper %zu / %zu, decision %zu / %zu (band [%zu, %zu])\n", r.first, datasets, r.second,
               datasets, band.first, band.second);
   EXPECT_GE(r.second, band.first);
@@ -399,7 +416,8 @@ TEST(DiagnosticTypeI, CleanNullsHoldTheLevel) {
 // Power: an effect planted in the part of the routing signal independent of c (confounded, T = 1.3).
 TEST(DiagnosticPower, EffectIndependentOfConfidenceIsFound) {
   const std::size_t datasets = 30;
-  const auto r = rejections(datasets, [&](std::size_t d) { return confounded(10000, 1.3, 0.6, 0.002, 50000 + d); }, 199, 51);
+  const auto r = rejections(
+      datasets, [&](std::size_t d) { return confounded(10000, 1.3, 0.6, 0.002, 50000 + d); }, 199, 51);
   std::printf("[ power confounded 0.002 nats ] decision %zu / %zu\n", r.second, datasets);
   EXPECT_GE(double(r.second) / datasets, 0.9) << r.second;
 }

@@ -1,4 +1,4 @@
-// Data integrity (docs/method.md §6.8): the same trace passed twice is refused; duplicated rows are
+// Data integrity (docs/method.md §6.9 "Data integrity"): the same trace passed twice is refused; duplicated rows are
 // counted, reported and removed on request — and removing them restores the diagnostic's level, which
 // duplicates inflate (each example's residual counts twice, so the permutation null is too narrow);
 // a (near-)constant routing point or statistic is dropped with a note naming it instead of aborting.

@@ -70,7 +70,8 @@ Pair make_pair(std::size_t n, std::size_t K, std::size_t k, std::uint64_t seed =
       std::vector<std::size_t> order(E);
       std::iota(order.begin(), order.end(), std::size_t{0});
       std::sort(order.begin(), order.end(), [&](auto a, auto b) { return r[a] > r[b]; });
-      for (int j = 0; j < 2; ++j) t.routing_selected[(i * P + q) * E + order[std::size_t(j)]] = r[order[std::size_t(j)]];
+      for (int j = 0; j < 2; ++j)
+        t.routing_selected[(i * P + q) * E + order[std::size_t(j)]] = r[order[std::size_t(j)]];
     }
   }
   t.meta_json = R"({"routing_points": ["model.layers.0.mlp.gate", "model.layers.1.mlp.gate"]})";
@@ -141,7 +142,8 @@ TEST(LargeVocabulary, TopkTraceRoundTripsAndRefusesInconsistentArrays) {
     edit(t);
     return error_of(t);
   };
-  EXPECT_NE(broken([](Trace& t) { std::swap(t.topk_logprobs[0], t.topk_logprobs[3]); }).find("descending"), std::string::npos);
+  EXPECT_NE(broken([](Trace& t) { std::swap(t.topk_logprobs[0], t.topk_logprobs[3]); }).find("descending"),
+            std::string::npos);
   EXPECT_NE(broken([](Trace& t) { t.topk_indices[1] = t.topk_indices[0]; }).find("twice"), std::string::npos);
   EXPECT_NE(broken([](Trace& t) { t.topk_indices[2] = 300; }).find("topk_indices[0, 2]"), std::string::npos);
   EXPECT_NE(broken([](Trace& t) { t.label_logprob[5] = 0.0f; }).find("label_logprob[5]"), std::string::npos);
@@ -204,7 +206,8 @@ TEST(LargeVocabulary, AuditReadsAWholeLargeVectorAndItsTopkFormAlike) {
   EXPECT_EQ(a.labels, b.labels);
   EXPECT_EQ(a.group_classes, b.group_classes);
   EXPECT_EQ(a.group_classes.back(), -1);
-  for (std::size_t j = 0; j < a.sorted_log_probs.size(); ++j) EXPECT_NEAR(a.sorted_log_probs[j], b.sorted_log_probs[j], 1e-4);
+  for (std::size_t j = 0; j < a.sorted_log_probs.size(); ++j)
+    EXPECT_NEAR(a.sorted_log_probs[j], b.sorted_log_probs[j], 1e-4);
   for (std::size_t i = 0; i < a.confidence.size(); ++i) {
     EXPECT_NEAR(a.confidence[i], b.confidence[i], 1e-6);
     EXPECT_NEAR(a.predictive_entropy[i], b.predictive_entropy[i], 1e-4);
@@ -274,7 +277,10 @@ TEST(LargeVocabulary, ExpertViewEqualsTheMetricsOfEachExpertsTokens) {
       const auto ref = calibration_report_top_label(rows, 300, o);
       EXPECT_NEAR(r.accuracy, ref.accuracy.value, 1e-12);
       EXPECT_NEAR(r.ece, ref.ece.value, 1e-6);
-      EXPECT_NEAR(r.gap, ref.accuracy.value - std::accumulate(rows.confidence.begin(), rows.confidence.end(), 0.0) / double(r.tokens), 1e-6);
+      EXPECT_NEAR(
+          r.gap,
+          ref.accuracy.value - std::accumulate(rows.confidence.begin(), rows.confidence.end(), 0.0) / double(r.tokens),
+          1e-6);
       EXPECT_LE(r.gap_ci.low, r.gap_ci.high);
       EXPECT_LE(r.accuracy_ci.low, r.accuracy_ci.high);
     }

@@ -33,7 +33,8 @@ TEST(Matching, SeveralDimensionsFindTrueNearestNeighbours) {
   std::vector<bool> assigned(n, false);
   auto dist = [&](std::size_t a, std::size_t b) {
     double s = 0;
-    for (std::size_t k = 0; k < dims; ++k) s += (x[a * dims + k] - x[b * dims + k]) * (x[a * dims + k] - x[b * dims + k]);
+    for (std::size_t k = 0; k < dims; ++k)
+      s += (x[a * dims + k] - x[b * dims + k]) * (x[a * dims + k] - x[b * dims + k]);
     return s;
   };
   for (const auto& g : m.groups) {

@@ -36,7 +36,6 @@ Toy toy(std::size_t n, std::uint64_t seed) {
   return t;
 }
 
-
 }  // namespace
 
 TEST(ProbeCompare, ScoresAreFoldMeansOfTheMetricFunctions) {

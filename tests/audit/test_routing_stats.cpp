@@ -36,7 +36,7 @@ TEST(RoutingStats, FromTokenMeanWeights) {
   EXPECT_EQ(r.norm_entropy[0], 0.0);  // S_p = 1
   EXPECT_NEAR(r.depth_mean[1], 0.5, 1e-6);
   EXPECT_NEAR(r.depth_var[1], 1.0 / 6.0, 1e-6);
-  EXPECT_NEAR(r.re[0], 0.5, 1e-6);        // mean over P = 2 points of {0, 1}
+  EXPECT_NEAR(r.re[0], 0.5, 1e-6);  // mean over P = 2 points of {0, 1}
   EXPECT_NEAR(r.rdv[0], 1.0 / 12.0, 1e-6);
   EXPECT_NEAR(r.re[1], 0.0, 1e-12);
   EXPECT_NEAR(r.depth_mean[3], 1.0, 1e-12);
@@ -72,7 +72,7 @@ TEST(RoutingStats, EntropyAloneIsUsed) {
   EXPECT_TRUE(r.per_token);
   EXPECT_FALSE(r.per_token_depth);
   EXPECT_NEAR(r.re[1], 0.25 / std::log(3.0) / 2, 1e-7);  // the stored per-token entropy
-  EXPECT_NEAR(r.depth_var[1], 1.0 / 6.0, 1e-6);           // depth still from the token-mean weights
+  EXPECT_NEAR(r.depth_var[1], 1.0 / 6.0, 1e-6);          // depth still from the token-mean weights
 }
 
 TEST(RoutingStats, UnorderedRoutingOffersEntropyOnly) {

@@ -112,7 +112,8 @@ TEST(Sensitivity, RecoverySummaryOracleIsOneAndZeroEffectHasNoRatio) {
     u.loss_truth.push_back(ls);
   }
   u.loss_probe = {u.loss_truth, u.loss_reference, {}};
-  for (int i = 0; i < 30; ++i) u.loss_probe[2].push_back(0.5 * (u.loss_reference[std::size_t(i)] + u.loss_truth[std::size_t(i)]));
+  for (int i = 0; i < 30; ++i)
+    u.loss_probe[2].push_back(0.5 * (u.loss_reference[std::size_t(i)] + u.loss_truth[std::size_t(i)]));
   const auto r = summarise_recovery(u, {"oracle", "reference", "half"}, 0.01, 500, 7);
   EXPECT_NEAR(r[0].recovery, 1.0, 1e-12);
   EXPECT_NEAR(r[0].recovery_ci.low, 1.0, 1e-12);
@@ -179,13 +180,14 @@ TEST(Sensitivity, SequentialPIsValidAndKeepsTheDecisionsAtAlpha) {
       EXPECT_DOUBLE_EQ(p, double(h) / double(drawn));
     }
   }
-  std::printf("  P(p<=.05) %.4f  P(p<=.2) %.4f  P(p<=.5) %.4f, decisions changed %d, mean replicates drawn %.1f of %zu\n",
-              le05 / double(trials), le20 / double(trials), le50 / double(trials), disagree, mean_drawn, n);
+  std::printf(
+      "  P(p<=.05) %.4f  P(p<=.2) %.4f  P(p<=.5) %.4f, decisions changed %d, mean replicates drawn %.1f of %zu\n",
+      le05 / double(trials), le20 / double(trials), le50 / double(trials), disagree, mean_drawn, n);
   EXPECT_EQ(disagree, 0);
-  EXPECT_LE(le05, 200 + 36);   // Bin(4000, 0.05) 99 % upper end
-  EXPECT_LE(le20, 800 + 65);   // sd 25.3
-  EXPECT_LE(le50, 2000 + 82);  // sd 31.6
-  EXPECT_GE(le05, 200 - 36);   // the fixed test's decisions, so its rate
+  EXPECT_LE(le05, 200 + 36);    // Bin(4000, 0.05) 99 % upper end
+  EXPECT_LE(le20, 800 + 65);    // sd 25.3
+  EXPECT_LE(le50, 2000 + 82);   // sd 31.6
+  EXPECT_GE(le05, 200 - 36);    // the fixed test's decisions, so its rate
   EXPECT_LT(mean_drawn, 60.0);  // E[L] = sum over ranks ~ h (n+1)(H_{n+1} - H_h)/... : about 43
   // Closed forms: every null value above the real one stops at the h-th; h = 0 is monte_carlo_p.
   EXPECT_DOUBLE_EQ(sequential_p(0.0, std::vector<double>(50, 1.0), 11), 1.0);

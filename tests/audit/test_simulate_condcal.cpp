@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "audit/audit.hpp"
+#include "results/audit_files.hpp"
 #include "audit/condcal.hpp"
 #include "audit/injection.hpp"
 #include "audit/simulate.hpp"
@@ -51,11 +52,15 @@ TEST(Simulate, ConstructionIsConsistent) {
   const auto& tr = s.trace;
   ASSERT_EQ(tr.logits.size(), o.n * o.classes);
   ASSERT_EQ(tr.routing.size(), o.n * tr.points * tr.sources);
-  EXPECT_NEAR(injection_gain(s.reference, [&] {
-                std::vector<double> t;
-                for (double z : s.z) t.push_back(std::tanh(z));
-                return t;
-              }(), s.delta), 0.01, 1e-9);
+  EXPECT_NEAR(injection_gain(
+                  s.reference,
+                  [&] {
+                    std::vector<double> t;
+                    for (double z : s.z) t.push_back(std::tanh(z));
+                    return t;
+                  }(),
+                  s.delta),
+              0.01, 1e-9);
   for (std::size_t i = 0; i < o.n; ++i) {
     const double* z = &tr.logits[i * o.classes];
     const std::size_t arg = std::max_element(z, z + o.classes) - z;

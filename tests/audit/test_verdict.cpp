@@ -1,4 +1,4 @@
-// The verdict's decision chain (docs/method.md §6.7) on typed results built by hand: each answer word
+// The verdict's decision chain (docs/method.md §6.8 "The verdict") on typed results built by hand: each answer word
 // from (dependence, gain interval, sensitivity), the defects the earlier rule had (a probe family's Holm
 // vetoing the test that found a planted effect; a 1/100-size effect read as "Yes"; a repeated evidence
 // row), the fixed sequence (beyond the outputs only after dependence), and the secondary family's Holm.
@@ -218,7 +218,8 @@ TEST(Verdict, BeyondTheOutputsOnTheProbePathRejectsOnGainsOnly) {
   auto r = base(0.001);
   with_probes(r, 0.003, 0.001, 0.005, 0.01, 0.1);
   for (auto& t : r.probes.tests)
-    if (t.comparison == "full_logit_routing_vs_full_logit") t = probe_test(t.comparison, -0.004, -0.006, -0.002, 0.002, 0.01);
+    if (t.comparison == "full_logit_routing_vs_full_logit")
+      t = probe_test(t.comparison, -0.004, -0.006, -0.002, 0.002, 0.01);
   auto v = make_verdict(r);
   ASSERT_EQ(v.beyond_outputs.comparison, "full_logit_routing_vs_full_logit");
   EXPECT_EQ(v.beyond_outputs.status, "does not reject");
@@ -226,7 +227,8 @@ TEST(Verdict, BeyondTheOutputsOnTheProbePathRejectsOnGainsOnly) {
   EXPECT_EQ(v.summary.find("routing adds information"), std::string::npos) << v.summary;
   // The same p with a gain rejects (two-sided p <= alpha, the validated false-gain rule).
   for (auto& t : r.probes.tests)
-    if (t.comparison == "full_logit_routing_vs_full_logit") t = probe_test(t.comparison, 0.004, 0.002, 0.006, 0.002, 0.01);
+    if (t.comparison == "full_logit_routing_vs_full_logit")
+      t = probe_test(t.comparison, 0.004, 0.002, 0.006, 0.002, 0.01);
   v = make_verdict(r);
   EXPECT_EQ(v.beyond_outputs.status, "rejects");
   EXPECT_NEAR(v.beyond_outputs.p, 0.002, 1e-12);

@@ -172,8 +172,8 @@ TEST(Qats, BeatsTemperatureScalingWhereMiscalibrationIsAtLowQuantiles) {
   const double ece_ts = ece_of(softmax_scaled(ev.z, ev.n, ev.k, t.beta), ev.n, ev.k, ev.y);
   const double ece_q = ece_of(apply_qats(q, ev.z, ev.n, ev.k), ev.n, ev.k, ev.y);
   const auto [lo, hi] = std::minmax_element(q.temperature.begin(), q.temperature.end());
-  std::printf("  low-quantile miscalibration: ECE TS %.4f, QaTS %.4f; QaTS T from %.2f to %.2f (direction %+d)\n", ece_ts,
-              ece_q, *lo, *hi, q.direction);
+  std::printf("  low-quantile miscalibration: ECE TS %.4f, QaTS %.4f; QaTS T from %.2f to %.2f (direction %+d)\n",
+              ece_ts, ece_q, *lo, *hi, q.direction);
   EXPECT_LT(ece_q, ece_ts - 0.005);
   EXPECT_GT(*hi / *lo, 1.3);
   EXPECT_EQ(q.direction, -1);  // higher temperature at low confidence
@@ -233,8 +233,8 @@ TEST(Calibrators, SetTopProbabilityNeverChangesThePrediction) {
     const double tie = (second / rest) / (1 + second / rest);
     if (q[i] > tie) {
       EXPECT_EQ(b[top], q[i]);  // untouched where it kept the argmax by itself
-    }
-    else ++raised;
+    } else
+      ++raised;
   }
   EXPECT_GT(raised, 100u);  // the case occurs often in this draw (q uniform): the test exercises it
 }

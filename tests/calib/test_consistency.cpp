@@ -87,7 +87,8 @@ TEST(Consistency, EverySamplerHasTheBernoulliSumsMeanAndVariance) {
       for (double xi : x) v += (xi - m) * (xi - m) / (R - 1);
       EXPECT_NEAR(m, want_mean, 5 * std::sqrt(want_var / R) + 1e-9) << int(c.mode) << " " << delta;
       // The translated Poisson matches the variance within 1 by construction (exact and normal: 2 %).
-      const bool poisson = c.mode == BernoulliSumCell::Mode::poisson_low || c.mode == BernoulliSumCell::Mode::poisson_high;
+      const bool poisson =
+          c.mode == BernoulliSumCell::Mode::poisson_low || c.mode == BernoulliSumCell::Mode::poisson_high;
       EXPECT_NEAR(v, want_var, 5 * want_var * std::sqrt(2.0 / R) + (poisson ? 1.0 : 0.02 * want_var))
           << int(c.mode) << " " << delta;
     }
@@ -116,7 +117,8 @@ TEST(Consistency, IntervalShape) {
   // the median-unbiased estimate inside and below the plug-in value.
   const auto cal = data(2000, 10, 1.0, 5);
   const auto miscal = data(2000, 10, 1.6, 6);
-  const auto a = scaled_family_interval(top_label_cells(cal.conf, cal.correct, 15, false), CellError::l1, 0.95, 1000, 1);
+  const auto a =
+      scaled_family_interval(top_label_cells(cal.conf, cal.correct, 15, false), CellError::l1, 0.95, 1000, 1);
   if (a.consistency_p > 0.025) {
     EXPECT_EQ(a.low, 0.0);
   }

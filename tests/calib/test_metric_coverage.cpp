@@ -132,10 +132,15 @@ TEST_P(MetricCoverage, EveryIntervalCoversThePopulationValue) {
     draw(n, temperature, derive_seed(1234, d) + std::uint64_t(temperature * 1000), probs, labels);
     o.seed = d;
     const auto r = calibration_report(probs, n, K, labels, o);
-    const std::vector<std::pair<std::string, const Estimate*>> est = {
-        {"accuracy", &r.accuracy}, {"ece", &r.ece},     {"rmsce", &r.rmsce},
-        {"ada_ece", &r.ada_ece},   {"classwise_ece", &r.classwise_ece},
-        {"debiased_ece", &r.debiased_ece}, {"nll", &r.nll}, {"brier", &r.brier}, {"auroc", &r.auroc}};
+    const std::vector<std::pair<std::string, const Estimate*>> est = {{"accuracy", &r.accuracy},
+                                                                      {"ece", &r.ece},
+                                                                      {"rmsce", &r.rmsce},
+                                                                      {"ada_ece", &r.ada_ece},
+                                                                      {"classwise_ece", &r.classwise_ece},
+                                                                      {"debiased_ece", &r.debiased_ece},
+                                                                      {"nll", &r.nll},
+                                                                      {"brier", &r.brier},
+                                                                      {"auroc", &r.auroc}};
     for (const auto& [name, e] : est) {
       const double truth = pop.value.at(name);
       ASSERT_FALSE(std::isnan(e->ci.low)) << name;
@@ -147,8 +152,9 @@ TEST_P(MetricCoverage, EveryIntervalCoversThePopulationValue) {
     // docs/method.md gives its coverage per regime.
     smece_covered += r.smece.ci.low <= pop.value.at("smece") && pop.value.at("smece") <= r.smece.ci.high;
   }
-  std::printf("[ coverage T=%.2f ] %-14s population %.5f: covered %zu / %zu (band [%zu, %zu]; reported, not asserted)\n",
-              temperature, "smece", pop.value.at("smece"), smece_covered, datasets, band.first, band.second);
+  std::printf(
+      "[ coverage T=%.2f ] %-14s population %.5f: covered %zu / %zu (band [%zu, %zu]; reported, not asserted)\n",
+      temperature, "smece", pop.value.at("smece"), smece_covered, datasets, band.first, band.second);
   for (const auto& [name, count] : covered) {
     std::printf("[ coverage T=%.2f ] %-14s population %.5f: covered %zu / %zu (band [%zu, %zu]); plug-in outside %zu\n",
                 temperature, name.c_str(), pop.value.at(name), count, datasets, band.first, band.second,

@@ -91,8 +91,9 @@ TEST(MetricsReference, PyCalibDoctests) {
   // classwise_ECE doctests (bins=2): [[.9,.1],[.1,.9]] with labels [0, 1] -> 0.1;
   // P = [[.9,.8,.7,.3,.2,.1],[.1,.2,.3,.7,.8,.9]]^T, Y one-hot rows (1,0)x3 then (0,1)x3 -> 0.2.
   EXPECT_NEAR(classwise_calibration_error({.9, .1, .1, .9}, 2, 2, {0, 1}, 2), 0.1, 1e-12);
-  EXPECT_NEAR(classwise_calibration_error({.9, .1, .8, .2, .7, .3, .3, .7, .2, .8, .1, .9}, 6, 2, {0, 0, 0, 1, 1, 1}, 2),
-              0.2, 1e-12);
+  EXPECT_NEAR(
+      classwise_calibration_error({.9, .1, .8, .2, .7, .3, .3, .7, .2, .8, .1, .9}, 6, 2, {0, 0, 0, 1, 1, 1}, 2), 0.2,
+      1e-12);
   // binary_ECE doctests: Y [0,1], P [.1,.9], bins 2 -> 0.1; Y [0,0,0,1,1,1], P [.1,.2,.3,.7,.8,.9] -> 0.2.
   EXPECT_NEAR(expected_calibration_error({.1, .9}, {0, 1}, 2), 0.1, 1e-12);
   EXPECT_NEAR(expected_calibration_error({.1, .2, .3, .7, .8, .9}, {0, 0, 0, 1, 1, 1}, 2), 0.2, 1e-12);
@@ -135,7 +136,8 @@ TEST(Metrics, AurocAverageRanksForTies) {
 TEST(Metrics, SmoothEceMatchesIndependentNumpyRelplot) {
   for (int n : {1000, 50000}) {
     double want_s = 0, want_sigma = 0;
-    ASSERT_EQ(std::sscanf(python_out("smece_relplot.py " + std::to_string(n)).c_str(), "%lf %lf", &want_s, &want_sigma), 2);
+    ASSERT_EQ(std::sscanf(python_out("smece_relplot.py " + std::to_string(n)).c_str(), "%lf %lf", &want_s, &want_sigma),
+              2);
     std::vector<double> f(static_cast<std::size_t>(n)), y(f.size());
     for (std::size_t i = 0; i < f.size(); ++i) {  // the data of smece_relplot.py data(n)
       const double di = static_cast<double>(i);
@@ -199,8 +201,9 @@ TEST(Metrics, ReportBootstrapIsSeededAndBracketsEstimates) {
     const std::size_t pred = i % k;
     for (std::size_t c = 0; c < k; ++c) probs[i * k + c] = c == pred ? top : (1 - top) / (k - 1);
     // accuracy lower than confidence: overconfident
-    y[i] = std::fmod(static_cast<double>(i) * 0.7548776662466927, 1.0) < top * top ? static_cast<std::int64_t>(pred)
-                                                                                   : static_cast<std::int64_t>((pred + 1) % k);
+    y[i] = std::fmod(static_cast<double>(i) * 0.7548776662466927, 1.0) < top * top
+               ? static_cast<std::int64_t>(pred)
+               : static_cast<std::int64_t>((pred + 1) % k);
   }
   ReportOptions o;
   o.draws = 200;
@@ -283,7 +286,8 @@ TEST(Metrics, ReportIntervalsEqualBruteForceBootstrapOverSortedPositions) {
   const auto tl = top_label(probs, n, k, y);
   std::vector<std::size_t> order(n);
   for (std::size_t i = 0; i < n; ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return tl.confidence[a] < tl.confidence[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return tl.confidence[a] < tl.confidence[b]; });
   auto ece_of = [&](const std::vector<std::size_t>& idx) {
     std::vector<double> c, a;
     for (auto j : idx) {

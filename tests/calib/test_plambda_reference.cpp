@@ -153,8 +153,8 @@ TEST(PLambdaReference, ThreeLabelCe) {
   const std::vector<double> l0 = {0.6, 0.3, 0.1}, l1 = {0.1, 0.8, 0.1}, l2 = {0.1, 0.0, 0.9};
   const std::vector<std::vector<double>> rows = {l0, l0, l0, l0, l0, l0, l1, l1, l1, l1, l2, l2, l2, l2};
   const std::vector<std::int64_t> labels = {0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2};
-  const double marginal = 4 / 42.0 * 0.1 + 6 / 42.0 * (5 / 6.0 - 0.6) + 8 / 42.0 * 0.1 + 4 / 42.0 * 0.05 +
-                          6 / 42.0 * (0.3 - 1 / 6.0);
+  const double marginal =
+      4 / 42.0 * 0.1 + 6 / 42.0 * (5 / 6.0 - 0.6) + 8 / 42.0 * 0.1 + 4 / 42.0 * 0.05 + 6 / 42.0 * (0.3 - 1 / 6.0);
   const double top1 = 6 / 14.0 * (5 / 6.0 - 0.6) + 4 / 14.0 * 0.05 + 4 / 14.0 * 0.1;
   const double top2 = std::sqrt(6 / 14.0 * std::pow(5 / 6.0 - 0.6, 2) + 4 / 14.0 * 0.05 * 0.05 + 4 / 14.0 * 0.1 * 0.1);
   EXPECT_NEAR(classwise_calibration_error(flatten(rows), 14, 3, labels, 15), marginal, kTol);
@@ -167,9 +167,9 @@ TEST(PLambdaReference, ThreeLabelCe) {
 
 // util_test.py test_three_label_top_ce_lower_bound: top-label, 2 equal-mass bins, p = 1 and 2.
 TEST(PLambdaReference, ThreeLabelTopEqualMass) {
-  const auto t = top({{0.8, 0.1, 0.1}, {0.6, 0.2, 0.2}, {0.0, 0.9, 0.1}, {0.0, 1.0, 0.0}, {0.3, 0.3, 0.4},
-                      {0.2, 0.0, 0.85}},
-                     {0, 0, 1, 1, 0, 2});
+  const auto t =
+      top({{0.8, 0.1, 0.1}, {0.6, 0.2, 0.2}, {0.0, 0.9, 0.1}, {0.0, 1.0, 0.0}, {0.3, 0.3, 0.4}, {0.2, 0.0, 0.85}},
+          {0, 0, 1, 1, 0, 2});
   const auto b = binned_calibration(t.conf, t.correct, 2, BinScheme::equal_mass);
   EXPECT_NEAR(b.ece, 0.5 * (2 / 3.0 - 0.6) + 0.5 * (1 - 2.75 / 3), kTol);
   EXPECT_NEAR(b.rmsce, std::sqrt(0.5 * std::pow(2 / 3.0 - 0.6, 2) + 0.5 * std::pow(1 - 2.75 / 3, 2)), kTol);

@@ -8,7 +8,7 @@
 #include <numeric>
 
 #include "cedar/cedar.hpp"
-#include "cedar/study.hpp"
+#include "cedar/clustered_study.hpp"
 #include "core/rng.hpp"
 #include "io/npz.hpp"
 #include "test_util.hpp"

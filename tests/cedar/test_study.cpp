@@ -1,9 +1,9 @@
-// The clustered-attention study (cedar/study.hpp) on a small grid: the seed's > 98 % reduction at low
+// The clustered-attention study (cedar/clustered_study.hpp) on a small grid: the seed's > 98 % reduction at low
 // dispersion, its failure at high dispersion, the non-increasing error flags, the variable budget,
 // the generator's determinism and the config checks.
 #include <gtest/gtest.h>
 
-#include "cedar/study.hpp"
+#include "cedar/clustered_study.hpp"
 #include "test_util.hpp"
 
 namespace {

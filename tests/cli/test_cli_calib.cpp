@@ -117,10 +117,8 @@ TEST(CliCalib, BadInputsExitTwoWithOneLineNamingFileAndIndex) {
     std::string file;
     std::vector<std::string> mentions;
   };
-  const std::vector<Case> cases = {{trunc, {trunc}},
-                                   {nan, {nan, "logits[3, 1]", "nan"}},
-                                   {range, {range, "labels[5]", "4"}},
-                                   {missing, {missing}}};
+  const std::vector<Case> cases = {
+      {trunc, {trunc}}, {nan, {nan, "logits[3, 1]", "nan"}}, {range, {range, "labels[5]", "4"}}, {missing, {missing}}};
   for (const auto& c : cases) {
     for (const std::string sub : {"metrics", "calibrate"}) {
       SCOPED_TRACE(sub + " " + c.file);

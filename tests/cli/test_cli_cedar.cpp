@@ -9,7 +9,7 @@
 #include <string>
 
 #include "cedar/cedar.hpp"
-#include "cedar/study.hpp"
+#include "cedar/clustered_study.hpp"
 #include "io/npz.hpp"
 #include "test_util.hpp"
 #include "train/synthetic_cifar.hpp"
@@ -173,7 +173,8 @@ TEST(CliCedar, BadInputsExitTwoWithNamedMessages) {
   EXPECT_EQ(taken.code, 2);
   EXPECT_NE(taken.err.find("pass --force"), std::string::npos) << taken.err;
   EXPECT_EQ(read(dir + "/taken.npz").count("out"), 0u);
-  const auto forced = run(kArcal + " cedar --qkv " + dir + "/same.npz --out " + dir + "/taken.npz --force", dir, "forced");
+  const auto forced =
+      run(kArcal + " cedar --qkv " + dir + "/same.npz --out " + dir + "/taken.npz --force", dir, "forced");
   EXPECT_EQ(forced.code, 0) << forced.err;
   EXPECT_EQ(read(dir + "/taken.npz").count("out"), 1u);
   // Numeric flags are range-checked before the file is read (NaN included).
@@ -218,7 +219,9 @@ TEST(CliCedarStudy, TinyGridWritesResultsCsvFigureAndMarkdown) {
   EXPECT_NE(bad.err.find("budgets[0] is 17"), std::string::npos) << bad.err;
   EXPECT_FALSE(fs::exists(dir + "/b"));
   // An earlier study's results are replaced only with --force.
-  const auto again = run(kArcal + " cedar-study --out " + dir + "/s --keys 64 --chunk-size 32 --query-clusters 1 --budgets 1", dir, "again");
+  const auto again =
+      run(kArcal + " cedar-study --out " + dir + "/s --keys 64 --chunk-size 32 --query-clusters 1 --budgets 1", dir,
+          "again");
   EXPECT_EQ(again.code, 2);
   EXPECT_NE(again.err.find("pass --force"), std::string::npos) << again.err;
   EXPECT_EQ(nlohmann::json::parse(arcal::testing::slurp(dir + "/s/results.json")), j);

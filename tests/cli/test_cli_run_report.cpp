@@ -77,19 +77,23 @@ std::string chromium() {
 }
 
 std::string screenshot(const std::string& html, const std::string& png, const std::string& dir) {
-  const auto r = run(chromium() + " --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1200,2000 --screenshot=" +
-                         png + " file://" + fs::absolute(html).string(),
-                     dir, "chromium");
+  const auto r =
+      run(chromium() +
+              " --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1200,2000 --screenshot=" + png +
+              " file://" + fs::absolute(html).string(),
+          dir, "chromium");
   return r.code == 0 ? "" : r.err;
 }
 
 /// Validates a JSON file against docs/schema/NAME with Debian's python3-jsonschema; "" when valid.
 std::string schema_errors(const std::string& file, const std::string& schema, const std::string& dir) {
-  const auto r = run(kPy + " -c \"import json, sys, jsonschema; s = json.load(open(sys.argv[1])); "
-                           "v = jsonschema.Draft7Validator(s); errs = list(v.iter_errors(json.load(open(sys.argv[2])))); "
-                           "[print(list(e.absolute_path), e.message[:300]) for e in errs[:5]]; sys.exit(1 if errs else 0)\" " +
-                         std::string(ARCAL_SOURCE_DIR) + "/docs/schema/" + schema + " " + file,
-                     dir, "schema");
+  const auto r =
+      run(kPy +
+              " -c \"import json, sys, jsonschema; s = json.load(open(sys.argv[1])); "
+              "v = jsonschema.Draft7Validator(s); errs = list(v.iter_errors(json.load(open(sys.argv[2])))); "
+              "[print(list(e.absolute_path), e.message[:300]) for e in errs[:5]]; sys.exit(1 if errs else 0)\" " +
+              std::string(ARCAL_SOURCE_DIR) + "/docs/schema/" + schema + " " + file,
+          dir, "schema");
   return r.code == 0 ? "" : r.out + r.err;
 }
 
@@ -103,9 +107,11 @@ TEST(CliReport, EveryReferencedFigureExistsAndParsesAndTheScreenshotIsNotBlank) 
     ASSERT_EQ(run(kArcal + " simulate --out " + f + " --n 1500 --classes 10 --seed " + std::to_string(s), dir).code, 0);
     traces += " " + f;
   }
-  const auto a = run(kArcal + " audit" + traces + " --out " + dir + "/audit --permutations 300 --probe-restarts 1 --sensitivity "
-                         "--sensitivity-draws 1 --sensitivity-effects 0.01,0.02 --exact-null --null-replicates 3 --quiet",
-                     dir, "audit");
+  const auto a =
+      run(kArcal + " audit" + traces + " --out " + dir +
+              "/audit --permutations 300 --probe-restarts 1 --sensitivity "
+              "--sensitivity-draws 1 --sensitivity-effects 0.01,0.02 --exact-null --null-replicates 3 --quiet",
+          dir, "audit");
   ASSERT_EQ(a.code, 0) << a.err;
   // results.json with every part (probes, sensitivity, exact null with its model-based null) meets its schema.
   EXPECT_EQ(schema_errors(dir + "/audit/results.json", "audit.schema.json", dir), "");
@@ -145,8 +151,14 @@ TEST(CliReport, EveryReferencedFigureExistsAndParsesAndTheScreenshotIsNotBlank) 
     const std::string p = e.path().string();
     if (p.size() < 4 || p.substr(p.size() - 4) != ".svg") continue;
     ++files;
-    EXPECT_EQ(run(kPy + " -c \"import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).getroot(); "
-                        "sys.exit(0 if r.tag.endswith('svg') else 1)\" " + p, dir, "xml").code, 0) << p;
+    EXPECT_EQ(run(kPy +
+                      " -c \"import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).getroot(); "
+                      "sys.exit(0 if r.tag.endswith('svg') else 1)\" " +
+                      p,
+                  dir, "xml")
+                  .code,
+              0)
+        << p;
     const auto info = png_info(p.substr(0, p.size() - 4) + ".png");
     EXPECT_TRUE(info.ok) << p;
     EXPECT_GT(info.width, 100u);
@@ -232,7 +244,9 @@ TEST(CliRun, TinyStudyEndToEndThenSkipsAndResumes) {
   r = run(kArcal + " run --config " + cfg + " --out " + out, dir, "second");
   ASSERT_EQ(r.code, 0) << r.err;
   std::size_t skipped = 0;
-  for (std::size_t p = r.out.find("trained (skipped)"); p != std::string::npos; p = r.out.find("trained (skipped)", p + 1)) ++skipped;
+  for (std::size_t p = r.out.find("trained (skipped)"); p != std::string::npos;
+       p = r.out.find("trained (skipped)", p + 1))
+    ++skipped;
   EXPECT_EQ(skipped, 2u) << r.out;
   EXPECT_NE(r.out.find("complete (skipped)"), std::string::npos) << r.out;
   EXPECT_EQ(fs::last_write_time(model0), mtime);
@@ -273,10 +287,11 @@ TEST(CliRun, ConvergenceAuditOfSnapshots) {
   // One AttnRes run and its twin, 2 short epochs, a snapshot after epoch 1: the audit runs on the
   // snapshot's trace and on the final model's, and the report gains the convergence section.
   const std::string cfg = dir + "/conv.toml";
-  arcal::write_file_atomic(cfg,
-                           "name = \"conv\"\n[train]\nseeds = [3]\nepochs = 2\ntrain_subset = 640\nbatch_size = 64\n"
-                           "snapshot_epochs = [1]\nprecision = \"fp32\"\n[trace]\nsplit = \"val\"\n[audit]\npermutations = 200\n"
-                           "bins = 5\nprobes = false\nsensitivity = false\nexact_null = false\n");
+  arcal::write_file_atomic(
+      cfg,
+      "name = \"conv\"\n[train]\nseeds = [3]\nepochs = 2\ntrain_subset = 640\nbatch_size = 64\n"
+      "snapshot_epochs = [1]\nprecision = \"fp32\"\n[trace]\nsplit = \"val\"\n[audit]\npermutations = 200\n"
+      "bins = 5\nprobes = false\nsensitivity = false\nexact_null = false\n");
   const std::string out = dir + "/out";
   const auto r = run(kArcal + " run --config " + cfg + " --out " + out, dir, "conv");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
@@ -298,7 +313,8 @@ TEST(CliRun, ConvergenceAuditOfSnapshots) {
   EXPECT_TRUE(fs::exists(run_dir + "/epoch-1/model.pt"));
   EXPECT_TRUE(fs::exists(run_dir + "/epoch-1/val.npz"));
   EXPECT_TRUE(fs::exists(out + "/report/tables/convergence.csv"));
-  EXPECT_NE(arcal::read_file(out + "/report/report.html").find("Convergence: the audit along training"), std::string::npos);
+  EXPECT_NE(arcal::read_file(out + "/report/report.html").find("Convergence: the audit along training"),
+            std::string::npos);
 }
 
 TEST(CliRun, BadStudyFileFailsBeforeWritingAnything) {

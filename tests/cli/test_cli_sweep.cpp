@@ -27,7 +27,8 @@ struct Result {
 Result sh(const std::string& cmd) {
   const std::string base = std::string(ARCAL_BINARY_DIR) + "/test_tmp/sweep_" + std::to_string(::getpid());
   const int status = std::system(("(" + cmd + ") > " + base + ".out 2> " + base + ".err").c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, arcal::read_file(base + ".out"), arcal::read_file(base + ".err")};
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, arcal::read_file(base + ".out"),
+          arcal::read_file(base + ".err")};
 }
 
 }  // namespace
@@ -37,10 +38,11 @@ TEST(Sweep, ListsSizesAndTrainsOneRunOfAStudy) {
   fs::remove_all(root);
   arcal::testing::write_synthetic_cifar10((root / "data").string(), 20, 3);
   const auto toml = (root / "study.toml").string();
-  std::ofstream(toml) << "name = \"scale\"\n[data]\ndatasets = [\"cifar10\"]\ndata_dir = \"" << (root / "data").string()
-                      << "\"\n[model]\npresets = [\"ar-vit-tiny\", \"ar-deit-small\", \"ar-swin-tiny\"]\n"
-                         "residuals = [\"block\"]\nblock_size = 4\n[train]\nseeds = [0]\nepochs = 1\ntrain_subset = 32\n"
-                         "max_steps = 2\nbatch_size = 8\n";
+  std::ofstream(toml)
+      << "name = \"scale\"\n[data]\ndatasets = [\"cifar10\"]\ndata_dir = \"" << (root / "data").string()
+      << "\"\n[model]\npresets = [\"ar-vit-tiny\", \"ar-deit-small\", \"ar-swin-tiny\"]\n"
+         "residuals = [\"block\"]\nblock_size = 4\n[train]\nseeds = [0]\nepochs = 1\ntrain_subset = 32\n"
+         "max_steps = 2\nbatch_size = 8\n";
   const std::string base = kArcal + " sweep --config " + toml + " --out " + (root / "out").string();
 
   auto r = sh(base + " --dry-run --json");
@@ -59,7 +61,8 @@ TEST(Sweep, ListsSizesAndTrainsOneRunOfAStudy) {
 
   r = sh(base + " --list");
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("arcal train --dataset cifar10 --model ar-swin-tiny --residual standard"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("arcal train --dataset cifar10 --model ar-swin-tiny --residual standard"), std::string::npos)
+      << r.out;
 
   r = sh(base + " --index 1 --threads 1");
   ASSERT_EQ(r.code, 0) << r.err;

@@ -39,7 +39,8 @@ TEST(Bootstrap, MeanIntervalHasNormalWidth) {
 }
 
 TEST(Bootstrap, RejectsEmptySample) {
-  EXPECT_THROW(percentile_bootstrap(0, [](const std::vector<std::size_t>&) { return 0.0; }, 10, 1),
+  EXPECT_THROW(percentile_bootstrap(
+                   0, [](const std::vector<std::size_t>&) { return 0.0; }, 10, 1),
                InputError);
 }
 

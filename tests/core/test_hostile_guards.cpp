@@ -39,8 +39,10 @@ TEST(Limits, ArrayLimitNamesContextValueAndLimit) {
   l.check_available_memory = false;
   set_input_limits(l);
   EXPECT_NO_THROW(check_array_bytes(1000, "ctx", "x"));
-  const auto msg = arcal::testing::input_error_message([] { check_array_bytes(1001, "npz: f.npz: array 'a'", "shape (1001,)"); });
-  EXPECT_NE(msg.find("npz: f.npz: array 'a': shape (1001,) needs 1001 bytes, more than the limit of 1000 bytes"), std::string::npos)
+  const auto msg =
+      arcal::testing::input_error_message([] { check_array_bytes(1001, "npz: f.npz: array 'a'", "shape (1001,)"); });
+  EXPECT_NE(msg.find("npz: f.npz: array 'a': shape (1001,) needs 1001 bytes, more than the limit of 1000 bytes"),
+            std::string::npos)
       << msg;
   set_input_limits(saved);
 }
@@ -60,32 +62,41 @@ TEST(Limits, RangesAreInclusiveAndRefuseNonFinite) {
 TEST(TextInput, SizeCapIsCheckedBeforeReading) {
   const auto d = arcal::testing::fresh_dir("core/text");
   std::ofstream(d + "/big.json") << std::string(2000, ' ') << "{}";
-  const auto msg = arcal::testing::input_error_message([&] { read_text_file(d + "/big.json", "fn", "config.json", 1024); });
+  const auto msg =
+      arcal::testing::input_error_message([&] { read_text_file(d + "/big.json", "fn", "config.json", 1024); });
   EXPECT_NE(msg.find("config.json is 2.0 KiB (2002 bytes), more than the limit of 1.0 KiB"), std::string::npos) << msg;
   EXPECT_EQ(read_text_file(d + "/big.json", "fn", "config.json", 4096).size(), 2002u);
-  EXPECT_NE(arcal::testing::input_error_message([&] { read_text_file(d, "fn", "x", 10); }).find("is a directory"), std::string::npos);
+  EXPECT_NE(arcal::testing::input_error_message([&] { read_text_file(d, "fn", "x", 10); }).find("is a directory"),
+            std::string::npos);
 }
 
 TEST(TextInput, JsonNestingIsCountedOutsideStrings) {
-  EXPECT_NO_THROW(check_json_nesting("{\"a\": \"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\\\"[[[\"}", "fn", "x"));
+  EXPECT_NO_THROW(check_json_nesting(
+      "{\"a\": \"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\\\"[[[\"}", "fn", "x"));
   const std::string deep = std::string(65, '[') + std::string(65, ']');
   const auto msg = arcal::testing::input_error_message([&] { check_json_nesting("\n" + deep, "fn", "f.json"); });
   EXPECT_NE(msg.find("f.json: line 2: arrays and objects nested more than 64 deep"), std::string::npos) << msg;
-  EXPECT_NE(arcal::testing::input_error_message([] { parse_json_text("{\"a\": ", "fn", "f.json"); }).find("f.json is not valid JSON"),
+  EXPECT_NE(arcal::testing::input_error_message([] {
+              parse_json_text("{\"a\": ", "fn", "f.json");
+            }).find("f.json is not valid JSON"),
             std::string::npos);
 }
 
 TEST(TextInput, TypedJsonFieldsNameTheKey) {
   const auto j = nlohmann::json::parse(R"({"dim": "64", "big": 4294967296, "neg": -1, "x": 1.5})");
-  EXPECT_NE(arcal::testing::input_error_message([&] { json_int(j, "dim", "cfg", ranges::epochs); })
-                .find("cfg: key 'dim' must be an integer in [1, 100000], but is \"64\""),
+  EXPECT_NE(arcal::testing::input_error_message([&] {
+              json_int(j, "dim", "cfg", ranges::epochs);
+            }).find("cfg: key 'dim' must be an integer in [1, 100000], but is \"64\""),
             std::string::npos);
-  EXPECT_NE(arcal::testing::input_error_message([&] { json_int(j, "big", "cfg", IntRange{0, 2147483647}); }).find("key 'big'"),
+  EXPECT_NE(arcal::testing::input_error_message([&] {
+              json_int(j, "big", "cfg", IntRange{0, 2147483647});
+            }).find("key 'big'"),
             std::string::npos);
   EXPECT_NE(arcal::testing::input_error_message([&] { json_uint64(j, "neg", "cfg"); }).find("must be an integer >= 0"),
             std::string::npos);
-  EXPECT_NE(arcal::testing::input_error_message([&] { json_string(j, "missing", "cfg"); }).find("key 'missing' is missing"),
-            std::string::npos);
+  EXPECT_NE(
+      arcal::testing::input_error_message([&] { json_string(j, "missing", "cfg"); }).find("key 'missing' is missing"),
+      std::string::npos);
   EXPECT_EQ(json_real(j, "x", "cfg"), 1.5);
 }
 
@@ -96,15 +107,19 @@ TEST(Paths, OutputIsComparedWithInputsByInode) {
   fs::create_symlink(d + "/in.npz", d + "/link.npz");
   fs::create_hard_link(d + "/in.npz", d + "/hard.npz");
   for (const std::string& out : {d + "/in.npz", d + "/sub/../in.npz", d + "/link.npz", d + "/hard.npz"}) {
-    const auto msg = arcal::testing::input_error_message([&] { check_output_not_input("--out", out, {d + "/in.npz"}); });
+    const auto msg =
+        arcal::testing::input_error_message([&] { check_output_not_input("--out", out, {d + "/in.npz"}); });
     EXPECT_NE(msg.find("is the input " + d + "/in.npz"), std::string::npos) << out << ": " << msg;
   }
   EXPECT_NO_THROW(check_output_not_input("--out", d + "/new.npz", {d + "/in.npz"}));
-  EXPECT_NE(arcal::testing::input_error_message([&] { check_output_file("--out", d + "/in.npz", false); }).find("pass --force"),
+  EXPECT_NE(arcal::testing::input_error_message([&] {
+              check_output_file("--out", d + "/in.npz", false);
+            }).find("pass --force"),
             std::string::npos);
   EXPECT_NO_THROW(check_output_file("--out", d + "/in.npz", true));
-  EXPECT_NE(arcal::testing::input_error_message([&] { check_output_file("--out", d + "/sub", true); }).find("is a directory"),
-            std::string::npos);
+  EXPECT_NE(
+      arcal::testing::input_error_message([&] { check_output_file("--out", d + "/sub", true); }).find("is a directory"),
+      std::string::npos);
   EXPECT_TRUE(path_within(d + "/sub/x", d));
   EXPECT_TRUE(path_within(d, d));
   EXPECT_FALSE(path_within(d, d + "/sub"));

@@ -49,7 +49,7 @@ TEST(Ownership, TagNamesThisProcessAndOnlyIt) {
   EXPECT_TRUE(tag_alive(t));
   EXPECT_FALSE(tag_alive(reused_pid_tag()));  // a reused pid is not the same process
   EXPECT_FALSE(tag_alive(dead_tag()));
-  EXPECT_TRUE(tag_alive("2024"));        // not a tag: never treated as dead
+  EXPECT_TRUE(tag_alive("2024"));  // not a tag: never treated as dead
   EXPECT_TRUE(tag_alive("12-ab"));
   EXPECT_EQ(tag_after("report.tmp-12-34", "report.tmp-"), "12-34");
   EXPECT_EQ(tag_after("report.old-2024", "report.old-"), "");
@@ -129,7 +129,7 @@ TEST(Ownership, OutputsAreComparedAsResolvedPaths) {
   const fs::path cwd = fs::current_path();
   fs::current_path(d);
   fs::create_directory("sub");
-  EXPECT_TRUE(same_path("G.npz", d + "/G.npz"));   // neither exists yet
+  EXPECT_TRUE(same_path("G.npz", d + "/G.npz"));  // neither exists yet
   EXPECT_TRUE(same_path("G.npz", "./sub/../G.npz"));
   EXPECT_FALSE(same_path("G.npz", "sub/G.npz"));
   EXPECT_THROW(check_distinct_outputs({{"--out", "G.npz"}, {"--save", d + "/G.npz"}}), InputError);

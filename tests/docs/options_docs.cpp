@@ -25,13 +25,20 @@ std::string type_of(const typename Option<C>::Field& f) {
   return std::visit(
       [](auto member) -> std::string {
         using T = std::remove_reference_t<decltype(std::declval<C&>().*member)>;
-        if constexpr (std::is_same_v<T, bool>) return "bool";
-        else if constexpr (std::is_integral_v<T>) return "integer";
-        else if constexpr (std::is_floating_point_v<T>) return "number";
-        else if constexpr (std::is_same_v<T, std::string>) return "string";
-        else if constexpr (std::is_same_v<T, std::vector<std::string>>) return "list of strings";
-        else if constexpr (std::is_same_v<T, std::vector<double>>) return "list of numbers";
-        else return "list of integers";
+        if constexpr (std::is_same_v<T, bool>)
+          return "bool";
+        else if constexpr (std::is_integral_v<T>)
+          return "integer";
+        else if constexpr (std::is_floating_point_v<T>)
+          return "number";
+        else if constexpr (std::is_same_v<T, std::string>)
+          return "string";
+        else if constexpr (std::is_same_v<T, std::vector<std::string>>)
+          return "list of strings";
+        else if constexpr (std::is_same_v<T, std::vector<double>>)
+          return "list of numbers";
+        else
+          return "list of integers";
       },
       f);
 }
@@ -46,7 +53,8 @@ template <class C>
 std::string table_markdown(const OptionTable<C>& table) {
   const nlohmann::json defaults = options_json(table, C{});
   std::ostringstream o;
-  o << "| key | flag | type | default | range or values | study table | what it sets |\n|---|---|---|---|---|---|---|\n";
+  o << "| key | flag | type | default | range or values | study table | what it sets "
+       "|\n|---|---|---|---|---|---|---|\n";
   for (const auto& opt : table) {
     std::string values;
     if (!opt.choices.empty()) {
@@ -58,8 +66,8 @@ std::string table_markdown(const OptionTable<C>& table) {
     std::string flag = opt.flag.empty() ? "-" : "`" + opt.flag + "`";
     if (opt.negatable && !opt.flag.empty()) flag += " / `--no-" + opt.flag.substr(2) + "`";
     o << "| `" << opt.key << "` | " << flag << " | " << type_of<C>(opt.field) << " | `" << cell(def) << "` | "
-      << (values.empty() ? "-" : cell(values)) << " | " << (opt.section.empty() ? "-" : "[" + opt.section + "]") << " | "
-      << cell(opt.help) << " |\n";
+      << (values.empty() ? "-" : cell(values)) << " | " << (opt.section.empty() ? "-" : "[" + opt.section + "]")
+      << " | " << cell(opt.help) << " |\n";
   }
   return o.str();
 }
@@ -90,11 +98,12 @@ int main(int argc, char** argv) {
   ss << in.rdbuf();
   const std::string old = ss.str();
   std::string doc = old;
-  for (const auto& [name, body] : {std::pair<std::string, std::string>{"train", table_markdown(train_option_table())},
-                                   std::pair<std::string, std::string>{"audit", table_markdown(audit_option_table())}}) {
+  for (const auto& [name, body] :
+       {std::pair<std::string, std::string>{"train", table_markdown(train_option_table())},
+        std::pair<std::string, std::string>{"audit", table_markdown(audit_option_table())}}) {
     if (!splice(doc, name, body)) {
-      std::cerr << "options_docs: " << path << " lacks the markers <!-- options:" << name << " --> ... <!-- end:options:"
-                << name << " -->\n";
+      std::cerr << "options_docs: " << path << " lacks the markers <!-- options:" << name
+                << " --> ... <!-- end:options:" << name << " -->\n";
       return 1;
     }
   }

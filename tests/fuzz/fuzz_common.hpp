@@ -35,8 +35,8 @@ int expect_input_error_only(F&& f) {
 
 }  // namespace arcal::fuzz
 
-#define ARCAL_FUZZ_INIT                                   \
-  extern "C" int LLVMFuzzerInitialize(int*, char***) {    \
-    arcal::fuzz::set_fuzz_limits();                       \
-    return 0;                                             \
+#define ARCAL_FUZZ_INIT                                \
+  extern "C" int LLVMFuzzerInitialize(int*, char***) { \
+    arcal::fuzz::set_fuzz_limits();                    \
+    return 0;                                          \
   }

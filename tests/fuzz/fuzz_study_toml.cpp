@@ -2,7 +2,7 @@
 // then the resolved study printed as TOML must read back to the same study (what --print-config
 // promises) and expand into runs.
 #include "fuzz_common.hpp"
-#include "run/study.hpp"
+#include "run/study_file.hpp"
 
 ARCAL_FUZZ_INIT
 

@@ -53,7 +53,8 @@ TEST(Gpu, CudaForwardMatchesCpuForEveryPresetAndMode) {
       auto got = cpu->forward(images.to(torch::kCUDA), &cap_gpu);
       EXPECT_LE(max_rel(got, ref), 1e-3);
       ASSERT_EQ(cap_gpu.alpha.size(), cap_cpu.alpha.size());
-      for (std::size_t p = 0; p < cap_cpu.alpha.size(); ++p) EXPECT_LE(max_rel(cap_gpu.alpha[p], cap_cpu.alpha[p]), 1e-3) << p;
+      for (std::size_t p = 0; p < cap_cpu.alpha.size(); ++p)
+        EXPECT_LE(max_rel(cap_gpu.alpha[p], cap_cpu.alpha[p]), 1e-3) << p;
     }
   }
 }

@@ -63,7 +63,8 @@ TEST(Idx, ReadsWhatWasWritten) {
 }
 
 TEST(Idx, ReadsDebianFashionMnistWhenInstalled) {
-  if (!fs::exists(std::string(kFashionMnistDir) + "/t10k-images-idx3-ubyte.gz")) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  if (!fs::exists(std::string(kFashionMnistDir) + "/t10k-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "dataset-fashion-mnist not installed";
   auto s = load_fashion_mnist(kFashionMnistDir, false);
   EXPECT_EQ(s.n, 10000u);
   EXPECT_EQ(s.height, 28);
@@ -75,11 +76,20 @@ TEST(Idx, ReadsDebianFashionMnistWhenInstalled) {
 
 TEST(Idx, ErrorsNameTheFileAndConstraint) {
   auto d = tmpdir("idx_bad");
-  EXPECT_NE(arcal::testing::input_error_message([&] { load_fashion_mnist(d, true); }).find("train-images-idx3-ubyte.gz: cannot open"), std::string::npos);
+  EXPECT_NE(arcal::testing::input_error_message([&] {
+              load_fashion_mnist(d, true);
+            }).find("train-images-idx3-ubyte.gz: cannot open"),
+            std::string::npos);
   write_idx(d, "train", 4, 3, 3, /*img_magic=*/2049);
-  EXPECT_NE(arcal::testing::input_error_message([&] { load_fashion_mnist(d, true); }).find("magic number is 2049, but must be 2051"), std::string::npos);
+  EXPECT_NE(arcal::testing::input_error_message([&] {
+              load_fashion_mnist(d, true);
+            }).find("magic number is 2049, but must be 2051"),
+            std::string::npos);
   write_idx(d, "train", 4, 3, 3, 2051, 2049, /*drop_pixels=*/5);
-  EXPECT_NE(arcal::testing::input_error_message([&] { load_fashion_mnist(d, true); }).find("31 pixel bytes, but the header promises 36"), std::string::npos);
+  EXPECT_NE(arcal::testing::input_error_message([&] {
+              load_fashion_mnist(d, true);
+            }).find("31 pixel bytes, but the header promises 36"),
+            std::string::npos);
   // A gzip stream cut in the middle.
   write_idx(d, "train", 40, 8, 8);
   auto path = d + "/train-images-idx3-ubyte.gz";
@@ -115,7 +125,8 @@ TEST(Cifar, ReadsBinaryRecordsOfBothVersions) {
   EXPECT_EQ(b.labels[1], 91);  // the fine label
   // A CIFAR-100 file read as CIFAR-10 has the wrong record size.
   auto msg = arcal::testing::input_error_message([&] { read_cifar_files({d + "/c100.bin"}, false); });
-  EXPECT_NE(msg.find("c100.bin: size 6148 bytes is not a positive multiple of the 3073-byte record"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("c100.bin: size 6148 bytes is not a positive multiple of the 3073-byte record"), std::string::npos)
+      << msg;
   // Labels out of range for CIFAR-10.
   {
     std::ofstream f(d + "/badlabel.bin", std::ios::binary);

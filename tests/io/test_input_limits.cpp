@@ -36,7 +36,8 @@ std::string npz_with_declared_size(bool compress, std::uint32_t declared) {
   write_npz(d + "/a.npz", {NpyArray::from_double("x", std::vector<double>(64, 0.0), {64})}, compress);
   std::string b = read_file(d + "/a.npz");
   for (const auto& [sig, off] : {std::pair<std::string, std::size_t>{"PK\x03\x04", 22}, {"PK\x01\x02", 24}})
-    for (std::size_t i = b.find(sig); i != std::string::npos; i = b.find(sig, i + 4)) std::memcpy(&b[i + off], &declared, 4);
+    for (std::size_t i = b.find(sig); i != std::string::npos; i = b.find(sig, i + 4))
+      std::memcpy(&b[i + off], &declared, 4);
   return b;
 }
 
@@ -69,12 +70,14 @@ TEST(InputLimits, NpyShapeBeyondTheArrayLimitNamesIt) {
   SmallLimits small(1 << 20);
   const auto img = npy_header("{'descr': '<f4', 'fortran_order': False, 'shape': (1024, 1024), }");
   const auto msg = arcal::testing::input_error_message([&] { parse_npy(img, "f.npz", "routing"); });
-  EXPECT_NE(msg.find("array 'routing': shape (1024, 1024) needs 4.0 MiB (4194304 bytes), more than the limit of 1.0 MiB"),
-            std::string::npos)
+  EXPECT_NE(
+      msg.find("array 'routing': shape (1024, 1024) needs 4.0 MiB (4194304 bytes), more than the limit of 1.0 MiB"),
+      std::string::npos)
       << msg;
   const auto u = npy_header("{'descr': '<U999999999999', 'fortran_order': False, 'shape': (), }");
-  EXPECT_NE(arcal::testing::input_error_message([&] { parse_npy(u, "f.npz", "meta"); }).find("more characters per element"),
-            std::string::npos);
+  EXPECT_NE(
+      arcal::testing::input_error_message([&] { parse_npy(u, "f.npz", "meta"); }).find("more characters per element"),
+      std::string::npos);
 }
 
 TEST(InputLimits, ZipMemberDeclaringMoreThanItsBytesCanHold) {
@@ -85,15 +88,18 @@ TEST(InputLimits, ZipMemberDeclaringMoreThanItsBytesCanHold) {
   // Within what deflate can produce but beyond the array limit: refused before allocating.
   SmallLimits small(100);
   msg = arcal::testing::input_error_message([&] { read_npz_bytes(npz_with_declared_size(true, 5000), "c.npz"); });
-  EXPECT_NE(msg.find("c.npz: array 'x': the member's declared size needs 4.9 KiB (5000 bytes), more than the limit of 100 bytes"),
-            std::string::npos)
+  EXPECT_NE(
+      msg.find(
+          "c.npz: array 'x': the member's declared size needs 4.9 KiB (5000 bytes), more than the limit of 100 bytes"),
+      std::string::npos)
       << msg;
 }
 
 TEST(InputLimits, ZipMemberInflatingPastItsDeclaredSize) {
   const auto lying = npz_with_declared_size(true, 64);
   const auto msg = arcal::testing::input_error_message([&] { read_npz_bytes(lying, "l.npz"); });
-  EXPECT_NE(msg.find("l.npz: array 'x': member inflates to more than the 64 bytes the archive declares"), std::string::npos)
+  EXPECT_NE(msg.find("l.npz: array 'x': member inflates to more than the 64 bytes the archive declares"),
+            std::string::npos)
       << msg;
 }
 
@@ -113,8 +119,9 @@ TEST(InputLimits, GzipInflatingPastTheCap) {
   EXPECT_EQ(gunzip_capped(gz, "z.gz", 1 << 20).size(), zeros.size());
   const auto msg = arcal::testing::input_error_message([&] { gunzip_capped(gz, "z.gz", 4096); });
   EXPECT_NE(msg.find("z.gz: inflates to more than the limit of 4.0 KiB"), std::string::npos) << msg;
-  EXPECT_NE(arcal::testing::input_error_message([&] { gunzip_capped(gz.substr(0, gz.size() / 2), "z.gz", 1 << 21); })
-                .find("corrupt or truncated gzip stream"),
+  EXPECT_NE(arcal::testing::input_error_message([&] {
+              gunzip_capped(gz.substr(0, gz.size() / 2), "z.gz", 1 << 21);
+            }).find("corrupt or truncated gzip stream"),
             std::string::npos);
 }
 
@@ -128,7 +135,8 @@ TEST(InputLimits, IdxHeaderPromisingMoreThanTheLimit) {
   const std::string lab = be(2049) + be(4000000000u);
   auto msg = arcal::testing::input_error_message([&] { parse_idx_pair(img, lab, "i.gz", "l.gz", 10); });
   EXPECT_NE(msg.find("i.gz: 4000000000 images of 4096x4096 pixels exceed the limit"), std::string::npos) << msg;
-  msg = arcal::testing::input_error_message([&] { parse_idx_pair(be(2051) + be(1) + be(0) + be(9), be(2049) + be(1) + "\1", "i", "l", 10); });
+  msg = arcal::testing::input_error_message(
+      [&] { parse_idx_pair(be(2051) + be(1) + be(0) + be(9), be(2049) + be(1) + "\1", "i", "l", 10); });
   EXPECT_NE(msg.find("image size 0x9 is outside [1, 4096]"), std::string::npos) << msg;
 }
 
@@ -137,6 +145,7 @@ TEST(InputLimits, CifarDataBeyondTheLimit) {
   ImageSet s;
   append_cifar_bytes(s, std::string(3073 * 2, '\1'), "a.bin", false);
   EXPECT_EQ(s.n, 2u);
-  const auto msg = arcal::testing::input_error_message([&] { append_cifar_bytes(s, std::string(3073, '\1'), "b.bin", false); });
+  const auto msg =
+      arcal::testing::input_error_message([&] { append_cifar_bytes(s, std::string(3073, '\1'), "b.bin", false); });
   EXPECT_NE(msg.find("b.bin: the CIFAR files together exceed the limit"), std::string::npos) << msg;
 }

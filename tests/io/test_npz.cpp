@@ -27,7 +27,8 @@ namespace {
 std::string tmp_dir(const std::string& name) { return arcal::testing::fresh_dir(name); }
 
 int run_python(const std::string& args, std::string* out = nullptr) {
-  const std::string cmd = std::string(ARCAL_TEST_PYTHON) + " " + ARCAL_SOURCE_DIR + "/tests/reference/" + args + " 2>&1";
+  const std::string cmd =
+      std::string(ARCAL_TEST_PYTHON) + " " + ARCAL_SOURCE_DIR + "/tests/reference/" + args + " 2>&1";
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (!pipe) return -1;
   std::string text;
@@ -56,7 +57,12 @@ std::vector<NpyArray> expected_arrays() {
           NpyArray::from_int32("i4", {-3, -2, -1, 0, 1, 2}, {6}),
           NpyArray::from_int64("i8", {1099511627776LL, -7, 0}, {3}),
           NpyArray::from_bool("b1", {true, false, true}, {3}),
-          NpyArray::from_strings("u1", {"alpha", "\xce\xb2" "eta", ""}, {3}),
+          NpyArray::from_strings("u1",
+                                 {"alpha",
+                                  "\xce\xb2"
+                                  "eta",
+                                  ""},
+                                 {3}),
           NpyArray::scalar_string("meta", "{\"model\": \"ar-vit-tiny\", \"seed\": 3}"),
           NpyArray::from_double("empty", {}, {0, 3}),
           NpyArray::from_float("cube", cube, {2, 3, 4})};
@@ -85,7 +91,10 @@ void expect_matches_reference(const std::vector<NpyArray>& got_list) {
   EXPECT_EQ(got.at("b1").as_double(), (std::vector<double>{1, 0, 1}));
   EXPECT_EQ(got.at("u1").dtype, DType::unicode);
   EXPECT_EQ(got.at("u1").itemsize, 20u);  // <U5
-  EXPECT_EQ(got.at("u1").as_strings(), (std::vector<std::string>{"alpha", "\xce\xb2" "eta", ""}));
+  EXPECT_EQ(got.at("u1").as_strings(), (std::vector<std::string>{"alpha",
+                                                                 "\xce\xb2"
+                                                                 "eta",
+                                                                 ""}));
   EXPECT_EQ(got.at("meta").ndim(), 0u);
   EXPECT_EQ(got.at("meta").as_strings().at(0), "{\"model\": \"ar-vit-tiny\", \"seed\": 3}");
   EXPECT_EQ(got.at("empty").shape, (std::vector<std::size_t>{0, 3}));
@@ -165,7 +174,8 @@ TEST(Npz, ConvertsBigEndianFortranFloat16AndSmallIntegers) {
   EXPECT_EQ(expect("big", DType::f8, {3}).as_double(), (std::vector<double>{0, 1, 2}));
   EXPECT_EQ(expect("big_i4", DType::i4, {2}).as_int64(), (std::vector<std::int64_t>{-5, 7}));
   EXPECT_EQ(expect("big_u", DType::unicode, {2}).as_strings(), (std::vector<std::string>{"ab", "\xce\xb2"}));
-  const std::vector<double> half = {0.0, -2.5, 65504.0, std::ldexp(1.0, -14), std::ldexp(1.0, -24), INFINITY, -INFINITY};
+  const std::vector<double> half = {0.0,      -2.5,     65504.0, std::ldexp(1.0, -14), std::ldexp(1.0, -24),
+                                    INFINITY, -INFINITY};
   EXPECT_EQ(expect("half", DType::f4, {7}).as_double(), half);  // exact, the subnormal 2^-24 included
   EXPECT_EQ(expect("half_big", DType::f4, {7}).as_double(), half);
   EXPECT_EQ(expect("i1", DType::i4, {2}).as_int64(), (std::vector<std::int64_t>{-128, 127}));

@@ -70,14 +70,16 @@ TEST(Trace, RoundTripThroughNumpy) {
   save_trace(small_trace(), path);
   std::string out;
   ASSERT_EQ(python("import numpy as np, json\n"
-                   "z = np.load('" + path + "')\n"
-                   "assert z['logits'].shape == (4, 3) and z['logits'].dtype == np.float64\n"
-                   "assert z['labels'].dtype == np.int64 and list(z['labels']) == [0, 1, 2, 1]\n"
-                   "assert z['routing'].dtype == np.float32 and z['routing'].shape == (4, 2, 3)\n"
-                   "assert z['routing_sources'].dtype == np.int32 and list(z['routing_sources']) == [1, 3]\n"
-                   "assert list(z['feature_names']) == ['gate_entropy']\n"
-                   "assert json.loads(str(z['meta']))['model'] == 'ar-vit-tiny'\n"
-                   "print('OK')\n",
+                   "z = np.load('" +
+                       path +
+                       "')\n"
+                       "assert z['logits'].shape == (4, 3) and z['logits'].dtype == np.float64\n"
+                       "assert z['labels'].dtype == np.int64 and list(z['labels']) == [0, 1, 2, 1]\n"
+                       "assert z['routing'].dtype == np.float32 and z['routing'].shape == (4, 2, 3)\n"
+                       "assert z['routing_sources'].dtype == np.int32 and list(z['routing_sources']) == [1, 3]\n"
+                       "assert list(z['feature_names']) == ['gate_entropy']\n"
+                       "assert json.loads(str(z['meta']))['model'] == 'ar-vit-tiny'\n"
+                       "print('OK')\n",
                    &out),
             0)
       << out;
@@ -96,12 +98,18 @@ TEST(Trace, RoutingKindRoundTripsAndDefaultsToDepth) {
   EXPECT_EQ(small_trace().routing_kind, "depth");
   save_trace(small_trace(), d + "/depth.npz");
   std::string out;
-  ASSERT_EQ(python("import numpy as np\nassert 'routing_kind' not in np.load('" + d + "/depth.npz')\nprint('OK')\n", &out), 0) << out;
+  ASSERT_EQ(
+      python("import numpy as np\nassert 'routing_kind' not in np.load('" + d + "/depth.npz')\nprint('OK')\n", &out), 0)
+      << out;
   EXPECT_EQ(load_trace(d + "/depth.npz").routing_kind, "depth");  // absent: depth (every earlier trace)
   Trace moe = small_trace();
   moe.routing_kind = "unordered";
   save_trace(moe, d + "/moe.npz");
-  ASSERT_EQ(python("import numpy as np\nassert str(np.load('" + d + "/moe.npz')['routing_kind']) == 'unordered'\nprint('OK')\n", &out), 0) << out;
+  ASSERT_EQ(python("import numpy as np\nassert str(np.load('" + d +
+                       "/moe.npz')['routing_kind']) == 'unordered'\nprint('OK')\n",
+                   &out),
+            0)
+      << out;
   EXPECT_EQ(load_trace(d + "/moe.npz").routing_kind, "unordered");
 }
 
@@ -110,9 +118,11 @@ TEST(Trace, LoadsNumpyWrittenTraceWithInt32LabelsAndProbs) {
   const std::string path = d + "/np.npz";
   std::string out;
   ASSERT_EQ(python("import numpy as np\n"
-                   "np.savez_compressed('" + path + "', probs=np.array([[0.2, 0.8], [0.6, 0.4]], dtype=np.float32),\n"
-                   "  labels=np.array([1, 0], dtype=np.int32), meta=np.array('{}'),\n"
-                   "  features=np.array([[1.0], [2.0]]), feature_names=np.array(['x']))\n",
+                   "np.savez_compressed('" +
+                       path +
+                       "', probs=np.array([[0.2, 0.8], [0.6, 0.4]], dtype=np.float32),\n"
+                       "  labels=np.array([1, 0], dtype=np.int32), meta=np.array('{}'),\n"
+                       "  features=np.array([[1.0], [2.0]]), feature_names=np.array(['x']))\n",
                    &out),
             0)
       << out;
@@ -122,7 +132,8 @@ TEST(Trace, LoadsNumpyWrittenTraceWithInt32LabelsAndProbs) {
   EXPECT_FLOAT_EQ(static_cast<float>(t.probs[1]), 0.8f);
   EXPECT_EQ(t.labels, (std::vector<std::int64_t>{1, 0}));
   EXPECT_EQ(statistic_column(t, "x"), (std::vector<double>{1.0, 2.0}));
-  EXPECT_NE(arcal::testing::input_error_message([&] { statistic_column(t, "re"); }).find("available: x"), std::string::npos);
+  EXPECT_NE(arcal::testing::input_error_message([&] { statistic_column(t, "re"); }).find("available: x"),
+            std::string::npos);
 }
 
 TEST(Trace, InvalidTracesThrowNamingArrayAndIndex) {
@@ -139,15 +150,24 @@ TEST(Trace, InvalidTracesThrowNamingArrayAndIndex) {
       {"inf logit", [](Trace& t) { t.logits[0] = INFINITY; }, "logits[0, 0] is inf"},
       {"routing row sum", [](Trace& t) { t.routing[3] = 0.6f; }, "routing[0, 1, :3] sums to"},
       {"nonzero past sources", [](Trace& t) { t.routing[1] = 0.1f; }, "routing[0, 0, 1] is 0.100000001, but must be 0"},
-      {"sources out of range", [](Trace& t) { t.routing_sources[1] = 4; }, "routing_sources[1] is 4, but must be in [1, 3]"},
+      {"sources out of range", [](Trace& t) { t.routing_sources[1] = 4; },
+       "routing_sources[1] is 4, but must be in [1, 3]"},
       {"labels N mismatch", [](Trace& t) { t.labels.pop_back(); }, "labels has 3"},
       {"features N mismatch", [](Trace& t) { t.features.pop_back(); }, "features has 3 values"},
       {"names mismatch", [](Trace& t) { t.feature_names.push_back("y"); }, "feature_names has 2"},
       {"entropy shape", [](Trace& t) { t.routing_entropy = {0.f}; }, "routing_entropy has 1 values"},
       {"routing kind", [](Trace& t) { t.routing_kind = "experts"; }, "routing_kind is 'experts', but must be 'depth'"},
-      {"depth of unordered routing", [](Trace& t) { t.routing_kind = "unordered"; t.routing_depth_var.assign(8, 0.f); },
+      {"depth of unordered routing",
+       [](Trace& t) {
+         t.routing_kind = "unordered";
+         t.routing_depth_var.assign(8, 0.f);
+       },
        "routing_kind is 'unordered' (experts have no depth)"},
-      {"probs sum", [](Trace& t) { t.probs = {0.5, 0.6, 0, 1, 0, 0, 0, 0, 1, 0, 1, 0}; t.logits.clear(); },
+      {"probs sum",
+       [](Trace& t) {
+         t.probs = {0.5, 0.6, 0, 1, 0, 0, 0, 0, 1, 0, 1, 0};
+         t.logits.clear();
+       },
        "probs row 0 sums to 1.1"},
   };
   for (const auto& c : cases) {
@@ -180,7 +200,9 @@ TEST(Trace, LoadRejectsFilesNamingArrays) {
       {"routing no sources",
        "np.savez(P, logits=np.zeros((2, 2)), labels=np.zeros(2, int), routing=np.ones((2, 1, 1), np.float32))",
        "no 'routing_sources'"},
-      {"routing N", "np.savez(P, logits=np.zeros((2, 2)), labels=np.zeros(2, int), routing=np.ones((3, 1, 1), np.float32), routing_sources=np.ones(1, np.int32))",
+      {"routing N",
+       "np.savez(P, logits=np.zeros((2, 2)), labels=np.zeros(2, int), routing=np.ones((3, 1, 1), np.float32), "
+       "routing_sources=np.ones(1, np.int32))",
        "routing has 3 rows"},
       {"nan probs", "p=np.full((2, 2), .5); p[1, 0]=np.nan\nnp.savez(P, probs=p, labels=np.zeros(2, int))",
        "probs[1, 0] is nan"},
@@ -202,14 +224,23 @@ TEST(Trace, ClusterIdsRoundTripAndBadOnesAreRefusedByName) {
   t.cluster = {0, 0, 5, 5};
   save_trace(t, d + "/tokens.npz");
   std::string out;
-  ASSERT_EQ(python("import numpy as np\nz = np.load('" + d + "/tokens.npz')\n"
-                   "assert z['cluster'].dtype == np.int64 and list(z['cluster']) == [0, 0, 5, 5]\n"
-                   "np.savez('" + d + "/i32.npz', **{k: z[k] for k in z.files if k != 'cluster'}, cluster=np.array([1, 2, 3, 4], np.int32))\n"
-                   "np.savez('" + d + "/short.npz', **{k: z[k] for k in z.files if k != 'cluster'}, cluster=np.array([1, 2], np.int64))\n"
-                   "np.savez('" + d + "/float.npz', **{k: z[k] for k in z.files if k != 'cluster'}, cluster=np.zeros(4))\n"
-                   "print('OK')\n",
-                   &out),
-            0)
+  ASSERT_EQ(
+      python(
+          "import numpy as np\nz = np.load('" + d +
+              "/tokens.npz')\n"
+              "assert z['cluster'].dtype == np.int64 and list(z['cluster']) == [0, 0, 5, 5]\n"
+              "np.savez('" +
+              d +
+              "/i32.npz', **{k: z[k] for k in z.files if k != 'cluster'}, cluster=np.array([1, 2, 3, 4], np.int32))\n"
+              "np.savez('" +
+              d +
+              "/short.npz', **{k: z[k] for k in z.files if k != 'cluster'}, cluster=np.array([1, 2], np.int64))\n"
+              "np.savez('" +
+              d +
+              "/float.npz', **{k: z[k] for k in z.files if k != 'cluster'}, cluster=np.zeros(4))\n"
+              "print('OK')\n",
+          &out),
+      0)
       << out;
   EXPECT_EQ(load_trace(d + "/tokens.npz").cluster, t.cluster);
   EXPECT_EQ(load_trace(d + "/i32.npz").cluster, (std::vector<std::int64_t>{1, 2, 3, 4}));

@@ -32,9 +32,12 @@ void randomise(ARLM& m, std::uint64_t seed) {
   torch::NoGradGuard g;
   torch::manual_seed(seed);
   for (auto& kv : m->named_parameters()) {
-    if (kv.key() == "pseudo_query") kv.value().normal_(0.0, 0.5);
-    else if (kv.key() == "key_gain") kv.value().uniform_(0.5, 1.5);
-    else if (kv.key().find("bias") != std::string::npos) kv.value().normal_(0.0, 0.02);  // exercised, not zero
+    if (kv.key() == "pseudo_query")
+      kv.value().normal_(0.0, 0.5);
+    else if (kv.key() == "key_gain")
+      kv.value().uniform_(0.5, 1.5);
+    else if (kv.key().find("bias") != std::string::npos)
+      kv.value().normal_(0.0, 0.02);  // exercised, not zero
   }
 }
 

@@ -200,10 +200,10 @@ void run_reference_case(const RefCase& rc) {
   for (auto& kv : m->named_parameters()) dict.insert(kv.key(), kv.value().detach().clone());
   dict.insert("images", images);
   dict.insert("labels", labels);
-  dict.insert("config", torch::tensor({double(c.dim), double(c.depth), double(c.heads), double(c.patch),
-                                       double(rc.code), double(c.block_size), c.norm_eps, lr, wd, double(steps),
-                                       beta, double(bins), temp},
-                                      torch::kDouble));
+  dict.insert("config",
+              torch::tensor({double(c.dim), double(c.depth), double(c.heads), double(c.patch), double(rc.code),
+                             double(c.block_size), c.norm_eps, lr, wd, double(steps), beta, double(bins), temp},
+                            torch::kDouble));
   const std::string tag = std::to_string(rc.code) + "_" + std::to_string(rc.block_size);
   const std::string in = std::string(ARCAL_BINARY_DIR) + "/ref_in_" + tag + ".pt";
   const std::string out = std::string(ARCAL_BINARY_DIR) + "/ref_out_" + tag + ".pt";
@@ -212,7 +212,8 @@ void run_reference_case(const RefCase& rc) {
     std::ofstream f(in, std::ios::binary);
     f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }
-  const std::string cmd = std::string(ARCAL_TEST_PYTHON) + " " + ARCAL_SOURCE_DIR + "/tests/reference/attnres_ref.py " + in + " " + out;
+  const std::string cmd =
+      std::string(ARCAL_TEST_PYTHON) + " " + ARCAL_SOURCE_DIR + "/tests/reference/attnres_ref.py " + in + " " + out;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream f(out, std::ios::binary);
   std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

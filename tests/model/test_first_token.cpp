@@ -132,9 +132,9 @@ TEST(FirstTokenCut, TheStackCarriesTokenZeroOnlyFromTheCutOn) {
     auto cut = attnres_stack(v0, 6, 2, U, 1e-6, 0, sub, nullptr, nullptr, 4);
     EXPECT_EQ(tokens_read, (std::vector<std::int64_t>{5, 5, 5, 5, 5, 1}));
     EXPECT_EQ(cut.sizes(), (std::vector<std::int64_t>{3, 1, 8}));
-    auto whole = attnres_stack(v0, 6, 2, U, 1e-6, 0,
-                               [&](int l, const torch::Tensor& h) { return torch::tanh(torch::matmul(h, W[l])); },
-                               nullptr, nullptr);
+    auto whole = attnres_stack(
+        v0, 6, 2, U, 1e-6, 0, [&](int l, const torch::Tensor& h) { return torch::tanh(torch::matmul(h, W[l])); },
+        nullptr, nullptr);
     EXPECT_LE(max_rel(cut, whole.narrow(1, 0, 1)), 1e-13) << (fused ? "fused" : "composite");
   }
 }
@@ -150,4 +150,3 @@ TEST(FirstTokenCut, ACutThatCannotBeHonouredIsRejected) {
   EXPECT_THROW(m->sublayer(11, h, true), InputError);  // an MLP sublayer: the cut starts at an attention
   EXPECT_EQ(m->sublayer(10, h, true).sizes(), (std::vector<std::int64_t>{2, 1, 64}));
 }
-

@@ -1,8 +1,8 @@
 // The fused operators (model/fused.hpp: the routing bank's points, the attention, GELU, LayerNorm;
 // model/layers.hpp: the patch embedding and the LayerNorm modules' dispatch)
-// against LibTorch's autograd on the composite they replace: values and gradients in double (1e-12) and float (1e-6, relative to the largest entry), odd
-// shapes and strided inputs, whole AR-ViT models with the fused operators on and off, results
-// independent of the thread count, and the errors for inputs of the wrong shape or dtype.
+// against LibTorch's autograd on the composite they replace: values and gradients in double (1e-12) and float (1e-6,
+// relative to the largest entry), odd shapes and strided inputs, whole AR-ViT models with the fused operators on and
+// off, results independent of the thread count, and the errors for inputs of the wrong shape or dtype.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -263,9 +263,9 @@ std::int64_t max_bf16_ulps(const torch::Tensor& a, const torch::Tensor& b) {
 // widened inputs, rounded to bf16: our values within 1 ulp of it (both round a float result to
 // nearest; the fit's 2e-7 can move a value across a rounding boundary), the input gradient within
 // 2 ulps (gelu' is kept in bf16: a second rounding), for x in [-3, 9] (below -3 LibTorch's
-// 1 + erf loses more than 1e-4 of its relative accuracy to cancellation even in float). LibTorch's own bf16 gelu is no reference: it cancels from about
-// x = -3 on (gelu(-3.14) = -0.0 there). Everywhere, against 0.5 x erfc(-x / sqrt 2) in double:
-// within bf16's half ulp (2^-8 relative) and the fit's tail error.
+// 1 + erf loses more than 1e-4 of its relative accuracy to cancellation even in float). LibTorch's own bf16 gelu is no
+// reference: it cancels from about x = -3 on (gelu(-3.14) = -0.0 there). Everywhere, against 0.5 x erfc(-x / sqrt 2) in
+// double: within bf16's half ulp (2^-8 relative) and the fit's tail error.
 TEST(Fused, GeluMatchesLibTorchInBFloat16) {
   auto xf = torch::cat({torch::linspace(-9.0, 9.0, 20001), torch::randn({2176 * 13}) * 3.0});
   auto x0 = xf.to(torch::kBFloat16);
@@ -359,8 +359,12 @@ void check_layer_norm(torch::Dtype dtype, double tol) {
   };
   // Float rows go 8 at a time when d is a multiple of 16, the rest one at a time: 21 rows at d = 64,
   // 300 at 48 and 37 at 128 take both paths; d = 24, 13 and 3 the one-row path only.
-  for (const auto& c : std::vector<Case>{{{3, 7, 64}, 1e-6, false}, {{5, 13}, 1e-5, false}, {{300, 24}, 1e-6, true},
-                                         {{2, 3}, 1e-3, false}, {{300, 48}, 1e-6, false}, {{37, 128}, 1e-6, true}}) {
+  for (const auto& c : std::vector<Case>{{{3, 7, 64}, 1e-6, false},
+                                         {{5, 13}, 1e-5, false},
+                                         {{300, 24}, 1e-6, true},
+                                         {{2, 3}, 1e-3, false},
+                                         {{300, 48}, 1e-6, false},
+                                         {{37, 128}, 1e-6, true}}) {
     torch::manual_seed(11);
     const auto d = c.shape.back();
     auto x0 = torch::randn(c.shape, opt) * 3.0 + 0.5;
@@ -369,7 +373,8 @@ void check_layer_norm(torch::Dtype dtype, double tol) {
     const auto g = torch::randn(x0.sizes(), opt);
     std::vector<std::vector<torch::Tensor>> res;
     for (int f = 0; f < 2; ++f) {
-      auto x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true), b = b0.clone().requires_grad_(true);
+      auto x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true),
+           b = b0.clone().requires_grad_(true);
       auto xin = c.strided ? x0.t().clone().t().requires_grad_(true) : x;
       auto y = f == 0 ? fused_layer_norm(xin, w, b, c.eps) : torch::layer_norm(xin, {d}, w, b, c.eps);
       (y * g).sum().backward();
@@ -403,7 +408,8 @@ TEST(Fused, LayerNormWithABFloat16OutputIsTheFloatNormRounded) {
     const auto g16 = torch::randn(shape).to(torch::kBFloat16);
     std::vector<std::vector<torch::Tensor>> res;
     for (bool bf16 : {true, false}) {
-      auto x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true), b = b0.clone().requires_grad_(true);
+      auto x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true),
+           b = b0.clone().requires_grad_(true);
       auto y = fused_layer_norm(x, w, b, 1e-6, bf16);
       EXPECT_EQ(y.scalar_type(), bf16 ? torch::kBFloat16 : torch::kFloat);
       if (bf16)
@@ -418,7 +424,8 @@ TEST(Fused, LayerNormWithABFloat16OutputIsTheFloatNormRounded) {
     for (int i = 0; i < 4; ++i) {
       const double diff = (res[0][i].to(torch::kDouble) - res[1][i].to(torch::kDouble)).abs().max().item<double>();
       const double scale = res[1][i].to(torch::kDouble).abs().max().item<double>();
-      EXPECT_LE(diff, 4 * std::ldexp(scale, -23)) << names[i] << " at d = " << d << ": max |diff| " << diff << " of " << scale;
+      EXPECT_LE(diff, 4 * std::ldexp(scale, -23))
+          << names[i] << " at d = " << d << ": max |diff| " << diff << " of " << scale;
     }
   }
   EXPECT_THROW(fused_layer_norm(torch::randn({2, 4}, torch::kDouble), torch::ones({4}, torch::kDouble),
@@ -464,9 +471,12 @@ TEST(Fused, LayerNormModuleDispatch) {
 // tiles that do not divide the image, or the fused operators off, the conv itself runs.
 TEST(Fused, PatchEmbeddingMatchesTheConv) {
   FusedGuard guard;
-  struct Case { int C, H, W, p, d; };
+  struct Case {
+    int C, H, W, p, d;
+  };
   for (auto dtype : {torch::kDouble, torch::kFloat}) {
-    for (const auto& c : {Case{1, 28, 28, 7, 64}, Case{3, 32, 32, 4, 96}, Case{2, 12, 8, 4, 5}, Case{1, 30, 30, 7, 8}}) {
+    for (const auto& c :
+         {Case{1, 28, 28, 7, 64}, Case{3, 32, 32, 4, 96}, Case{2, 12, 8, 4, 5}, Case{1, 30, 30, 7, 8}}) {
       torch::manual_seed(3);
       torch::nn::Conv2d conv(torch::nn::Conv2dOptions(c.C, c.d, c.p).stride(c.p));
       conv->to(dtype);
@@ -556,18 +566,19 @@ TEST(Fused, LinearIsTorchLinearBitForBit) {
     const char* names[] = {"y", "y without autograd", "dx", "dweight", "dbias"};
     for (int i = 0; i < 5; ++i) {
       ASSERT_EQ(res[0][i].scalar_type(), res[1][i].scalar_type()) << names[i];
-      EXPECT_TRUE(torch::equal(res[0][i], res[1][i])) << names[i] << " of " << c.shape << (c.autocast ? " autocast" : "");
+      EXPECT_TRUE(torch::equal(res[0][i], res[1][i]))
+          << names[i] << " of " << c.shape << (c.autocast ? " autocast" : "");
     }
   }
 }
 
 TEST(Fused, AttentionMatchesAutogradInDouble) {
-  check_attention(torch::kDouble, 3, 17, 64, 4, 1e-12);  // AR-ViT-tiny's shape
+  check_attention(torch::kDouble, 3, 17, 64, 4, 1e-12);   // AR-ViT-tiny's shape
   check_attention(torch::kDouble, 11, 17, 64, 4, 1e-12);  // two groups of 8 images, the second partly filled
-  check_attention(torch::kDouble, 2, 5, 12, 3, 1e-12);   // hd = 4, odd token count
-  check_attention(torch::kDouble, 1, 1, 8, 2, 1e-12);    // one token: weights exactly 1
-  check_attention(torch::kDouble, 2, 9, 128, 2, 1e-12);  // hd = 64
-  check_attention(torch::kDouble, 2, 7, 96, 3, 1e-12);   // hd = 32
+  check_attention(torch::kDouble, 2, 5, 12, 3, 1e-12);    // hd = 4, odd token count
+  check_attention(torch::kDouble, 1, 1, 8, 2, 1e-12);     // one token: weights exactly 1
+  check_attention(torch::kDouble, 2, 9, 128, 2, 1e-12);   // hd = 64
+  check_attention(torch::kDouble, 2, 7, 96, 3, 1e-12);    // hd = 32
 }
 
 TEST(Fused, AttentionMatchesAutogradInFloat) {
@@ -731,25 +742,25 @@ TEST(Fused, ResultsDoNotDependOnTheThreadCount) {
     nw.mutable_grad() = torch::Tensor();
     auto n = fused_layer_norm(values[0], nw, nb, 1e-6);  // 544 rows: 9 blocks of the norm's sums
     (a.sum() + b.pow(2).sum() + (n * n.detach().flip(0)).sum()).backward();
-    results.push_back(torch::cat({a.detach().flatten(), b.detach().flatten(), qkv.grad().flatten(),
-                                  values[1].grad().flatten(), u.grad().flatten(), n.detach().flatten(),
-                                  values[0].grad().flatten(), nw.grad().flatten()}));
+    results.push_back(
+        torch::cat({a.detach().flatten(), b.detach().flatten(), qkv.grad().flatten(), values[1].grad().flatten(),
+                    u.grad().flatten(), n.detach().flatten(), values[0].grad().flatten(), nw.grad().flatten()}));
   }
   at::set_num_threads(before);
   EXPECT_TRUE(torch::equal(results[0], results[1]));
 }
 
 TEST(Fused, WrongShapesAndDtypesAreRejected) {
-  EXPECT_THROW(fused_self_attention(torch::randn({2, 3, 10}), 2), InputError);  // 10 % 3
-  EXPECT_THROW(fused_self_attention(torch::randn({2, 3, 12}), 3), InputError);  // D = 4, 3 heads
+  EXPECT_THROW(fused_self_attention(torch::randn({2, 3, 10}), 2), InputError);          // 10 % 3
+  EXPECT_THROW(fused_self_attention(torch::randn({2, 3, 12}), 3), InputError);          // D = 4, 3 heads
   EXPECT_THROW(fused_self_attention(torch::randint(0, 5, {2, 3, 12}), 2), InputError);  // integers
   RoutingBank bank;
-  EXPECT_THROW(bank.add(torch::randn({3, 4})), InputError);                        // not (B,T,d)
-  bank.add(torch::randn({2, 3, 4}).to(torch::kBFloat16));  // bf16 and float sources share a float bank
+  EXPECT_THROW(bank.add(torch::randn({3, 4})), InputError);  // not (B,T,d)
+  bank.add(torch::randn({2, 3, 4}).to(torch::kBFloat16));    // bf16 and float sources share a float bank
   bank.add(torch::randn({2, 3, 4}));
-  EXPECT_THROW(bank.add(torch::randn({2, 3, 4}, torch::kDouble)), InputError);  // not with double ones
+  EXPECT_THROW(bank.add(torch::randn({2, 3, 4}, torch::kDouble)), InputError);              // not with double ones
   EXPECT_THROW(bank.route(torch::randn({4}).to(torch::kBFloat16), {0}, 1e-6), InputError);  // query in float
-  EXPECT_THROW(bank.add(torch::randn({2, 3, 5})), InputError);  // another shape
+  EXPECT_THROW(bank.add(torch::randn({2, 3, 5})), InputError);                              // another shape
   EXPECT_THROW(bank.route(torch::randn({4}), {}, 1e-6), InputError);
   EXPECT_THROW(bank.route(torch::randn({4}), {2}, 1e-6), InputError);  // not added
   EXPECT_THROW(bank.route(torch::randn({5}), {0}, 1e-6), InputError);  // width

@@ -34,7 +34,8 @@ std::int64_t deit_closed_form(std::int64_t img, std::int64_t patch, std::int64_t
                               std::int64_t mlp, std::int64_t classes, std::int64_t channels = 3) {
   const std::int64_t T = (img / patch) * (img / patch) + 1, hid = d * mlp;
   const std::int64_t block = 2 * d + (3 * d * d + 3 * d) + (d * d + d) + 2 * d + (d * hid + hid) + (hid * d + d);
-  return (channels * patch * patch * d + d) + d /*cls*/ + T * d /*pos*/ + depth * block + 2 * d + (d * classes + classes);
+  return (channels * patch * patch * d + d) + d /*cls*/ + T * d /*pos*/ + depth * block + 2 * d +
+         (d * classes + classes);
 }
 
 std::int64_t swin_closed_form(std::int64_t img, std::int64_t patch, const std::vector<std::int64_t>& dims,
@@ -123,12 +124,13 @@ TEST(Presets, SwinRoutingPointsRunStageByStage) {
   const std::vector<int> stage_of_4 = {1, 2, 2, 2, 2};  // l=0: [b0]; l=1..3: [b0, partial]; final [b0, b1]
   const std::vector<int> stage_of_12 = {1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4};
   std::vector<int> expected;
-  for (const auto* v : {&stage_of_4, &stage_of_4, &stage_of_12, &stage_of_4}) expected.insert(expected.end(), v->begin(), v->end());
+  for (const auto* v : {&stage_of_4, &stage_of_4, &stage_of_12, &stage_of_4})
+    expected.insert(expected.end(), v->begin(), v->end());
   EXPECT_EQ(cfg.sources_per_point(), expected);
   EXPECT_EQ(cfg.stage_window(0), 4);
   EXPECT_EQ(cfg.stage_shift(0), 2);
   EXPECT_EQ(cfg.stage_shift(1), 2);
-  EXPECT_EQ(cfg.stage_shift(2), 0);  // a 4x4 grid is one window: no shift, as in the official code
+  EXPECT_EQ(cfg.stage_shift(2), 0);   // a 4x4 grid is one window: no shift, as in the official code
   EXPECT_EQ(cfg.stage_window(3), 2);  // a 2x2 grid clips the window to 2
 }
 
@@ -155,7 +157,7 @@ TEST(Swin, RelativePositionIndexAndShiftMask) {
   EXPECT_EQ(idx.max().item<std::int64_t>(), side * side - 1);
   EXPECT_TRUE(torch::equal(idx.diagonal(), torch::full({16}, center, torch::kLong)));
   EXPECT_TRUE(torch::equal(idx + idx.t(), torch::full({16, 16}, 2 * center, torch::kLong)));  // (dy,dx) vs (-dy,-dx)
-  EXPECT_EQ(idx[0][5].item<std::int64_t>(), (0 - 1 + w - 1) * side + (0 - 1 + w - 1));  // query (0,0), key (1,1)
+  EXPECT_EQ(idx[0][5].item<std::int64_t>(), (0 - 1 + w - 1) * side + (0 - 1 + w - 1));        // query (0,0), key (1,1)
 
   auto mask = shifted_window_mask(8, 8, 4, 2);
   ASSERT_EQ(mask.sizes(), (std::vector<std::int64_t>{4, 16, 16}));
@@ -234,13 +236,19 @@ TEST(Presets, RoutingSoftmaxStaysFp32UnderBf16Autocast) {
 }
 
 TEST(Presets, BadInputNamesTheProblem) {
-  auto msg = arcal::testing::input_error_message([] { make_model_config("ar-vit-huge", 32, 3, 10, ResidualMode::Full, 2); });
-  EXPECT_NE(msg.find("'ar-vit-huge' is not a known preset; available: ar-vit-tiny, ar-deit-small, ar-swin-tiny"), std::string::npos) << msg;
-  msg = arcal::testing::input_error_message([] { make_model_config("ar-swin-tiny", 28, 1, 10, ResidualMode::Full, 2); });
+  auto msg =
+      arcal::testing::input_error_message([] { make_model_config("ar-vit-huge", 32, 3, 10, ResidualMode::Full, 2); });
+  EXPECT_NE(msg.find("'ar-vit-huge' is not a known preset; available: ar-vit-tiny, ar-deit-small, ar-swin-tiny"),
+            std::string::npos)
+      << msg;
+  msg =
+      arcal::testing::input_error_message([] { make_model_config("ar-swin-tiny", 28, 1, 10, ResidualMode::Full, 2); });
   EXPECT_NE(msg.find("14x14 grid, which 3 patch mergings cannot halve evenly"), std::string::npos) << msg;
-  msg = arcal::testing::input_error_message([] { make_model_config("ar-deit-small", 30, 3, 10, ResidualMode::Full, 2); });
+  msg =
+      arcal::testing::input_error_message([] { make_model_config("ar-deit-small", 30, 3, 10, ResidualMode::Full, 2); });
   EXPECT_NE(msg.find("patch 4 must divide the image size 30"), std::string::npos) << msg;
-  msg = arcal::testing::input_error_message([] { make_model_config("ar-swin-tiny", 32, 3, 10, ResidualMode::Block, 13); });
+  msg = arcal::testing::input_error_message(
+      [] { make_model_config("ar-swin-tiny", 32, 3, 10, ResidualMode::Block, 13); });
   EXPECT_NE(msg.find("--block-size: 13 must be in [1, 12]"), std::string::npos) << msg;
   msg = arcal::testing::input_error_message([] {
     auto c = make_model_config("ar-swin-tiny", 32, 3, 10, ResidualMode::Full, 2);
@@ -299,7 +307,8 @@ TEST(SwinReference, LogitsRoutingAndGradientsMatchTheFloat64Reference) {
     for (auto& kv : m->named_parameters()) dict.insert(kv.key(), kv.value().detach().clone());
     dict.insert("images", images);
     dict.insert("labels", labels);
-    std::vector<double> config = {double(cfg.patch), double(cfg.window), double(code), double(cfg.block_size), cfg.norm_eps};
+    std::vector<double> config = {double(cfg.patch), double(cfg.window), double(code), double(cfg.block_size),
+                                  cfg.norm_eps};
     for (const auto* v : {&cfg.stage_depths, &cfg.stage_dims, &cfg.stage_heads})
       for (int x : *v) config.push_back(x);
     dict.insert("config", torch::tensor(config, torch::kDouble));
@@ -311,7 +320,8 @@ TEST(SwinReference, LogitsRoutingAndGradientsMatchTheFloat64Reference) {
       std::ofstream f(in, std::ios::binary);
       f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     }
-    const std::string cmd = std::string(ARCAL_TEST_PYTHON) + " " + ARCAL_SOURCE_DIR + "/tests/reference/swin_ref.py " + in + " " + out;
+    const std::string cmd =
+        std::string(ARCAL_TEST_PYTHON) + " " + ARCAL_SOURCE_DIR + "/tests/reference/swin_ref.py " + in + " " + out;
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     std::ifstream f(out, std::ios::binary);
     std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

@@ -20,7 +20,8 @@ struct Summaries {
   std::vector<std::int64_t> idx;
 };
 
-Summaries run(const std::vector<float>& z, std::size_t K, std::size_t k, const std::vector<std::int64_t>& rows, int threads) {
+Summaries run(const std::vector<float>& z, std::size_t K, std::size_t k, const std::vector<std::int64_t>& rows,
+              int threads) {
   const std::size_t n = rows.empty() ? z.size() / K : rows.size();
   Summaries s;
   s.top.resize(n * k);
@@ -55,7 +56,8 @@ void reference(const float* z, std::size_t K, std::size_t k, std::vector<std::in
   for (std::size_t r = 0; r < k; ++r) top[r] = double(z[order[r]]) - lz;
 }
 
-void expect_matches(const std::vector<float>& z, std::size_t K, std::size_t k, const Summaries& s, const std::vector<std::int64_t>& rows) {
+void expect_matches(const std::vector<float>& z, std::size_t K, std::size_t k, const Summaries& s,
+                    const std::vector<std::int64_t>& rows) {
   const std::size_t n = rows.empty() ? z.size() / K : rows.size();
   for (std::size_t j = 0; j < n; ++j) {
     const float* row = &z[std::size_t(rows.empty() ? std::int64_t(j) : rows[j]) * K];
@@ -69,8 +71,10 @@ void expect_matches(const std::vector<float>& z, std::size_t K, std::size_t k, c
     EXPECT_NEAR(s.sq[j], sq, 2e-6 * sq + 1e-12);
     for (std::size_t r = 0; r < k; ++r) {
       EXPECT_EQ(s.idx[j * k + r], idx[r]) << "rank " << r;
-      if (std::isfinite(top[r])) EXPECT_NEAR(s.top[j * k + r], top[r], 2e-6 * std::max(1.0, std::abs(top[r])));
-      else EXPECT_EQ(s.top[j * k + r], -std::numeric_limits<float>::infinity());
+      if (std::isfinite(top[r]))
+        EXPECT_NEAR(s.top[j * k + r], top[r], 2e-6 * std::max(1.0, std::abs(top[r])));
+      else
+        EXPECT_EQ(s.top[j * k + r], -std::numeric_limits<float>::infinity());
     }
   }
 }
@@ -117,9 +121,9 @@ TEST(TopkSummary, MaskedClassesCountAsZeroProbability) {
 TEST(TopkSummary, NanAndInfiniteRowsGiveNonFiniteNormalisers) {
   const std::size_t K = 50;
   std::vector<float> z(4 * K, 0.5f);
-  z[1 * K + 33] = std::numeric_limits<float>::quiet_NaN();              // NaN in a later stride of the row
-  z[2 * K + 0] = std::numeric_limits<float>::quiet_NaN();               // NaN in the row's first stride
-  z[3 * K + 7] = std::numeric_limits<float>::infinity();                // +inf
+  z[1 * K + 33] = std::numeric_limits<float>::quiet_NaN();  // NaN in a later stride of the row
+  z[2 * K + 0] = std::numeric_limits<float>::quiet_NaN();   // NaN in the row's first stride
+  z[3 * K + 7] = std::numeric_limits<float>::infinity();    // +inf
   const auto s = run(z, K, 4, {}, 1);
   EXPECT_TRUE(std::isfinite(s.lz[0]));
   EXPECT_NEAR(s.lz[0], 0.5 + std::log(50.0), 1e-6);

@@ -73,8 +73,8 @@ TEST(MlpGradient, MatchesADoublePrecisionReferenceByFiniteDifferences) {
   // The trainer's float inputs are the reference's values rounded: the reference uses the rounded
   // values too, so only the arithmetic differs.
   MlpWeights w{f, h1, h2, {}};
-  const std::size_t sizes[6] = {std::size_t(h1 * f), std::size_t(h1), std::size_t(h2 * h1), std::size_t(h2),
-                                std::size_t(h2), 1};
+  const std::size_t sizes[6] = {std::size_t(h1 * f), std::size_t(h1), std::size_t(h2 * h1),
+                                std::size_t(h2),     std::size_t(h2), 1};
   std::size_t at = 0;
   for (std::size_t sz : sizes) {
     std::vector<float> t;
@@ -112,10 +112,14 @@ TEST(MlpGradient, MatchesADoublePrecisionReferenceByFiniteDifferences) {
 }
 
 TEST(MlpGradient, RefusesWeightsOfTheWrongShape) {
-  MlpWeights w{3, 4, 4, {std::vector<float>(12), std::vector<float>(4), std::vector<float>(16), std::vector<float>(4),
-                         std::vector<float>(4), std::vector<float>(1)}};
+  MlpWeights w{3,
+               4,
+               4,
+               {std::vector<float>(12), std::vector<float>(4), std::vector<float>(16), std::vector<float>(4),
+                std::vector<float>(4), std::vector<float>(1)}};
   std::vector<float> grad;
-  EXPECT_NO_THROW(mlp_batch_loss_gradient(w, std::vector<float>(6), std::vector<float>(2), std::vector<float>(2), 2, grad));
+  EXPECT_NO_THROW(
+      mlp_batch_loss_gradient(w, std::vector<float>(6), std::vector<float>(2), std::vector<float>(2), 2, grad));
   w.tensors[2].resize(15);
   EXPECT_THROW(mlp_batch_loss_gradient(w, std::vector<float>(6), std::vector<float>(2), std::vector<float>(2), 2, grad),
                InputError);

@@ -74,7 +74,7 @@ TEST(MlpProbe, RejectsBadInput) {
   std::vector<double> x(20, 1.0), y(20, 0.0), ev{1.0, 7.0};
   for (int i = 0; i < 20; ++i) y[i] = i % 2;
   MlpProbeOptions o;
-  // A feature constant on the training rows enters as 0 on both sides (docs/method.md §6.8): the fit is
+  // A feature constant on the training rows enters as 0 on both sides (docs/method.md §6.3): the fit is
   // the constant predictor, whatever the evaluation rows hold (7 was never seen in training).
   const auto flat = fit_predict_mlp_probe(x, 20, 1, y, ev, 2, o);
   EXPECT_EQ(flat[0], flat[1]);
@@ -206,8 +206,7 @@ TEST(MlpProbe, OffsetCorrectionStartsAtOffsetAndLearnsAnEffect) {
   o.restarts = 1;
   o.max_epochs = 0;  // no training: the kept state is the starting point
   const auto start = fit_predict_mlp_probe(xtr, n, 1, ytr, xev, m, o, nullptr, &off);
-  for (std::size_t i = 0; i < m; ++i)
-    ASSERT_NEAR(start[i], 1 / (1 + std::exp(-bev[i])), 1e-6) << i;  // float32 offsets
+  for (std::size_t i = 0; i < m; ++i) ASSERT_NEAR(start[i], 1 / (1 + std::exp(-bev[i])), 1e-6) << i;  // float32 offsets
   auto logloss = [&](const std::vector<double>& pr) {
     double s = 0;
     for (std::size_t i = 0; i < m; ++i) s -= yev[i] * std::log(pr[i]) + (1 - yev[i]) * std::log(1 - pr[i]);

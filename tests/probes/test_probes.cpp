@@ -15,6 +15,7 @@
 
 #include "ops/blas.hpp"
 #include "audit/run_input.hpp"
+#include "results/audit_files.hpp"
 #include "audit/simulate.hpp"
 #include "../audit/audit_test_util.hpp"
 #include "audit/probes.hpp"
@@ -151,9 +152,9 @@ TEST(Probes, InjectedEffectBeatsEveryControl) {
     std::printf("  %-40s log-loss delta %+.5f [%+.5f, %+.5f]\n", c.name.c_str(), c.log_loss.delta, c.log_loss.ci.low,
                 c.log_loss.ci.high);
   std::printf("  one run, N = 10000, 5 repeats: %.1f s\n", secs);
-  for (const char* name : {"full_vector_vs_capacity_matched", "full_vector_vs_shuffled_global",
-                           "full_vector_vs_shuffled_within_bins", "full_vector_vs_linear",
-                           "full_logit_routing_vs_full_logit"})
+  for (const char* name :
+       {"full_vector_vs_capacity_matched", "full_vector_vs_shuffled_global", "full_vector_vs_shuffled_within_bins",
+        "full_vector_vs_linear", "full_logit_routing_vs_full_logit"})
     EXPECT_LT(comparison(res, name).log_loss.ci.high, 0.0) << name;
   // Capacity matching: the control on (logit c, class) within 2 % of the full-vector MLP.
   std::int64_t full = 0, matched = 0;
@@ -193,8 +194,8 @@ TEST(Probes, DependentTokensGiveNoFalseGainsWithClusterSplits) {
     }
     const auto band = arcal::test_util::binomial_band_99(runs, 0.025);
     for (std::size_t k = 0; k < names.size(); ++k) {
-      std::printf("  dependent tokens, first share %.1f, %zu runs: %-38s false gains %zu (band [0, %zu])\n", first_share,
-                  runs, names[k], false_gain[k], band.second);
+      std::printf("  dependent tokens, first share %.1f, %zu runs: %-38s false gains %zu (band [0, %zu])\n",
+                  first_share, runs, names[k], false_gain[k], band.second);
       EXPECT_LE(false_gain[k], band.second) << names[k] << ", first share " << first_share;
     }
   }
@@ -207,7 +208,8 @@ TEST(Probes, UnequalClustersSplitIntoHalvesOfTheirOwnSize) {
   arcal::set_blas_threads(1);
   auto run = simulated_run(2001, 0.0, 11);
   run.cluster.resize(run.confidence.size());
-  for (std::size_t i = 0; i < run.cluster.size(); ++i) run.cluster[i] = std::int64_t(std::min<std::size_t>(i / 100, 20));
+  for (std::size_t i = 0; i < run.cluster.size(); ++i)
+    run.cluster[i] = std::int64_t(std::min<std::size_t>(i / 100, 20));
   ProbeAuditOptions o;
   o.repeats = 5;
   o.mlp.max_epochs = 20;
@@ -382,8 +384,8 @@ TEST(Probes, PrimaryProbeFindsAnEffectConfinedToOneClass) {
   ProbeAuditOptions o;
   o.seed = 54;
   const auto res = run_probes(run, 0, o);
-  for (const char* name : {"full_vector_vs_capacity_matched", "full_vector_vs_shuffled_global",
-                           "full_logit_routing_vs_full_logit"}) {
+  for (const char* name :
+       {"full_vector_vs_capacity_matched", "full_vector_vs_shuffled_global", "full_logit_routing_vs_full_logit"}) {
     const auto& c = comparison(res, name).log_loss;
     std::printf("  %-36s gain %+.5f [%+.5f, %+.5f]\n", name, -c.delta, -c.ci.high, -c.ci.low);
     EXPECT_LT(c.ci.high, 0.0) << name;  // probe better than control: the gain's interval above 0
@@ -412,6 +414,7 @@ TEST(Probes, ClassDependentCalibrationIsNotARoutingGain) {
     false_gains += c.p <= 0.05 && c.delta < 0;
     ++runs;
   }
-  std::printf("  full vector vs capacity matched on class-dependent nulls: %zu false gains in %zu runs\n", false_gains, runs);
+  std::printf("  full vector vs capacity matched on class-dependent nulls: %zu false gains in %zu runs\n", false_gains,
+              runs);
   EXPECT_LE(false_gains, test_util::binomial_band_99(runs, 0.025).second) << false_gains << " of " << runs;
 }

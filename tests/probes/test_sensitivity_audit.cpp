@@ -130,8 +130,8 @@ struct NullCounts {
   std::size_t conditional = 0, model_based = 0, runs = 0;
 };
 
-NullCounts exact_null_rejections(const std::string& variant, const std::string& family, std::size_t runs,
-                                 std::size_t n, double effect, std::uint64_t seed0) {
+NullCounts exact_null_rejections(const std::string& variant, const std::string& family, std::size_t runs, std::size_t n,
+                                 double effect, std::uint64_t seed0) {
   ExactNullAuditOptions o;
   o.probes.only = {"full_vector", "capacity_matched"};
   if (variant == "full_logit") o.probes.only = {"full_logit", "full_logit_routing"};
@@ -160,9 +160,10 @@ TEST(ExactNull, ConditionalPermutationHoldsLevelOnMisspecifiedNulls) {
   for (const char* variant : {"confidence", "full_logit"}) {
     const auto t0 = std::chrono::steady_clock::now();
     const auto c = exact_null_rejections(variant, "c", runs, 2000, 0.0, 9000);
-    std::printf("  misspecified null (family c, %s), %zu runs x N = 2000, 19 replicates: conditional %zu, model-based "
-                "%zu rejections at 0.05 (band [%zu, %zu]), %.1f s\n",
-                variant, runs, c.conditional, c.model_based, band.first, band.second, seconds_since(t0));
+    std::printf(
+        "  misspecified null (family c, %s), %zu runs x N = 2000, 19 replicates: conditional %zu, model-based "
+        "%zu rejections at 0.05 (band [%zu, %zu]), %.1f s\n",
+        variant, runs, c.conditional, c.model_based, band.first, band.second, seconds_since(t0));
     EXPECT_LE(c.conditional, band.second) << variant;
   }
 }
@@ -204,7 +205,8 @@ TEST(ExactNull, FullLogitOnOutputTrackingRoutingBeatsTheModelBasedNull) {
 TEST(ExactNull, ConditionalPermutationFindsPlantedDependence) {
   arcal::set_blas_threads(1);
   for (const char* variant : {"confidence", "full_logit"}) {
-    const auto c = exact_null_rejections(variant, variant == std::string("confidence") ? "c" : "outputs", 5, 2000, 0.03, 9500);
+    const auto c =
+        exact_null_rejections(variant, variant == std::string("confidence") ? "c" : "outputs", 5, 2000, 0.03, 9500);
     std::printf("  planted 0.03 nats (%s), 5 runs x N = 2000: conditional rejects %zu / 5\n", variant, c.conditional);
     EXPECT_GE(c.conditional, 4u) << variant;
   }
@@ -277,7 +279,8 @@ TEST(ExactNull, EachComparisonAndTheModelBasedNullStopOnTheirOwn) {
   const std::size_t h = settling_count(0.05, 39);
   ASSERT_EQ(seq.stop_after, h);
   std::size_t shortest = 39, longest = 0;
-  for (const auto& [s_pooled, f_pooled] : {std::pair{&seq.pooled, &fixed.pooled}, std::pair{&seq.model_pooled, &fixed.model_pooled}}) {
+  for (const auto& [s_pooled, f_pooled] :
+       {std::pair{&seq.pooled, &fixed.pooled}, std::pair{&seq.model_pooled, &fixed.model_pooled}}) {
     ASSERT_EQ(s_pooled->size(), f_pooled->size());
     const bool conditional = s_pooled == &seq.pooled;
     for (std::size_t c = 0; c < s_pooled->size(); ++c) {
@@ -382,7 +385,8 @@ TEST(SensitivityAudit, LongFullSizeTiming) {
   auto t0 = std::chrono::steady_clock::now();
   const auto res = run_sensitivity_audit(runs, o);
   std::printf("  sensitivity, 3 runs x N = 10,000, defaults: %.1f s\n", seconds_since(t0));
-  for (const auto& v : res.verdicts) std::printf("    R(0.010) %-22s %+.3f: %s\n", v.probe.c_str(), v.recovery, v.verdict.c_str());
+  for (const auto& v : res.verdicts)
+    std::printf("    R(0.010) %-22s %+.3f: %s\n", v.probe.c_str(), v.recovery, v.verdict.c_str());
   for (std::size_t e = 1; e < res.by_effect.size(); ++e)
     EXPECT_GE(estimate(res.by_effect[e], "nw_2d").recovery, estimate(res.by_effect[e - 1], "nw_2d").recovery);
   ExactNullAuditOptions x;

@@ -130,21 +130,22 @@ TEST(CalibrationReport, VerdictFollowsTheConsistencyTestAndTablesHoldTheDocument
 
 TEST(CalibrationReport, CalibrateJsonShowsBeforeAfterAndWarnsOfAFitThatDidNotConverge) {
   const auto before = simulated(2000, 3, 0.6, 3), after = simulated(2000, 3, 1.0, 3);
-  nlohmann::json j = {{"schema", kCalibrateSchema},
-                      {"mode", "fit"},
-                      {"method", "platt"},
-                      {"fit_file", "val.npz"},
-                      {"params_file", nullptr},
-                      {"apply_file", "test.npz"},
-                      {"out", "cal.npz"},
-                      {"save", nullptr},
-                      {"n_fit", 1500},
-                      {"n_apply", 2000},
-                      {"calibrator", {{"schema", "arcal.calibrator/1"}, {"method", "platt"}, {"converged", false},
-                                      {"a", 1.25}, {"b", -0.5}}},
-                      {"before", calibration_report_json(before)},
-                      {"after", calibration_report_json(after)},
-                      {"warnings", {"fitted on only 20 examples (fewer than 50): its parameters are unreliable"}}};
+  nlohmann::json j = {
+      {"schema", kCalibrateSchema},
+      {"mode", "fit"},
+      {"method", "platt"},
+      {"fit_file", "val.npz"},
+      {"params_file", nullptr},
+      {"apply_file", "test.npz"},
+      {"out", "cal.npz"},
+      {"save", nullptr},
+      {"n_fit", 1500},
+      {"n_apply", 2000},
+      {"calibrator",
+       {{"schema", "arcal.calibrator/1"}, {"method", "platt"}, {"converged", false}, {"a", 1.25}, {"b", -0.5}}},
+      {"before", calibration_report_json(before)},
+      {"after", calibration_report_json(after)},
+      {"warnings", {"fitted on only 20 examples (fewer than 50): its parameters are unreliable"}}};
   const ResultsDocument doc = read_results(j.dump(), "c.json");
   ASSERT_EQ(doc.kind, ResultsDocument::Kind::calibrate);
   EXPECT_EQ(doc.calibration.converged, 0);
@@ -183,9 +184,18 @@ TEST(CalibrationReport, OtherSchemasAreRefusedNamingTheThreeThatAreRead) {
     }
   }
   // a calibrate document without its before/after metrics (arcal calibrate without --json never writes one)
-  nlohmann::json j = {{"schema", kCalibrateSchema}, {"mode", "split"}, {"method", "temperature"},
-                      {"fit_file", "a.npz"}, {"params_file", nullptr}, {"apply_file", "a.npz"}, {"out", "b.npz"},
-                      {"save", nullptr}, {"n_fit", 10}, {"n_apply", 10}, {"calibrator", nlohmann::json::object()},
-                      {"before", nullptr}, {"after", nullptr}};
+  nlohmann::json j = {{"schema", kCalibrateSchema},
+                      {"mode", "split"},
+                      {"method", "temperature"},
+                      {"fit_file", "a.npz"},
+                      {"params_file", nullptr},
+                      {"apply_file", "a.npz"},
+                      {"out", "b.npz"},
+                      {"save", nullptr},
+                      {"n_fit", 10},
+                      {"n_apply", 10},
+                      {"calibrator", nlohmann::json::object()},
+                      {"before", nullptr},
+                      {"after", nullptr}};
   EXPECT_THROW(read_results(j.dump(), "c.json"), InputError);
 }

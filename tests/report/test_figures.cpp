@@ -17,9 +17,13 @@ TEST(Figures, InterventionFiguresRenderAsValidSvgAndPng) {
   nlohmann::json j = {{"residual", "full"}, {"as_attnres", ""}, {"effects", nlohmann::json::array()}};
   for (int p = 1; p < 4; ++p)
     for (const std::string f : {"embedding", "current", "history"})
-      j["effects"].push_back({{"point", p}, {"family", f}, {"mass", 0.1 * p}, {"mean_kl", 0.01 * p},
+      j["effects"].push_back({{"point", p},
+                              {"family", f},
+                              {"mass", 0.1 * p},
+                              {"mean_kl", 0.01 * p},
                               {"mean_kl_ci", {0.005 * p, 0.02 * p}}});
-  j["effects"].push_back({{"point", "all"}, {"family", "history"}, {"mass", 0.5}, {"mean_kl", 1.0}, {"mean_kl_ci", {0.9, 1.1}}});
+  j["effects"].push_back(
+      {{"point", "all"}, {"family", "history"}, {"mass", 0.5}, {"mean_kl", 1.0}, {"mean_kl_ci", {0.9, 1.1}}});
   const auto dir = (fs::path(ARCAL_BINARY_DIR) / "test_tmp" / "figures").string();
   fs::remove_all(dir);
   auto paths = write_intervention_figures(j, dir);
@@ -30,7 +34,8 @@ TEST(Figures, InterventionFiguresRenderAsValidSvgAndPng) {
       const auto bytes = read_file(p);
       EXPECT_EQ(bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8)) << p;
     } else {
-      const std::string cmd = std::string(ARCAL_TEST_PYTHON) + " -c \"import xml.dom.minidom,sys; xml.dom.minidom.parse('" + p + "')\"";
+      const std::string cmd =
+          std::string(ARCAL_TEST_PYTHON) + " -c \"import xml.dom.minidom,sys; xml.dom.minidom.parse('" + p + "')\"";
       EXPECT_EQ(std::system(cmd.c_str()), 0) << p;
     }
   }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "audit/audit.hpp"
+#include "results/audit_files.hpp"
 #include "audit/audit_test_util.hpp"
 #include "calib/binning.hpp"
 #include "core/error.hpp"
@@ -144,7 +145,8 @@ TEST(ResultsJson, IntegersOutOfRangeOrFractionalAreRefusedNamingThePointer) {
   EXPECT_EQ(message(whole), "no error");
   EXPECT_EQ(results::integer_value<int>(nlohmann::json(2147483647.0)), 2147483647);
   EXPECT_THROW(results::integer_value<int>(nlohmann::json(2147483648.0)), nlohmann::json::type_error);
-  EXPECT_THROW(results::integer_value<std::uint64_t>(nlohmann::json(18446744073709551616.0)), nlohmann::json::type_error);
+  EXPECT_THROW(results::integer_value<std::uint64_t>(nlohmann::json(18446744073709551616.0)),
+               nlohmann::json::type_error);
   EXPECT_THROW(results::integer_value<std::int64_t>(nlohmann::json(std::numeric_limits<std::uint64_t>::max())),
                nlohmann::json::type_error);
 }

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "core/error.hpp"
-#include "run/study.hpp"
+#include "run/study_file.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;
@@ -96,7 +96,8 @@ TEST(Study, ErrorsNameTheFileAndTheKey) {
   EXPECT_NE(error_of("[train]\nseeds = [1, 1]\n").find("repeated seed"), std::string::npos);
   EXPECT_NE(error_of("[model]\nresiduals = [\"standard\"]\n").find("not full or block"), std::string::npos);
   EXPECT_NE(error_of("[audit]\nnull_variants = [\"logit\"]\n").find("null_variants"), std::string::npos);
-  EXPECT_NE(error_of("[audit]\nsensitivity_effects = [0.02]\n").find("sensitivity_threshold_effect"), std::string::npos);
+  EXPECT_NE(error_of("[audit]\nsensitivity_effects = [0.02]\n").find("sensitivity_threshold_effect"),
+            std::string::npos);
   EXPECT_NE(error_of("[train\n").find("not valid TOML"), std::string::npos);
   EXPECT_NE(error_of("[train]\nepochs = 0\n").find("bad.toml"), std::string::npos);
   EXPECT_THROW(parse_study_toml("/nonexistent/study.toml"), InputError);
@@ -105,8 +106,11 @@ TEST(Study, ErrorsNameTheFileAndTheKey) {
 // ---- hostile study files (issue 13): the raw text is checked before toml11 parses it.
 
 TEST(StudyLimits, NestingArraysKeysAndEncodingAreCheckedBeforeParsing) {
-  auto err = [](const std::string& text) { return arcal::testing::input_error_message([&] { check_toml_shape(text, "s.toml"); }); };
-  EXPECT_NE(err("x = " + std::string(20000, '[') + std::string(20000, ']')).find("s.toml: line 1: arrays and inline tables nested more than 64 deep"),
+  auto err = [](const std::string& text) {
+    return arcal::testing::input_error_message([&] { check_toml_shape(text, "s.toml"); });
+  };
+  EXPECT_NE(err("x = " + std::string(20000, '[') + std::string(20000, ']'))
+                .find("s.toml: line 1: arrays and inline tables nested more than 64 deep"),
             std::string::npos);
   std::string tables = "x = ";
   for (int i = 0; i < 100; ++i) tables += "{a=";
@@ -122,13 +126,15 @@ TEST(StudyLimits, NestingArraysKeysAndEncodingAreCheckedBeforeParsing) {
   EXPECT_NE(err("name = \"a\x01\"\n").find("control character 1"), std::string::npos);
   EXPECT_NE(err(std::string(2 << 20, '#')).find("more than the limit of 1.0 MiB"), std::string::npos);
   // Brackets, dots and commas inside strings and comments are not structure.
-  EXPECT_NO_THROW(check_toml_shape("name = \"[[[[a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r]]]]\" # [[[[{{{{ a.b.c\n"
-                                   "[data]\ndata_dir = '''[[[\n[[[[['''\n",
-                                   "s.toml"));
+  EXPECT_NO_THROW(
+      check_toml_shape("name = \"[[[[a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r]]]]\" # [[[[{{{{ a.b.c\n"
+                       "[data]\ndata_dir = '''[[[\n[[[[['''\n",
+                       "s.toml"));
 }
 
 TEST(StudyLimits, IntegersOutsideTheirRangeAreNotNarrowed) {
-  EXPECT_NE(error_of("[train]\nepochs = 4294967297\n").find("[train] epochs must be an integer in [1, 100000] (got 4294967297)"),
+  EXPECT_NE(error_of("[train]\nepochs = 4294967297\n")
+                .find("[train] epochs must be an integer in [1, 100000] (got 4294967297)"),
             std::string::npos);
   EXPECT_NE(error_of("[train]\nbatch_size = 0\n").find("batch_size"), std::string::npos);
   EXPECT_NE(error_of("name = \"..\"\n").find("name must be"), std::string::npos);

@@ -44,7 +44,7 @@ TEST(HartungKnapp, HandComputation) {
   const double mean = twy / tw;
   double ss = 0;
   for (int i = 0; i < 3; ++i) ss += std::pow(y[i] - mean, 2) / (v[i] + r.tau2);
-  EXPECT_GT(r.tau2, 0.0);  // Q(0) = 5.43 > 2: heterogeneous
+  EXPECT_GT(r.tau2, 0.0);      // Q(0) = 5.43 > 2: heterogeneous
   EXPECT_NEAR(ss, 2.0, 1e-9);  // the Paule-Mandel equation holds
   const double se = std::sqrt(ss / (2 * tw));
   const double m0 = (10.0 + 15.0 - 5.0) / 175.0;

@@ -20,7 +20,12 @@ TEST(Permutation, ExactSmallStratumDistribution) {
   const auto null = within_stratum_permutation_null({s}, R, 11);
   int plus = 0, minus = 0, zero = 0;
   for (double g : null) {
-    if (g > 0.5) ++plus; else if (g < -0.5) ++minus; else if (std::abs(g) < 1e-12) ++zero;
+    if (g > 0.5)
+      ++plus;
+    else if (g < -0.5)
+      ++minus;
+    else if (std::abs(g) < 1e-12)
+      ++zero;
   }
   EXPECT_EQ(plus + minus + zero, R);
   // Binomial sd of a 1/4 frequency over 40000 draws is 0.0022; allow 5 sd.
@@ -35,8 +40,12 @@ TEST(Permutation, NullVarianceMatchesFinitePopulationFormula) {
   ContrastStratum a, b;
   for (int i = 0; i < 90; ++i) a.values.push_back(rng.normal());
   for (int i = 0; i < 61; ++i) b.values.push_back(rng.uniform() < 0.3 ? 1.0 : 0.0);
-  a.n_top = 30; a.n_bottom = 30; a.weight = 0.6;
-  b.n_top = 20; b.n_bottom = 21; b.weight = 0.4;
+  a.n_top = 30;
+  a.n_bottom = 30;
+  a.weight = 0.6;
+  b.n_top = 20;
+  b.n_bottom = 21;
+  b.weight = 0.4;
   auto s2 = [](const std::vector<double>& v) {
     const double m = std::accumulate(v.begin(), v.end(), 0.0) / v.size();
     double ss = 0;

@@ -159,8 +159,8 @@ TEST(NadarayaWatson, FastPathWithinOneInAMillionOfTheExactSumAtEveryScottMultipl
   std::vector<double> x(2 * n), y(n), x1(n), q(2 * m), q1(m);
   for (std::size_t i = 0; i < n; ++i) {
     const double a = rng.normal(), b = rng.normal();
-    x[2 * i] = (i % 50 == 0) ? 6.0 * a : std::exp(0.6 * a);       // logit c: skewed, 2 % outliers
-    x[2 * i + 1] = 0.7 * a + 0.3 * b;                               // s: correlated with it
+    x[2 * i] = (i % 50 == 0) ? 6.0 * a : std::exp(0.6 * a);  // logit c: skewed, 2 % outliers
+    x[2 * i + 1] = 0.7 * a + 0.3 * b;                        // s: correlated with it
     x1[i] = x[2 * i];
     y[i] = rng.uniform() < 1.0 / (1.0 + std::exp(-x[2 * i] + x[2 * i + 1])) ? 1.0 : 0.0;
   }
@@ -206,8 +206,8 @@ TEST(NadarayaWatson, FastPathWithinOneInAMillionOfTheExactSumAtEveryScottMultipl
   NadarayaWatsonOptions exact;
   exact.fast = false;
   EXPECT_FALSE(NadarayaWatson(x, y, 2, {0.3, 0.3}, exact).fast());
-  EXPECT_FALSE(NadarayaWatson(std::vector<double>(x.begin(), x.begin() + 2000), std::vector<double>(y.begin(), y.begin() + 1000),
-                              2, {0.3, 0.3})
+  EXPECT_FALSE(NadarayaWatson(std::vector<double>(x.begin(), x.begin() + 2000),
+                              std::vector<double>(y.begin(), y.begin() + 1000), 2, {0.3, 0.3})
                    .fast());
 }
 

@@ -144,7 +144,7 @@ TEST(AdamwUpdate, IsTheStepsLoopOnOneTensor) {
 
 TEST(AdamwUpdate, RefusesTensorsTheLoopDoesNotCover) {
   auto p = torch::zeros({4, 3}), g = torch::ones({4, 3}), m = torch::zeros({4, 3}), v = torch::zeros({4, 3});
-  EXPECT_THROW(adamw_update(p, g, m, v, 1e-3, 0.0, 0.9, 0.999, 1e-8, 0), std::invalid_argument);  // step 0
+  EXPECT_THROW(adamw_update(p, g, m, v, 1e-3, 0.0, 0.9, 0.999, 1e-8, 0), std::invalid_argument);      // step 0
   EXPECT_THROW(adamw_update(p, g.t(), m, v, 1e-3, 0.0, 0.9, 0.999, 1e-8, 1), std::invalid_argument);  // shape
   auto half = torch::zeros({4, 3}, torch::kBFloat16);
   EXPECT_THROW(adamw_update(half, half, half, half, 1e-3, 0.0, 0.9, 0.999, 1e-8, 1), std::invalid_argument);

@@ -59,8 +59,10 @@ TEST(Augment, FlipsReverseRowsAndCropsShiftThem) {
   const auto out = augment_batch(batch, 0, 11, "fashion-mnist");
   int flipped = 0, same = 0;
   for (std::int64_t b = 0; b < 64; ++b) {
-    if (torch::equal(out[b], batch[b])) ++same;
-    else if (torch::equal(out[b], batch[b].flip({2}))) ++flipped;
+    if (torch::equal(out[b], batch[b]))
+      ++same;
+    else if (torch::equal(out[b], batch[b].flip({2})))
+      ++flipped;
   }
   EXPECT_EQ(same + flipped, 64);
   EXPECT_GT(same, 10);

@@ -140,7 +140,8 @@ TEST(Distributed, KilledRanksResumeToTheUninterruptedParameters) {
   auto two_ranks = [&](const std::string& args, bool background) {
     const std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) + " WORLD_SIZE=2";
     const std::string cmd = env + " RANK=0 " + kArcal + " " + args + " & p0=$!; " + env + " RANK=1 " + kArcal + " " +
-                            args + " & p1=$!; " + (background ? "echo $p0 $p1" : "wait $p0; r0=$?; wait $p1; r1=$?; exit $((r0 | r1))");
+                            args + " & p1=$!; " +
+                            (background ? "echo $p0 $p1" : "wait $p0; r0=$?; wait $p1; r1=$?; exit $((r0 | r1))");
     return sh(cmd);
   };
   auto r = two_ranks(common + " --out " + whole, false);

@@ -85,7 +85,11 @@ TEST(RoutingEquivalentWrapper, StandardRunLoadsAsUniformAttnResWithSameLogits) {
   const std::string bin = std::string(ARCAL_BINARY_DIR) + "/arcal";
   const auto run = (fs::path(ARCAL_BINARY_DIR) / "test_tmp" / "wrapper_std").string();
   fs::remove_all(run);
-  ASSERT_EQ(std::system((bin + " train --residual standard --train-subset 1280 --batch-size 64 --max-steps 20 --quiet --out " + run + " > /dev/null").c_str()), 0);
+  ASSERT_EQ(std::system(
+                (bin + " train --residual standard --train-subset 1280 --batch-size 64 --max-steps 20 --quiet --out " +
+                 run + " > /dev/null")
+                    .c_str()),
+            0);
   torch::manual_seed(20);
   auto x = torch::randn({16, 1, 28, 28});
   for (const std::string mode : {"full", "block"}) {

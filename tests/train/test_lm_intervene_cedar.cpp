@@ -14,7 +14,7 @@
 #include <fstream>
 
 #include "cedar/torch/cedar_torch.hpp"
-#include "cedar/torch/lm_study.hpp"
+#include "cedar/torch/lm_prefill_study.hpp"
 #include "core/error.hpp"
 #include "io/text_corpus.hpp"
 #include "model/intervene.hpp"
@@ -137,7 +137,8 @@ TEST(LmIntervene, MassImportanceCountsDissociationsButNotTies) {
   // Hand-made rows: at the MLP point 1 the largest mass (history) is not the largest effect
   // (embedding); at the attention point 0 two families tie in mass (a uniform schedule) and the
   // largest effect is one of them: no dissociation.
-  auto row = [](int point, const std::string& sub, const std::string& fam, double mass, double kl, double lo, double hi) {
+  auto row = [](int point, const std::string& sub, const std::string& fam, double mass, double kl, double lo,
+                double hi) {
     InterventionEffect e;
     e.point = point;
     e.sublayer = sub;
@@ -149,11 +150,12 @@ TEST(LmIntervene, MassImportanceCountsDissociationsButNotTies) {
     return e;
   };
   InterventionReport rep;
-  rep.effects = {row(0, "attention", "embedding", 0.5, 0.01, 0.01, 0.02), row(0, "attention", "current", 0.5, 0.30, 0.2, 0.4),
-                 row(1, "mlp", "embedding", 0.2, 0.90, 0.8, 1.0), row(1, "mlp", "history", 0.6, 0.05, -0.01, 0.02),
-                 row(1, "mlp", "current", 0.2, 0.10, 0.05, 0.1), row(-1, "attention", "embedding", 0.5, 0.01, 0.01, 0.02),
-                 row(-1, "attention", "current", 0.5, 0.30, 0.2, 0.4), row(-1, "mlp", "embedding", 0.2, 0.90, 0.8, 1.0),
-                 row(-1, "mlp", "history", 0.6, 0.05, -0.01, 0.02), row(-1, "mlp", "current", 0.2, 0.10, 0.05, 0.1)};
+  rep.effects = {
+      row(0, "attention", "embedding", 0.5, 0.01, 0.01, 0.02), row(0, "attention", "current", 0.5, 0.30, 0.2, 0.4),
+      row(1, "mlp", "embedding", 0.2, 0.90, 0.8, 1.0),         row(1, "mlp", "history", 0.6, 0.05, -0.01, 0.02),
+      row(1, "mlp", "current", 0.2, 0.10, 0.05, 0.1),          row(-1, "attention", "embedding", 0.5, 0.01, 0.01, 0.02),
+      row(-1, "attention", "current", 0.5, 0.30, 0.2, 0.4),    row(-1, "mlp", "embedding", 0.2, 0.90, 0.8, 1.0),
+      row(-1, "mlp", "history", 0.6, 0.05, -0.01, 0.02),       row(-1, "mlp", "current", 0.2, 0.10, 0.05, 0.1)};
   const auto mi = mass_importance(rep, {"attention", "mlp", "final"});
   ASSERT_EQ(mi.size(), 2u);  // no "all" rows were given
   EXPECT_EQ(mi[0].sublayer, "attention");
@@ -203,7 +205,7 @@ TEST(LmIntervene, ClusterIntervalsResampleWholeSequences) {
   EXPECT_LE(e.delta_nll_ci.high, std::max(a, b) + 1e-7);
   EXPECT_NEAR(e.delta_nll, (a + b) / 2, 1e-7);
   const double width = (e.delta_nll_ci.high - e.delta_nll_ci.low) / std::abs(a - b);
-  EXPECT_GT(width, 0.3);   // k = 3..9 gives 0.5; 400 draws may land on k = 2..10 (0.67)
+  EXPECT_GT(width, 0.3);  // k = 3..9 gives 0.5; 400 draws may land on k = 2..10 (0.67)
   EXPECT_LT(width, 0.75);
 }
 
@@ -288,9 +290,11 @@ TEST(LmTwin, WrappedStandardLmIsUniformAndReproducesTheLogits) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string run = (dir / "run").string();
-  ASSERT_EQ(std::system((bin + " train --dataset gcide --model ar-lm-tiny-nope --residual standard --context 64"
-                               " --train-subset 64 --batch-size 8 --max-steps 3 --val-fraction 0.002 --quiet --out " + run +
-                               " > /dev/null").c_str()),
+  ASSERT_EQ(std::system((bin +
+                         " train --dataset gcide --model ar-lm-tiny-nope --residual standard --context 64"
+                         " --train-subset 64 --batch-size 8 --max-steps 3 --val-fraction 0.002 --quiet --out " +
+                         run + " > /dev/null")
+                            .c_str()),
             0);
   // Past the training context (NoPE), through the library's wrapper check (the ViT's test in
   // test_intervene.cpp computes the same two numbers by hand).
@@ -310,8 +314,9 @@ TEST(LmTwin, WrappedStandardLmIsUniformAndReproducesTheLogits) {
   // The CLI: arcal intervene on the wrapped twin writes token-level effects whose masses are the
   // schedule's 1/S_p, and cedar-lm runs the prefill study on the run.
   const std::string out = (dir / "intervene.json").string();
-  ASSERT_EQ(std::system((bin + " intervene --run " + run + " --as-attnres block --subset 4 --bootstrap 50 --json --out " +
-                         out + " > /dev/null").c_str()),
+  ASSERT_EQ(std::system((bin + " intervene --run " + run +
+                         " --as-attnres block --subset 4 --bootstrap 50 --json --out " + out + " > /dev/null")
+                            .c_str()),
             0);
   InterventionResults res = nlohmann::json::parse(std::ifstream(out));
   EXPECT_EQ(res.report.unit, "token");
@@ -326,7 +331,8 @@ TEST(LmTwin, WrappedStandardLmIsUniformAndReproducesTheLogits) {
   const auto S = wc.sources_per_point();
   for (const auto& e : res.report.effects) {
     if (e.point >= 0) {
-      EXPECT_NEAR(e.mass, double(family_sources(e.family, S[std::size_t(e.point)]).size()) / S[std::size_t(e.point)], 1e-6);
+      EXPECT_NEAR(e.mass, double(family_sources(e.family, S[std::size_t(e.point)]).size()) / S[std::size_t(e.point)],
+                  1e-6);
     }
   }
   cedar::LmStudyConfig c;

@@ -55,7 +55,8 @@ TEST(LmData, TextSplitsAreByteSequencesOfDisjointDocuments) {
   // Documents of test and validation never reach training (sequences start in their own split's documents).
   std::set<std::int64_t> train_docs;
   for (std::int64_t i = 0; i < d.train.size(); ++i) train_docs.insert(d.train.labels[i].item<std::int64_t>());
-  for (std::int64_t i = 0; i < d.test.size(); ++i) EXPECT_EQ(train_docs.count(d.test.labels[i].item<std::int64_t>()), 0u);
+  for (std::int64_t i = 0; i < d.test.size(); ++i)
+    EXPECT_EQ(train_docs.count(d.test.labels[i].item<std::int64_t>()), 0u);
   // The test split holds about 1 % of the corpus' documents: 1,262 of 126,240 at ~300 bytes each.
   EXPECT_GT(d.test.size(), 2000);
   EXPECT_LT(d.test.size(), 12000);
@@ -98,7 +99,8 @@ TEST(LmTrain, ShortRunReportsBitsPerByteAndResumesExactly) {
   // The token trace: rows s * T + t, labels the next byte, cluster s, routing of the token itself.
   TrainConfig tc;
   auto model = load_trained_model(whole, &tc);
-  const DatasetSplits data = load_dataset(tc.dataset, tc.data_dir, tc.val_fraction, tc.train_subset, tc.seed, tc.context);
+  const DatasetSplits data =
+      load_dataset(tc.dataset, tc.data_dir, tc.val_fraction, tc.train_subset, tc.seed, tc.context);
   const TensorData few = select_sequences(data.test, 5);
   ASSERT_EQ(few.size(), 5);
   EXPECT_TRUE(few.images[1].equal(data.test.images[data.test.size() / 5]));  // evenly spaced
@@ -135,21 +137,32 @@ TEST(LmTrain, TraceCliWritesATokenTraceThatNumpyReads) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string run = (dir / "run").string(), npz = (dir / "test.npz").string();
-  ASSERT_EQ(std::system((bin + " train --dataset gcide --model ar-lm-tiny --residual full --context 32 --train-subset 128"
-                               " --batch-size 8 --max-steps 2 --val-fraction 0.002 --quiet --out " + run + " > /dev/null").c_str()),
+  ASSERT_EQ(std::system((bin +
+                         " train --dataset gcide --model ar-lm-tiny --residual full --context 32 --train-subset 128"
+                         " --batch-size 8 --max-steps 2 --val-fraction 0.002 --quiet --out " +
+                         run + " > /dev/null")
+                            .c_str()),
             0);
-  ASSERT_EQ(std::system((bin + " trace --quiet --run " + run + " --sequences 24 --out " + npz + " > /dev/null").c_str()), 0);
-  const std::string py = std::string(ARCAL_TEST_PYTHON) + " -c \"\nimport json, numpy as np\n"
-                         "d = np.load('" + npz + "')\n"
-                         "assert d['logits'].shape == (24 * 32, 256), d['logits'].shape\n"
-                         "assert d['cluster'].dtype == np.int64 and (d['cluster'] == np.repeat(np.arange(24), 32)).all()\n"
-                         "assert d['routing'].shape[0] == 24 * 32 and 'routing_cls' not in d\n"
-                         "m = json.loads(str(d['meta']))\n"
-                         "assert m['task'] == 'lm' and m['cluster'] == 'sequence' and m['sequences'] == 24, m\n\"";
+  ASSERT_EQ(
+      std::system((bin + " trace --quiet --run " + run + " --sequences 24 --out " + npz + " > /dev/null").c_str()), 0);
+  const std::string py =
+      std::string(ARCAL_TEST_PYTHON) +
+      " -c \"\nimport json, numpy as np\n"
+      "d = np.load('" +
+      npz +
+      "')\n"
+      "assert d['logits'].shape == (24 * 32, 256), d['logits'].shape\n"
+      "assert d['cluster'].dtype == np.int64 and (d['cluster'] == np.repeat(np.arange(24), 32)).all()\n"
+      "assert d['routing'].shape[0] == 24 * 32 and 'routing_cls' not in d\n"
+      "m = json.loads(str(d['meta']))\n"
+      "assert m['task'] == 'lm' and m['cluster'] == 'sequence' and m['sequences'] == 24, m\n\"";
   EXPECT_EQ(std::system(py.c_str()), 0);
   // A language-model run audits with the clustered diagnostic (and no exact null).
   const std::string audit = (dir / "audit").string();
-  EXPECT_EQ(std::system((bin + " audit --quiet --permutations 99 --no-probes --out " + audit + " " + npz + " > /dev/null 2>&1").c_str()), 0);
+  EXPECT_EQ(std::system(
+                (bin + " audit --quiet --permutations 99 --no-probes --out " + audit + " " + npz + " > /dev/null 2>&1")
+                    .c_str()),
+            0);
   const auto res = nlohmann::json::parse(read_file(audit + "/results.json"));
   EXPECT_EQ(res.at("verdict").at("dependence").at("variant"), "clustered");
 }

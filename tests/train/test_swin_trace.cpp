@@ -24,9 +24,9 @@ TEST(SwinTrace, PointsRunStageByStageAndPadToTheLargestSourceCount) {
   // the 12-sublayer stage 2 has the most (13).
   ASSERT_EQ(t.sources, 13u);
   EXPECT_EQ(t.routing_sources[0], 1);
-  EXPECT_EQ(t.routing_sources[4], 5);   // stage 0's final aggregation
-  EXPECT_EQ(t.routing_sources[5], 1);   // stage 1 restarts from its own v_0
-  EXPECT_EQ(t.routing_sources[22], 13); // stage 2's final aggregation
+  EXPECT_EQ(t.routing_sources[4], 5);    // stage 0's final aggregation
+  EXPECT_EQ(t.routing_sources[5], 1);    // stage 1 restarts from its own v_0
+  EXPECT_EQ(t.routing_sources[22], 13);  // stage 2's final aggregation
   EXPECT_EQ(t.routing_sources[27], 5);
   EXPECT_TRUE(t.routing_cls.empty());
   for (std::size_t i = 0; i < t.n; ++i)
@@ -36,7 +36,8 @@ TEST(SwinTrace, PointsRunStageByStageAndPadToTheLargestSourceCount) {
         EXPECT_FLOAT_EQ(t.routing[(i * t.points + p) * t.sources + s], s < S ? float(1.0 / double(S)) : 0.0f);
     }
   validate_trace(t);
-  const auto path = std::filesystem::temp_directory_path() / ("arcal_swin_trace_" + std::to_string(::getpid()) + ".npz");
+  const auto path =
+      std::filesystem::temp_directory_path() / ("arcal_swin_trace_" + std::to_string(::getpid()) + ".npz");
   save_trace(t, path.string());
   auto back = load_trace(path.string());
   EXPECT_EQ(back.routing, t.routing);

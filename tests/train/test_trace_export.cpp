@@ -39,13 +39,20 @@ TEST(TraceCli, NumpyReadsTraceThatReproducesTestAccuracy) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string run = (dir / "run").string(), npz = (dir / "test.npz").string();
-  ASSERT_EQ(std::system((bin + " train --residual full --train-subset 1280 --batch-size 64 --max-steps 20 --quiet --out " +
-                         run + " > /dev/null").c_str()),
-            0);
+  ASSERT_EQ(
+      std::system((bin + " train --residual full --train-subset 1280 --batch-size 64 --max-steps 20 --quiet --out " +
+                   run + " > /dev/null")
+                      .c_str()),
+      0);
   ASSERT_EQ(std::system((bin + " trace --quiet --run " + run + " --out " + npz + " > /dev/null").c_str()), 0);
-  const std::string py = std::string(ARCAL_TEST_PYTHON) + " -c \"\nimport json, sys, numpy as np\n"
-                         "d = np.load('" + npz + "')\n"
-                         "s = json.load(open('" + run + "/summary.json'))\n"
+  const std::string py = std::string(ARCAL_TEST_PYTHON) +
+                         " -c \"\nimport json, sys, numpy as np\n"
+                         "d = np.load('" +
+                         npz +
+                         "')\n"
+                         "s = json.load(open('" +
+                         run +
+                         "/summary.json'))\n"
                          "r, S = d['routing'], d['routing_sources']\n"
                          "assert d['logits'].shape == (10000, 10) and d['labels'].dtype == np.int64\n"
                          "assert r.shape == (10000, 13, 13) and r.dtype == np.float32\n"

@@ -115,7 +115,8 @@ TEST(TrainCli, BadInputFailsCleanlyWithoutCompleteLookingFiles) {
   const std::vector<Case> cases = {
       {"--data-dir " + d + "/nowhere", "train-images-idx3-ubyte.gz: cannot open"},
       {"--data-dir " + d + "/data", "magic number is 2049, but must be 2051"},
-      {"--model ar-vit-huge", "--model: ar-vit-huge not in {ar-vit-tiny,ar-deit-small,ar-swin-tiny,ar-lm-tiny,ar-lm-tiny-nope}"},
+      {"--model ar-vit-huge",
+       "--model: ar-vit-huge not in {ar-vit-tiny,ar-deit-small,ar-swin-tiny,ar-lm-tiny,ar-lm-tiny-nope}"},
       {"--dataset imagenet", "--dataset: imagenet not in {fashion-mnist,cifar10,cifar100,gcide}"},
       {"--residual block --block-size 13", "--block-size: 13 must be in [1, 12]"},
       {"--residual sideways", "--residual: sideways not in {full,block,standard}"},
@@ -144,7 +145,8 @@ TEST(TrainCli, TraceWrittenByTheTrainingIsArcalTraceBitForBit) {
   ASSERT_EQ(run(std::string(kSmall) + " --residual full --out " + a + " --trace " + a + ".npz").code, 0);
   ASSERT_EQ(run(std::string(kSmall) + " --residual full --out " + b).code, 0);
   ASSERT_EQ(run("trace --quiet --run " + b + " --out " + b + ".npz").code, 0);
-  const auto sa = nlohmann::json::parse(read_file(a + "/summary.json")), sb = nlohmann::json::parse(read_file(b + "/summary.json"));
+  const auto sa = nlohmann::json::parse(read_file(a + "/summary.json")),
+             sb = nlohmann::json::parse(read_file(b + "/summary.json"));
   for (const char* k : {"test_accuracy", "test_nll", "test_ece15", "test_n"}) EXPECT_EQ(sa[k], sb[k]) << k;
   const auto ta = load_trace(a + ".npz"), tb = load_trace(b + ".npz");
   EXPECT_EQ(ta.n, 10000u);
@@ -171,7 +173,8 @@ TEST(TrainCli, TraceWrittenByTheTrainingIsArcalTraceBitForBit) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--trace-split: 'train': expected test or val"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(d + "/c/config.json"));
-  r = run(std::string(kSmall) + " --residual full --val-fraction 0 --out " + d + "/c --trace " + d + "/c.npz --trace-split val");
+  r = run(std::string(kSmall) + " --residual full --val-fraction 0 --out " + d + "/c --trace " + d +
+          "/c.npz --trace-split val");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--trace-split: the val split of this run is empty"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(d + "/c/config.json"));

@@ -19,7 +19,7 @@ TEST(TrainOptions, TypedJsonReadsBackToTheSameConfiguration) {
   c.dataset = "cifar10";
   c.lr = 3e-4;
   c.seed = 18446744073709551615ull;  // the largest seed survives the round trip exactly
-  c.max_steps = 999999999999LL;  // near the top of its range
+  c.max_steps = 999999999999LL;      // near the top of its range
   c.precision = "bf16";
   const nlohmann::json j = c;
   const TrainConfig back = train_config_from_json(j, "t");
@@ -34,7 +34,8 @@ TEST(TrainOptions, IntegersMustFitAndKeysMustExist) {
   auto message = [](const nlohmann::json& j) {
     return testing::input_error_message([&] { train_config_from_json(j, "RUN/config.json: train"); });
   };
-  EXPECT_NE(message({{"epochs", 4294967299LL}}).find("'epochs' is 4294967299, but must be an integer in"), std::string::npos);
+  EXPECT_NE(message({{"epochs", 4294967299LL}}).find("'epochs' is 4294967299, but must be an integer in"),
+            std::string::npos);
   EXPECT_NE(message({{"epochs", 2.5}}).find("'epochs' is 2.5, but must be an integer"), std::string::npos);
   EXPECT_NE(message({{"seed", -1}}).find("'seed' is -1"), std::string::npos);
   EXPECT_NE(message({{"epoch", 3}}).find("unknown option 'epoch'"), std::string::npos);

@@ -1,4 +1,4 @@
-// How the CEDAR trained-model studies (model_study.hpp, lm_study.hpp) write an Estimate: as
+// How the CEDAR trained-model studies (vit_study.hpp, lm_prefill_study.hpp) write an Estimate: as
 // "value [low, high]" in their markdown tables and as {"value", "ci": [low, high]} in their JSON.
 #pragma once
 

@@ -1,5 +1,5 @@
-// CEDAR in a language model's causal prefill (lm_study.hpp).
-#include "cedar/torch/lm_study.hpp"
+// CEDAR in a language model's causal prefill (lm_prefill_study.hpp).
+#include "cedar/torch/lm_prefill_study.hpp"
 
 #include <fmt/format.h>
 
@@ -68,7 +68,8 @@ double pick(const Totals& t, int which) {
   }
 }
 
-Estimate boot(const std::vector<SeqSums>& arm, const std::vector<SeqSums>* dense, int which, int draws, std::uint64_t seed) {
+Estimate boot(const std::vector<SeqSums>& arm, const std::vector<SeqSums>* dense, int which, int draws,
+              std::uint64_t seed) {
   const auto r = percentile_bootstrap(
       arm.size(),
       [&](const std::vector<std::size_t>& idx) {
@@ -102,7 +103,8 @@ torch::Tensor libtorch_causal(const torch::Tensor& q, const torch::Tensor& k, co
   for (std::int64_t r0 = 0; r0 < T; r0 += kBlock) {
     const auto r1 = std::min(T, r0 + kBlock);
     auto s = torch::matmul(q.slice(1, r0, r1), k.slice(1, 0, r1).transpose(1, 2)) * scale;  // (H, r1-r0, r1)
-    auto qpos = torch::arange(r0, r1, torch::kLong).unsqueeze(1), kpos = torch::arange(0, r1, torch::kLong).unsqueeze(0);
+    auto qpos = torch::arange(r0, r1, torch::kLong).unsqueeze(1),
+         kpos = torch::arange(0, r1, torch::kLong).unsqueeze(0);
     s.masked_fill_(kpos.gt(qpos), -std::numeric_limits<float>::infinity());
     out.slice(1, r0, r1).copy_(torch::matmul(torch::softmax(s, -1), v.slice(1, 0, r1)));
   }
@@ -148,10 +150,11 @@ LmTiming time_kernels(ARViT& model, const TrainConfig& tc, const LmStudyConfig& 
   Stats st;
   t.dense_seconds = seconds_of([&] { o_dense = attention_tensors(q, k, v, chunks, opt(Method::dense, 0)).first; });
   t.libtorch_seconds = seconds_of([&] { o_lib = libtorch_causal(q, k, v); });
-  t.cedar_seconds =
-      seconds_of([&] { o_cedar = attention_tensors(q, k, v, chunks, opt(Method::cedar, cfg.timing_budget), &st).first; });
+  t.cedar_seconds = seconds_of(
+      [&] { o_cedar = attention_tensors(q, k, v, chunks, opt(Method::cedar, cfg.timing_budget), &st).first; });
   t.cedar_mean_expanded = st.mean_expanded;
-  t.topk_seconds = seconds_of([&] { o_topk = attention_tensors(q, k, v, chunks, opt(Method::topk, cfg.timing_budget)).first; });
+  t.topk_seconds =
+      seconds_of([&] { o_topk = attention_tensors(q, k, v, chunks, opt(Method::topk, cfg.timing_budget)).first; });
   t.summary_seconds = seconds_of([&] { o_sum = attention_tensors(q, k, v, chunks, opt(Method::summary, 0)).first; });
   t.cedar_error = rel_error(o_cedar, o_dense);
   t.topk_error = rel_error(o_topk, o_dense);
@@ -159,7 +162,6 @@ LmTiming time_kernels(ARViT& model, const TrainConfig& tc, const LmStudyConfig& 
   t.libtorch_vs_dense_error = rel_error(o_lib, o_dense);
   return t;
 }
-
 
 }  // namespace
 
@@ -173,7 +175,8 @@ LmStudyResult run_lm_study(const LmStudyConfig& cfg, const std::function<void(st
   for (std::size_t i = 0; i < cfg.contexts.size(); ++i)
     if (cfg.contexts[i] < 2) throw_index(f, "--contexts", i, std::to_string(cfg.contexts[i]), ">= 2");
   for (std::size_t i = 0; i < cfg.timing_contexts.size(); ++i)
-    if (cfg.timing_contexts[i] < 2) throw_index(f, "--timing-contexts", i, std::to_string(cfg.timing_contexts[i]), ">= 2");
+    if (cfg.timing_contexts[i] < 2)
+      throw_index(f, "--timing-contexts", i, std::to_string(cfg.timing_contexts[i]), ">= 2");
   if (cfg.timing_budget < 1) throw_input(f, "--timing-budget must be >= 1");
   if (cfg.threads > 0) set_compute_threads(cfg.threads);
   TrainConfig tc;
@@ -220,8 +223,8 @@ LmStudyResult run_lm_study(const LmStudyConfig& cfg, const std::function<void(st
     const auto data = load_dataset(tc.dataset, tc.data_dir, tc.val_fraction, 0, tc.seed, int(L));
     const std::int64_t n = std::min<std::int64_t>(data.test.size(), std::max<std::int64_t>(2, cfg.tokens / L));
     if (n < 2)
-      throw_input(f, "the test split holds " + std::to_string(data.test.size()) + " sequence(s) of " + std::to_string(L + 1) +
-                         " bytes; the intervals need at least 2 (lower --contexts)");
+      throw_input(f, "the test split holds " + std::to_string(data.test.size()) + " sequence(s) of " +
+                         std::to_string(L + 1) + " bytes; the intervals need at least 2 (lower --contexts)");
     plans.emplace_back(L, data.test.images.narrow(0, 0, n));
   }
   std::int64_t total = 0, done = 0;
@@ -341,21 +344,22 @@ nlohmann::json lm_study_json(const LmStudyResult& r) {
   }
   nlohmann::json timings = nlohmann::json::array();
   for (const auto& t : r.timings)
-    timings.push_back({{"context", t.context},
-                       {"chunks", t.chunks},
-                       {"budget", r.config.timing_budget},
-                       {"seconds",
-                        {{"dense", t.dense_seconds},
-                         {"libtorch", t.libtorch_seconds},
-                         {"cedar", t.cedar_seconds},
-                         {"topk", t.topk_seconds},
-                         {"summary", t.summary_seconds}}},
-                       {"cedar_vs_dense", t.dense_seconds / t.cedar_seconds},
-                       {"cedar_vs_libtorch", t.libtorch_seconds / t.cedar_seconds},
-                       {"dense_vs_libtorch", t.libtorch_seconds / t.dense_seconds},
-                       {"relative_error", {{"cedar", t.cedar_error}, {"topk", t.topk_error}, {"summary", t.summary_error}}},
-                       {"cedar_mean_expanded", t.cedar_mean_expanded},
-                       {"libtorch_vs_dense_error", t.libtorch_vs_dense_error}});
+    timings.push_back(
+        {{"context", t.context},
+         {"chunks", t.chunks},
+         {"budget", r.config.timing_budget},
+         {"seconds",
+          {{"dense", t.dense_seconds},
+           {"libtorch", t.libtorch_seconds},
+           {"cedar", t.cedar_seconds},
+           {"topk", t.topk_seconds},
+           {"summary", t.summary_seconds}}},
+         {"cedar_vs_dense", t.dense_seconds / t.cedar_seconds},
+         {"cedar_vs_libtorch", t.libtorch_seconds / t.cedar_seconds},
+         {"dense_vs_libtorch", t.libtorch_seconds / t.dense_seconds},
+         {"relative_error", {{"cedar", t.cedar_error}, {"topk", t.topk_error}, {"summary", t.summary_error}}},
+         {"cedar_mean_expanded", t.cedar_mean_expanded},
+         {"libtorch_vs_dense_error", t.libtorch_vs_dense_error}});
   return {{"schema", "arcal.cedar_lm/1"},
           {"run", r.config.run},
           {"model", r.model},
@@ -375,18 +379,22 @@ nlohmann::json lm_study_json(const LmStudyResult& r) {
 
 std::string lm_study_csv(const LmStudyResult& r) {
   std::ostringstream o;
-  o << "context,method,second_order,budget,mean_expanded,bits_per_byte,bpb_low,bpb_high,nll,ece,ece_low,ece_high,overconfidence,"
-       "over_low,over_high,d_bits_per_byte,d_bpb_low,d_bpb_high,d_ece,d_overconfidence,d_over_low,d_over_high,agreement,"
+  o << "context,method,second_order,budget,mean_expanded,bits_per_byte,bpb_low,bpb_high,nll,ece,ece_low,ece_high,"
+       "overconfidence,"
+       "over_low,over_high,d_bits_per_byte,d_bpb_low,d_bpb_high,d_ece,d_overconfidence,d_over_low,d_over_high,"
+       "agreement,"
        "mean_kl,layer_seconds\n";
   for (const auto& c : r.contexts)
     for (const auto& a : c.arms)
-      o << fmt::format("{},{},{},{},{:.4f},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},"
-                       "{:.6g},{:.6g},{:.6g},{:.6g},{:.6f},{:.6g},{:.6g}\n",
-                       c.context, a.method, a.second_order ? 1 : 0, a.budget, a.mean_expanded, a.bits_per_byte.value, a.bits_per_byte.ci.low,
-                       a.bits_per_byte.ci.high, a.nll.value, a.ece.value, a.ece.ci.low, a.ece.ci.high, a.overconfidence.value,
-                       a.overconfidence.ci.low, a.overconfidence.ci.high, a.d_bits_per_byte.value, a.d_bits_per_byte.ci.low,
-                       a.d_bits_per_byte.ci.high, a.d_ece.value, a.d_overconfidence.value, a.d_overconfidence.ci.low,
-                       a.d_overconfidence.ci.high, a.agreement, a.mean_kl, a.layer_seconds);
+      o << fmt::format(
+          "{},{},{},{},{:.4f},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:."
+          "6g},"
+          "{:.6g},{:.6g},{:.6g},{:.6g},{:.6f},{:.6g},{:.6g}\n",
+          c.context, a.method, a.second_order ? 1 : 0, a.budget, a.mean_expanded, a.bits_per_byte.value,
+          a.bits_per_byte.ci.low, a.bits_per_byte.ci.high, a.nll.value, a.ece.value, a.ece.ci.low, a.ece.ci.high,
+          a.overconfidence.value, a.overconfidence.ci.low, a.overconfidence.ci.high, a.d_bits_per_byte.value,
+          a.d_bits_per_byte.ci.low, a.d_bits_per_byte.ci.high, a.d_ece.value, a.d_overconfidence.value,
+          a.d_overconfidence.ci.low, a.d_overconfidence.ci.high, a.agreement, a.mean_kl, a.layer_seconds);
   return o.str();
 }
 
@@ -409,29 +417,32 @@ std::string lm_study_markdown(const LmStudyResult& r) {
     o << ".\n\n";
   }
   for (const auto& c : r.contexts) {
-    o << fmt::format("### L = {} ({} sequences, {} tokens, {} chunks{})\n\n", c.context, c.sequences, c.tokens, c.chunks,
-                     c.beyond_training ? "; longer than the training context" : "");
+    o << fmt::format("### L = {} ({} sequences, {} tokens, {} chunks{})\n\n", c.context, c.sequences, c.tokens,
+                     c.chunks, c.beyond_training ? "; longer than the training context" : "");
     o << "| method | B | exact chunks | bits per byte | Δ bits per byte | ECE | Δ ECE | over-confidence | Δ "
-         "over-confidence | agrees with dense | KL from dense | s per layer |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+         "over-confidence | agrees with dense | KL from dense | s per layer "
+         "|\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& a : c.arms)
       o << fmt::format("| {}{} | {} | {:.2f} | {} | {} | {} | {} | {} | {} | {:.4f} | {:.5f} | {:.4f} |\n", a.method,
-                       a.second_order ? "" : " (first order)", a.budget,
-                       a.mean_expanded, estimate_text(a.bits_per_byte), estimate_text(a.d_bits_per_byte),
-                       estimate_text(a.ece), estimate_text(a.d_ece), estimate_text(a.overconfidence),
-                       estimate_text(a.d_overconfidence), a.agreement, a.mean_kl, a.layer_seconds);
+                       a.second_order ? "" : " (first order)", a.budget, a.mean_expanded,
+                       estimate_text(a.bits_per_byte), estimate_text(a.d_bits_per_byte), estimate_text(a.ece),
+                       estimate_text(a.d_ece), estimate_text(a.overconfidence), estimate_text(a.d_overconfidence),
+                       a.agreement, a.mean_kl, a.layer_seconds);
     o << "\n";
   }
   if (!r.timings.empty()) {
     o << fmt::format("### Kernel time per layer (layer 0's q/k/v, one sequence, causal prefill, B = {})\n\n",
                      r.config.timing_budget);
     o << "| L | chunks | LibTorch s | dense s | CEDAR s | top-k s | summary s | CEDAR vs dense | CEDAR vs LibTorch | "
-         "CEDAR error | top-k error | summary error | exact chunks |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+         "CEDAR error | top-k error | summary error | exact chunks "
+         "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& t : r.timings)
-      o << fmt::format("| {} | {} | {:.4f} | {:.4f} | {:.4f} | {:.4f} | {:.4f} | {:.2f}× | {:.2f}× | {:.2e} | {:.2e} | {:.2e} | "
-                       "{:.2f} |\n",
-                       t.context, t.chunks, t.libtorch_seconds, t.dense_seconds, t.cedar_seconds, t.topk_seconds,
-                       t.summary_seconds, t.dense_seconds / t.cedar_seconds, t.libtorch_seconds / t.cedar_seconds,
-                       t.cedar_error, t.topk_error, t.summary_error, t.cedar_mean_expanded);
+      o << fmt::format(
+          "| {} | {} | {:.4f} | {:.4f} | {:.4f} | {:.4f} | {:.4f} | {:.2f}× | {:.2f}× | {:.2e} | {:.2e} | {:.2e} | "
+          "{:.2f} |\n",
+          t.context, t.chunks, t.libtorch_seconds, t.dense_seconds, t.cedar_seconds, t.topk_seconds, t.summary_seconds,
+          t.dense_seconds / t.cedar_seconds, t.libtorch_seconds / t.cedar_seconds, t.cedar_error, t.topk_error,
+          t.summary_error, t.cedar_mean_expanded);
   }
   return o.str();
 }

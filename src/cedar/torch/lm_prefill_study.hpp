@@ -18,10 +18,10 @@
 namespace arcal::cedar {
 
 struct LmStudyConfig {
-  std::string run;                                   ///< run directory of arcal train (ar-lm-tiny or -nope)
+  std::string run;                                      ///< run directory of arcal train (ar-lm-tiny or -nope)
   std::vector<std::int64_t> contexts{512, 1024, 2048};  ///< prefill lengths L for the quality table
-  std::vector<std::int64_t> budgets{2, 4, 8};         ///< exact chunks per query (cedar, topk)
-  std::int64_t chunk = 64;                            ///< tokens per chunk
+  std::vector<std::int64_t> budgets{2, 4, 8};           ///< exact chunks per query (cedar, topk)
+  std::int64_t chunk = 64;                              ///< tokens per chunk
   std::int64_t tokens = 32768;  ///< test tokens scored per context (whole sequences, at least 2)
   /// Prefill lengths of the kernel-time table (one sequence each); empty = none.
   std::vector<std::int64_t> timing_contexts{2048, 8192, 32768};
@@ -29,7 +29,7 @@ struct LmStudyConfig {
   /// Also run summary-only and CEDAR without the second-order (variance) term of the summary score:
   /// the ablation that shows what that term does on this model's keys (method.md §8).
   bool first_order_arms = false;
-  int threads = 0;                 ///< kernel and LibTorch threads (0 = the hardware's)
+  int threads = 0;  ///< kernel and LibTorch threads (0 = the hardware's)
   int bootstrap = 1000;
   std::uint64_t seed = 0;
 };
@@ -42,9 +42,9 @@ struct LmArm {
   double mean_expanded = 0;  ///< exact chunks per (layer, sequence, head, query), sink and own chunk not counted
   Estimate bits_per_byte, nll, ece, overconfidence, accuracy;
   Estimate d_bits_per_byte, d_ece, d_overconfidence;  ///< arm minus dense on the same resamples
-  double agreement = 0;     ///< fraction of tokens with dense's top-1 prediction
-  double mean_kl = 0;       ///< mean KL(p_dense || p_arm) per token, nats
-  double layer_seconds = 0;  ///< attention kernel seconds per layer and sequence
+  double agreement = 0;                               ///< fraction of tokens with dense's top-1 prediction
+  double mean_kl = 0;                                 ///< mean KL(p_dense || p_arm) per token, nats
+  double layer_seconds = 0;                           ///< attention kernel seconds per layer and sequence
 };
 
 struct LmContext {

@@ -1,5 +1,5 @@
-// CEDAR inside a trained model (model_study.hpp).
-#include "cedar/torch/model_study.hpp"
+// CEDAR inside a trained model (vit_study.hpp).
+#include "cedar/torch/vit_study.hpp"
 
 #include <fmt/format.h>
 
@@ -82,8 +82,6 @@ Stats4 resample_stats(const Predictions& p, const std::vector<std::size_t>& idx)
 
 Estimate estimate(double value, const Interval& ci) { return Estimate{value, ci}; }
 
-
-
 }  // namespace
 
 ModelStudyResult run_model_study(const ModelStudyConfig& cfg,
@@ -112,7 +110,8 @@ ModelStudyResult run_model_study(const ModelStudyConfig& cfg,
       throw_index(f, "budgets", i, std::to_string(cfg.budgets[i]),
                   "in [1, " + std::to_string(grid) + "] (rows of patches)");
 
-  const DatasetSplits data = load_dataset(tc.dataset, tc.data_dir, tc.val_fraction, tc.train_subset, tc.seed, tc.context);
+  const DatasetSplits data =
+      load_dataset(tc.dataset, tc.data_dir, tc.val_fraction, tc.train_subset, tc.seed, tc.context);
   const std::int64_t n = cfg.subset > 0 ? std::min<std::int64_t>(cfg.subset, data.test.size()) : data.test.size();
   if (n < 2) throw_input(f, "the test split of " + cfg.run + " has fewer than 2 images");
   const torch::Tensor images = data.test.images.narrow(0, 0, n);
