@@ -47,8 +47,14 @@ def main():
     a = ap.parse_args()
     with open(os.path.join(a.root, "docs", "method.md"), encoding="utf-8") as f:
         secs = sections(f.read())
-    files = subprocess.run(["git", "-C", a.root, "ls-files", "src", "apps", "python", "bench", "scripts", "tests"],
-                           capture_output=True, text=True, check=True).stdout.split()
+    listed = subprocess.run(["git", "-C", a.root, "ls-files", "src", "apps", "python", "bench", "scripts", "tests"],
+                            capture_output=True, text=True)
+    if listed.returncode == 0:
+        files = listed.stdout.split()
+    else:  # not a git checkout (a source archive): every file below the folders
+        files = [os.path.relpath(os.path.join(d, f), a.root)
+                 for top in ("src", "apps", "python", "bench", "scripts", "tests")
+                 for d, _, names in os.walk(os.path.join(a.root, top)) for f in names]
     bad, seen = [], 0
     for rel in files:
         if not rel.endswith((".hpp", ".cpp", ".h", ".py", ".sh", ".cu", ".cuh")):
