@@ -58,17 +58,6 @@ std::vector<double> column(const std::vector<double>& m, std::size_t n, std::siz
   return out;
 }
 
-/// x minus the mean of x over the rows of its group (ids dense in [0, groups)); a lone row becomes 0.
-void centre_within(std::vector<double>& x, const std::vector<std::int64_t>& group, std::size_t groups) {
-  std::vector<double> sum(groups, 0.0);
-  std::vector<std::size_t> count(groups, 0);
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    sum[std::size_t(group[i])] += x[i];
-    ++count[std::size_t(group[i])];
-  }
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] -= sum[std::size_t(group[i])] / double(count[std::size_t(group[i])]);
-}
-
 void validate_run(const AuditRunInput& run, std::size_t r, const ProbeAuditOptions& o) {
   const char* fn = "run_probes";
   const std::string where = "run[" + std::to_string(r) + "] '" + run.run + "': ";
@@ -203,7 +192,7 @@ ProbeDesign make_probe_design(const AuditRunInput& run, std::size_t r, const Pro
   // The reduced form reads the profile centred within each predicted class (the vocabulary's class, not
   // its group; method.md §6.3 "The reduced output form"): a class's mean routing is a function of the
   // outputs, but a probe that sees a rare class only as the pool would read that class's calibration
-  // through it (class-dependent null at K = 1000: 9/40 per-run rejections uncentred).
+  // through it (class-dependent null at K = 1000: 9/40 per-run rejections uncentred; stats/splits.hpp centre_within).
   if (reduced && !run.predicted_class.empty())
     for (std::size_t j = 0; j < P; ++j) centre_within(cols[2 + j], d.platt_class, d.platt_classes);
   for (auto& c : onehot) cols.push_back(std::move(c));  // 2+P .. 2+P+K

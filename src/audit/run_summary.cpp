@@ -47,22 +47,17 @@ double class_explained_share(const AuditRunInput& run) {
   if (run.statistics.empty() || cls.size() != run.statistics[0].size()) return std::numeric_limits<double>::quiet_NaN();
   const auto& s = run.statistics[0];
   const std::size_t n = s.size();
-  std::map<std::int64_t, std::pair<double, std::size_t>> sums;
-  double mean = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    auto& e = sums[cls[i]];
-    e.first += s[i];
-    ++e.second;
-    mean += s[i] / double(n);
-  }
-  const std::size_t G = sums.size();
+  std::size_t G = 0;
+  const auto dense = dense_ids(cls, G);
   if (n <= G || n < 2) return std::numeric_limits<double>::quiet_NaN();
+  auto within_class = s;  // s minus its class's mean (the probes' centring of the reduced form)
+  centre_within(within_class, std::vector<std::int64_t>(dense.begin(), dense.end()), G);
+  double mean = 0;
+  for (std::size_t i = 0; i < n; ++i) mean += s[i] / double(n);
   double total = 0, within = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const auto& e = sums[cls[i]];
-    const double m = e.first / double(e.second);
     total += (s[i] - mean) * (s[i] - mean);
-    within += (s[i] - m) * (s[i] - m);
+    within += within_class[i] * within_class[i];
   }
   if (total <= 0) return std::numeric_limits<double>::quiet_NaN();
   return 1.0 - (within / double(n - G)) / (total / double(n - 1));

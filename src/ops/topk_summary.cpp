@@ -55,20 +55,7 @@ inline float from_order_key(std::int32_t i) {
 /// loop is half exp_nonpos's instructions.
 ARCAL_ALWAYS_INLINE float exp_above_88(float x) {
   const float n = std::rint(x * 1.44269504088896341f);
-  float r = x - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
-  const float r2 = r * r;
-  float y = 1.9875691500E-4f;
-  y = y * r + 1.3981999507E-3f;
-  y = y * r + 8.3334519073E-3f;
-  y = y * r + 4.1665795894E-2f;
-  y = y * r + 1.6666665459E-1f;
-  y = y * r + 5.0000001201E-1f;
-  y = y * r2 + r + 1.0f;
-  const std::int32_t bits = (static_cast<std::int32_t>(n) + 127) << 23;  // n = -127 (x near -88): 0
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return y * scale;
+  return exp_cephes_reduced(x, n, static_cast<std::int32_t>(n));  // n = -127 (x near -88): 0
 }
 
 /// A row holding a NaN: every summary NaN, for the caller to refuse.

@@ -117,6 +117,16 @@ std::vector<std::uint32_t> dense_ids(const std::vector<std::int64_t>& ids, std::
   return out;
 }
 
+void centre_within(std::vector<double>& x, const std::vector<std::int64_t>& group, std::size_t groups) {
+  std::vector<double> sum(groups, 0.0);
+  std::vector<std::size_t> count(groups, 0);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    sum[std::size_t(group[i])] += x[i];
+    ++count[std::size_t(group[i])];
+  }
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] -= sum[std::size_t(group[i])] / double(count[std::size_t(group[i])]);
+}
+
 std::vector<int> equal_width_bin_index(const std::vector<double>& values, std::size_t bins) {
   if (bins == 0) throw_input("equal_width_bin_index", "bins is 0, but must be >= 1");
   std::vector<int> bin(values.size());

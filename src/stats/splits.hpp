@@ -49,6 +49,10 @@ std::vector<int> kfold_assignment(std::size_t n, int k, const std::vector<std::i
 /// of any range as dense indices. `distinct` receives the number of distinct ids.
 std::vector<std::uint32_t> dense_ids(const std::vector<std::int64_t>& ids, std::size_t& distinct);
 
+/// x minus the mean of x over the rows of its group (group ids dense in [0, groups), as dense_ids gives);
+/// a row alone in its group becomes 0. Each group's sum runs in row order.
+void centre_within(std::vector<double>& x, const std::vector<std::int64_t>& group, std::size_t groups);
+
 /// Equal-width bin of each value in [0, 1]: bin k holds k/B <= v < (k+1)/B, v = 1 goes to the last
 /// bin. Throws InputError when B == 0 or a value is outside [0, 1] (naming the index).
 std::vector<int> equal_width_bin_index(const std::vector<double>& values, std::size_t bins);
