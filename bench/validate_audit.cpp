@@ -261,8 +261,9 @@ void exact_null_rows(std::vector<Row>& rows, const std::string& fam, const std::
   ExactNullAuditOptions o;
   o.probes.only = variant == "full_logit" ? std::vector<std::string>{"full_logit", "full_logit_routing"}
                                           : std::vector<std::string>{"full_vector", "capacity_matched"};
-  o.replicates = replicates;
-  o.variants = {variant};
+  o.audit.null_replicates = replicates;
+  o.audit.null_variants = {variant};
+  o.audit.null_sequential = false;  // every replicate (the level and power tables of the fixed-count test)
   Row cond{"exact null (" + variant + "): conditional permutation (decision)", fam, effect, runs, n, 0, 0, "", kAlpha};
   Row model{"exact null (" + variant + "): model-based (reported)", fam, effect, runs, n, 0, 0, "", kAlpha};
   const double floor = 1.0 / double(replicates + 1);

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "audit/audit_options.hpp"
 #include "audit/condcal.hpp"
 #include "audit/experts.hpp"
 #include "audit/diagnostic.hpp"
@@ -101,6 +102,11 @@ struct AuditResults {
   std::vector<AuditCondCalEntry> condcal;
   std::vector<AuditCellBand> seed_bands;
   AuditOptions options;
+  /// Every option of the audit as it ran (run_full_audit; the statistics resolved), written to and
+  /// read from results.json "options" through the option table: a new option is recorded with no
+  /// code here or in the writer (issue 57). False for a bare run_audit and for older results.json.
+  bool has_settings = false;
+  FullAuditOptions settings;
   bool has_probes = false;  ///< set by the LibTorch probe audit (audit/probes.hpp)
   ProbeFamily probes;
   bool has_sensitivity = false;  ///< set by the sensitivity audit (audit/sensitivity_audit.hpp)

@@ -16,6 +16,11 @@ namespace arcal {
 
 namespace {
 
+// One options struct (FullAuditOptions, read by its table) reaches every step. The sensitivity audit
+// and the exact null carry it whole and read their options from it; the components below, which are
+// also used on their own (the diagnostic, AR-CondCal, the probe design, the refits' MLP recipe), take
+// their share here, the one place a shared value (seed, alpha, threads) is handed to each of them.
+
 AuditOptions audit_options(const FullAuditOptions& o) {
   AuditOptions opt;
   opt.diagnostic.permutations = o.permutations;
@@ -43,9 +48,15 @@ ProbeAuditOptions probe_options(const FullAuditOptions& o) {
   return popt;
 }
 
-}  // namespace
-
-namespace {
+/// The refits' training recipe (sensitivity, exact null): the refit defaults with the options' restarts,
+/// patience and workers.
+MlpProbeOptions refit_options(const FullAuditOptions& o) {
+  MlpProbeOptions refit = default_refit_mlp_options();
+  refit.restarts = o.refit_restarts;
+  refit.patience = o.refit_patience;
+  refit.threads = workers(o);
+  return refit;
+}
 
 void validate_checked(const std::vector<AuditRunInput>& runs, const FullAuditOptions& o) {
   validate_audit_inputs(runs, audit_options(o));
@@ -85,10 +96,7 @@ AuditResults run_full_audit(std::vector<AuditRunInput> runs, const FullAuditOpti
     for (const auto& note : integrity.notes) std::fprintf(stderr, "integrity: %s\n", note.c_str());
   validate_checked(runs, o);
   const ProbeAuditOptions popt = probe_options(o);
-  MlpProbeOptions refit = default_refit_mlp_options();
-  refit.restarts = o.refit_restarts;
-  refit.patience = o.refit_patience;
-  refit.threads = workers(o);
+  const MlpProbeOptions refit = refit_options(o);
   if (o.progress)
     std::fprintf(stderr, "auditing %zu runs x %zu statistics (R = %d)\n", runs.size(),
                  runs.empty() ? std::size_t{0} : runs[0].statistics.size(), o.permutations);
@@ -117,16 +125,7 @@ AuditResults run_full_audit(std::vector<AuditRunInput> runs, const FullAuditOpti
     SensitivityAuditOptions so;
     so.probes = popt;
     so.refit = refit;
-    so.warm_start = !o.refit_cold;
-    so.effects = o.sensitivity_effects;
-    // A class-specific injection at the verdict's δ: how much of an effect confined to one class the
-    // probes recover (the verdict's words say it when that is too little).
-    so.class_effects.clear();
-    if (o.smallest_effect > 0) so.class_effects.push_back(o.smallest_effect);
-    so.draws = o.sensitivity_draws;
-    so.threshold = o.sensitivity_threshold;
-    so.threshold_effect = o.sensitivity_threshold_effect;
-    so.correction_ridge = o.correction_ridge;
+    so.audit = o;
     if (o.progress)
       std::fprintf(stderr, "sensitivity: %zu runs x %zu effects x %d draws, every probe refitted\n", runs.size(),
                    o.sensitivity_effects.size(), o.sensitivity_draws);
@@ -151,19 +150,13 @@ AuditResults run_full_audit(std::vector<AuditRunInput> runs, const FullAuditOpti
     ExactNullAuditOptions xo;
     xo.probes = popt;
     xo.refit = refit;
-    xo.warm_start = !o.refit_cold;
-    xo.replicates = o.null_replicates;
-    xo.variants = o.null_variants;
-    xo.group_size = o.null_group_size;
-    xo.model_based = o.null_model_based;
-    xo.sequential = o.null_sequential;
-    xo.alpha = o.alpha;
+    xo.audit = o;
     if (o.progress)
       std::fprintf(stderr, "exact null: %zu runs x %zu variants x %d replicates, every probe refitted\n", runs.size(),
-                   xo.variants.size(), o.null_replicates);
+                   o.null_variants.size(), o.null_replicates);
     ProgressBar bar("exact null (runs x variants x nulls)",
-                    static_cast<long long>(runs.size() * xo.variants.size() * (xo.model_based ? 2 : 1)), o.progress,
-                    stderr);
+                    static_cast<long long>(runs.size() * o.null_variants.size() * (o.null_model_based ? 2 : 1)),
+                    o.progress, stderr);
     xo.progress = [&](std::size_t done, std::size_t) { bar.update(static_cast<long long>(done)); };
     res.exact_null = run_exact_null_audit(refit_runs, xo);
     record(res.exact_null.refit);
@@ -171,6 +164,8 @@ AuditResults run_full_audit(std::vector<AuditRunInput> runs, const FullAuditOpti
     res.has_exact_null = true;
   }
   res.integrity = std::move(integrity);
+  res.settings = o;
+  res.has_settings = true;
   res.verdict = make_verdict(res);
   return res;
 }

@@ -269,7 +269,7 @@ NullState prepare_conditional(const AuditRunInput& run, const ProbeDesign& d, co
     for (auto i : rows) parts[by_class ? std::size_t(d.platt_class[i]) : 0].push_back(i);
     for (std::size_t c = 0; c < parts.size(); ++c) {
       if (parts[c].size() < 2) continue;  // a lone example of its class stays in place
-      auto m = match_groups(x, dims, parts[c], o.group_size, derive_seed(vseed, 50 + h + 2 * c));
+      auto m = match_groups(x, dims, parts[c], o.audit.null_group_size, derive_seed(vseed, 50 + h + 2 * c));
       dist += m.mean_distance * double(parts[c].size());
       scale += m.random_pair_distance * double(parts[c].size());
       matched_rows += parts[c].size();
@@ -285,7 +285,7 @@ NullState prepare_conditional(const AuditRunInput& run, const ProbeDesign& d, co
                       : "inside each predicted class: principal components (" + std::to_string(dims - 1) +
                             ") of the routing profile predicted from the whole output (class-ordered "
                             "log-probabilities), and logit P(correct) predicted from it",
-                  o.group_size, groups.size(), dist, scale};
+                  o.audit.null_group_size, groups.size(), dist, scale};
   return st;
 }
 
@@ -442,7 +442,7 @@ NullState prepare_model_based(const AuditRunInput& run, const ProbeDesign& d, co
       for (auto& p : g[f]) p = std::min(std::max(p, 1e-6), 1.0 - 1e-6);
     });
   }
-  if (o.warm_start) st.warm = soft_warm_start(d, g, o.refit);
+  if (!o.audit.refit_cold) st.warm = soft_warm_start(d, g, o.refit);
   st.vseed = derive_seed(derive_seed(d.run_seed, 0x0E11), v);
   st.out.run = run.run;
   st.out.variant = variant;
@@ -455,29 +455,31 @@ NullState prepare_model_based(const AuditRunInput& run, const ProbeDesign& d, co
 ExactNullResult run_exact_null_audit(const std::vector<AuditRunInput>& runs, const ExactNullAuditOptions& o) {
   const char* fn = "run_exact_null_audit";
   check_runs(fn, runs, o.probes);
-  if (o.replicates < 1) throw_input(fn, "replicates is " + std::to_string(o.replicates) + ", but must be >= 1");
-  if (o.group_size < 2 || o.group_size > 10)
-    throw_input(fn, "group_size is " + std::to_string(o.group_size) + ", but must be in [2, 10]");
-  if (o.variants.empty()) throw_input(fn, "variants is empty");
-  for (std::size_t v = 0; v < o.variants.size(); ++v)
-    if (o.variants[v] != "confidence" && o.variants[v] != "full_logit")
-      throw_index(fn, "variants", v, "'" + o.variants[v] + "'", "\"confidence\" or \"full_logit\"");
+  const FullAuditOptions& a = o.audit;
+  if (a.null_replicates < 1)
+    throw_input(fn, "null_replicates is " + std::to_string(a.null_replicates) + ", but must be >= 1");
+  if (a.null_group_size < 2 || a.null_group_size > 10)
+    throw_input(fn, "null_group_size is " + std::to_string(a.null_group_size) + ", but must be in [2, 10]");
+  if (a.null_variants.empty()) throw_input(fn, "null_variants is empty");
+  for (std::size_t v = 0; v < a.null_variants.size(); ++v)
+    if (a.null_variants[v] != "confidence" && a.null_variants[v] != "full_logit")
+      throw_index(fn, "null_variants", v, "'" + a.null_variants[v] + "'", "\"confidence\" or \"full_logit\"");
   const auto t0 = std::chrono::steady_clock::now();
   ExactNullResult res;
-  res.variants = o.variants;
-  res.replicates = o.replicates;
-  res.group_size = o.group_size;
+  res.variants = a.null_variants;
+  res.replicates = a.null_replicates;
+  res.group_size = a.null_group_size;
   res.seed = o.probes.seed;
   res.refit = refit_settings(o.refit, false);
-  res.has_model_based = o.model_based;
-  const std::size_t total = runs.size() * o.variants.size() * (o.model_based ? 2 : 1);
+  res.has_model_based = a.null_model_based;
+  const std::size_t total = runs.size() * a.null_variants.size() * (a.null_model_based ? 2 : 1);
   std::size_t done = 0;
   // Every run's design at once: the sequential null draws its replicates run by run in batches and
   // stops on the pooled comparisons (the runs' refits are subsampled, audit --refit-subsample).
   std::vector<ProbeDesign> designs;
   for (std::size_t r = 0; r < runs.size(); ++r) designs.push_back(make_probe_design(runs[r], r, o.probes));
-  const std::size_t n_max = std::size_t(o.replicates);
-  const std::size_t h = o.sequential ? settling_count(o.alpha, n_max) : 0;
+  const std::size_t n_max = std::size_t(a.null_replicates);
+  const std::size_t h = a.null_sequential ? settling_count(a.alpha, n_max) : 0;
   res.stop_after = h;
   std::vector<std::vector<ExactNullRun>> cond(runs.size()), model(runs.size());  // [run][variant]
   // One null of a variant over every run: batches of replicates per run until every pooled comparison
@@ -485,11 +487,11 @@ ExactNullResult run_exact_null_audit(const std::vector<AuditRunInput>& runs, con
   auto draw = [&](bool model_based, std::size_t v, std::vector<std::vector<ExactNullRun>>& into) {
     std::vector<NullState> states;
     for (std::size_t r = 0; r < runs.size(); ++r)
-      states.push_back(model_based ? prepare_model_based(runs[r], designs[r], o.variants[v], v, o)
-                                   : prepare_conditional(runs[r], designs[r], o.variants[v], v, o));
+      states.push_back(model_based ? prepare_model_based(runs[r], designs[r], a.null_variants[v], v, o)
+                                   : prepare_conditional(runs[r], designs[r], a.null_variants[v], v, o));
     // Sequential: batches of h replicates per run, the fewest that can settle a comparison (h null
     // means at or above its real one); a comparison settles at the end of the batch holding its h-th.
-    const std::size_t batch = o.sequential ? h : n_max;
+    const std::size_t batch = a.null_sequential ? h : n_max;
     std::vector<bool> open;  // per comparison; empty until the first batch sets the comparisons
     for (std::size_t first = 0; first < n_max;) {
       const std::size_t count = std::min(batch, n_max - first);
@@ -508,16 +510,16 @@ ExactNullResult run_exact_null_audit(const std::vector<AuditRunInput>& runs, con
       if (o.progress) o.progress(++done, total);
     }
   };
-  for (std::size_t v = 0; v < o.variants.size(); ++v) {
+  for (std::size_t v = 0; v < a.null_variants.size(); ++v) {
     draw(false, v, cond);
-    if (o.model_based) draw(true, v, model);
+    if (a.null_model_based) draw(true, v, model);
   }
   for (std::size_t r = 0; r < runs.size(); ++r) {  // run-major, as results.json lists them
     for (auto& x : cond[r]) res.runs.push_back(std::move(x));
     for (auto& x : model[r]) res.model_runs.push_back(std::move(x));
   }
-  res.pooled = pool(res.runs, o.variants, h);
-  if (o.model_based) res.model_pooled = pool(res.model_runs, o.variants, h);
+  res.pooled = pool(res.runs, a.null_variants, h);
+  if (a.null_model_based) res.model_pooled = pool(res.model_runs, a.null_variants, h);
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "audit/audit.hpp"
+#include "audit/audit_options.hpp"
 #include "audit/sensitivity.hpp"
 #include "audit/probes.hpp"
 #include "audit/sensitivity_audit.hpp"
@@ -21,19 +22,18 @@ struct ExactNullAuditOptions {
   /// The probe design (seed, shuffle bins, `only`); probes.mlp trains the full-logit reference of the
   /// model-based null.
   ProbeAuditOptions probes;
+  /// The refits' training recipe (audit_pipeline.cpp derives it from `audit`'s refit_* and threads).
   MlpProbeOptions refit = default_refit_mlp_options();
-  bool warm_start = true;  ///< model-based null only (the permutation null always starts cold, see below)
-  int replicates = 200;
-  std::vector<std::string> variants{"confidence", "full_logit"};
-  std::size_t group_size = 5;  ///< matched-group size of the conditional permutation null (2-10)
-  bool model_based = true;     ///< also run the model-based null (§6.6 b), labelled as such
-  /// Sequential Monte Carlo for both nulls (Besag & Clifford 1991): replicates are drawn in batches of
-  /// h = settling_count(alpha, replicates) per run; a pooled comparison stops once it has h null means at or
-  /// above its real mean (its p is then sequential_p), later batches refit only the probes the open
-  /// comparisons read, and a variant stops when every comparison has. The decision at alpha (or any
-  /// smaller level) is that of the fixed-count test.
-  bool sequential = false;
-  double alpha = 0.05;  ///< the level whose decisions sequential stopping keeps
+  /// The audit's options, read here directly (issue 57: one field per option): null_replicates,
+  /// null_variants, null_group_size (matched-group size of the conditional permutation null, 2-10),
+  /// null_model_based (also the model-based null, §6.6 b, labelled as such), refit_cold (the
+  /// model-based null's start; the permutation null always starts cold, see below) and alpha.
+  /// null_sequential: sequential Monte Carlo for both nulls (Besag & Clifford 1991): replicates are
+  /// drawn in batches of h = settling_count(alpha, null_replicates) per run; a pooled comparison stops
+  /// once it has h null means at or above its real mean (its p is then sequential_p), later batches
+  /// refit only the probes the open comparisons read, and a variant stops when every comparison has.
+  /// The decision at alpha (or any smaller level) is that of the fixed-count test.
+  FullAuditOptions audit;
   /// Called after each (run, variant) with (done, total); for a progress bar (may be empty).
   std::function<void(std::size_t, std::size_t)> progress;
 };

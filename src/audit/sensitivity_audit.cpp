@@ -63,40 +63,44 @@ std::vector<std::vector<double>> nw2d_predict_many(const std::vector<double>& lo
 SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, const SensitivityAuditOptions& o) {
   const char* fn = "run_sensitivity_audit";
   check_runs(fn, runs, o.probes);
-  if (o.draws < 1) throw_input(fn, "draws is " + std::to_string(o.draws) + ", but must be >= 1");
-  if (o.effects.empty()) throw_input(fn, "effects is empty");
-  for (std::size_t e = 0; e < o.effects.size(); ++e)
-    if (!(o.effects[e] >= 0.0) || !std::isfinite(o.effects[e]))
-      throw_index(fn, "effects", e, std::to_string(o.effects[e]), "finite and >= 0");
-  const auto te = std::find(o.effects.begin(), o.effects.end(), o.threshold_effect);
-  if (te == o.effects.end() || o.threshold_effect <= 0.0)
-    throw_input(fn,
-                "threshold_effect " + std::to_string(o.threshold_effect) + " must be one of the (positive) effects");
+  const FullAuditOptions& a = o.audit;
+  if (a.sensitivity_draws < 1)
+    throw_input(fn, "sensitivity_draws is " + std::to_string(a.sensitivity_draws) + ", but must be >= 1");
+  if (a.sensitivity_effects.empty()) throw_input(fn, "sensitivity_effects is empty");
+  for (std::size_t e = 0; e < a.sensitivity_effects.size(); ++e)
+    if (!(a.sensitivity_effects[e] >= 0.0) || !std::isfinite(a.sensitivity_effects[e]))
+      throw_index(fn, "sensitivity_effects", e, std::to_string(a.sensitivity_effects[e]), "finite and >= 0");
+  const auto te = std::find(a.sensitivity_effects.begin(), a.sensitivity_effects.end(), a.sensitivity_threshold_effect);
+  if (te == a.sensitivity_effects.end() || a.sensitivity_threshold_effect <= 0.0)
+    throw_input(fn, "sensitivity_threshold_effect " + std::to_string(a.sensitivity_threshold_effect) +
+                        " must be one of the (positive) sensitivity_effects");
   for (std::size_t r = 0; r < runs.size(); ++r)
     if (o.statistic >= runs[r].statistics.size())
       throw_input(fn, "run[" + std::to_string(r) + "] '" + runs[r].run + "' has " +
                           std::to_string(runs[r].statistics.size()) + " statistics; statistic index " +
                           std::to_string(o.statistic) + " is out of range");
-  for (std::size_t e = 0; e < o.class_effects.size(); ++e)
-    if (!(o.class_effects[e] > 0.0) || !std::isfinite(o.class_effects[e]))
-      throw_index(fn, "class_effects", e, std::to_string(o.class_effects[e]), "finite and > 0");
+  if (!(a.smallest_effect > 0.0) || !std::isfinite(a.smallest_effect))
+    throw_input(fn, "smallest_effect (the class-specific injection) is " + std::to_string(a.smallest_effect) +
+                        ", but must be finite and > 0");
+  // The class-specific injection at the verdict's δ (issue 54).
+  const std::vector<double> class_effects{a.smallest_effect};
   const auto t0 = std::chrono::steady_clock::now();
   // Injections: the effects on every class, then the class-specific ones.
-  std::vector<double> effects = o.effects;
-  effects.insert(effects.end(), o.class_effects.begin(), o.class_effects.end());
-  const std::size_t uniform = o.effects.size();
+  std::vector<double> effects = a.sensitivity_effects;
+  effects.insert(effects.end(), class_effects.begin(), class_effects.end());
+  const std::size_t uniform = a.sensitivity_effects.size();
 
   SensitivityResult res;
   res.statistic = runs[0].statistic_names[o.statistic];
-  res.effects = o.effects;
-  res.class_effects = o.class_effects;
-  res.draws = o.draws;
+  res.effects = a.sensitivity_effects;
+  res.class_effects = class_effects;
+  res.draws = a.sensitivity_draws;
   res.bootstrap_draws = o.bootstrap_draws;
-  res.threshold = o.threshold;
-  res.threshold_effect = o.threshold_effect;
-  res.correction_ridge = o.correction_ridge;
+  res.threshold = a.sensitivity_threshold;
+  res.threshold_effect = a.sensitivity_threshold_effect;
+  res.correction_ridge = a.correction_ridge;
   res.seed = o.probes.seed;
-  res.refit = refit_settings(o.refit, o.warm_start);
+  res.refit = refit_settings(o.refit, !a.refit_cold);
 
   std::vector<std::string> names;
   std::vector<RecoveryUnits> units(effects.size());
@@ -121,7 +125,7 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
     Fold2 q;
     for (std::size_t f = 0; f < 2; ++f)
       q[f] = nw_confidence_reference(run.confidence, run.correct, d.folds[f].calibration);
-    const auto warm = o.warm_start ? soft_warm_start(d, q, o.refit) : std::vector<std::array<MlpWeights, 2>>{};
+    const auto warm = !a.refit_cold ? soft_warm_start(d, q, o.refit) : std::vector<std::array<MlpWeights, 2>>{};
     const std::uint64_t sens_seed = derive_seed(d.run_seed, 0x5E45);
     const std::uint64_t s_ridge = derive_seed(sens_seed, 0xB1D6);
     std::vector<Fold2> truth(effects.size());
@@ -148,14 +152,14 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
     // all share the run's refit seeds (inner split, batch order) and the warm start.
     std::vector<Fold2> ys;
     for (std::size_t e = 0; e < effects.size(); ++e)
-      for (int draw = 0; draw < o.draws; ++draw) {
+      for (int draw = 0; draw < a.sensitivity_draws; ++draw) {
         const std::uint64_t s = derive_seed(derive_seed(sens_seed, e), std::uint64_t(draw));
         ys.push_back({bernoulli_draw(truth[e][0], derive_seed(s, 0)), bernoulli_draw(truth[e][1], derive_seed(s, 1))});
       }
     std::vector<std::array<const std::vector<double>*, 2>> yp;
     for (const auto& y : ys) yp.push_back({&y[0], &y[1]});
     const auto fits = fit_probe_design_replicates(
-        d, yp, o.refit, {derive_seed(sens_seed, 10), derive_seed(sens_seed, 11)}, o.warm_start ? &warm : nullptr);
+        d, yp, o.refit, {derive_seed(sens_seed, 10), derive_seed(sens_seed, 11)}, !a.refit_cold ? &warm : nullptr);
     std::array<std::vector<std::vector<double>>, 2> nw;  // [fold][label set] 2-D NW on the evaluation half
     for (std::size_t f = 0; f < 2; ++f) {
       std::vector<const std::vector<double>*> yf;
@@ -170,7 +174,7 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
       const std::size_t j = k / 2, f = k % 2;
       const auto& sp = d.folds[f];
       const auto qc = pick(q[f], sp.calibration), zc = pick(z, sp.calibration), yc = pick(ys[j][f], sp.calibration);
-      const double ridge = o.correction_ridge >= 0 ? o.correction_ridge
+      const double ridge = a.correction_ridge >= 0 ? a.correction_ridge
                                                    : choose_correction_ridge(qc, zc, yc, kCorrectionRidges, 5,
                                                                              derive_seed(s_ridge, j * 2 + f));
       const auto cp = fit_correction_probe(qc, zc, yc, ridge);
@@ -179,8 +183,8 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
                                      pick(ys[j][f], sp.evaluation));
     });
     for (std::size_t e = 0; e < effects.size(); ++e) {
-      for (int draw = 0; draw < o.draws; ++draw) {
-        const std::size_t j = e * std::size_t(o.draws) + std::size_t(draw);
+      for (int draw = 0; draw < a.sensitivity_draws; ++draw) {
+        const std::size_t j = e * std::size_t(a.sensitivity_draws) + std::size_t(draw);
         const auto& y = ys[j];
         const auto& fit = fits[j];
         auto losses = refit_losses(d, fit, {&y[0], &y[1]});
@@ -191,7 +195,7 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
           lq += 0.5 * binary_log_loss(pick(q[f], sp.evaluation), ye);
           ls += 0.5 * binary_log_loss(pick(truth[e][f], sp.evaluation), ye);
           lnw += 0.5 * binary_log_loss(nw[f][j], ye);
-          ridge_sum[e] += corr_ridge[j * 2 + f] / (2.0 * double(o.draws) * double(runs.size()));
+          ridge_sum[e] += corr_ridge[j * 2 + f] / (2.0 * double(a.sensitivity_draws) * double(runs.size()));
           lcorr += 0.5 * corr_loss[j * 2 + f];
         }
         losses.push_back(lnw);
@@ -212,7 +216,7 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
     }
     if (o.progress) o.progress(r + 1, runs.size());
   }
-  const double units_n = double(runs.size()) * o.draws;
+  const double units_n = double(runs.size()) * a.sensitivity_draws;
   for (std::size_t e = 0; e < effects.size(); ++e) res.by_effect[e].correction_ridge = ridge_sum[e];
   for (std::size_t e = 0; e < effects.size(); ++e) {
     auto& eff = res.by_effect[e];
@@ -224,15 +228,15 @@ SensitivityResult run_sensitivity_audit(const std::vector<AuditRunInput>& runs, 
       g += units[e].loss_reference[i] - units[e].loss_truth[i];
     eff.mean_oracle_loss_gain = g / units_n;
   }
-  const auto& at = res.by_effect[std::size_t(te - o.effects.begin())];
+  const auto& at = res.by_effect[std::size_t(te - a.sensitivity_effects.begin())];
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%g", o.threshold_effect);
+  std::snprintf(buf, sizeof buf, "%g", a.sensitivity_threshold_effect);
   // The verdict uses the lower end of R's interval (method.md §6.5): "absent" only when even the
   // pessimistic recovery reaches the threshold.
   for (const auto& p : at.probes) {
     if (p.probe == "oracle") continue;
     res.verdicts.push_back({p.probe, p.recovery, p.recovery_ci,
-                            p.recovery_ci.low >= o.threshold
+                            p.recovery_ci.low >= a.sensitivity_threshold
                                 ? std::string("absent (the audit would have seen ") + buf + " nats)"
                                 : std::string("not detected (underpowered)")});
   }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "audit/audit.hpp"
+#include "audit/audit_options.hpp"
 #include "audit/sensitivity.hpp"
 #include "audit/probes.hpp"
 
@@ -25,19 +26,19 @@ MlpProbeOptions default_refit_mlp_options();
 struct SensitivityAuditOptions {
   /// The probe design (seed, shuffle bins, `only`); probes.mlp is not used here.
   ProbeAuditOptions probes;
+  /// The refits' training recipe (audit_pipeline.cpp derives it from `audit`'s refit_* and threads).
   MlpProbeOptions refit = default_refit_mlp_options();
-  bool warm_start = true;  ///< start refits from the soft-reference fit (else seeded random init)
-  std::vector<double> effects{0.002, 0.005, 0.010, 0.020};  ///< injected oracle gains, nats (0 allowed)
-  /// Oracle gains of injections confined to one class (each run's most frequent predicted class), > 0:
-  /// how much of a class-specific effect the probes recover (issue 54). The audit passes its δ.
-  std::vector<double> class_effects{0.005};
-  int draws = 20;                   ///< synthetic label draws per run and effect
-  std::size_t statistic = 0;        ///< index into AuditRunInput::statistics: the routing statistic z
-  double threshold = 0.5;           ///< recovery needed at threshold_effect for "absent"
-  double threshold_effect = 0.010;  ///< must be one of effects
-  /// Ridge of the correction probe's cubic; negative (the default): chosen per fit by 5-fold CV on
-  /// the calibration half over kCorrectionRidges (method.md §6.5: it must not shrink small effects by design).
-  double correction_ridge = -1.0;
+  /// The audit's options, read here directly (issue 57: one field per option):
+  /// sensitivity_effects (injected oracle gains, nats, 0 allowed), sensitivity_draws (synthetic label
+  /// draws per run and effect), sensitivity_threshold (recovery needed at
+  /// sensitivity_threshold_effect, one of the effects, for "absent"), correction_ridge (the correction
+  /// probe's cubic; negative: chosen per fit by 5-fold CV on the calibration half over
+  /// kCorrectionRidges, method.md §6.5: it must not shrink small effects by design), refit_cold (refits
+  /// start from a seeded random initialisation instead of the soft-reference fit) and smallest_effect:
+  /// the oracle gain of an injection confined to one class (each run's most frequent predicted class),
+  /// how much of a class-specific effect at the verdict's δ the probes recover (issue 54).
+  FullAuditOptions audit;
+  std::size_t statistic = 0;  ///< index into AuditRunInput::statistics: the routing statistic z
   int bootstrap_draws = 1000;
   /// Called after each run with (runs done, runs); for a progress bar (may be empty).
   std::function<void(std::size_t, std::size_t)> progress;

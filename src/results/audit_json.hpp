@@ -464,6 +464,8 @@ inline void to_json(nlohmann::json& j, const AuditResults& res) {
   if (res.has_sensitivity) j["sensitivity"] = res.sensitivity;
   if (res.has_exact_null) j["exact_null"] = res.exact_null;
   j["verdict"] = res.verdict;
+  // Every option as the audit ran, generically from the table (issue 57).
+  if (res.has_settings) j["options"] = options_json(audit_option_table(), res.settings);
   j["seconds"] = {{"diagnostic", results::number_or_null(res.diagnostic_seconds)},
                   {"condcal", results::number_or_null(res.condcal_seconds)}};
   if (!res.options.run_condcal) return;
@@ -481,6 +483,8 @@ inline void from_json(const nlohmann::json& j, AuditResults& res) {
   res.options.diagnostic = res.diagnostic.options;
   results::get_to(j, "verdict", res.verdict);
   res.options.smallest_effect = res.verdict.smallest_effect;
+  res.has_settings = j.contains("options");  // absent in results.json before issue 57
+  if (res.has_settings) options_from_json(audit_option_table(), j.at("options"), res.settings, "results.json options");
   res.has_probes = j.contains("probes");
   if (res.has_probes) results::get_to(j, "probes", res.probes);
   res.has_sensitivity = j.contains("sensitivity");

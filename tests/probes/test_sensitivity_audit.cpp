@@ -44,10 +44,10 @@ TEST(Sensitivity, OracleRecoversAllNullCoversZeroNwRises) {
   arcal::set_blas_threads(1);
   std::vector<AuditRunInput> runs{simulated_run(2000, 0.0, 11), simulated_run(2000, 0.0, 12)};
   SensitivityAuditOptions o;
-  o.effects = {0.0, 0.01, 0.04};
-  o.threshold_effect = 0.01;
-  o.class_effects = {0.01};
-  o.draws = 4;
+  o.audit.sensitivity_effects = {0.0, 0.01, 0.04};
+  o.audit.sensitivity_threshold_effect = 0.01;
+  o.audit.smallest_effect = 0.01;  // the class-specific injection
+  o.audit.sensitivity_draws = 4;
   o.probes.seed = 5;
   const auto t0 = std::chrono::steady_clock::now();
   const auto res = run_sensitivity_audit(runs, o);
@@ -135,8 +135,9 @@ NullCounts exact_null_rejections(const std::string& variant, const std::string& 
   ExactNullAuditOptions o;
   o.probes.only = {"full_vector", "capacity_matched"};
   if (variant == "full_logit") o.probes.only = {"full_logit", "full_logit_routing"};
-  o.replicates = 19;
-  o.variants = {variant};
+  o.audit.null_replicates = 19;
+  o.audit.null_variants = {variant};
+  o.audit.null_sequential = false;  // every replicate: the level of the fixed-count test
   NullCounts c;
   for (std::size_t r = 0; r < runs; ++r) {
     o.probes.seed = seed0 + r;
@@ -218,8 +219,9 @@ namespace {
 ExactNullAuditOptions confidence_null(std::vector<std::string> only, int replicates) {
   ExactNullAuditOptions o;
   o.probes.only = std::move(only);
-  o.replicates = replicates;
-  o.variants = {"confidence"};
+  o.audit.null_replicates = replicates;
+  o.audit.null_variants = {"confidence"};
+  o.audit.null_sequential = false;  // the fixed-count test unless a test turns it on
   return o;
 }
 
@@ -251,10 +253,10 @@ TEST(ExactNull, SequentialStoppingDrawsAPrefixOfTheFixedNull) {
   // maximum, and keeps the fixed test's decision at alpha.
   arcal::set_blas_threads(1);
   auto o = confidence_null({"full_vector", "capacity_matched"}, 99);
-  o.model_based = false;
+  o.audit.null_model_based = false;
   const std::vector<AuditRunInput> runs{simulated_run(600, 0.0, 41), simulated_run(600, 0.0, 42)};
   const auto fixed = run_exact_null_audit(runs, o);
-  o.sequential = true;
+  o.audit.null_sequential = true;
   const auto seq = run_exact_null_audit(runs, o);
   EXPECT_EQ(fixed.stop_after, 0u);
   EXPECT_EQ(seq.stop_after, settling_count(0.05, 99));
@@ -274,7 +276,7 @@ TEST(ExactNull, EachComparisonAndTheModelBasedNullStopOnTheirOwn) {
   auto o = confidence_null({"full_vector", "capacity_matched", "predictive_entropy"}, 39);
   const std::vector<AuditRunInput> runs{simulated_run(600, 0.03, 43), simulated_run(600, 0.03, 44)};
   const auto fixed = run_exact_null_audit(runs, o);
-  o.sequential = true;
+  o.audit.null_sequential = true;
   const auto seq = run_exact_null_audit(runs, o);
   const std::size_t h = settling_count(0.05, 39);
   ASSERT_EQ(seq.stop_after, h);
@@ -323,9 +325,9 @@ TEST(SensitivityAudit, ResultsDoNotDependOnTheThreadCount) {
   arcal::set_blas_threads(1);
   std::vector<AuditRunInput> runs{simulated_run(1200, 0.01, 21)};
   SensitivityAuditOptions o;
-  o.effects = {0.01, 0.02};
-  o.threshold_effect = 0.01;
-  o.draws = 3;
+  o.audit.sensitivity_effects = {0.01, 0.02};
+  o.audit.sensitivity_threshold_effect = 0.01;
+  o.audit.sensitivity_draws = 3;
   o.probes.seed = 8;
   o.probes.only = {"full_vector", "capacity_matched"};
   std::vector<SensitivityResult> res;
@@ -350,27 +352,27 @@ TEST(SensitivityAudit, ResultsDoNotDependOnTheThreadCount) {
 TEST(SensitivityAudit, RejectsBadInput) {
   std::vector<AuditRunInput> runs{simulated_run(400, 0.0, 1)};
   SensitivityAuditOptions s;
-  s.draws = 0;
+  s.audit.sensitivity_draws = 0;
   EXPECT_THROW(run_sensitivity_audit(runs, s), InputError);
-  s.draws = 1;
-  s.effects = {0.01, -0.1};
+  s.audit.sensitivity_draws = 1;
+  s.audit.sensitivity_effects = {0.01, -0.1};
   EXPECT_THROW(run_sensitivity_audit(runs, s), InputError);
-  s.effects = {0.002, 0.005};
+  s.audit.sensitivity_effects = {0.002, 0.005};
   EXPECT_THROW(run_sensitivity_audit(runs, s), InputError);  // threshold effect 0.01 not among them
-  s.effects = {0.01};
+  s.audit.sensitivity_effects = {0.01};
   s.statistic = 3;
   EXPECT_THROW(run_sensitivity_audit(runs, s), InputError);
   ExactNullAuditOptions x;
-  x.replicates = 0;
+  x.audit.null_replicates = 0;
   EXPECT_THROW(run_exact_null_audit(runs, x), InputError);
-  x.replicates = 1;
-  x.variants = {"oracle"};
+  x.audit.null_replicates = 1;
+  x.audit.null_variants = {"oracle"};
   EXPECT_THROW(run_exact_null_audit(runs, x), InputError);
-  x.variants = {"confidence"};
-  x.group_size = 1;
+  x.audit.null_variants = {"confidence"};
+  x.audit.null_group_size = 1;
   EXPECT_THROW(run_exact_null_audit(runs, x), InputError);
-  x.group_size = 5;
-  x.variants = {"full_logit"};
+  x.audit.null_group_size = 5;
+  x.audit.null_variants = {"full_logit"};
   x.probes.only = {"full_vector", "capacity_matched"};
   EXPECT_THROW(run_exact_null_audit(runs, x), InputError);
   EXPECT_THROW(run_exact_null_audit({}, x), InputError);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "audit/audit.hpp"
+#include "audit/audit_pipeline.hpp"
 #include "results/audit_files.hpp"
 #include "audit/audit_test_util.hpp"
 #include "calib/binning.hpp"
@@ -59,6 +60,50 @@ TEST(ResultsJson, AuditRoundTripsThroughTheTypedReader) {
   // Write -> read -> write is the identity on the JSON (every key the writer emits is read back).
   EXPECT_EQ(nlohmann::json::parse(results_text(doc)), nlohmann::json::parse(text));
   EXPECT_EQ(doc.audit.verdict.summary, make_verdict(res).summary);
+}
+
+// Every option of a full audit is recorded as it ran, one key per row of the option table (issue 57:
+// a new option is recorded with no code in the writer or reader), and reads back into the same values.
+TEST(ResultsJson, FullAuditRecordsEveryOptionAsItRan) {
+  std::vector<AuditRunInput> runs;
+  for (std::uint64_t s = 0; s < 2; ++s) runs.push_back(test_util::simulated_run(600, 0.0, 10 + s));
+  FullAuditOptions o;
+  o.permutations = 59;
+  o.seed = 17;
+  o.probes = false;
+  o.bins = 12;
+  o.null_group_size = 3;
+  o.sensitivity_effects = {0.004, 0.01};
+  o.smallest_effect = 0.007;
+  const auto res = run_full_audit(runs, o);
+  ASSERT_TRUE(res.has_settings);
+  const nlohmann::json j = audit_results_json(res);
+  ASSERT_TRUE(j.contains("options"));
+  const auto& recorded = j.at("options");
+  ASSERT_EQ(recorded.size(), audit_option_table().size());
+  for (const auto& row : audit_option_table()) EXPECT_TRUE(recorded.contains(row.key)) << row.key;
+  EXPECT_EQ(recorded.at("permutations"), 59);
+  EXPECT_EQ(recorded.at("seed"), 17);
+  EXPECT_EQ(recorded.at("probes"), false);
+  EXPECT_EQ(recorded.at("bins"), 12);
+  EXPECT_EQ(recorded.at("null_group_size"), 3);
+  EXPECT_EQ(recorded.at("sensitivity_effects"), nlohmann::json({0.004, 0.01}));
+  EXPECT_EQ(recorded.at("smallest_effect"), 0.007);
+  // The diagnostic that ran used them (the record is what ran, not a copy of defaults).
+  EXPECT_EQ(res.diagnostic.options.permutations, 59);
+  EXPECT_EQ(res.diagnostic.options.bins, 12u);
+  const auto doc = read_results(j.dump(1), "results.json");
+  ASSERT_TRUE(doc.audit.has_settings);
+  EXPECT_EQ(options_json(audit_option_table(), doc.audit.settings), recorded);
+  EXPECT_EQ(options_hash(audit_option_table(), doc.audit.settings), options_hash(audit_option_table(), o));
+  // An older results.json without the record still reads (has_settings false).
+  nlohmann::json old = j;
+  old.erase("options");
+  EXPECT_FALSE(read_results(old.dump(), "results.json").audit.has_settings);
+  // A recorded value of the wrong type is refused naming the option.
+  nlohmann::json bad = j;
+  bad["options"]["permutations"] = "many";
+  EXPECT_NE(read_error(bad, "results.json").find("permutations"), std::string::npos) << read_error(bad, "results.json");
 }
 
 TEST(ResultsJson, StudySectionWithItsMetricsRoundTrips) {
