@@ -222,13 +222,25 @@ std::string exact_null_summary(const arcal::ExactNullResult& x) {
   return out;
 }
 
+/// The command's own options (the audit's are audit/audit_options.hpp's table; docs/interface.md
+/// "Command options", generated).
+const arcal::OptionTable<AuditConfig>& audit_cli_options() {
+  using C = AuditConfig;
+  using O = arcal::Option<C>;
+  static const arcal::OptionTable<C> table = {
+      O("traces", "traces", "Trace files (.npz), one per run", &C::traces).given().existing(O::Path::existing_file),
+      O("out", "--out", "Output directory (results.json, diagnostic.csv, condcal.csv)", &C::out).given(),
+      {"force", "--force", "Replace the results of an earlier audit in --out", &C::force},
+      {"json", "--json", "Print results.json to stdout instead of the summary", &C::json},
+  };
+  return table;
+}
+
 arcal::cli::RunFn setup_audit(CLI::App& app) {
   auto cfg = std::make_shared<AuditConfig>();
-  app.add_option("traces", cfg->traces, "Trace files (.npz), one per run")->required()->check(CLI::ExistingFile);
-  app.add_option("--out", cfg->out, "Output directory (results.json, diagnostic.csv, condcal.csv)")->required();
-  app.add_flag("--force", cfg->force, "Replace the results of an earlier audit in --out");
-  arcal::cli::bind_options(app, arcal::audit_option_table(), cfg->options);
-  app.add_flag("--json", cfg->json, "Print results.json to stdout instead of the summary");
+  arcal::cli::bind_options(app, audit_cli_options(), *cfg);
+  arcal::cli::bind_options(app, arcal::audit_option_table(), cfg->options,
+                           "the audit family (\"Audit options\" above)");
   CLI::Option* stat_opt = app.get_option("--stat");
   stat_opt->description(stat_opt->get_description() +
                         " (default: those that apply to the first trace: re, rdv for depth routing; re for unordered "

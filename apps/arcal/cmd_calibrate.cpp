@@ -26,7 +26,7 @@
 #include "core/paths.hpp"
 #include "core/rng.hpp"
 #include "core/text_input.hpp"
-#include "flag_checks.hpp"
+#include "option_binding.hpp"
 #include "io/npz.hpp"
 #include "io/trace.hpp"
 #include "report/plots.hpp"
@@ -299,41 +299,48 @@ int run_calibrate(const CalibrateConfig& cfg) {
   return 0;
 }
 
-ARCAL_COMMAND(
-    "calibrate",
-    "Fit a post-hoc calibrator and apply it: to one file's other half, or fitted on one file and applied "
-    "to another",
-    [](CLI::App& app) -> arcal::cli::RunFn {
-      auto cfg = std::make_shared<CalibrateConfig>();
-      app.add_option("file", cfg->input, "Trace file (.npz) to split in halves: fit on one, apply to the other")
-          ->check(CLI::ExistingFile);
-      app.add_option("--fit", cfg->fit, "Trace file (.npz) to fit the calibrator on (with --apply)")
-          ->check(CLI::ExistingFile);
-      app.add_option("--apply", cfg->apply, "Trace file (.npz) to calibrate (with --fit or --params)")
-          ->check(CLI::ExistingFile);
-      app.add_option("--params", cfg->params, "A calibrator saved with --save (JSON), applied to --apply")
-          ->check(CLI::ExistingFile);
-      app.add_option("--method", cfg->method, "Calibrator (not with --params)")
-          ->check(CLI::IsMember({"temperature", "platt", "isotonic", "histogram", "nw", "qats", "vector", "matrix"}));
-      app.add_option("--out", cfg->out,
-                     "Output .npz: the calibrated probs (split: the evaluation half; apply: every array of the file)")
-          ->required();
-      app.add_option("--save", cfg->save, "Also write the fitted calibrator (JSON, schema arcal.calibrator/1)");
-      app.add_option("--seed", cfg->seed, "Split seed (and bootstrap seed of --json)")
-          ->capture_default_str()
-          ->check(arcal::cli::seed_check());
-      app.add_option("--bins", cfg->bins, "Confidence bins of the reported ECE")
-          ->capture_default_str()
-          ->check(arcal::cli::in_range(arcal::ranges::metrics_bins));
-      app.add_option("--bootstrap", cfg->bootstrap, "Bootstrap resamples of the --json metrics (0: none)")
-          ->capture_default_str()
-          ->check(arcal::cli::in_range(arcal::ranges::bootstrap));
-      app.add_flag("--json", cfg->json, "Print one JSON object: the calibrator and metrics before/after");
-      app.add_flag("--force", cfg->force, "Replace an existing --out or --save file (never an input)");
-      app.add_option("--figures", cfg->figures,
-                     "Also draw the reliability diagrams before and after calibration (bins' counts, "
-                     "consistency band) into DIR/reliability.{svg,png}; needs gnuplot");
-      return [cfg] { return run_calibrate(*cfg); };
-    });
+/// Every option of `arcal calibrate` (docs/interface.md "Command options", generated).
+const arcal::OptionTable<CalibrateConfig>& calibrate_options() {
+  using C = CalibrateConfig;
+  using O = arcal::Option<C>;
+  namespace R = arcal::ranges;
+  constexpr auto file = O::Path::existing_file;
+  static const arcal::OptionTable<C> table = {
+      O("file", "file", "Trace file (.npz) to split in halves: fit on one, apply to the other", &C::input)
+          .existing(file),
+      O("fit", "--fit", "Trace file (.npz) to fit the calibrator on (with --apply)", &C::fit).existing(file),
+      O("apply", "--apply", "Trace file (.npz) to calibrate (with --fit or --params)", &C::apply).existing(file),
+      O("params", "--params", "A calibrator saved with --save (JSON), applied to --apply", &C::params).existing(file),
+      {"method",
+       "--method",
+       "Calibrator (not with --params)",
+       &C::method,
+       {},
+       {"temperature", "platt", "isotonic", "histogram", "nw", "qats", "vector", "matrix"}},
+      O("out", "--out",
+        "Output .npz: the calibrated probs (split: the evaluation half; apply: every array of the file)", &C::out)
+          .given(),
+      {"save", "--save", "Also write the fitted calibrator (JSON, schema arcal.calibrator/1)", &C::save},
+      {"seed", "--seed", "Split seed (and bootstrap seed of --json)", &C::seed},
+      {"bins", "--bins", "Confidence bins of the reported ECE", &C::bins, R::metrics_bins},
+      {"bootstrap", "--bootstrap", "Bootstrap resamples of the --json metrics (0: none)", &C::bootstrap, R::bootstrap},
+      {"json", "--json", "Print one JSON object: the calibrator and metrics before/after", &C::json},
+      {"force", "--force", "Replace an existing --out or --save file (never an input)", &C::force},
+      {"figures", "--figures",
+       "Also draw the reliability diagrams before and after calibration (bins' counts, consistency band) into "
+       "DIR/reliability.{svg,png}; needs gnuplot",
+       &C::figures},
+  };
+  return table;
+}
+
+ARCAL_COMMAND("calibrate",
+              "Fit a post-hoc calibrator and apply it: to one file's other half, or fitted on one file and applied "
+              "to another",
+              [](CLI::App& app) -> arcal::cli::RunFn {
+                auto cfg = std::make_shared<CalibrateConfig>();
+                arcal::cli::bind_options(app, calibrate_options(), *cfg);
+                return [cfg] { return run_calibrate(*cfg); };
+              });
 
 }  // namespace

@@ -17,7 +17,7 @@
 #include "core/check.hpp"
 #include "core/paths.hpp"
 #include "core/progress.hpp"
-#include "flag_checks.hpp"
+#include "option_binding.hpp"
 #include "io/npz.hpp"
 
 namespace {
@@ -178,39 +178,42 @@ int run_cedar(const CedarConfig& cfg, bool chunk_size_given) {
   return 0;
 }
 
+/// Every option of `arcal cedar` (docs/interface.md "Command options", generated).
+const arcal::OptionTable<CedarConfig>& cedar_options() {
+  using C = CedarConfig;
+  using O = arcal::Option<C>;
+  namespace R = arcal::ranges;
+  static const arcal::OptionTable<C> table = {
+      O("qkv", "--qkv",
+        "Input .npz: q [H, Nq, d], k and v [H, N, d] (float32; 2-D means H = 1), optional chunk_starts [M] int64",
+        &C::qkv)
+          .given()
+          .existing(O::Path::existing_file),
+      {"method", "--method", "cedar | topk | summary | dense", &C::method},
+      {"chunk_size", "--chunk-size", "Keys per chunk (when the file has no chunk_starts)", &C::chunk_size,
+       R::cedar_chunk_size},
+      {"budget", "--budget", "Cap B on exact chunks per query (cedar, topk)", &C::budget, R::cedar_budget},
+      {"error_target", "--error-target",
+       "cedar: stop expanding once the remaining error bound is below E x |summary-only output| (0 = always spend "
+       "the budget)",
+       &C::error_target, R::cedar_error_target},
+      {"causal", "--causal", "Queries are the last Nq key positions and see earlier keys only (own chunk exact)",
+       &C::causal},
+      {"sink_chunks", "--sink-chunks", "The first S chunks are always exact", &C::sink_chunks, R::cedar_sink_chunks},
+      {"threads", "--threads", "Worker threads (0 = all cores)", &C::threads, R::worker_threads},
+      O("out", "--out", "Output .npz: out [H, Nq, d] float32, expanded [H, Nq] int32", &C::out).given(),
+      {"force", "--force", "Replace an existing --out file (atomically; never the input)", &C::force},
+      {"vs_dense", "--vs-dense", "Also run dense attention and report the relative output error", &C::vs_dense},
+      {"json", "--json", "Print one JSON object (schema arcal.cedar/1)", &C::json},
+  };
+  return table;
+}
+
 arcal::cli::RunFn setup_cedar(CLI::App& app) {
   auto cfg = std::make_shared<CedarConfig>();
-  using arcal::cli::in_range;
-  namespace R = arcal::ranges;
-  app.add_option("--qkv", cfg->qkv,
-                 "Input .npz: q [H, Nq, d], k and v [H, N, d] (float32; 2-D means H = 1), optional "
-                 "chunk_starts [M] int64")
-      ->required()
-      ->check(CLI::ExistingFile);
-  app.add_option("--method", cfg->method, "cedar | topk | summary | dense")->capture_default_str();
-  auto* cs = app.add_option("--chunk-size", cfg->chunk_size, "Keys per chunk (when the file has no chunk_starts)")
-                 ->capture_default_str()
-                 ->check(in_range(R::cedar_chunk_size));
-  app.add_option("--budget", cfg->budget, "Cap B on exact chunks per query (cedar, topk)")
-      ->capture_default_str()
-      ->check(in_range(R::cedar_budget));
-  app.add_option("--error-target", cfg->error_target,
-                 "cedar: stop expanding once the remaining error bound is below E x |summary-only output| "
-                 "(0 = always spend the budget)")
-      ->capture_default_str()
-      ->check(in_range(R::cedar_error_target));
-  app.add_flag("--causal", cfg->causal,
-               "Queries are the last Nq key positions and see earlier keys only (own chunk exact)");
-  app.add_option("--sink-chunks", cfg->sink_chunks, "The first S chunks are always exact")
-      ->capture_default_str()
-      ->check(in_range(R::cedar_sink_chunks));
-  app.add_option("--threads", cfg->threads, "Worker threads (0 = all cores)")
-      ->capture_default_str()
-      ->check(in_range(R::worker_threads));
-  app.add_option("--out", cfg->out, "Output .npz: out [H, Nq, d] float32, expanded [H, Nq] int32")->required();
-  app.add_flag("--force", cfg->force, "Replace an existing --out file (atomically; never the input)");
-  app.add_flag("--vs-dense", cfg->vs_dense, "Also run dense attention and report the relative output error");
-  app.add_flag("--json", cfg->json, "Print one JSON object (schema arcal.cedar/1)");
+  CLI::Option* cs = nullptr;
+  for (const auto& [key, opt] : arcal::cli::bind_options(app, cedar_options(), *cfg))
+    if (key == "chunk_size") cs = opt;
   return [cfg, cs] { return run_cedar(*cfg, cs->count() > 0); };
 }
 

@@ -12,7 +12,7 @@
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
 #include "core/paths.hpp"
-#include "flag_checks.hpp"
+#include "option_binding.hpp"
 #include "report/figures.hpp"
 #include "train/trainer.hpp"
 
@@ -84,49 +84,53 @@ int run(Cli& cfg) {
   return 0;
 }
 
+/// The prefill study's options (cedar/torch/lm_prefill_study.hpp; docs/interface.md "Command options",
+/// generated).
+const arcal::OptionTable<arcal::cedar::LmStudyConfig>& lm_study_options() {
+  using C = arcal::cedar::LmStudyConfig;
+  using O = arcal::Option<C>;
+  namespace R = arcal::ranges;
+  static const arcal::OptionTable<C> table = {
+      O("run", "--run", "Run directory of a trained language model (ar-lm-tiny, ar-lm-tiny-nope)", &C::run)
+          .given()
+          .existing(O::Path::existing_directory),
+      {"contexts", "--contexts",
+       "Prefill lengths L of the quality table (test documents concatenated; a model with learned positions skips "
+       "those past its training context)",
+       &C::contexts, R::study_keys},
+      {"budgets", "--budgets", "Exact-chunk budgets B of hard top-k and CEDAR", &C::budgets, R::study_budget},
+      {"chunk", "--chunk", "Tokens per chunk", &C::chunk, R::study_chunk_size},
+      {"tokens", "--tokens", "Test tokens scored per context (whole sequences, at least 2)", &C::tokens, R::study_keys},
+      {"timing_contexts", "--timing-contexts", "Prefill lengths of the kernel-time table (one sequence each; 0 = none)",
+       &C::timing_contexts, arcal::IntRange{0, 1LL << 20}},
+      {"timing_budget", "--timing-budget", "B of the kernel-time table", &C::timing_budget, R::study_budget},
+      {"bootstrap", "--bootstrap", "Bootstrap resamples (whole sequences)", &C::bootstrap, R::bootstrap_draws},
+      {"seed", "--seed", "Bootstrap seed", &C::seed},
+      {"threads", "--threads", "Kernel and LibTorch threads (0 = all cores)", &C::threads, R::worker_threads},
+      {"first_order", "--first-order",
+       "Also run summary-only and CEDAR without the second-order (variance) term of the summary score",
+       &C::first_order_arms},
+  };
+  return table;
+}
+
+/// The command's own options.
+const arcal::OptionTable<Cli>& cli_options() {
+  using C = Cli;
+  using O = arcal::Option<C>;
+  static const arcal::OptionTable<C> table = {
+      O("out", "--out", "Output directory", &C::out).given(),
+      {"no_figure", "--no-figure", "Skip the gnuplot figure", &C::no_figure},
+      {"force", "--force", "Replace the results of an earlier run in --out (atomically, file by file)", &C::force},
+      {"json", "--json", "Print results.json on stdout", &C::json},
+  };
+  return table;
+}
+
 arcal::cli::RunFn setup(CLI::App& app) {
   auto cfg = std::make_shared<Cli>();
-  auto& s = cfg->study;
-  using arcal::cli::in_range;
-  namespace R = arcal::ranges;
-  app.add_option("--run", s.run, "Run directory of a trained language model (ar-lm-tiny, ar-lm-tiny-nope)")
-      ->required()
-      ->check(CLI::ExistingDirectory);
-  app.add_option("--out", cfg->out, "Output directory")->required();
-  app.add_option("--contexts", s.contexts,
-                 "Prefill lengths L of the quality table (test documents concatenated; a model with learned positions "
-                 "skips those past its training context)")
-      ->delimiter(',')
-      ->capture_default_str()
-      ->check(in_range(R::study_keys));
-  app.add_option("--budgets", s.budgets, "Exact-chunk budgets B of hard top-k and CEDAR")
-      ->delimiter(',')
-      ->capture_default_str()
-      ->check(in_range(R::study_budget));
-  app.add_option("--chunk", s.chunk, "Tokens per chunk")->capture_default_str()->check(in_range(R::study_chunk_size));
-  app.add_option("--tokens", s.tokens, "Test tokens scored per context (whole sequences, at least 2)")
-      ->capture_default_str()
-      ->check(in_range(R::study_keys));
-  app.add_option("--timing-contexts", s.timing_contexts,
-                 "Prefill lengths of the kernel-time table (one sequence each; 0 = none)")
-      ->delimiter(',')
-      ->capture_default_str()
-      ->check(in_range(arcal::IntRange{0, 1LL << 20}));
-  app.add_option("--timing-budget", s.timing_budget, "B of the kernel-time table")
-      ->capture_default_str()
-      ->check(in_range(R::study_budget));
-  app.add_option("--bootstrap", s.bootstrap, "Bootstrap resamples (whole sequences)")
-      ->capture_default_str()
-      ->check(in_range(R::bootstrap_draws));
-  app.add_option("--seed", s.seed, "Bootstrap seed")->capture_default_str()->check(arcal::cli::seed_check());
-  app.add_option("--threads", s.threads, "Kernel and LibTorch threads (0 = all cores)")
-      ->capture_default_str()
-      ->check(in_range(R::worker_threads));
-  app.add_flag("--first-order", s.first_order_arms,
-               "Also run summary-only and CEDAR without the second-order (variance) term of the summary score");
-  app.add_flag("--no-figure", cfg->no_figure, "Skip the gnuplot figure");
-  app.add_flag("--force", cfg->force, "Replace the results of an earlier run in --out (atomically, file by file)");
-  app.add_flag("--json", cfg->json, "Print results.json on stdout");
+  arcal::cli::bind_options(app, cli_options(), *cfg);
+  arcal::cli::bind_options(app, lm_study_options(), cfg->study);
   return [cfg] {
     auto& t = cfg->study.timing_contexts;
     t.erase(std::remove(t.begin(), t.end(), 0), t.end());

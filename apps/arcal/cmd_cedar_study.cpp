@@ -19,7 +19,7 @@
 #include "core/check.hpp"
 #include "core/paths.hpp"
 #include "core/progress.hpp"
-#include "flag_checks.hpp"
+#include "option_binding.hpp"
 #include "io/npz.hpp"
 #include "train/trainer.hpp"
 
@@ -122,68 +122,69 @@ int run_study(StudyCli& cfg) {
   return 0;
 }
 
+/// The clustered-attention study's options (cedar/clustered_study.hpp; docs/interface.md "Command
+/// options", generated).
+const arcal::OptionTable<StudyConfig>& clustered_study_options() {
+  using C = StudyConfig;
+  namespace R = arcal::ranges;
+  static const arcal::OptionTable<C> table = {
+      {"keys", "--keys", "Keys per head", &C::n_keys, R::study_keys},
+      {"chunk_size", "--chunk-size", "Keys per chunk (one cluster per chunk)", &C::chunk_size, R::study_chunk_size},
+      {"queries", "--queries", "Queries per head", &C::n_queries, R::study_queries},
+      {"dim", "--dim", "Head width d", &C::dim, R::study_dim},
+      {"heads", "--heads", "Heads", &C::heads, R::study_heads},
+      {"dispersions", "--dispersions", "Within-chunk dispersions (comma-separated)", &C::dispersions,
+       R::study_dispersion},
+      {"temperatures", "--temperatures", "Query temperatures", &C::temperatures, R::study_temperature},
+      {"query_clusters", "--query-clusters", "Clusters each query aims at", &C::query_clusters,
+       R::study_query_clusters},
+      {"budgets", "--budgets", "Exact-chunk budgets B", &C::budgets, R::study_budget},
+      {"error_targets", "--error-targets", "Error targets of the variable-budget arm", &C::error_targets,
+       R::study_error_target},
+      {"kv_correlation", "--kv-correlation", "Within-chunk key-value correlation", &C::key_value_correlation,
+       R::study_kv_correlation},
+      {"seed", "--seed", "Seed of the data (and of the model study's bootstrap)", &C::seed},
+      {"threads", "--threads", "Worker threads (0 = all cores)", &C::threads, R::worker_threads},
+  };
+  return table;
+}
+
+/// The trained-model study's options (cedar/torch/vit_study.hpp; its seed and threads are the study's).
+const arcal::OptionTable<ModelStudyConfig>& model_study_options() {
+  using C = ModelStudyConfig;
+  namespace R = arcal::ranges;
+  static const arcal::OptionTable<C> table = {
+      {"model_budgets", "--model-budgets", "Exact row chunks per query in the model study", &C::budgets,
+       R::study_budget},
+      {"model_subset", "--model-subset", "First N test images (0 = all)", &C::subset, R::subset},
+      {"bootstrap", "--bootstrap", "Bootstrap resamples of the model study", &C::bootstrap, R::bootstrap_draws},
+  };
+  return table;
+}
+
+/// The command's own options.
+const arcal::OptionTable<StudyCli>& study_cli_options() {
+  using C = StudyCli;
+  using O = arcal::Option<C>;
+  static const arcal::OptionTable<C> table = {
+      O("out", "--out", "Output directory", &C::out).given(),
+      O("run", "--run", "Also run the trained-model study on this run directory (a ViT preset)", &C::run)
+          .existing(O::Path::existing_directory),
+      {"no_figure", "--no-figure", "Skip the gnuplot figure", &C::no_figure},
+      {"force", "--force", "Replace the results of an earlier study in --out (atomically, file by file)", &C::force},
+      {"json", "--json", "Print results.json on stdout", &C::json},
+  };
+  return table;
+}
+
 arcal::cli::RunFn setup_study(CLI::App& app) {
   auto cfg = std::make_shared<StudyCli>();
-  auto& s = cfg->study;
   // Every numeric flag carries its range (core/limits.hpp; grid flags check each value); the grids
   // against the chunk count, and the sizes against the array limit, are checked by
   // validate_study_config before anything runs.
-  using arcal::cli::in_range;
-  namespace R = arcal::ranges;
-  app.add_option("--out", cfg->out, "Output directory")->required();
-  app.add_option("--keys", s.n_keys, "Keys per head")->capture_default_str()->check(in_range(R::study_keys));
-  app.add_option("--chunk-size", s.chunk_size, "Keys per chunk (one cluster per chunk)")
-      ->capture_default_str()
-      ->check(in_range(R::study_chunk_size));
-  app.add_option("--queries", s.n_queries, "Queries per head")
-      ->capture_default_str()
-      ->check(in_range(R::study_queries));
-  app.add_option("--dim", s.dim, "Head width d")->capture_default_str()->check(in_range(R::study_dim));
-  app.add_option("--heads", s.heads, "Heads")->capture_default_str()->check(in_range(R::study_heads));
-  app.add_option("--dispersions", s.dispersions, "Within-chunk dispersions (comma-separated)")
-      ->delimiter(',')
-      ->capture_default_str()
-      ->check(in_range(R::study_dispersion));
-  app.add_option("--temperatures", s.temperatures, "Query temperatures")
-      ->delimiter(',')
-      ->capture_default_str()
-      ->check(in_range(R::study_temperature));
-  app.add_option("--query-clusters", s.query_clusters, "Clusters each query aims at")
-      ->delimiter(',')
-      ->capture_default_str()
-      ->check(in_range(R::study_query_clusters));
-  app.add_option("--budgets", s.budgets, "Exact-chunk budgets B")
-      ->delimiter(',')
-      ->capture_default_str()
-      ->check(in_range(R::study_budget));
-  app.add_option("--error-targets", s.error_targets, "Error targets of the variable-budget arm")
-      ->delimiter(',')
-      ->capture_default_str()
-      ->check(in_range(R::study_error_target));
-  app.add_option("--kv-correlation", s.key_value_correlation, "Within-chunk key-value correlation")
-      ->capture_default_str()
-      ->check(in_range(R::study_kv_correlation));
-  app.add_option("--seed", s.seed, "Seed of the data (and of the model study's bootstrap)")
-      ->capture_default_str()
-      ->check(arcal::cli::seed_check());
-  app.add_option("--threads", s.threads, "Worker threads (0 = all cores)")
-      ->capture_default_str()
-      ->check(in_range(R::worker_threads));
-  app.add_option("--run", cfg->run, "Also run the trained-model study on this run directory (a ViT preset)")
-      ->check(CLI::ExistingDirectory);
-  app.add_option("--model-budgets", cfg->model.budgets, "Exact row chunks per query in the model study")
-      ->delimiter(',')
-      ->capture_default_str()
-      ->check(in_range(R::study_budget));
-  app.add_option("--model-subset", cfg->model.subset, "First N test images (0 = all)")
-      ->capture_default_str()
-      ->check(in_range(R::subset));
-  app.add_option("--bootstrap", cfg->model.bootstrap, "Bootstrap resamples of the model study")
-      ->capture_default_str()
-      ->check(in_range(R::bootstrap_draws));
-  app.add_flag("--no-figure", cfg->no_figure, "Skip the gnuplot figure");
-  app.add_flag("--force", cfg->force, "Replace the results of an earlier study in --out (atomically, file by file)");
-  app.add_flag("--json", cfg->json, "Print results.json on stdout");
+  arcal::cli::bind_options(app, study_cli_options(), *cfg);
+  arcal::cli::bind_options(app, clustered_study_options(), cfg->study);
+  arcal::cli::bind_options(app, model_study_options(), cfg->model);
   return [cfg] {
     cfg->model.seed = cfg->study.seed;
     cfg->model.threads = cfg->study.threads;

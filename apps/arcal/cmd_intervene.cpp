@@ -14,7 +14,7 @@
 #include "core/check.hpp"
 #include "core/paths.hpp"
 #include "core/progress.hpp"
-#include "flag_checks.hpp"
+#include "option_binding.hpp"
 #include "model/intervene.hpp"
 #include "report/figures.hpp"
 #include "train/threads.hpp"
@@ -136,29 +136,36 @@ int run(const Options& o) {
   return 0;
 }
 
+/// Every option of `arcal intervene` but the loading ones (model_flags.hpp); docs/interface.md
+/// "Command options", generated.
+const arcal::OptionTable<Options>& intervene_options() {
+  using C = Options;
+  using O = arcal::Option<C>;
+  namespace R = arcal::ranges;
+  static const arcal::OptionTable<C> table = {
+      O("run", "--run", "Run directory written by arcal train", &C::run).given(),
+      O("out", "--out", "JSON file to write", &C::out).given(),
+      {"figures", "--figures",
+       "Also draw the mass-vs-effect and per-point figures into this folder (gnuplot; .dat and .gp kept)", &C::figures},
+      {"points", "--points", "Comma-separated routing points (default: all)", &C::points},
+      {"families", "--families", "Source families: embedding,current,history", &C::families},
+      {"split", "--split", "test | val", &C::split},
+      {"subset", "--subset",
+       "Use only the first N examples (images, or a language model's sequences) of the split (0 = all)", &C::subset,
+       R::subset},
+      {"bootstrap", "--bootstrap", "Bootstrap draws for the intervals", &C::bootstrap, R::bootstrap_draws},
+      {"seed", "--seed", "Bootstrap seed", &C::seed},
+      {"threads", "--threads", "Intra-op threads", &C::threads, R::threads},
+      {"force", "--force", "Replace an existing --out file (atomically)", &C::force},
+      {"json", "--json", "Print the JSON instead of the table", &C::json},
+  };
+  return table;
+}
+
 arcal::cli::RunFn setup(CLI::App& app) {
   auto o = std::make_shared<Options>();
-  app.add_option("--run", o->run, "Run directory written by arcal train")->required();
-  app.add_option("--out", o->out, "JSON file to write")->required();
-  app.add_option("--figures", o->figures,
-                 "Also draw the mass-vs-effect and per-point figures into this folder (gnuplot; .dat and .gp kept)");
-  app.add_option("--points", o->points, "Comma-separated routing points (default: all)");
-  app.add_option("--families", o->families, "Source families: embedding,current,history")->capture_default_str();
-  app.add_option("--split", o->split, "test | val")->capture_default_str();
-  app.add_option("--subset", o->subset,
-                 "Use only the first N examples (images, or a language model's sequences) of the split (0 = all)")
-      ->capture_default_str()
-      ->check(arcal::cli::in_range(arcal::ranges::subset));
+  arcal::cli::bind_options(app, intervene_options(), *o);
   o->load.add_to(app);
-  app.add_option("--bootstrap", o->bootstrap, "Bootstrap draws for the intervals")
-      ->capture_default_str()
-      ->check(arcal::cli::in_range(arcal::ranges::bootstrap_draws));
-  app.add_option("--seed", o->seed, "Bootstrap seed")->capture_default_str()->check(arcal::cli::seed_check());
-  app.add_option("--threads", o->threads, "Intra-op threads")
-      ->capture_default_str()
-      ->check(arcal::cli::in_range(arcal::ranges::threads));
-  app.add_flag("--force", o->force, "Replace an existing --out file (atomically)");
-  app.add_flag("--json", o->json, "Print the JSON instead of the table");
   return [o]() { return run(*o); };
 }
 

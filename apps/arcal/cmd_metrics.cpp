@@ -10,7 +10,7 @@
 #include "calib/metrics.hpp"
 #include "calib/trace_metrics.hpp"
 #include "command.hpp"
-#include "flag_checks.hpp"
+#include "option_binding.hpp"
 #include "core/check.hpp"
 #include "core/paths.hpp"
 #include "io/trace.hpp"
@@ -111,24 +111,31 @@ int run_metrics(const MetricsConfig& cfg) {
   return 0;
 }
 
-ARCAL_COMMAND(
-    "metrics", "Calibration metrics of a trace file's predictions, with bootstrap intervals",
-    [](CLI::App& app) -> arcal::cli::RunFn {
-      auto cfg = std::make_shared<MetricsConfig>();
-      app.add_option("file", cfg->input, "Trace file (.npz)")->required()->check(CLI::ExistingFile);
-      app.add_option("--bins", cfg->bins, "Confidence bins")
-          ->capture_default_str()
-          ->check(arcal::cli::in_range(arcal::ranges::metrics_bins));
-      app.add_option("--bootstrap", cfg->bootstrap, "Bootstrap resamples (0: none)")
-          ->capture_default_str()
-          ->check(arcal::cli::in_range(arcal::ranges::bootstrap));
-      app.add_option("--seed", cfg->seed, "Bootstrap seed")->capture_default_str()->check(arcal::cli::seed_check());
-      app.add_flag("--json", cfg->json, "Print one JSON object");
-      app.add_option("--figures", cfg->figures,
-                     "Also draw the reliability diagram (bins' counts, a calibrated model's consistency band) "
-                     "into DIR/reliability.{svg,png} (with its .dat and .gp); needs gnuplot");
-      app.add_flag("--force", cfg->force, "Write --figures into a directory arcal did not make");
-      return [cfg] { return run_metrics(*cfg); };
-    });
+/// Every option of `arcal metrics` (docs/interface.md "Command options", generated).
+const arcal::OptionTable<MetricsConfig>& metrics_options() {
+  using C = MetricsConfig;
+  using O = arcal::Option<C>;
+  namespace R = arcal::ranges;
+  static const arcal::OptionTable<C> table = {
+      O("file", "file", "Trace file (.npz)", &C::input).given().existing(O::Path::existing_file),
+      {"bins", "--bins", "Confidence bins", &C::bins, R::metrics_bins},
+      {"bootstrap", "--bootstrap", "Bootstrap resamples (0: none)", &C::bootstrap, R::bootstrap},
+      {"seed", "--seed", "Bootstrap seed", &C::seed},
+      {"json", "--json", "Print one JSON object", &C::json},
+      {"figures", "--figures",
+       "Also draw the reliability diagram (bins' counts, a calibrated model's consistency band) into "
+       "DIR/reliability.{svg,png} (with its .dat and .gp); needs gnuplot",
+       &C::figures},
+      {"force", "--force", "Write --figures into a directory arcal did not make", &C::force},
+  };
+  return table;
+}
+
+ARCAL_COMMAND("metrics", "Calibration metrics of a trace file's predictions, with bootstrap intervals",
+              [](CLI::App& app) -> arcal::cli::RunFn {
+                auto cfg = std::make_shared<MetricsConfig>();
+                arcal::cli::bind_options(app, metrics_options(), *cfg);
+                return [cfg] { return run_metrics(*cfg); };
+              });
 
 }  // namespace

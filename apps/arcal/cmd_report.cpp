@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "command.hpp"
+#include "option_binding.hpp"
 #include "report/report.hpp"
 
 namespace {
@@ -25,18 +26,29 @@ int run_report(const ReportOptions& o) {
   return 0;
 }
 
+/// Every option of `arcal report` (docs/interface.md "Command options", generated).
+const arcal::OptionTable<ReportOptions>& report_options() {
+  using C = ReportOptions;
+  using O = arcal::Option<C>;
+  static const arcal::OptionTable<C> table = {
+      O("source", "source",
+        "Directory holding results.json (written by arcal audit --out or arcal run), or a JSON file: results.json, "
+        "or what arcal metrics --json or arcal calibrate --json printed (a classifier's calibration report: metrics "
+        "with intervals and the reliability diagram, before/after a calibrator)",
+        &C::dir)
+          .given()
+          .existing(O::Path::existing_path),
+      {"out", "--out", "Report directory (default: DIR/report, or STEM_report beside a FILE.json)", &C::out},
+      {"force", "--force",
+       "Replace --out even when it holds files that are not part of an arcal report (it is replaced as a whole)",
+       &C::force},
+  };
+  return table;
+}
+
 arcal::cli::RunFn setup(CLI::App& app) {
   auto o = std::make_shared<ReportOptions>();
-  app.add_option("source", o->dir,
-                 "Directory holding results.json (written by arcal audit --out or arcal run), or a JSON file: "
-                 "results.json, or what arcal metrics --json or arcal calibrate --json printed (a classifier's "
-                 "calibration report: metrics with intervals and the reliability diagram, before/after a calibrator)")
-      ->required()
-      ->check(CLI::ExistingPath);
-  app.add_option("--out", o->out, "Report directory (default: DIR/report, or STEM_report beside a FILE.json)");
-  app.add_flag(
-      "--force", o->force,
-      "Replace --out even when it holds files that are not part of an arcal report (it is replaced as a whole)");
+  arcal::cli::bind_options(app, report_options(), *o);
   return [o]() { return run_report(*o); };
 }
 

@@ -54,7 +54,7 @@
 #include "core/progress.hpp"
 #include "core/run_lock.hpp"
 #include "core/subprocess.hpp"
-#include "flag_checks.hpp"
+#include "option_binding.hpp"
 #include "io/trace.hpp"
 #include "report/report.hpp"
 #include "run/study_file.hpp"
@@ -452,16 +452,26 @@ int run_study(const RunOptions& o) {
   return 0;
 }
 
+/// Every option of `arcal run` (docs/interface.md "Command options", generated).
+const arcal::OptionTable<RunOptions>& run_options() {
+  using C = RunOptions;
+  static const arcal::OptionTable<C> table = {
+      {"config", "--config",
+       "Study file (TOML; docs/interface.md). Without it: the embedded default study (ar-vit-tiny on Fashion-MNIST, "
+       "AttnRes seeds 0-2 and a standard twin each)",
+       &C::config},
+      {"out", "--out", "Study directory (default: runs/NAME)", &C::out},
+      {"print_config", "--print-config", "Print the resolved study (TOML) and exit", &C::print_config},
+      {"parallel", "--parallel", "Override [execution] parallel (trainings at once; 0 = the study's)", &C::parallel,
+       arcal::ranges::parallel_override},
+      {"no_report", "--no-report", "Stop after results.json", &C::no_report},
+  };
+  return table;
+}
+
 arcal::cli::RunFn setup(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
-  app.add_option("--config", o->config,
-                 "Study file (TOML; docs/interface.md). Without it: the embedded default study (ar-vit-tiny on "
-                 "Fashion-MNIST, AttnRes seeds 0-2 and a standard twin each)");
-  app.add_option("--out", o->out, "Study directory (default: runs/NAME)");
-  app.add_flag("--print-config", o->print_config, "Print the resolved study (TOML) and exit");
-  app.add_option("--parallel", o->parallel, "Override [execution] parallel (trainings at once; 0 = the study's)")
-      ->check(arcal::cli::in_range(arcal::ranges::parallel_override));
-  app.add_flag("--no-report", o->no_report, "Stop after results.json");
+  arcal::cli::bind_options(app, run_options(), *o);
   return [o]() { return run_study(*o); };
 }
 

@@ -21,13 +21,13 @@
 #include <thread>
 
 #include "command.hpp"
+#include "option_binding.hpp"
 #include "torch_commands.hpp"
 #include "core/atomic_file.hpp"
 #include "core/check.hpp"
 #include "core/interrupt.hpp"
 #include "core/paths.hpp"
 #include "core/subprocess.hpp"
-#include "flag_checks.hpp"
 #include "run/study_file.hpp"
 #include "train/distributed.hpp"
 #include "train/trainer.hpp"
@@ -224,24 +224,33 @@ int run_sweep(const SweepOptions& o) {
   return 0;
 }
 
+/// Every option of `arcal sweep` (docs/interface.md "Command options", generated).
+const arcal::OptionTable<SweepOptions>& sweep_options() {
+  using C = SweepOptions;
+  using O = arcal::Option<C>;
+  static const arcal::OptionTable<C> table = {
+      O("config", "--config", "Study TOML (arcal run's format); its datasets x presets x modes x seeds", &C::config)
+          .given(),
+      {"out", "--out", "Study directory (default: runs/NAME, as arcal run)", &C::out},
+      {"list", "--list", "List the runs, their status and their arcal train command lines; train nothing", &C::list},
+      {"dry_run", "--dry-run", "List the runs with parameters and MACs per image; train nothing", &C::dry_run},
+      {"index", "--index",
+       "Train only run I (0-based, as --list numbers them; e.g. $SLURM_ARRAY_TASK_ID; -1, the default: every run)",
+       &C::index, arcal::IntRange{0, 1000000}},
+      {"device", "--device", "cpu | cuda, replacing the study's [train] device for every training", &C::device},
+      {"precision", "--precision",
+       "fp32 | bf16 | fp16 | auto, replacing the study's [train] precision for every training (enters the run hash)",
+       &C::precision},
+      {"threads", "--threads", "Intra-op threads per training (0 = the study's threads_per_job)", &C::threads,
+       arcal::IntRange{0, arcal::ranges::threads.hi}},
+      {"json", "--json", "With --list/--dry-run: print the runs as one JSON object (schema arcal.sweep/1)", &C::json},
+  };
+  return table;
+}
+
 arcal::cli::RunFn setup(CLI::App& app) {
   auto o = std::make_shared<SweepOptions>();
-  app.add_option("--config", o->config, "Study TOML (arcal run's format); its datasets x presets x modes x seeds")
-      ->required();
-  app.add_option("--out", o->out, "Study directory (default: runs/NAME, as arcal run)");
-  app.add_flag("--list", o->list, "List the runs, their status and their arcal train command lines; train nothing");
-  app.add_flag("--dry-run", o->dry_run, "List the runs with parameters and MACs per image; train nothing");
-  app.add_option("--index", o->index, "Train only run I (0-based, as --list numbers them; e.g. $SLURM_ARRAY_TASK_ID)")
-      ->check(arcal::cli::in_range(arcal::IntRange{0, 1000000}));
-  app.add_option("--device", o->device, "cpu | cuda, replacing the study's [train] device for every training");
-  app.add_option(
-         "--precision", o->precision,
-         "fp32 | bf16 | fp16 | auto, replacing the study's [train] precision for every training (enters the run hash)")
-      ->capture_default_str();
-  app.add_option("--threads", o->threads, "Intra-op threads per training (0 = the study's threads_per_job)")
-      ->capture_default_str()
-      ->check(arcal::cli::in_range(arcal::IntRange{0, arcal::ranges::threads.hi}));
-  app.add_flag("--json", o->json, "With --list/--dry-run: print the runs as one JSON object (schema arcal.sweep/1)");
+  arcal::cli::bind_options(app, sweep_options(), *o);
   return [o]() { return run_sweep(*o); };
 }
 

@@ -13,7 +13,7 @@
 #include "core/check.hpp"
 #include "core/paths.hpp"
 #include "core/progress.hpp"
-#include "flag_checks.hpp"
+#include "option_binding.hpp"
 #include "model/trace_export.hpp"
 #include "train/threads.hpp"
 #include "train/trainer.hpp"
@@ -61,23 +61,30 @@ int run_trace(const TraceOptions& o) {
   return 0;
 }
 
+/// Every option of `arcal trace` but the loading ones (model_flags.hpp); docs/interface.md "Command
+/// options", generated.
+const arcal::OptionTable<TraceOptions>& trace_options() {
+  using C = TraceOptions;
+  using O = arcal::Option<C>;
+  namespace R = arcal::ranges;
+  static const arcal::OptionTable<C> table = {
+      O("run", "--run", "Run directory written by arcal train", &C::run).given(),
+      {"split", "--split", "test | val", &C::split},
+      O("out", "--out", "Trace file to write (.npz)", &C::out).given(),
+      {"batch_size", "--batch-size", "Evaluation batch size", &C::batch, R::batch_size},
+      {"threads", "--threads", "Intra-op threads", &C::threads, R::threads},
+      {"sequences", "--sequences",
+       "Language-model runs: trace this many evenly spaced sequences of the split (0 = all; each is one cluster of "
+       "--context tokens)",
+       &C::sequences, arcal::IntRange{0, std::int64_t{1} << 30}},
+      {"force", "--force", "Replace an existing --out file (atomically, once the new trace is complete)", &C::force},
+  };
+  return table;
+}
+
 arcal::cli::RunFn setup(CLI::App& app) {
   auto o = std::make_shared<TraceOptions>();
-  app.add_option("--run", o->run, "Run directory written by arcal train")->required();
-  app.add_option("--split", o->split, "test | val")->capture_default_str();
-  app.add_option("--out", o->out, "Trace file to write (.npz)")->required();
-  app.add_option("--batch-size", o->batch, "Evaluation batch size")
-      ->capture_default_str()
-      ->check(arcal::cli::in_range(arcal::ranges::batch_size));
-  app.add_option("--threads", o->threads, "Intra-op threads")
-      ->capture_default_str()
-      ->check(arcal::cli::in_range(arcal::ranges::threads));
-  app.add_option("--sequences", o->sequences,
-                 "Language-model runs: trace this many evenly spaced sequences of the split (0 = all; each is one "
-                 "cluster of --context tokens)")
-      ->capture_default_str()
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30));
-  app.add_flag("--force", o->force, "Replace an existing --out file (atomically, once the new trace is complete)");
+  arcal::cli::bind_options(app, trace_options(), *o);
   o->load.add_to(app);
   return [o]() { return run_trace(*o); };
 }

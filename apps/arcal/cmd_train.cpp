@@ -16,7 +16,6 @@
 #include "core/paths.hpp"
 #include "core/progress.hpp"
 #include "core/text_input.hpp"
-#include "flag_checks.hpp"
 #include "option_binding.hpp"
 #include "train/distributed.hpp"
 #include "train/trainer.hpp"
@@ -121,52 +120,72 @@ int run_train(const TrainConfig& cfg, const std::string& out, bool resume, bool 
   return 0;
 }
 
+/// `arcal train`'s own options (beside the training family's table and the trace request).
+struct TrainCli {
+  std::string config_file, out, progress_file;
+  std::vector<std::string> overrides;
+  bool dry_run = false, resume = false, json = false;
+};
+
+/// The command's own options (docs/interface.md "Command options", generated).
+const arcal::OptionTable<TrainCli>& train_cli_options() {
+  using C = TrainCli;
+  static const arcal::OptionTable<C> table = {
+      {"config", "--config",
+       "Start from this typed training configuration (JSON keyed like RUN/config.json's \"train\"; arcal run and "
+       "sweep pass runs this way); flags given as well override its values",
+       &C::config_file},
+      {"override", "--override",
+       "With --resume: the settings (flag names without dashes, comma-separated: lr,epochs,...) whose new values "
+       "given on this command line replace the run's from its checkpoint on; recorded in config.json. Without it a "
+       "resume with a changed setting is refused",
+       &C::overrides},
+      {"out", "--out", "Run directory RUN/ (not needed with --dry-run)", &C::out},
+      {"progress_file", "--progress-file",
+       "Write 'step total' to this file about once a second (for arcal run's combined progress bar)",
+       &C::progress_file},
+      {"dry_run", "--dry-run", "Print the resolved model, its parameter count and FLOPs per image; train nothing",
+       &C::dry_run},
+      {"resume", "--resume", "Continue an interrupted run in --out from its checkpoint", &C::resume},
+      {"json", "--json", "Print summary.json at the end (stdout holds nothing else; logs go to stderr)", &C::json},
+  };
+  return table;
+}
+
+/// The trace written after training (--trace; train/trainer.hpp TraceRequest).
+const arcal::OptionTable<arcal::TraceRequest>& trace_request_options() {
+  using C = arcal::TraceRequest;
+  static const arcal::OptionTable<C> table = {
+      {"trace", "--trace",
+       "After training, also write the trace file `arcal trace --run RUN --out FILE` would write, from the model in "
+       "memory (on the test split the same pass gives summary.json's test metrics); refused if FILE exists",
+       &C::path},
+      {"trace_split", "--trace-split", "With --trace: test | val", &C::split},
+      {"trace_sequences", "--trace-sequences",
+       "With --trace on a language-model run: trace this many evenly spaced sequences of the split (0 = all)",
+       &C::sequences, arcal::IntRange{0, std::int64_t{1} << 30}},
+  };
+  return table;
+}
+
 arcal::cli::RunFn setup(CLI::App& app) {
   auto cfg = std::make_shared<TrainConfig>();
-  auto out = std::make_shared<std::string>();
-  auto resume = std::make_shared<bool>(false);
-  auto json = std::make_shared<bool>(false);
-  auto dry = std::make_shared<bool>(false);
-  auto progress_file = std::make_shared<std::string>();
-  // Every numeric flag carries its range (core/limits.hpp); `given` maps each training setting to
-  // its option so that --resume can tell which ones the command line sets.
-  // Every training option from the training family's table (train/train_config.hpp).
-  auto given = std::make_shared<std::vector<std::pair<std::string, CLI::Option*>>>(
-      arcal::cli::bind_options(app, arcal::train_option_table(), *cfg));
-  auto config_file = std::make_shared<std::string>();
-  app.add_option("--config", *config_file,
-                 "Start from this typed training configuration (JSON keyed like RUN/config.json's \"train\"; "
-                 "arcal run and sweep pass runs this way); flags given as well override its values");
-  auto overrides = std::make_shared<std::vector<std::string>>();
-  app.add_option("--override", *overrides,
-                 "With --resume: the settings (flag names without dashes, comma-separated: lr,epochs,...) whose new "
-                 "values given on this command line replace the run's from its checkpoint on; recorded in config.json. "
-                 "Without it a resume with a changed setting is refused")
-      ->delimiter(',');
-  app.add_option("--out", *out, "Run directory RUN/ (not needed with --dry-run)");
-  app.add_option("--progress-file", *progress_file,
-                 "Write 'step total' to this file about once a second (for arcal run's combined progress bar)");
-  app.add_flag("--dry-run", *dry, "Print the resolved model, its parameter count and FLOPs per image; train nothing");
-  app.add_flag("--resume", *resume, "Continue an interrupted run in --out from its checkpoint");
-  app.add_flag("--json", *json, "Print summary.json at the end (stdout holds nothing else; logs go to stderr)");
+  // Every training option from the training family's table (train/train_config.hpp); `given` maps
+  // each training setting to its option so that --resume can tell which ones the command line sets.
+  auto given = std::make_shared<std::vector<std::pair<std::string, CLI::Option*>>>(arcal::cli::bind_options(
+      app, arcal::train_option_table(), *cfg, "the training family (\"Training options\" above)"));
+  auto cli = std::make_shared<TrainCli>();
+  arcal::cli::bind_options(app, train_cli_options(), *cli);
   auto trace = std::make_shared<arcal::TraceRequest>();
-  app.add_option("--trace", trace->path,
-                 "After training, also write the trace file `arcal trace --run RUN --out FILE` would write, from the "
-                 "model in memory (on the test split the same pass gives summary.json's test metrics); refused if "
-                 "FILE exists");
-  app.add_option("--trace-split", trace->split, "With --trace: test | val")->capture_default_str();
-  app.add_option("--trace-sequences", trace->sequences,
-                 "With --trace on a language-model run: trace this many evenly spaced sequences of the split (0 = all)")
-      ->capture_default_str()
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30));
+  arcal::cli::bind_options(app, trace_request_options(), *trace);
   return [=]() {
     std::vector<std::string> file_keys;  // every setting --config gives: a resume compares them too
-    if (!config_file->empty()) {
+    if (!cli->config_file.empty()) {
       // The file's values, then every flag given on the command line on top.
-      const nlohmann::json file_json = arcal::read_json_file(*config_file, "arcal train", "--config");
+      const nlohmann::json file_json = arcal::read_json_file(cli->config_file, "arcal train", "--config");
       if (file_json.is_object())
         for (const auto& item : file_json.items()) file_keys.push_back(item.key());
-      arcal::TrainConfig from_file = arcal::train_config_from_json(file_json, *config_file);
+      arcal::TrainConfig from_file = arcal::train_config_from_json(file_json, cli->config_file);
       for (const auto& [key, option] : *given) {
         if (option->count() == 0) continue;
         for (const auto& row : arcal::train_option_table())
@@ -174,8 +193,8 @@ arcal::cli::RunFn setup(CLI::App& app) {
       }
       *cfg = from_file;
     }
-    if (*dry) return run_dry(*cfg, *json);
-    if (out->empty()) arcal::throw_input("--out", "is required (the run directory), except with --dry-run");
+    if (cli->dry_run) return run_dry(*cfg, cli->json);
+    if (cli->out.empty()) arcal::throw_input("--out", "is required (the run directory), except with --dry-run");
     arcal::ResumeRequest request;
     for (const auto& [key, option] : *given)
       if (option->count() > 0) request.given.push_back(key);
@@ -183,13 +202,13 @@ arcal::cli::RunFn setup(CLI::App& app) {
     // change like the same flag (it used to be kept silently at the run's value).
     for (const auto& k : file_keys)
       if (std::find(request.given.begin(), request.given.end(), k) == request.given.end()) request.given.push_back(k);
-    for (auto k : *overrides) {
+    for (auto k : cli->overrides) {
       for (auto& ch : k)
         if (ch == '-') ch = '_';  // --override max-steps and max_steps both name max_steps
       if (!k.empty()) request.overrides.push_back(k);
     }
-    if (!request.overrides.empty() && !*resume) arcal::throw_input("--override", "only applies with --resume");
-    return run_train(*cfg, *out, *resume, *json, *progress_file, request, *trace);
+    if (!request.overrides.empty() && !cli->resume) arcal::throw_input("--override", "only applies with --resume");
+    return run_train(*cfg, cli->out, cli->resume, cli->json, cli->progress_file, request, *trace);
   };
 }
 

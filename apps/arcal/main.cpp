@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "command.hpp"
+#include "option_lists.hpp"
 #include "core/error.hpp"
 #include "core/subprocess.hpp"
 #include "ops/blas.hpp"
@@ -109,13 +110,20 @@ static int run_main(int argc, char** argv) {
     sub->add_flag("--quiet,-q", quiet, quiet_help);
     runs[sub] = spec.setup(*sub);
   }
+  // Hidden: the command option lists of docs/interface.md (option_lists.hpp; ctest command_option_lists).
+  std::string lists_file;
+  bool lists_update = false;
+  CLI::App* lists = app.add_subcommand("options-markdown", "Check (or --update) the command option lists of FILE");
+  lists->group("");
+  lists->add_option("file", lists_file, "docs/interface.md")->required();
+  lists->add_flag("--update", lists_update, "Rewrite the lists");
 #ifdef ARCAL_FRONT
   for (const auto& c : kTorchCommands)  // listed in --help; a command line naming one never gets here
     app.add_subcommand(std::string(c.name), std::string(c.description) + " [arcal-torch]");
 #endif
   // A first argument that is neither an option nor a subcommand: name it (CLI11 would only say that a
   // subcommand is required).
-  if (argc > 1 && argv[1][0] != '-' &&
+  if (argc > 1 && argv[1][0] != '-' && std::string_view(argv[1]) != "options-markdown" &&
       std::none_of(registry.begin(), registry.end(), [&](const CommandSpec& c) { return c.name == argv[1]; }) &&
       std::none_of(kTorchCommands.begin(), kTorchCommands.end(),
                    [&](const ForwardedCommand& c) { return c.name == argv[1]; })) {
@@ -131,6 +139,7 @@ static int run_main(int argc, char** argv) {
     return 2;
   }
   set_quiet(quiet);
+  if (lists->parsed()) return option_lists(app, registry, lists_file, lists_update);
   try {
     for (auto& [sub, run] : runs)
       if (sub->parsed()) return run();

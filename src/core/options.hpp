@@ -29,7 +29,11 @@ using OptionRange = std::variant<std::monostate, IntRange, RealRange>;
 template <class C>
 struct Option {
   using Field = std::variant<int C::*, std::int64_t C::*, std::uint64_t C::*, double C::*, bool C::*, std::string C::*,
-                             std::vector<std::string> C::*, std::vector<double> C::*, std::vector<std::uint64_t> C::*>;
+                             std::vector<std::string> C::*, std::vector<double> C::*, std::vector<std::uint64_t> C::*,
+                             std::vector<std::int64_t> C::*>;
+  /// What a path option must name on the command line (CLI11's ExistingFile, ExistingDirectory,
+  /// ExistingPath: either).
+  enum class Path { any, existing_file, existing_directory, existing_path };
   std::string key;   ///< canonical name: the TOML key and the key of the typed JSON ("permutations")
   std::string flag;  ///< CLI flag ("--permutations"); "" = no flag (set by the study only)
   std::string help;
@@ -39,6 +43,10 @@ struct Option {
   bool negatable = false;            ///< booleans: also --no-FLAG
   bool identity = true;              ///< part of the run identity hash (threads and paths are not)
   std::string section;               ///< the study file's table holding this key ("" = not in the study)
+  /// Command line only (apps/arcal/option_binding.hpp): the option must be given; a path must exist.
+  /// A flag without a leading '-' ("file", "traces") is positional.
+  bool required = false;
+  Path path = Path::any;
 
   /// The tables list rows as {key, flag, help, field[, range, choices, negatable, identity, section]}; a
   /// constructor (not aggregate initialisation) so rows that stop early are not -Wmissing-field-initializers.
@@ -54,6 +62,20 @@ struct Option {
         negatable(negatable_),
         identity(identity_),
         section(std::move(section_)) {}
+
+  /// Table rows that must be given or name an existing path: `Option(...).given()`,
+  /// `.existing(Path::existing_file)`.
+  Option given() const {
+    Option o = *this;
+    o.required = true;
+    return o;
+  }
+  Option existing(Path p) const {
+    Option o = *this;
+    o.path = p;
+    return o;
+  }
+  bool positional() const { return !flag.empty() && flag[0] != '-'; }
 };
 
 template <class C>

@@ -99,6 +99,12 @@ struct Reader {
     }
     return out;
   }
+  std::vector<std::int64_t> integers(const toml::value& v, const std::string& t, const std::string& k) const {
+    if (!v.is_array()) bad(t, k, "an array of integers");
+    std::vector<std::int64_t> out;
+    for (const auto& e : v.as_array()) out.push_back(integer(e, t, k));
+    return out;
+  }
 };
 
 /// One option of an option table from its TOML value, typed by the field it sets; ranges and
@@ -121,6 +127,8 @@ void read_option(const Reader& r, const std::string& table, const Option<C>& o, 
           x = r.reals(v, table, o.key);
         else if constexpr (std::is_same_v<T, std::vector<std::uint64_t>>)
           x = r.seeds(v, table, o.key);
+        else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>)
+          x = r.integers(v, table, o.key);
         else if constexpr (std::is_same_v<T, std::uint64_t>) {
           const auto i = r.integer(v, table, o.key);
           if (i < 0) r.bad(table, o.key, "an integer >= 0");
@@ -195,7 +203,8 @@ std::string option_line(const Option<C>& o, const C& c) {
           value = num(x);
         else if constexpr (std::is_same_v<T, std::vector<std::string>>)
           value = list(x, true);
-        else if constexpr (std::is_same_v<T, std::vector<double>> || std::is_same_v<T, std::vector<std::uint64_t>>)
+        else if constexpr (std::is_same_v<T, std::vector<double>> || std::is_same_v<T, std::vector<std::uint64_t>> ||
+                           std::is_same_v<T, std::vector<std::int64_t>>)
           value = list(x, false);
         else
           value = std::to_string(x);

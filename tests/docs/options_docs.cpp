@@ -10,78 +10,12 @@
 #include <iostream>
 #include <sstream>
 #include <string>
-#include <type_traits>
 
 #include "audit/audit_options.hpp"
-#include "core/options.hpp"
+#include "core/options_markdown.hpp"
 #include "train/train_config.hpp"
 
-namespace {
-
 using namespace arcal;
-
-template <class C>
-std::string type_of(const typename Option<C>::Field& f) {
-  return std::visit(
-      [](auto member) -> std::string {
-        using T = std::remove_reference_t<decltype(std::declval<C&>().*member)>;
-        if constexpr (std::is_same_v<T, bool>)
-          return "bool";
-        else if constexpr (std::is_integral_v<T>)
-          return "integer";
-        else if constexpr (std::is_floating_point_v<T>)
-          return "number";
-        else if constexpr (std::is_same_v<T, std::string>)
-          return "string";
-        else if constexpr (std::is_same_v<T, std::vector<std::string>>)
-          return "list of strings";
-        else if constexpr (std::is_same_v<T, std::vector<double>>)
-          return "list of numbers";
-        else
-          return "list of integers";
-      },
-      f);
-}
-
-std::string cell(std::string s) {
-  std::string out;
-  for (char c : s) out += c == '|' ? std::string("\\|") : c == '\n' ? std::string(" ") : std::string(1, c);
-  return out;
-}
-
-template <class C>
-std::string table_markdown(const OptionTable<C>& table) {
-  const nlohmann::json defaults = options_json(table, C{});
-  std::ostringstream o;
-  o << "| key | flag | type | default | range or values | study table | what it sets "
-       "|\n|---|---|---|---|---|---|---|\n";
-  for (const auto& opt : table) {
-    std::string values;
-    if (!opt.choices.empty()) {
-      for (std::size_t i = 0; i < opt.choices.size(); ++i) values += (i ? ", " : "") + opt.choices[i];
-    } else if (!std::holds_alternative<std::monostate>(opt.range)) {
-      values = options_detail::range_of(opt.range);
-    }
-    const std::string def = defaults.contains(opt.key) ? defaults[opt.key].dump() : "";
-    std::string flag = opt.flag.empty() ? "-" : "`" + opt.flag + "`";
-    if (opt.negatable && !opt.flag.empty()) flag += " / `--no-" + opt.flag.substr(2) + "`";
-    o << "| `" << opt.key << "` | " << flag << " | " << type_of<C>(opt.field) << " | `" << cell(def) << "` | "
-      << (values.empty() ? "-" : cell(values)) << " | " << (opt.section.empty() ? "-" : "[" + opt.section + "]")
-      << " | " << cell(opt.help) << " |\n";
-  }
-  return o.str();
-}
-
-/// Replaces the text between the markers of `name`; false when they are missing.
-bool splice(std::string& doc, const std::string& name, const std::string& body) {
-  const std::string start = "<!-- options:" + name + " -->", end = "<!-- end:options:" + name + " -->";
-  const std::size_t i = doc.find(start), j = doc.find(end);
-  if (i == std::string::npos || j == std::string::npos || j < i) return false;
-  doc = doc.substr(0, i + start.size()) + "\n" + body + doc.substr(j);
-  return true;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2 || argc > 3 || (argc == 3 && std::string(argv[2]) != "--update")) {
@@ -99,9 +33,9 @@ int main(int argc, char** argv) {
   const std::string old = ss.str();
   std::string doc = old;
   for (const auto& [name, body] :
-       {std::pair<std::string, std::string>{"train", table_markdown(train_option_table())},
-        std::pair<std::string, std::string>{"audit", table_markdown(audit_option_table())}}) {
-    if (!splice(doc, name, body)) {
+       {std::pair<std::string, std::string>{"train", family_table_markdown(train_option_table())},
+        std::pair<std::string, std::string>{"audit", family_table_markdown(audit_option_table())}}) {
+    if (!splice_option_list(doc, name, body)) {
       std::cerr << "options_docs: " << path << " lacks the markers <!-- options:" << name
                 << " --> ... <!-- end:options:" << name << " -->\n";
       return 1;
