@@ -22,7 +22,7 @@
 #include "cedar/cedar.hpp"
 #include "cedar/clustered_study.hpp"
 #include "ops/blas.hpp"
-#include "train/threads.hpp"
+#include "ops/torch/compute_threads.hpp"
 
 namespace {
 

@@ -24,7 +24,7 @@
 #include "train/adamw.hpp"
 #include "train/sbece.hpp"
 #include "ops/blas.hpp"
-#include "train/threads.hpp"
+#include "ops/torch/compute_threads.hpp"
 
 using namespace arcal;
 

@@ -36,7 +36,7 @@ import sys
 _t = sys.argv[sys.argv.index("--threads") + 1] if "--threads" in sys.argv else "1"
 os.environ["OPENBLAS_NUM_THREADS"] = _t
 # Same GEMM kernels on both sides: arcal re-executes itself with OpenBLAS's native kernels when
-# OpenBLAS falls back to the generic Prescott ones (train/threads.hpp); give Python's torch the same
+# OpenBLAS falls back to the generic Prescott ones (ops/torch/compute_threads.hpp); give Python's torch the same
 # choice (and arcal, through the inherited environment, the same value) unless the user set one.
 if "OPENBLAS_CORETYPE" not in os.environ:
     try:

@@ -17,7 +17,7 @@
 #include "option_binding.hpp"
 #include "model/intervene.hpp"
 #include "report/figures.hpp"
-#include "train/threads.hpp"
+#include "ops/torch/compute_threads.hpp"
 #include "train/trainer.hpp"
 
 namespace {

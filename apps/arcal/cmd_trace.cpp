@@ -15,7 +15,7 @@
 #include "core/progress.hpp"
 #include "option_binding.hpp"
 #include "model/trace_export.hpp"
-#include "train/threads.hpp"
+#include "ops/torch/compute_threads.hpp"
 #include "train/trainer.hpp"
 
 namespace {

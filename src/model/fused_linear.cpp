@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "model/fused.hpp"
-#include "model/onednn_gemm.hpp"
+#include "ops/torch/onednn_gemm.hpp"
 
 namespace arcal {
 

@@ -33,7 +33,7 @@
 #include "train/checkpoint.hpp"
 #include "train/distributed.hpp"
 #include "train/sbece.hpp"
-#include "train/threads.hpp"
+#include "ops/torch/compute_threads.hpp"
 
 namespace arcal {
 

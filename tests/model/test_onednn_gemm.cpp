@@ -8,7 +8,7 @@
 #include <tuple>
 #include <vector>
 
-#include "model/onednn_gemm.hpp"
+#include "ops/torch/onednn_gemm.hpp"
 
 namespace arcal {
 namespace {

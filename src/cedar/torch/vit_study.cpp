@@ -13,7 +13,7 @@
 #include "cedar/torch/estimate_format.hpp"
 #include "core/check.hpp"
 #include "stats/bootstrap.hpp"
-#include "train/threads.hpp"
+#include "ops/torch/compute_threads.hpp"
 #include "train/trainer.hpp"
 
 namespace arcal::cedar {

@@ -1,4 +1,4 @@
-#include "model/onednn_gemm.hpp"
+#include "ops/torch/onednn_gemm.hpp"
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>

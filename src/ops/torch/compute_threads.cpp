@@ -1,4 +1,4 @@
-#include "train/threads.hpp"
+#include "ops/torch/compute_threads.hpp"
 
 #include <unistd.h>  // first: it defines __GLIBC__
 #if defined(__GLIBC__)
