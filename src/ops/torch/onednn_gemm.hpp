@@ -4,7 +4,7 @@
 // ideep): about 13 us per call, some 75 calls per training step, 2-3 % of an ar-vit-tiny step
 // (bench/README.md, "Direct oneDNN products"). The primitive is the one LibTorch's call selects
 // (brgemm, same data types and layouts), so the products are bitwise LibTorch's
-// (tests/model/test_onednn_gemm.cpp compares them on the models' shapes, one and two threads).
+// (tests/ops_torch/test_onednn_gemm.cpp compares them on the models' shapes, one and two threads).
 #pragma once
 
 #include <torch/torch.h>
