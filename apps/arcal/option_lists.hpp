@@ -9,9 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,15 +19,7 @@
 namespace arcal::cli {
 
 inline int option_lists(CLI::App& app, const std::vector<CommandSpec>& registry, const std::string& path, bool update) {
-  std::ifstream in(path);
-  if (!in) {
-    std::cerr << "arcal options-markdown: cannot read " << path << "\n";
-    return 2;
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string old = ss.str();
-  std::string doc = old;
+  std::vector<std::pair<std::string, std::string>> lists;
   int rc = 0;
   for (const auto& spec : registry) {
     CLI::App* sub = app.get_subcommand(spec.name);
@@ -46,22 +36,12 @@ inline int option_lists(CLI::App& app, const std::vector<CommandSpec>& registry,
     }
     std::string body = command_table_header() + bound.rows;
     for (const auto& family : bound.families) body += "\nand every option of " + family + ".\n";
-    if (!splice_option_list(doc, "command:" + spec.name, body)) {
-      std::cerr << "arcal options-markdown: " << path << " lacks the markers <!-- options:command:" << spec.name
-                << " --> ... <!-- end:options:command:" << spec.name << " -->\n";
-      rc = 1;
-    }
+    lists.push_back({"command:" + spec.name, body});
   }
-  if (rc != 0 || doc == old) return rc;
-  if (update) {
-    std::ofstream(path) << doc;
-    std::cout << "arcal options-markdown: rewrote the command option lists of " << path << "\n";
-    return 0;
-  }
-  std::cerr << "arcal options-markdown: the command option lists of " << path
-            << " differ from the option tables in the code; run `build/arcal options-markdown " << path
-            << " --update` (and build/arcal-torch) and commit\n";
-  return 1;
+  if (rc != 0) return rc;
+  return sync_option_lists(path, lists, update, "arcal options-markdown",
+                           "build/arcal options-markdown " + path + " --update (and build/arcal-torch)", std::cout,
+                           std::cerr);
 }
 
 }  // namespace arcal::cli

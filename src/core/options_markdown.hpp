@@ -6,12 +6,16 @@
 // nlohmann-json only.
 #pragma once
 
+#include <fstream>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <variant>
+#include <vector>
 
+#include "core/atomic_file.hpp"
 #include "core/options.hpp"
 
 namespace arcal {
@@ -118,6 +122,39 @@ inline bool splice_option_list(std::string& doc, const std::string& name, const 
   if (i == std::string::npos || j == std::string::npos || j < i) return false;
   doc = doc.substr(0, i + start.size()) + "\n" + body + doc.substr(j);
   return true;
+}
+
+/// Splices each (name, list) of `lists` into the marked blocks of the file `path` and compares the
+/// result with the file, or with `update` rewrites the file (atomically). Returns 0 when the file
+/// matches (or was rewritten), 1 when it differs or lacks a block's markers, 2 when it cannot be read;
+/// messages go to `err` prefixed with `tool`, and name `fix`, the command that rewrites the lists.
+inline int sync_option_lists(const std::string& path, const std::vector<std::pair<std::string, std::string>>& lists,
+                             bool update, const std::string& tool, const std::string& fix, std::ostream& out,
+                             std::ostream& err) {
+  std::ifstream in(path);
+  if (!in) {
+    err << tool << ": cannot read " << path << "\n";
+    return 2;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string old = ss.str();
+  std::string doc = old;
+  for (const auto& [name, body] : lists)
+    if (!splice_option_list(doc, name, body)) {
+      err << tool << ": " << path << " lacks the markers <!-- options:" << name << " --> ... <!-- end:options:" << name
+          << " -->\n";
+      return 1;
+    }
+  if (doc == old) return 0;
+  if (update) {
+    write_file_atomic(path, doc);
+    out << tool << ": rewrote the option lists of " << path << "\n";
+    return 0;
+  }
+  err << tool << ": the option lists of " << path << " differ from the option tables in the code; run `" << fix
+      << "` and commit\n";
+  return 1;
 }
 
 }  // namespace arcal

@@ -6,9 +6,7 @@
 //
 // usage: options_docs FILE [--update]   exit 0: the file matches (or was rewritten with --update);
 //                                       1: it differs (the difference is printed); 2: bad usage
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <string>
 
 #include "audit/audit_options.hpp"
@@ -23,33 +21,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string path = argv[1];
-  std::ifstream in(path);
-  if (!in) {
-    std::cerr << "options_docs: cannot read " << path << "\n";
-    return 2;
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string old = ss.str();
-  std::string doc = old;
-  for (const auto& [name, body] :
-       {std::pair<std::string, std::string>{"train", family_table_markdown(train_option_table())},
-        std::pair<std::string, std::string>{"audit", family_table_markdown(audit_option_table())}}) {
-    if (!splice_option_list(doc, name, body)) {
-      std::cerr << "options_docs: " << path << " lacks the markers <!-- options:" << name
-                << " --> ... <!-- end:options:" << name << " -->\n";
-      return 1;
-    }
-  }
-  if (doc == old) return 0;
-  if (argc == 3) {
-    std::ofstream(path) << doc;
-    std::cout << "options_docs: rewrote the option tables of " << path << "\n";
-    return 0;
-  }
-  std::cerr << "options_docs: the option tables of " << path
-            << " differ from the option tables in the code; run `build/tests/options_docs " << path
-            << " --update` and commit. Generated:\n"
-            << doc.substr(doc.find("<!-- options:train -->")) << "\n";
-  return 1;
+  return sync_option_lists(
+      path,
+      {{"train", family_table_markdown(train_option_table())}, {"audit", family_table_markdown(audit_option_table())}},
+      argc == 3, "options_docs", "build/tests/options_docs " + path + " --update", std::cout, std::cerr);
 }
