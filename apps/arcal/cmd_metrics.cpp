@@ -56,18 +56,6 @@ int run_metrics(const MetricsConfig& cfg) {
   if (!cfg.figures.empty()) arcal::check_output_dir("--figures", cfg.figures, "arcal metrics", cfg.force, "--force");
   const auto r = arcal::trace_calibration_report(trace, opt);
   const std::vector<std::string> drawn = cfg.figures.empty() ? std::vector<std::string>{} : draw_reliability(r, cfg);
-  const std::vector<std::pair<const char*, const arcal::Estimate*>> rows = {{"accuracy", &r.accuracy},
-                                                                            {"ece", &r.ece},
-                                                                            {"mce", &r.mce},
-                                                                            {"rmsce", &r.rmsce},
-                                                                            {"ada_ece", &r.ada_ece},
-                                                                            {"classwise_ece", &r.classwise_ece},
-                                                                            {"debiased_ece", &r.debiased_ece},
-                                                                            {"smece", &r.smece},
-                                                                            {"smece_sigma", &r.smece_sigma},
-                                                                            {"nll", &r.nll},
-                                                                            {"brier", &r.brier},
-                                                                            {"auroc", &r.auroc}};
   if (cfg.json) {
     nlohmann::json j = arcal::trace_calibration_report_json(trace, r);
     j["file"] = cfg.input;
@@ -86,7 +74,8 @@ int run_metrics(const MetricsConfig& cfg) {
   // calibration errors the bias-corrected (median-unbiased) estimate and the interval follow, labelled.
   std::cout << fmt::format("  {:<14} {:>10}   {:>14}   {:>21}\n", "metric", "plug-in", "bias-corrected",
                            "95% interval");
-  for (const auto& [name, e] : rows) {
+  for (const auto& [name, member] : arcal::kReportMetrics) {
+    const arcal::Estimate* e = &(r.*member);
     const std::string ci = std::isnan(e->ci.low) ? "-" : fmt::format("[{:.4f}, {:.4f}]", e->ci.low, e->ci.high);
     const bool corrected = !std::isnan(e->bias_corrected);
     std::cout << fmt::format("  {:<14} {:>10.4f}   {:>14}   {:>21}\n", name, e->value,

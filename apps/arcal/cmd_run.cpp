@@ -88,6 +88,28 @@ struct RunOptions {
   bool no_report = false;
 };
 
+/// The child `arcal trace` of a run directory (a trained run or a snapshot) into `out`, with the study's
+/// split, threads and sequences; its log beside the run (RUN/trace.log).
+arcal::Job trace_job(const arcal::StudyConfig& st, const std::string& run_dir, const std::string& out,
+                     std::string label) {
+  arcal::Job j;
+  j.label = std::move(label);
+  j.args = {"trace",
+            "--run",
+            run_dir,
+            "--split",
+            st.split,
+            "--out",
+            out,
+            "--threads",
+            std::to_string(st.threads_per_job),
+            "--sequences",
+            std::to_string(st.trace_sequences),
+            "--quiet"};
+  j.log = run_dir + "/trace.log";
+  return j;
+}
+
 /// DIR/PREFIX-HASH8: an audit directory keyed by the study's typed audit options and the trace paths.
 std::string audit_dir_for(const std::string& dir, const std::string& prefix, const arcal::StudyConfig& st,
                           const std::vector<std::string>& traces) {
@@ -168,22 +190,7 @@ std::vector<arcal::ConvergencePoint> audit_snapshots(const arcal::StudyConfig& s
       const std::string tf = snap + "/" + st.split + ".npz";
       traces.push_back(tf);
       if (fs::exists(tf)) continue;
-      arcal::Job j;
-      j.label = "trace " + r.id + " " + sub;
-      j.args = {"trace",
-                "--run",
-                snap,
-                "--split",
-                st.split,
-                "--out",
-                tf,
-                "--threads",
-                std::to_string(st.threads_per_job),
-                "--sequences",
-                std::to_string(st.trace_sequences),
-                "--quiet"};
-      j.log = snap + "/trace.log";
-      jobs.push_back(j);
+      jobs.push_back(trace_job(st, snap, tf, "trace " + r.id + " " + sub));
     }
     arcal::run_jobs(exe, jobs, st.parallel, "trace " + sub, bars, "arcal run", g_resume_command);
     const std::string audit_dir = audit_dir_for(dir, "audit-" + sub, st, traces);
@@ -237,23 +244,9 @@ std::vector<arcal::Job> study_jobs(const arcal::StudyConfig& st, const std::vect
         jobs.push_back(j);
       }
       if (!done || fs::exists(tf)) continue;  // traced by its training, or already traced
-      arcal::Job j;  // a run trained before (an earlier arcal run, or one stopped between training and trace)
-      j.label = "trace " + r.id;
-      j.args = {"trace",
-                "--run",
-                rd,
-                "--split",
-                st.split,
-                "--out",
-                tf,
-                "--threads",
-                std::to_string(st.threads_per_job),
-                "--sequences",
-                std::to_string(st.trace_sequences),
-                "--quiet"};
-      j.log = rd + "/trace.log";
+      // A run trained before (an earlier arcal run, or one stopped between training and trace).
       if (r.audited) audit_jobs.push_back(jobs.size());
-      jobs.push_back(j);
+      jobs.push_back(trace_job(st, rd, tf, "trace " + r.id));
     }
   return jobs;
 }

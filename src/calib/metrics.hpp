@@ -4,9 +4,11 @@
 // Probabilities are row-major [N, K]; labels are [N] in [0, K). Nothing here prints.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "calib/smooth_reliability.hpp"
@@ -140,6 +142,23 @@ struct CalibrationReport {
   bool has_smooth = false;                     ///< ReportOptions::smooth_diagram was set
   SmoothReliability smooth;
 };
+
+/// The report's metrics by their JSON key, in the order every output lists them (`arcal metrics`' table
+/// and --json, the study section's reader).
+inline constexpr std::array<std::pair<const char*, Estimate CalibrationReport::*>, 12> kReportMetrics{{
+    {"accuracy", &CalibrationReport::accuracy},
+    {"ece", &CalibrationReport::ece},
+    {"mce", &CalibrationReport::mce},
+    {"rmsce", &CalibrationReport::rmsce},
+    {"ada_ece", &CalibrationReport::ada_ece},
+    {"classwise_ece", &CalibrationReport::classwise_ece},
+    {"debiased_ece", &CalibrationReport::debiased_ece},
+    {"smece", &CalibrationReport::smece},
+    {"smece_sigma", &CalibrationReport::smece_sigma},
+    {"nll", &CalibrationReport::nll},
+    {"brier", &CalibrationReport::brier},
+    {"auroc", &CalibrationReport::auroc},
+}};
 
 /// Every metric of method.md §4 with seeded bootstrap intervals over examples (see Estimate::ci for
 /// which interval each metric gets) and the consistency tests of its zero rule.

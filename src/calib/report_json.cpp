@@ -13,18 +13,6 @@ nlohmann::json value_json(double v) { return std::isnan(v) ? nlohmann::json(null
 }  // namespace
 
 nlohmann::json calibration_report_json(const CalibrationReport& r) {
-  const std::vector<std::pair<const char*, const Estimate*>> rows = {{"accuracy", &r.accuracy},
-                                                                     {"ece", &r.ece},
-                                                                     {"mce", &r.mce},
-                                                                     {"rmsce", &r.rmsce},
-                                                                     {"ada_ece", &r.ada_ece},
-                                                                     {"classwise_ece", &r.classwise_ece},
-                                                                     {"debiased_ece", &r.debiased_ece},
-                                                                     {"smece", &r.smece},
-                                                                     {"smece_sigma", &r.smece_sigma},
-                                                                     {"nll", &r.nll},
-                                                                     {"brier", &r.brier},
-                                                                     {"auroc", &r.auroc}};
   nlohmann::json j;
   j["schema"] = kMetricsSchema;
   j["n"] = r.n;
@@ -36,7 +24,8 @@ nlohmann::json calibration_report_json(const CalibrationReport& r) {
   j["level"] = r.level;
   j["debiased_ece_clipped"] = r.debiased_clipped;
   nlohmann::json ci = nlohmann::json::object(), corrected = nlohmann::json::object();
-  for (const auto& [name, e] : rows) {
+  for (const auto& [name, member] : kReportMetrics) {
+    const Estimate* e = &(r.*member);
     j[name] = value_json(e->value);
     ci[name] = ci_json(e->ci);
     if (!std::isnan(e->bias_corrected)) corrected[name] = e->bias_corrected;

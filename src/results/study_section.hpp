@@ -85,21 +85,10 @@ inline void from_json(const nlohmann::json& j, CalibrationReport& r) {
   r.clusters = results::value_or<std::size_t>(j, "clusters", 0);
   r.seed = results::value_or<std::uint64_t>(j, "seed", 0);
   r.level = results::value_or(j, "level", 0.95);
-  const std::vector<std::pair<const char*, Estimate*>> rows = {{"accuracy", &r.accuracy},
-                                                               {"ece", &r.ece},
-                                                               {"mce", &r.mce},
-                                                               {"rmsce", &r.rmsce},
-                                                               {"ada_ece", &r.ada_ece},
-                                                               {"classwise_ece", &r.classwise_ece},
-                                                               {"debiased_ece", &r.debiased_ece},
-                                                               {"smece", &r.smece},
-                                                               {"smece_sigma", &r.smece_sigma},
-                                                               {"nll", &r.nll},
-                                                               {"brier", &r.brier},
-                                                               {"auroc", &r.auroc}};
   const auto& ci = j.at("ci");
   const auto corrected = j.find("bias_corrected");
-  for (const auto& [name, e] : rows) {
+  for (const auto& [name, member] : kReportMetrics) {
+    Estimate* e = &(r.*member);
     results::get_number(j, name, e->value);
     if (ci.contains(name))
       results::get_interval(ci, name, e->ci);
