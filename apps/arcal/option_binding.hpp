@@ -8,6 +8,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -21,7 +22,9 @@ namespace arcal::cli {
 /// What the tables bound to one subcommand contributed: the Markdown rows of its option list (in
 /// binding order) and the CLI11 options they made.
 struct BoundOptions {
-  std::string rows;
+  /// Render the Markdown rows of each table bound here (called only by `arcal options-markdown`, so an
+  /// ordinary start-up renders nothing).
+  std::vector<std::function<std::string()>> rows;
   std::vector<std::string> families;  ///< family tables bound here, documented once in their own list
   std::set<const CLI::Option*> options;
 };
@@ -41,7 +44,8 @@ std::vector<std::pair<std::string, CLI::Option*>> bind_options(CLI::App& app, co
   std::vector<std::pair<std::string, CLI::Option*>> added;
   BoundOptions& record = bound_options()[app.get_name()];
   if (family.empty())
-    record.rows += command_rows_markdown(table, c);  // c holds the defaults before parsing
+    // The defaults are c's values now, before parsing; tables are static, so the reference stays valid.
+    record.rows.push_back([&table, defaults = c] { return command_rows_markdown(table, defaults); });
   else
     record.families.push_back(family);
   for (const auto& o : table) {

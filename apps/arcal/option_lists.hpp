@@ -34,7 +34,8 @@ inline int option_lists(CLI::App& app, const std::vector<CommandSpec>& registry,
                 << "option table (core/options.hpp; apps/arcal/option_binding.hpp): " << by_hand << "\n";
       rc = 1;
     }
-    std::string body = command_table_header() + bound.rows;
+    std::string body = command_table_header();
+    for (const auto& rows : bound.rows) body += rows();
     for (const auto& family : bound.families) body += "\nand every option of " + family + ".\n";
     lists.push_back({"command:" + spec.name, body});
   }
