@@ -59,23 +59,27 @@ typedef float LaneVec __attribute__((vector_size(32)));
 typedef std::uint32_t LaneBits __attribute__((vector_size(32)));
 typedef std::uint16_t LaneHalves __attribute__((vector_size(16)));
 
-ARCAL_ALWAYS_INLINE void lane_load8(const float* p, LaneVec& v) { std::memcpy(&v, p, sizeof v); }
+// Unaligned 8-float loads and stores as vector moves: through memcpy GCC copied each vector to the
+// stack in 16-byte halves and read it back whole (a failed store-to-load forward, in the attention's
+// gathers); a vector type of float alignment is read and written in registers.
+typedef float LaneVecUnaligned __attribute__((vector_size(32), aligned(4), may_alias));
+typedef std::uint16_t LaneHalvesUnaligned __attribute__((vector_size(16), aligned(2), may_alias));
+ARCAL_ALWAYS_INLINE void lane_load8(const float* p, LaneVec& v) { v = *reinterpret_cast<const LaneVecUnaligned*>(p); }
 ARCAL_ALWAYS_INLINE void lane_load8(const std::uint16_t* p, LaneVec& v) {
   // Each bf16 becomes the high half of a float whose low half is zero: one interleave with zeros
   // (GCC turns a widening conversion of 8 halves into two half-width ones and an insert).
   typedef std::uint16_t Halves16 __attribute__((vector_size(32)));
-  LaneHalves h;
-  std::memcpy(&h, p, sizeof h);
+  const LaneHalves h = *reinterpret_cast<const LaneHalvesUnaligned*>(p);
   const Halves16 z = __builtin_shufflevector(LaneHalves{}, h, 0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
   v = reinterpret_cast<LaneVec>(z);
 }
-ARCAL_ALWAYS_INLINE void lane_store8(float* p, const LaneVec& v) { std::memcpy(p, &v, sizeof v); }
+ARCAL_ALWAYS_INLINE void lane_store8(float* p, const LaneVec& v) { *reinterpret_cast<LaneVecUnaligned*>(p) = v; }
 ARCAL_ALWAYS_INLINE void lane_store8(std::uint16_t* p, const LaneVec& v) {
   const LaneBits u = reinterpret_cast<LaneBits>(v);
   const LaneBits nan = reinterpret_cast<LaneBits>(v != v);
   const LaneBits rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   const LaneHalves h = __builtin_convertvector((rounded & ~nan) | (nan & 0x7fc0u), LaneHalves);
-  std::memcpy(p, &h, sizeof h);
+  *reinterpret_cast<LaneHalvesUnaligned*>(p) = h;
 }
 // r[k][l] <- r[l][k] (an 8 x 8 transpose): pairs interleaved, then quads, then the 4-wide halves exchanged.
 ARCAL_ALWAYS_INLINE void lane_transpose8(LaneVec* r) {
