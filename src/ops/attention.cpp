@@ -298,11 +298,12 @@ ARCAL_ALWAYS_INLINE void lane_weighted_rows(const T* w, std::int64_t ws, const T
   constexpr int CB = 32 / int(sizeof(T));
   int c0 = 0;
   if constexpr (std::is_same_v<T, float>) {
-    // In float the eight accumulators are named vectors: as an array, GCC kept one of them on the
-    // stack (a load and a store around its multiply-add in every step of j, whose store-to-load
+    // In float (CB = 8) the eight accumulators are named vectors: as an array, GCC kept one of them on
+    // the stack (a load and a store around its multiply-add in every step of j, whose store-to-load
     // latency then set the loop's pace: the hottest instructions of the fp32 forward and backward).
     // The same multiply-adds in the same order, so the same values.
-    for (; c0 + 8 <= hd; c0 += 8) {
+    static_assert(CB == 8);
+    for (; c0 + CB <= hd; c0 += CB) {
       LaneVec a0{}, a1{}, a2{}, a3{}, a4{}, a5{}, a6{}, a7{};
       for (std::int64_t j = 0; j < cnt; ++j) {
         LaneVec wj, x0, x1, x2, x3, x4, x5, x6, x7;
@@ -317,17 +318,18 @@ ARCAL_ALWAYS_INLINE void lane_weighted_rows(const T* w, std::int64_t ws, const T
       lane_store8(o, a0), lane_store8(o + 8, a1), lane_store8(o + 16, a2), lane_store8(o + 24, a3);
       lane_store8(o + 32, a4), lane_store8(o + 40, a5), lane_store8(o + 48, a6), lane_store8(o + 56, a7);
     }
-  }
-  for (; c0 + CB <= hd; c0 += CB) {
-    T acc[CB * kLanes] = {};
-    for (std::int64_t j = 0; j < cnt; ++j) {
-      const T* wj = w + j * ws;
-      const T* xj = X + j * xs + c0 * kLanes;
-      for (int c = 0; c < CB; ++c)
+  } else {
+    for (; c0 + CB <= hd; c0 += CB) {
+      T acc[CB * kLanes] = {};
+      for (std::int64_t j = 0; j < cnt; ++j) {
+        const T* wj = w + j * ws;
+        const T* xj = X + j * xs + c0 * kLanes;
+        for (int c = 0; c < CB; ++c)
 #pragma omp simd
-        for (int l = 0; l < kLanes; ++l) acc[c * kLanes + l] += wj[l] * xj[c * kLanes + l];
+          for (int l = 0; l < kLanes; ++l) acc[c * kLanes + l] += wj[l] * xj[c * kLanes + l];
+      }
+      for (int e = 0; e < CB * kLanes; ++e) out[c0 * kLanes + e] = acc[e];
     }
-    for (int e = 0; e < CB * kLanes; ++e) out[c0 * kLanes + e] = acc[e];
   }
   for (; c0 < hd; ++c0) {  // head widths that are not a multiple of CB
     T acc[kLanes] = {};
