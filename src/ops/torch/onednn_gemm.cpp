@@ -27,6 +27,17 @@ bool plain_strides(const torch::Tensor& t) {
   return (t.stride(1) == 1 && t.stride(0) >= c) || (t.stride(0) == 1 && t.stride(1) >= r);
 }
 
+// A plain operand with no gap between its rows (row-major) or columns (column-major) as it is, any
+// other plain one (a row selection: the first-token head's input, row stride T d) as a row-major
+// copy. oneDNN 2.6's brgemm matmul takes dense operands only and sends the others to its gemm:jit
+// implementation, whose execution fails in a process that also holds PyTorch 2.x's own oneDNN
+// (seen on an AMX CPU: "could not execute a primitive"); the copy is a few hundred kB at most.
+torch::Tensor dense_operand(const torch::Tensor& t) {
+  const auto r = t.size(0), c = t.size(1);
+  const bool dense = (t.stride(1) == 1 && t.stride(0) == c) || (t.stride(0) == 1 && t.stride(1) == r);
+  return dense ? t : t.contiguous();
+}
+
 // A primitive for one product: shapes, strides, bias, threads. Empty prim where oneDNN refused.
 struct Plan {
   std::unique_ptr<dnnl::matmul> prim;
@@ -51,7 +62,7 @@ ThreadState& thread_state() {
 // has a few dozen (its layers' shapes, the last batch's); this bound only guards odd callers.
 constexpr std::size_t kMaxPlans = 512;
 
-const Plan& plan_for(ThreadState& st, const Key& key) {
+Plan& plan_for(ThreadState& st, const Key& key) {
   auto it = st.plans.find(key);
   if (it != st.plans.end()) return it->second;
   if (st.plans.size() >= kMaxPlans) st.plans.clear();
@@ -83,19 +94,21 @@ bool onednn_bf16_gemm_available() {
   return cpu && at::globalContext().userEnabledMkldnn();
 }
 
-torch::Tensor onednn_bf16_mm(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& bias) {
-  if (!onednn_bf16_gemm_available() || a.dim() != 2 || b.dim() != 2 || !a.device().is_cpu() || !b.device().is_cpu() ||
-      a.scalar_type() != torch::kBFloat16 || b.scalar_type() != torch::kBFloat16 || a.size(1) != b.size(0))
+torch::Tensor onednn_bf16_mm(const torch::Tensor& a_in, const torch::Tensor& b_in, const torch::Tensor& bias) {
+  if (!onednn_bf16_gemm_available() || a_in.dim() != 2 || b_in.dim() != 2 || !a_in.device().is_cpu() ||
+      !b_in.device().is_cpu() || a_in.scalar_type() != torch::kBFloat16 || b_in.scalar_type() != torch::kBFloat16 ||
+      a_in.size(1) != b_in.size(0))
     return {};
-  const auto M = a.size(0), K = a.size(1), N = b.size(1);
-  if (M * K * N <= kMinProduct || !plain_strides(a) || !plain_strides(b)) return {};
+  const auto M = a_in.size(0), K = a_in.size(1), N = b_in.size(1);
+  if (M * K * N <= kMinProduct || !plain_strides(a_in) || !plain_strides(b_in)) return {};
   if (bias.defined() && (bias.dim() != 1 || bias.size(0) != N || bias.scalar_type() != torch::kBFloat16 ||
                          !bias.is_contiguous() || !bias.device().is_cpu()))
     return {};
+  const auto a = dense_operand(a_in), b = dense_operand(b_in);
   auto& st = thread_state();
   const Key key{
       M, K, N, a.stride(0), a.stride(1), b.stride(0), b.stride(1), bias.defined() ? 1 : 0, at::get_num_threads()};
-  const Plan& p = plan_for(st, key);
+  Plan& p = plan_for(st, key);
   if (!p.prim) return {};
   auto out = torch::empty({M, N}, a.options());
   if (st.scratch.size() < p.scratch.get_size()) st.scratch.resize(p.scratch.get_size());
@@ -105,8 +118,15 @@ torch::Tensor onednn_bf16_mm(const torch::Tensor& a, const torch::Tensor& b, con
   if (p.scratch.get_size() > 0)
     args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratch, st.engine, st.scratch.data()));
   if (bias.defined()) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias, st.engine, bias.data_ptr()));
-  p.prim->execute(st.stream, args);
-  st.stream.wait();
+  try {
+    p.prim->execute(st.stream, args);
+    st.stream.wait();
+  } catch (const dnnl::error&) {
+    // A primitive that was built but cannot run here: this shape goes to LibTorch's operators from
+    // now on (out is new, so nothing half-written escapes).
+    p.prim.reset();
+    return {};
+  }
   return out;
 }
 
