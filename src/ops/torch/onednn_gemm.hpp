@@ -21,8 +21,8 @@ bool onednn_bf16_gemm_available();
 /// a b, plus bias in every row when bias is defined: a (M,K) and b (K,N) 2-d bfloat16 CPU tensors,
 /// each row-major or column-major (unit stride along one axis; one with gaps between its rows or
 /// columns, such as a row selection, is read through a dense copy), bias (N) contiguous bfloat16.
-/// Returns a new contiguous (M,N) bf16 tensor, bitwise at::mm(a, b) (and, with a bias, what
-/// fused_linear's bias rows followed by addmm_ give), or an undefined tensor where the product is not
+/// Returns a new contiguous (M,N) bf16 tensor, at::mm(a, b) (plus the bias) within bf16 rounding
+/// (bitwise under LibTorch 1.13, which called the same oneDNN), or an undefined tensor where the product is not
 /// one LibTorch sends to oneDNN (onednn_bf16_gemm_available false, M K N <= 16^3, other dtypes or
 /// strides) or where oneDNN fails to execute it (that shape then stays with LibTorch in this thread):
 /// the caller then uses LibTorch's operators. On the thread count at::get_num_threads() gives.
